@@ -1,0 +1,132 @@
+// Package cli wires segpipe's libraries into the segpipe command line.
+//
+// Each sub-command lives in its own file and is listed once in commands
+// below. Exit codes: 0 success, 1 failure, 2 usage error.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	ucli "github.com/urfave/cli/v3"
+)
+
+// Exit codes returned by Run.
+const (
+	ExitOK      = 0
+	ExitFailure = 1
+	ExitUsage   = 2
+)
+
+// Version is the segpipe release; overridden at link time with
+// -ldflags "-X github.com/segpipe/segpipe/cli.Version=...".
+var Version = "0.1.0-dev"
+
+// commands lists every sub-command constructor. Each returns a fresh
+// command so Run can be called many times (tests do).
+var commands = []func() *ucli.Command{
+	versionCommand,
+}
+
+// usageError marks errors caused by how the command was invoked.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// usagef returns an error that makes Run exit with ExitUsage.
+func usagef(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
+
+// Run executes the segpipe command line and returns the process exit code.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root := newRoot(stdout, stderr)
+	err := root.Run(ctx, args)
+	if err == nil {
+		return ExitOK
+	}
+	fmt.Fprintf(stderr, "segpipe: %v\n", err)
+	var ue usageError
+	if errors.As(err, &ue) || isUsageErr(err) {
+		return ExitUsage
+	}
+	return ExitFailure
+}
+
+// isUsageErr recognises the parse errors urfave/cli returns as plain errors.
+func isUsageErr(err error) bool {
+	msg := err.Error()
+	for _, s := range []string{"flag provided but not defined", "invalid value", "Required flag", "required flag", "No help topic", "flag needs an argument"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func newRoot(stdout, stderr io.Writer) *ucli.Command {
+	cmds := make([]*ucli.Command, 0, len(commands))
+	for _, c := range commands {
+		cmds = append(cmds, c())
+	}
+	return &ucli.Command{
+		Name:  "segpipe",
+		Usage: "keep GPUs fed while training instance-segmentation models",
+		Description: "segpipe converts COCO-format datasets into Parquet shards, streams augmented\n" +
+			"training batches with per-instance masks on the prototype grid, serves them to\n" +
+			"remote trainers over Arrow Flight and trains YOLO26-seg style models.\n\n" +
+			"Start with: segpipe quickstart",
+		Version:   Version,
+		Writer:    stdout,
+		ErrWriter: stderr,
+		Flags: []ucli.Flag{
+			&ucli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
+			&ucli.StringFlag{Name: "log-format", Value: "text", Usage: "text or json"},
+		},
+		Before: func(ctx context.Context, c *ucli.Command) (context.Context, error) {
+			return ctx, setupLogging(c, stderr)
+		},
+		OnUsageError: func(ctx context.Context, c *ucli.Command, err error, isSubcommand bool) error {
+			return usageError{err}
+		},
+		ExitErrHandler: func(context.Context, *ucli.Command, error) {},
+		Commands:       cmds,
+	}
+}
+
+func setupLogging(c *ucli.Command, stderr io.Writer) error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
+		return usagef("--log-level %q: want debug, info, warn or error", c.String("log-level"))
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler
+	switch c.String("log-format") {
+	case "text":
+		h = slog.NewTextHandler(stderr, opts)
+	case "json":
+		h = slog.NewJSONHandler(stderr, opts)
+	default:
+		return usagef("--log-format %q: want text or json", c.String("log-format"))
+	}
+	slog.SetDefault(slog.New(h))
+	return nil
+}
+
+func versionCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:  "version",
+		Usage: "print the segpipe version",
+		Description: "Prints the segpipe version and the Go toolchain it was built with.\n\n" +
+			"Example:\n  segpipe version",
+		Action: func(ctx context.Context, c *ucli.Command) error {
+			_, err := fmt.Fprintf(c.Root().Writer, "segpipe %s\n", Version)
+			return err
+		},
+	}
+}

@@ -1,0 +1,51 @@
+// Package shard defines segpipe's on-disk dataset format: Parquet shards of
+// one row per image plus a manifest.json that is the single entry point for
+// readers. See README.md in this directory for the schema.
+package shard
+
+// Image is one row of a shard: an image's encoded bytes and all of its
+// instances. It is the unit that dataset readers (datasets/coco,
+// datasets/yolo, datasets/synth) produce and that the shard writer stores.
+type Image struct {
+	ImageID  int64  // original dataset image id
+	FileName string // path relative to the dataset's image directory
+	Width    int32  // pixels, as read from the image header
+	Height   int32
+	Format   string // "jpeg" or "png": the encoding of Bytes
+	Bytes    []byte // the original encoded file, untouched
+
+	Instances []Instance
+}
+
+// Instance is one annotated object of an image.
+type Instance struct {
+	AnnID      int64      // original annotation id
+	CategoryID int32      // original dataset category id (COCO: 1..90, sparse)
+	Class      int32      // contiguous class index 0..K-1 (see Manifest.Categories)
+	BBox       [4]float32 // COCO x, y, w, h in image pixels
+	Area       float32    // the dataset's area field, as given
+	IsCrowd    bool
+
+	// Polygons holds every part of the instance, each a ring of flat
+	// x0,y0,x1,y1,… float32 pixel coordinates. Empty for RLE instances.
+	Polygons [][]float32
+
+	// RLE is set for instances given as run-length masks (COCO crowd
+	// regions). Counts are canonical uncompressed COCO counts: column-major,
+	// alternating runs starting with zeros.
+	RLE *RLE
+}
+
+// RLE is a COCO run-length encoded mask at image resolution.
+type RLE struct {
+	Height, Width int32 // COCO "size" is [h, w]
+	Counts        []uint32
+}
+
+// Category is one entry of the dataset's category table.
+type Category struct {
+	ID            int32  `json:"id"`    // original dataset category id
+	Index         int32  `json:"index"` // contiguous class index 0..K-1
+	Name          string `json:"name"`
+	Supercategory string `json:"supercategory,omitempty"`
+}
