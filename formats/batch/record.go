@@ -1,0 +1,197 @@
+package batch
+
+import (
+	"fmt"
+	"strconv"
+	"unsafe"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+)
+
+// Column names of a training batch, in schema order.
+const (
+	ColImage         = "image"
+	ColImageID       = "image_id"
+	ColOrigHeight    = "orig_height"
+	ColOrigWidth     = "orig_width"
+	ColTransform     = "transform"
+	ColBoxes         = "boxes"
+	ColClasses       = "classes"
+	ColBoxesPerImage = "boxes_per_image"
+	ColMasks         = "masks"
+)
+
+// Schema metadata keys.
+const (
+	MetaVersion    = "segpipe.batch.version"
+	MetaMaskStride = "segpipe.mask_stride"
+)
+
+// Builder makes batch records of one canvas and mask-grid size. It holds the
+// schema so that every record of a run shares it. Safe for concurrent use.
+type Builder struct {
+	H, W, Hp, Wp int
+	schema       *arrow.Schema
+	imageType    *FixedShapeTensorType
+	maskType     *FixedShapeTensorType
+	boxType      *arrow.FixedSizeListType
+	xfType       *arrow.FixedSizeListType
+	boxesType    *arrow.ListType
+	classesType  *arrow.ListType
+	masksType    *arrow.ListType
+}
+
+// NewBuilder returns a builder for canvases of h×w pixels and masks on an
+// hp×wp grid (stride = h/hp, recorded in the schema metadata).
+func NewBuilder(h, w, hp, wp int) (*Builder, error) {
+	if h <= 0 || w <= 0 || hp <= 0 || wp <= 0 {
+		return nil, fmt.Errorf("batch: sizes must be positive (canvas %dx%d, mask grid %dx%d)", h, w, hp, wp)
+	}
+	it, err := NewFixedShapeTensorType(arrow.PrimitiveTypes.Uint8, []int{3, h, w}, []string{"C", "H", "W"})
+	if err != nil {
+		return nil, err
+	}
+	mt, err := NewFixedShapeTensorType(arrow.PrimitiveTypes.Uint8, []int{hp, wp}, []string{"H", "W"})
+	if err != nil {
+		return nil, err
+	}
+	b := &Builder{H: h, W: w, Hp: hp, Wp: wp, imageType: it, maskType: mt}
+	b.boxType = arrow.FixedSizeListOfNonNullable(4, arrow.PrimitiveTypes.Float32)
+	b.xfType = arrow.FixedSizeListOfNonNullable(6, arrow.PrimitiveTypes.Float64)
+	b.boxesType = arrow.ListOfNonNullable(b.boxType)
+	b.classesType = arrow.ListOfNonNullable(arrow.PrimitiveTypes.Int32)
+	b.masksType = arrow.ListOfNonNullable(mt)
+	md := arrow.NewMetadata([]string{MetaVersion, MetaMaskStride}, []string{"1", strconv.Itoa(h / hp)})
+	b.schema = arrow.NewSchema([]arrow.Field{
+		{Name: ColImage, Type: it},
+		{Name: ColImageID, Type: arrow.PrimitiveTypes.Int64},
+		{Name: ColOrigHeight, Type: arrow.PrimitiveTypes.Int32},
+		{Name: ColOrigWidth, Type: arrow.PrimitiveTypes.Int32},
+		{Name: ColTransform, Type: b.xfType},
+		{Name: ColBoxes, Type: b.boxesType},
+		{Name: ColClasses, Type: b.classesType},
+		{Name: ColBoxesPerImage, Type: arrow.PrimitiveTypes.Int32},
+		{Name: ColMasks, Type: b.masksType},
+	}, &md)
+	return b, nil
+}
+
+// Schema returns the batch schema.
+func (b *Builder) Schema() *arrow.Schema { return b.schema }
+
+// Columns are the buffers of one batch of N images and SumN instances. The
+// buffers are wrapped as Arrow buffers without copying; each must hold at
+// least the bytes stated (little-endian, as Arrow requires).
+type Columns struct {
+	N, SumN int
+
+	Images        *memory.Buffer // N·3·H·W uint8, CHW RGB per image
+	ImageIDs      *memory.Buffer // N int64
+	OrigHeight    *memory.Buffer // N int32
+	OrigWidth     *memory.Buffer // N int32
+	Transforms    *memory.Buffer // N·6 float64: [a b c d e f], canvas = (a·x+b·y+c, d·x+e·y+f)
+	BoxesPerImage *memory.Buffer // N int32
+	Offsets       *memory.Buffer // N+1 int32: 0 and the prefix sums of BoxesPerImage
+	Boxes         *memory.Buffer // SumN·4 float32: x1 y1 x2 y2 on the canvas
+	Classes       *memory.Buffer // SumN int32
+	Masks         *memory.Buffer // SumN·Hp·Wp uint8 in {0,1}
+}
+
+// Build wraps c into a record. The record takes its own reference on every
+// buffer (through the array data), so the caller still owns — and must
+// Release — the references it holds in c. The returned record starts with
+// one reference that belongs to the caller; when the last holder releases
+// it the buffers are released, which returns pooled memory to its
+// allocator. Build checks sizes and offsets and never copies data.
+func (b *Builder) Build(c *Columns) (arrow.RecordBatch, error) {
+	n, sn := c.N, c.SumN
+	if n < 0 || sn < 0 {
+		return nil, fmt.Errorf("batch: negative count (N=%d, SumN=%d)", n, sn)
+	}
+	need := []struct {
+		name string
+		buf  *memory.Buffer
+		size int
+	}{
+		{ColImage, c.Images, n * 3 * b.H * b.W},
+		{ColImageID, c.ImageIDs, n * 8},
+		{ColOrigHeight, c.OrigHeight, n * 4},
+		{ColOrigWidth, c.OrigWidth, n * 4},
+		{ColTransform, c.Transforms, n * 6 * 8},
+		{ColBoxesPerImage, c.BoxesPerImage, n * 4},
+		{"offsets", c.Offsets, (n + 1) * 4},
+		{ColBoxes, c.Boxes, sn * 4 * 4},
+		{ColClasses, c.Classes, sn * 4},
+		{ColMasks, c.Masks, sn * b.Hp * b.Wp},
+	}
+	for _, x := range need {
+		if x.buf == nil {
+			if x.size == 0 {
+				continue
+			}
+			return nil, fmt.Errorf("batch: column %s: no buffer for %d bytes", x.name, x.size)
+		}
+		if x.buf.Len() < x.size {
+			return nil, fmt.Errorf("batch: column %s: buffer of %d bytes, need %d", x.name, x.buf.Len(), x.size)
+		}
+	}
+	offs := int32s(c.Offsets, n+1)
+	bpi := int32s(c.BoxesPerImage, n)
+	if offs[0] != 0 {
+		return nil, fmt.Errorf("batch: offsets start at %d, want 0", offs[0])
+	}
+	for i := 0; i < n; i++ {
+		if bpi[i] < 0 || offs[i+1] != offs[i]+bpi[i] {
+			return nil, fmt.Errorf("batch: image %d: offsets %d..%d disagree with boxes_per_image %d", i, offs[i], offs[i+1], bpi[i])
+		}
+	}
+	if int(offs[n]) != sn {
+		return nil, fmt.Errorf("batch: boxes_per_image sums to %d, SumN is %d", offs[n], sn)
+	}
+
+	prim := func(t arrow.DataType, buf *memory.Buffer, length int) *array.Data {
+		return array.NewData(t, length, []*memory.Buffer{nil, buf}, nil, 0, 0)
+	}
+	fsl := func(t arrow.DataType, child *array.Data, length int) *array.Data {
+		d := array.NewData(t, length, []*memory.Buffer{nil}, []arrow.ArrayData{child}, 0, 0)
+		child.Release()
+		return d
+	}
+	list := func(t arrow.DataType, child *array.Data) *array.Data {
+		d := array.NewData(t, n, []*memory.Buffer{nil, c.Offsets}, []arrow.ArrayData{child}, 0, 0)
+		child.Release()
+		return d
+	}
+	u8, f32, f64, i32, i64 := arrow.PrimitiveTypes.Uint8, arrow.PrimitiveTypes.Float32, arrow.PrimitiveTypes.Float64, arrow.PrimitiveTypes.Int32, arrow.PrimitiveTypes.Int64
+
+	datas := [9]*array.Data{
+		fsl(b.imageType, prim(u8, c.Images, n*3*b.H*b.W), n),
+		prim(i64, c.ImageIDs, n),
+		prim(i32, c.OrigHeight, n),
+		prim(i32, c.OrigWidth, n),
+		fsl(b.xfType, prim(f64, c.Transforms, n*6), n),
+		list(b.boxesType, fsl(b.boxType, prim(f32, c.Boxes, sn*4), sn)),
+		list(b.classesType, prim(i32, c.Classes, sn)),
+		prim(i32, c.BoxesPerImage, n),
+		list(b.masksType, fsl(b.maskType, prim(u8, c.Masks, sn*b.Hp*b.Wp), sn)),
+	}
+	var cols [9]arrow.Array
+	for i, d := range datas {
+		cols[i] = array.MakeFromData(d)
+		d.Release()
+	}
+	rec := array.NewRecordBatch(b.schema, cols[:], int64(n))
+	for _, a := range cols {
+		a.Release()
+	}
+	return rec, nil
+}
+
+func int32s(b *memory.Buffer, n int) []int32 {
+	if n == 0 || b == nil {
+		return nil
+	}
+	return unsafe.Slice((*int32)(unsafe.Pointer(&b.Bytes()[0])), n)
+}
