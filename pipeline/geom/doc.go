@@ -1,0 +1,31 @@
+// Package geom is segpipe's one definition of an instance polygon and the
+// geometry the augmenter, the rasteriser and the evaluator share.
+//
+// # Representation
+//
+// A ring is a flat []float32 of x,y pairs in canvas pixel coordinates
+// (pixel k covers [k, k+1); x grows right, y grows down): x0,y0,x1,y1,...
+// The ring is closed implicitly: the last vertex joins the first. A
+// trailing odd number is ignored, as COCO does. An instance is a
+// [][]float32 of rings (COCO multi-part instances); it covers the union of
+// its rings. Ring and Instance are aliases, so plain slices work
+// everywhere without conversion.
+//
+// Coordinates are stored as float32 (half the bytes of COCO's float64,
+// exact for any pixel position below 2^24) but every computation here is
+// done in float64, so a transform or clip never loses more than the final
+// rounding to float32.
+//
+// # Buffers
+//
+// Functions that produce points append to a caller-provided dst and return
+// it, in the style of strconv.AppendInt. Reusing dst[:0] across calls makes
+// the steady state allocation-free. Nothing in this package retains a
+// slice it was given.
+//
+// # Degenerate input
+//
+// NaN and infinite coordinates never panic or loop; they produce whatever
+// float64 arithmetic makes of them. Bounds ignores NaN. ClipRect drops a
+// result with fewer than three distinct vertices.
+package geom
