@@ -1,0 +1,144 @@
+// Package backend defines the kernel interface that tensor ops dispatch
+// through, and the plain parameter structs those kernels take.
+//
+// Every kernel works on contiguous row-major float32 buffers whose sizes are
+// fully determined by the parameter struct; kernels never allocate tensors and
+// never keep references to their arguments after returning. Kernels whose
+// name ends in Backward, BackwardData or BackwardFilter ACCUMULATE into their
+// gradient outputs (dst += ...), so several consumers of one tensor can add
+// their contributions without a temporary. Forward kernels overwrite.
+//
+// The CPU implementation (package cpu) is the reference; another device
+// implements the same methods on its own memory, so the buffers here are the
+// seam where a device-buffer handle will replace []float32.
+package backend
+
+// Gemm describes a (batched) row-major matrix product
+//
+//	C[b] = Alpha·op(A[b])·op(B[b]) + Beta·C[b]   for b in [0, Batch)
+//
+// where op(A) is M×K and op(B) is K×N. A[b] starts at b·StrideA (and
+// likewise for B and C); a zero stride broadcasts that operand across the
+// batch. Without transposition A is stored M×K and B K×N; with TransA, A is
+// stored K×M, with TransB, B is stored N×K. Batch 0 means 1.
+type Gemm struct {
+	TransA, TransB            bool
+	M, N, K                   int
+	Alpha, Beta               float32
+	Batch                     int
+	StrideA, StrideB, StrideC int
+}
+
+// Conv describes a 2-D convolution (cross-correlation, dilation 1) of an
+// N×InC×InH×InW input with an OutC×(InC/Groups)×KH×KW filter giving an
+// N×OutC×OutH()×OutW() output. Zero Stride or Groups mean 1.
+type Conv struct {
+	N, InC, InH, InW int
+	OutC, KH, KW     int
+	Stride, Pad      int
+	Groups           int
+}
+
+// OutH is the output height: (InH + 2·Pad − KH)/Stride + 1.
+func (c Conv) OutH() int { return (c.InH+2*c.Pad-c.KH)/c.stride() + 1 }
+
+// OutW is the output width: (InW + 2·Pad − KW)/Stride + 1.
+func (c Conv) OutW() int { return (c.InW+2*c.Pad-c.KW)/c.stride() + 1 }
+
+func (c Conv) stride() int {
+	if c.Stride <= 0 {
+		return 1
+	}
+	return c.Stride
+}
+
+// Norm returns c with zero Stride and Groups replaced by 1.
+func (c Conv) Norm() Conv {
+	if c.Stride <= 0 {
+		c.Stride = 1
+	}
+	if c.Groups <= 0 {
+		c.Groups = 1
+	}
+	return c
+}
+
+// Pool describes a 2-D max pooling of an N×C×H×W input with a K×K window.
+// Padded positions never win (they act as −∞, as in PyTorch).
+type Pool struct {
+	N, C, H, W     int
+	K, Stride, Pad int
+}
+
+// OutH is the pooled height: (H + 2·Pad − K)/Stride + 1.
+func (p Pool) OutH() int { return (p.H+2*p.Pad-p.K)/p.Stride + 1 }
+
+// OutW is the pooled width: (W + 2·Pad − K)/Stride + 1.
+func (p Pool) OutW() int { return (p.W+2*p.Pad-p.K)/p.Stride + 1 }
+
+// Unary names an elementwise function with a closed-form derivative.
+type Unary int
+
+// Unary functions. Backward kernels receive both x and y = f(x) so each
+// derivative uses whichever is cheaper and more accurate.
+const (
+	SiLU Unary = iota
+	Sigmoid
+	ReLU
+	Exp
+	Log
+	Abs
+	Neg
+	Sqrt
+	Square
+	Atan
+	Tanh
+)
+
+// Backend is the set of kernels tensor ops dispatch through.
+//
+// Layout conventions: images are NCHW; a per-channel vector has length C;
+// Softmax views its buffer as outer×n×inner and normalises along n.
+type Backend interface {
+	// Name identifies the backend in logs and benchmarks.
+	Name() string
+
+	// Sgemm computes the matrix product described by g.
+	Sgemm(g Gemm, a, b, c []float32)
+
+	// Conv2d writes y = conv(x, w) (no bias).
+	Conv2d(p Conv, x, w, y []float32)
+	// Conv2dBackwardData accumulates dx += conv2d's input-gradient for dy.
+	// It is also the forward pass of a transposed convolution.
+	Conv2dBackwardData(p Conv, dy, w, dx []float32)
+	// Conv2dBackwardFilter accumulates dw += conv2d's filter-gradient.
+	Conv2dBackwardFilter(p Conv, x, dy, dw []float32)
+
+	// BatchNormTrain normalises x (N×C×HW) with its own per-channel batch
+	// statistics, writing y = gamma·(x−mean)·invstd + beta and the saved
+	// mean and invstd = 1/sqrt(biased var + eps); varUnbiased receives the
+	// unbiased variance for the running-statistics update (NaN when the
+	// channel has a single element).
+	BatchNormTrain(n, c, hw int, eps float32, x, gamma, beta, y, mean, invstd, varUnbiased []float32)
+	// ChannelAffine writes y = x·scale[c] + shift[c] (batch-norm in eval mode).
+	ChannelAffine(n, c, hw int, x, scale, shift, y []float32)
+	// BatchNormBackward accumulates the training-mode batch-norm
+	// gradients into dx, dgamma and dbeta; any of them may be nil.
+	BatchNormBackward(n, c, hw int, x, dy, mean, invstd, gamma, dx, dgamma, dbeta []float32)
+
+	// MaxPool2d writes the pooled maxima and the flat input index of each
+	// winner (within its N×C plane) to arg.
+	MaxPool2d(p Pool, x, y []float32, arg []int32)
+	// MaxPool2dBackward accumulates dy into dx at the recorded winners.
+	MaxPool2dBackward(p Pool, dy []float32, arg []int32, dx []float32)
+
+	// Softmax writes y = softmax(x) along the middle axis of outer×n×inner.
+	Softmax(outer, n, inner int, x, y []float32)
+	// SoftmaxBackward accumulates dx += y·(dy − Σ dy·y) along the same axis.
+	SoftmaxBackward(outer, n, inner int, y, dy, dx []float32)
+
+	// Unary writes y = f(x).
+	Unary(f Unary, x, y []float32)
+	// UnaryBackward accumulates dx += f'(x)·dy.
+	UnaryBackward(f Unary, x, y, dy, dx []float32)
+}

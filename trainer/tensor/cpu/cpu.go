@@ -1,0 +1,132 @@
+// Package cpu is the reference implementation of backend.Backend in pure Go.
+//
+// Work is split across goroutines (GOMAXPROCS by default); each kernel
+// returns only after all of its goroutines finish, so callers see ordinary
+// synchronous semantics. Scratch buffers (packed GEMM panels, im2col
+// columns, per-worker filter gradients) come from a size-classed pool and
+// are returned before the kernel returns: steady-state training allocates
+// no scratch.
+package cpu
+
+import (
+	"math/bits"
+	"runtime"
+	"sync"
+
+	"github.com/segpipe/segpipe/trainer/tensor/backend"
+)
+
+// Backend is the CPU kernel set. The zero value uses GOMAXPROCS workers.
+type Backend struct {
+	// Workers bounds the goroutines one kernel uses; 0 means GOMAXPROCS.
+	Workers int
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// New returns a CPU backend using GOMAXPROCS workers.
+func New() *Backend { return &Backend{} }
+
+// Name reports "cpu".
+func (*Backend) Name() string { return "cpu" }
+
+func (be *Backend) workers() int {
+	if be != nil && be.Workers > 0 {
+		return be.Workers
+	}
+	return runtime.GOMAXPROCS(0)
+}
+
+// parallelFor calls fn over [0,n) split into at most w contiguous chunks.
+func parallelFor(w, n int, fn func(lo, hi int)) {
+	if n <= 0 {
+		return
+	}
+	if w > n {
+		w = n
+	}
+	if w <= 1 {
+		fn(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Add(w)
+	for i := 0; i < w; i++ {
+		lo, hi := i*n/w, (i+1)*n/w
+		go func() {
+			defer wg.Done()
+			fn(lo, hi)
+		}()
+	}
+	wg.Wait()
+}
+
+// parallelTasks runs fn(worker, task) for every task in [0,n) with up to w
+// goroutines pulling tasks dynamically, so uneven tasks balance out.
+func parallelTasks(w, n int, fn func(worker, task int)) {
+	if n <= 0 {
+		return
+	}
+	if w > n {
+		w = n
+	}
+	if w <= 1 {
+		for t := 0; t < n; t++ {
+			fn(0, t)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	next := 0
+	wg.Add(w)
+	for i := 0; i < w; i++ {
+		go func(worker int) {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				t := next
+				next++
+				mu.Unlock()
+				if t >= n {
+					return
+				}
+				fn(worker, t)
+			}
+		}(i)
+	}
+	wg.Wait()
+}
+
+// Scratch pool: size classes are powers of two so a buffer freed by one
+// kernel serves any later request of the same class.
+var pools [48]sync.Pool
+
+func getBuf(n int) []float32 {
+	if n == 0 {
+		return nil
+	}
+	c := bits.Len(uint(n - 1))
+	if p, ok := pools[c].Get().(*[]float32); ok {
+		return (*p)[:n]
+	}
+	return make([]float32, n, 1<<c)
+}
+
+func putBuf(b []float32) {
+	if cap(b) == 0 {
+		return
+	}
+	c := bits.Len(uint(cap(b) - 1))
+	if 1<<c != cap(b) {
+		return
+	}
+	b = b[:cap(b)]
+	pools[c].Put(&b)
+}
+
+func zero(b []float32) {
+	for i := range b {
+		b[i] = 0
+	}
+}

@@ -1,0 +1,253 @@
+package cpu
+
+import "github.com/segpipe/segpipe/trainer/tensor/backend"
+
+// Blocking parameters: a KC×NC packed B tile (256 KiB) stays in L2 while
+// MR×KC slivers of A stream through L1.
+const (
+	gemmMR = 4
+	gemmNR = 4
+	gemmMC = 64
+	gemmNC = 256
+	gemmKC = 256
+)
+
+// Sgemm computes the product described by g. Work is split into MC×NC
+// tiles of C per batch entry; each tile packs its own panels, so tiles are
+// independent and any shape (tall, wide, batched) parallelises.
+func (be *Backend) Sgemm(g backend.Gemm, a, b, c []float32) {
+	batch := g.Batch
+	if batch <= 0 {
+		batch = 1
+	}
+	m, n, k := g.M, g.N, g.K
+	if m == 0 || n == 0 {
+		return
+	}
+	if g.Beta != 1 {
+		for bi := 0; bi < batch; bi++ {
+			cc := c[bi*g.StrideC : bi*g.StrideC+m*n]
+			if g.Beta == 0 {
+				zero(cc)
+			} else {
+				for i := range cc {
+					cc[i] *= g.Beta
+				}
+			}
+		}
+	}
+	if k == 0 || g.Alpha == 0 {
+		return
+	}
+	tm := (m + gemmMC - 1) / gemmMC
+	tn := (n + gemmNC - 1) / gemmNC
+	tasks := batch * tm * tn
+	w := be.workers()
+	if 2*m*n*k < 1<<17 {
+		w = 1 // not worth a goroutine
+	}
+	parallelTasks(w, tasks, func(_, t int) {
+		bi := t / (tm * tn)
+		r := t % (tm * tn)
+		i0 := (r / tn) * gemmMC
+		j0 := (r % tn) * gemmNC
+		mc := min(gemmMC, m-i0)
+		nc := min(gemmNC, n-j0)
+		gemmTile(g, a[bi*g.StrideA:], b[bi*g.StrideB:], c[bi*g.StrideC:], i0, j0, mc, nc)
+	})
+}
+
+// gemmTile accumulates alpha·op(A)[i0:i0+mc, :]·op(B)[:, j0:j0+nc] into C.
+func gemmTile(g backend.Gemm, a, b, c []float32, i0, j0, mc, nc int) {
+	k := g.K
+	mcp := (mc + gemmMR - 1) / gemmMR * gemmMR
+	ncp := (nc + gemmNR - 1) / gemmNR * gemmNR
+	kc0 := min(gemmKC, k)
+	ap := getBuf(mcp * kc0)
+	bp := getBuf(ncp * kc0)
+	var tmp [gemmMR * gemmNR]float32
+	for p0 := 0; p0 < k; p0 += gemmKC {
+		kc := min(gemmKC, k-p0)
+		packA(g, a, ap, i0, p0, mc, kc)
+		packB(g, b, bp, j0, p0, nc, kc)
+		for jr := 0; jr < nc; jr += gemmNR {
+			bs := bp[jr*kc : (jr+gemmNR)*kc]
+			nr := min(gemmNR, nc-jr)
+			for ir := 0; ir < mc; ir += gemmMR {
+				as := ap[ir*kc : (ir+gemmMR)*kc]
+				mr := min(gemmMR, mc-ir)
+				if mr == gemmMR && nr == gemmNR {
+					off := (i0+ir)*g.N + j0 + jr
+					kernel4x4(kc, g.Alpha, as, bs, c[off:], g.N)
+				} else {
+					tmp = [gemmMR * gemmNR]float32{}
+					kernel4x4(kc, g.Alpha, as, bs, tmp[:], gemmNR)
+					for i := 0; i < mr; i++ {
+						row := c[(i0+ir+i)*g.N+j0+jr:]
+						for j := 0; j < nr; j++ {
+							row[j] += tmp[i*gemmNR+j]
+						}
+					}
+				}
+			}
+		}
+	}
+	putBuf(ap)
+	putBuf(bp)
+}
+
+// packA copies op(A)[i0:i0+mc, p0:p0+kc] into MR-row slivers, each stored
+// k-major (sliver[p*MR+i]), zero-padding the last sliver.
+func packA(g backend.Gemm, a, ap []float32, i0, p0, mc, kc int) {
+	for ir := 0; ir < mc; ir += gemmMR {
+		s := ap[ir*kc : (ir+gemmMR)*kc]
+		mr := min(gemmMR, mc-ir)
+		if g.TransA { // A stored K×M
+			for p := 0; p < kc; p++ {
+				src := a[(p0+p)*g.M+i0+ir:]
+				d := s[p*gemmMR : p*gemmMR+gemmMR]
+				for i := 0; i < mr; i++ {
+					d[i] = src[i]
+				}
+				for i := mr; i < gemmMR; i++ {
+					d[i] = 0
+				}
+			}
+			continue
+		}
+		for i := 0; i < gemmMR; i++ {
+			if i >= mr {
+				for p := 0; p < kc; p++ {
+					s[p*gemmMR+i] = 0
+				}
+				continue
+			}
+			src := a[(i0+ir+i)*g.K+p0 : (i0+ir+i)*g.K+p0+kc]
+			for p, v := range src {
+				s[p*gemmMR+i] = v
+			}
+		}
+	}
+}
+
+// packB copies op(B)[p0:p0+kc, j0:j0+nc] into NR-column slivers stored
+// k-major (sliver[p*NR+j]), zero-padding the last sliver.
+func packB(g backend.Gemm, b, bp []float32, j0, p0, nc, kc int) {
+	for jr := 0; jr < nc; jr += gemmNR {
+		s := bp[jr*kc : (jr+gemmNR)*kc]
+		nr := min(gemmNR, nc-jr)
+		if !g.TransB { // B stored K×N
+			for p := 0; p < kc; p++ {
+				src := b[(p0+p)*g.N+j0+jr:]
+				d := s[p*gemmNR : p*gemmNR+gemmNR]
+				if nr == gemmNR {
+					d[0], d[1], d[2], d[3] = src[0], src[1], src[2], src[3]
+					continue
+				}
+				for j := 0; j < nr; j++ {
+					d[j] = src[j]
+				}
+				for j := nr; j < gemmNR; j++ {
+					d[j] = 0
+				}
+			}
+			continue
+		}
+		for j := 0; j < gemmNR; j++ { // B stored N×K
+			if j >= nr {
+				for p := 0; p < kc; p++ {
+					s[p*gemmNR+j] = 0
+				}
+				continue
+			}
+			src := b[(j0+jr+j)*g.K+p0 : (j0+jr+j)*g.K+p0+kc]
+			for p, v := range src {
+				s[p*gemmNR+j] = v
+			}
+		}
+	}
+}
+
+// kernel4x4 accumulates alpha·(4×kc sliver)·(kc×4 sliver) into the 4×4
+// block of c with row stride ldc, keeping all 16 sums in registers.
+func kernel4x4(kc int, alpha float32, a, b, c []float32, ldc int) {
+	var c00, c01, c02, c03, c10, c11, c12, c13 float32
+	var c20, c21, c22, c23, c30, c31, c32, c33 float32
+	a = a[:kc*4]
+	b = b[:kc*4]
+	for p := 0; p < kc*4; p += 4 {
+		aa := a[p : p+4 : p+4]
+		bb := b[p : p+4 : p+4]
+		a0, a1, a2, a3 := aa[0], aa[1], aa[2], aa[3]
+		b0, b1, b2, b3 := bb[0], bb[1], bb[2], bb[3]
+		c00 += a0 * b0
+		c01 += a0 * b1
+		c02 += a0 * b2
+		c03 += a0 * b3
+		c10 += a1 * b0
+		c11 += a1 * b1
+		c12 += a1 * b2
+		c13 += a1 * b3
+		c20 += a2 * b0
+		c21 += a2 * b1
+		c22 += a2 * b2
+		c23 += a2 * b3
+		c30 += a3 * b0
+		c31 += a3 * b1
+		c32 += a3 * b2
+		c33 += a3 * b3
+	}
+	r := c[0:4:4]
+	r[0] += alpha * c00
+	r[1] += alpha * c01
+	r[2] += alpha * c02
+	r[3] += alpha * c03
+	r = c[ldc : ldc+4 : ldc+4]
+	r[0] += alpha * c10
+	r[1] += alpha * c11
+	r[2] += alpha * c12
+	r[3] += alpha * c13
+	r = c[2*ldc : 2*ldc+4 : 2*ldc+4]
+	r[0] += alpha * c20
+	r[1] += alpha * c21
+	r[2] += alpha * c22
+	r[3] += alpha * c23
+	r = c[3*ldc : 3*ldc+4 : 3*ldc+4]
+	r[0] += alpha * c30
+	r[1] += alpha * c31
+	r[2] += alpha * c32
+	r[3] += alpha * c33
+}
+
+// NaiveSgemm is the triple-loop reference the tests and benchmarks compare
+// against; it computes exactly what Sgemm computes, one dot product at a time.
+func NaiveSgemm(g backend.Gemm, a, b, c []float32) {
+	batch := max(g.Batch, 1)
+	for bi := 0; bi < batch; bi++ {
+		aa, bb, cc := a[bi*g.StrideA:], b[bi*g.StrideB:], c[bi*g.StrideC:]
+		for i := 0; i < g.M; i++ {
+			for j := 0; j < g.N; j++ {
+				var s float32
+				for p := 0; p < g.K; p++ {
+					var av, bv float32
+					if g.TransA {
+						av = aa[p*g.M+i]
+					} else {
+						av = aa[i*g.K+p]
+					}
+					if g.TransB {
+						bv = bb[j*g.K+p]
+					} else {
+						bv = bb[p*g.N+j]
+					}
+					s += av * bv
+				}
+				if g.Beta == 0 {
+					cc[i*g.N+j] = g.Alpha * s
+				} else {
+					cc[i*g.N+j] = g.Alpha*s + g.Beta*cc[i*g.N+j]
+				}
+			}
+		}
+	}
+}

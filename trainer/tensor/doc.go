@@ -1,0 +1,45 @@
+// Package tensor provides segpipe's float32 tensors, the primitive ops of
+// the YOLO26-seg trainer with their gradients, and reverse-mode autodiff.
+//
+// # Tensors
+//
+// A Tensor is a contiguous row-major float32 array (images are NCHW) with a
+// shape, its data, and a lazily allocated gradient of the same length.
+// Parameters are tensors with RequiresGrad set (see Param).
+//
+// # Ops and the tape
+//
+// Every op is a method on *Tape and dispatches its heavy work through the
+// tape's backend.Backend (package cpu is the reference). Each op's forward
+// and backward live side by side in one function: the forward computes the
+// output, and when the op is recorded a closure that holds exactly the
+// values the backward needs is pushed on the tape.
+//
+// An op is recorded when the tape records (NewTape) and at least one input
+// requires grad; its output then requires grad too. A nil *Tape, or one
+// from NoGrad, records nothing (no_grad inference): no closure, so no
+// intermediate outlives its last use. Detach cuts a tensor out of the graph.
+//
+// BackwardFrom seeds output gradients (several outputs at once) and walks
+// the tape in reverse; Backward is the scalar-loss shorthand. Gradients
+// accumulate into Grad — of parameters and of intermediates — and are never
+// cleared by the package: call ZeroGrad between steps. Backward resets the
+// tape, releasing the graph.
+//
+// # Semantics a caller must know
+//
+//   - Shape mismatches in an op are programming errors and panic with the
+//     shapes involved; data-driven checks (checkpoints, batches) belong to
+//     the callers, which return errors.
+//   - Reshape shares data with its input; every other op returns fresh
+//     memory, so mutating an op's output never changes its input.
+//   - Binary ops broadcast numpy-style; gradients of stretched operands are
+//     summed back to their shape.
+//   - BatchNorm2d in training mode updates the running statistics in place
+//     (unbiased variance, PyTorch momentum convention) even when the tape
+//     does not record; in eval mode it uses them.
+//   - MaxPool2d ties and Maximum/Minimum ties follow PyTorch: the first
+//     maximum in a window wins; equal operands share the gradient equally.
+//   - A tensor is not safe for concurrent mutation, and one Tape must not be
+//     used from several goroutines at once; kernels parallelise internally.
+package tensor

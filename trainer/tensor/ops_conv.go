@@ -1,0 +1,322 @@
+package tensor
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/segpipe/segpipe/trainer/tensor/backend"
+)
+
+// ConvOptions configures Conv2d and ConvTranspose2d. The zero value means
+// stride 1, padding 0, one group. Dilation is always 1.
+type ConvOptions struct {
+	Stride, Padding, Groups int
+	// OutputPadding adds rows/columns at the bottom/right of a transposed
+	// convolution's output (PyTorch's output_padding); Conv2d ignores it.
+	OutputPadding int
+}
+
+func (o ConvOptions) norm() ConvOptions {
+	if o.Stride <= 0 {
+		o.Stride = 1
+	}
+	if o.Groups <= 0 {
+		o.Groups = 1
+	}
+	return o
+}
+
+// Conv2d cross-correlates x [N,C,H,W] with w [O,C/groups,KH,KW] and adds
+// bias b [O] when b is non-nil, giving [N,O,OH,OW] with
+// OH = (H+2·Padding−KH)/Stride+1.
+func (tp *Tape) Conv2d(x, w, b *Tensor, o ConvOptions) *Tensor {
+	o = o.norm()
+	if x.Dims() != 4 || w.Dims() != 4 {
+		panic(fmt.Sprintf("tensor.Conv2d: want 4-d input and weight, got %s and %s", x.desc(), w.desc()))
+	}
+	p := backend.Conv{N: x.Shape[0], InC: x.Shape[1], InH: x.Shape[2], InW: x.Shape[3],
+		OutC: w.Shape[0], KH: w.Shape[2], KW: w.Shape[3], Stride: o.Stride, Pad: o.Padding, Groups: o.Groups}
+	if p.InC%p.Groups != 0 || p.OutC%p.Groups != 0 || w.Shape[1] != p.InC/p.Groups {
+		panic(fmt.Sprintf("tensor.Conv2d: input %s, weight %s, groups %d do not fit", x.desc(), w.desc(), o.Groups))
+	}
+	if b != nil && (b.Numel() != p.OutC) {
+		panic(fmt.Sprintf("tensor.Conv2d: bias %s for %d output channels", b.desc(), p.OutC))
+	}
+	oh, ow := p.OutH(), p.OutW()
+	if oh <= 0 || ow <= 0 {
+		panic(fmt.Sprintf("tensor.Conv2d: input %s too small for weight %s", x.desc(), w.desc()))
+	}
+	be := tp.Backend()
+	y := Zeros(p.N, p.OutC, oh, ow)
+	be.Conv2d(p, x.Data, w.Data, y.Data)
+	if b != nil {
+		addChannelBias(y.Data, b.Data, p.N, p.OutC, oh*ow)
+	}
+	if tp.wants(x, w, b) {
+		tp.push(func() {
+			if needs(x) {
+				be.Conv2dBackwardData(p, y.Grad, w.Data, x.GradBuf())
+			}
+			if needs(w) {
+				be.Conv2dBackwardFilter(p, x.Data, y.Grad, w.GradBuf())
+			}
+			if needs(b) {
+				sumChannelGrad(y.Grad, b.GradBuf(), p.N, p.OutC, oh*ow)
+			}
+		}, y)
+	}
+	return y
+}
+
+// ConvTranspose2d is the adjoint of Conv2d in its input: x [N,Cin,H,W],
+// w [Cin,Cout/groups,KH,KW] (PyTorch's layout), bias b [Cout] or nil,
+// output [N,Cout,(H−1)·Stride−2·Padding+KH+OutputPadding, …].
+func (tp *Tape) ConvTranspose2d(x, w, b *Tensor, o ConvOptions) *Tensor {
+	o = o.norm()
+	if x.Dims() != 4 || w.Dims() != 4 || w.Shape[0] != x.Shape[1] || x.Shape[1]%o.Groups != 0 {
+		panic(fmt.Sprintf("tensor.ConvTranspose2d: input %s does not fit weight %s (groups %d)", x.desc(), w.desc(), o.Groups))
+	}
+	if o.OutputPadding >= o.Stride && o.OutputPadding > 0 {
+		panic(fmt.Sprintf("tensor.ConvTranspose2d: output padding %d must be < stride %d", o.OutputPadding, o.Stride))
+	}
+	cout := w.Shape[1] * o.Groups
+	oh := (x.Shape[2]-1)*o.Stride - 2*o.Padding + w.Shape[2] + o.OutputPadding
+	ow := (x.Shape[3]-1)*o.Stride - 2*o.Padding + w.Shape[3] + o.OutputPadding
+	if oh <= 0 || ow <= 0 {
+		panic(fmt.Sprintf("tensor.ConvTranspose2d: empty output for input %s weight %s", x.desc(), w.desc()))
+	}
+	if b != nil && b.Numel() != cout {
+		panic(fmt.Sprintf("tensor.ConvTranspose2d: bias %s for %d output channels", b.desc(), cout))
+	}
+	// The equivalent forward convolution maps the output back to x.
+	p := backend.Conv{N: x.Shape[0], InC: cout, InH: oh, InW: ow, OutC: x.Shape[1],
+		KH: w.Shape[2], KW: w.Shape[3], Stride: o.Stride, Pad: o.Padding, Groups: o.Groups}
+	be := tp.Backend()
+	y := Zeros(p.N, cout, oh, ow)
+	be.Conv2dBackwardData(p, x.Data, w.Data, y.Data)
+	if b != nil {
+		addChannelBias(y.Data, b.Data, p.N, cout, oh*ow)
+	}
+	if tp.wants(x, w, b) {
+		tp.push(func() {
+			if needs(x) {
+				tmp := make([]float32, x.Numel())
+				be.Conv2d(p, y.Grad, w.Data, tmp)
+				gx := x.GradBuf()
+				for i, v := range tmp {
+					gx[i] += v
+				}
+			}
+			if needs(w) {
+				be.Conv2dBackwardFilter(p, y.Grad, x.Data, w.GradBuf())
+			}
+			if needs(b) {
+				sumChannelGrad(y.Grad, b.GradBuf(), p.N, cout, oh*ow)
+			}
+		}, y)
+	}
+	return y
+}
+
+func addChannelBias(y, b []float32, n, c, hw int) {
+	for i := 0; i < n*c; i++ {
+		v := b[i%c]
+		ys := y[i*hw : (i+1)*hw]
+		for j := range ys {
+			ys[j] += v
+		}
+	}
+}
+
+func sumChannelGrad(gy, gb []float32, n, c, hw int) {
+	for i := 0; i < n*c; i++ {
+		var s float32
+		for _, v := range gy[i*hw : (i+1)*hw] {
+			s += v
+		}
+		gb[i%c] += s
+	}
+}
+
+// BatchNormOptions configures BatchNorm2d.
+type BatchNormOptions struct {
+	// Training selects batch statistics (and updates the running ones);
+	// otherwise the running statistics normalise.
+	Training bool
+	// Momentum weights the new batch statistic in the running update:
+	// running = (1−Momentum)·running + Momentum·batch (PyTorch's convention).
+	Momentum float32
+	// Eps is added to the variance before the square root.
+	Eps float32
+}
+
+// BatchNorm2d normalises x [N,C,H,W] per channel and applies weight and
+// bias ([C] each; nil means 1 and 0). In training mode it uses the batch
+// mean and biased variance, and when runningMean/runningVar are non-nil
+// updates them in place with the batch mean and the UNBIASED variance
+// (as PyTorch does), even on a non-recording tape. In eval mode it uses
+// the running statistics, which must be non-nil. Running statistics never
+// receive gradients.
+func (tp *Tape) BatchNorm2d(x, weight, bias, runningMean, runningVar *Tensor, o BatchNormOptions) *Tensor {
+	if x.Dims() != 4 && x.Dims() != 2 {
+		panic(fmt.Sprintf("tensor.BatchNorm2d: want [N,C,H,W] or [N,C], got %s", x.desc()))
+	}
+	n, c := x.Shape[0], x.Shape[1]
+	hw := x.Numel() / max(n*c, 1)
+	for _, t := range []*Tensor{weight, bias, runningMean, runningVar} {
+		if t != nil && t.Numel() != c {
+			panic(fmt.Sprintf("tensor.BatchNorm2d: parameter %s for %d channels", t.desc(), c))
+		}
+	}
+	var wd, bd []float32
+	if weight != nil {
+		wd = weight.Data
+	}
+	if bias != nil {
+		bd = bias.Data
+	}
+	be := tp.Backend()
+	y := Zeros(x.Shape...)
+	if o.Training {
+		mean := make([]float32, c)
+		invstd := make([]float32, c)
+		varU := make([]float32, c)
+		be.BatchNormTrain(n, c, hw, o.Eps, x.Data, wd, bd, y.Data, mean, invstd, varU)
+		if runningMean != nil && runningVar != nil {
+			m := o.Momentum
+			for i := 0; i < c; i++ {
+				runningMean.Data[i] = (1-m)*runningMean.Data[i] + m*mean[i]
+				runningVar.Data[i] = (1-m)*runningVar.Data[i] + m*varU[i]
+			}
+		}
+		if tp.wants(x, weight, bias) {
+			tp.push(func() {
+				var dx, dw, db []float32
+				if needs(x) {
+					dx = x.GradBuf()
+				}
+				if needs(weight) {
+					dw = weight.GradBuf()
+				}
+				if needs(bias) {
+					db = bias.GradBuf()
+				}
+				be.BatchNormBackward(n, c, hw, x.Data, y.Grad, mean, invstd, wd, dx, dw, db)
+			}, y)
+		}
+		return y
+	}
+	if runningMean == nil || runningVar == nil {
+		panic("tensor.BatchNorm2d: eval mode needs running statistics")
+	}
+	invstd := make([]float32, c)
+	scale := make([]float32, c)
+	shift := make([]float32, c)
+	for i := 0; i < c; i++ {
+		invstd[i] = float32(1 / math.Sqrt(float64(runningVar.Data[i])+float64(o.Eps)))
+		g, b := float32(1), float32(0)
+		if wd != nil {
+			g = wd[i]
+		}
+		if bd != nil {
+			b = bd[i]
+		}
+		scale[i] = g * invstd[i]
+		shift[i] = b - runningMean.Data[i]*scale[i]
+	}
+	be.ChannelAffine(n, c, hw, x.Data, scale, shift, y.Data)
+	if tp.wants(x, weight, bias) {
+		rm := runningMean.Data
+		tp.push(func() {
+			var gx, gw, gb []float32
+			if needs(x) {
+				gx = x.GradBuf()
+			}
+			if needs(weight) {
+				gw = weight.GradBuf()
+			}
+			if needs(bias) {
+				gb = bias.GradBuf()
+			}
+			for i := 0; i < n*c; i++ {
+				ch := i % c
+				dy := y.Grad[i*hw : (i+1)*hw]
+				xs := x.Data[i*hw : (i+1)*hw]
+				var sdy, sdyx float32
+				for j, g := range dy {
+					sdy += g
+					sdyx += g * (xs[j] - rm[ch]) * invstd[ch]
+				}
+				if gw != nil {
+					gw[ch] += sdyx
+				}
+				if gb != nil {
+					gb[ch] += sdy
+				}
+				if gx != nil {
+					k := scale[ch]
+					gxs := gx[i*hw : (i+1)*hw]
+					for j, g := range dy {
+						gxs[j] += g * k
+					}
+				}
+			}
+		}, y)
+	}
+	return y
+}
+
+// MaxPool2d takes the maximum over k×k windows of x [N,C,H,W] with the
+// given stride and zero-cost padding (padded cells never win).
+func (tp *Tape) MaxPool2d(x *Tensor, k, stride, padding int) *Tensor {
+	if x.Dims() != 4 || k <= 0 || stride <= 0 || padding < 0 || 2*padding > k {
+		panic(fmt.Sprintf("tensor.MaxPool2d: input %s with k=%d stride=%d padding=%d", x.desc(), k, stride, padding))
+	}
+	p := backend.Pool{N: x.Shape[0], C: x.Shape[1], H: x.Shape[2], W: x.Shape[3], K: k, Stride: stride, Pad: padding}
+	be := tp.Backend()
+	y := Zeros(p.N, p.C, p.OutH(), p.OutW())
+	arg := make([]int32, y.Numel())
+	be.MaxPool2d(p, x.Data, y.Data, arg)
+	if tp.wants(x) {
+		tp.push(func() { be.MaxPool2dBackward(p, y.Grad, arg, x.GradBuf()) }, y)
+	}
+	return y
+}
+
+// UpsampleNearest repeats every pixel of x [N,C,H,W] into a
+// factor×factor block (nearest-neighbour upsampling by an integer factor).
+func (tp *Tape) UpsampleNearest(x *Tensor, factor int) *Tensor {
+	if x.Dims() != 4 || factor < 1 {
+		panic(fmt.Sprintf("tensor.UpsampleNearest: input %s factor %d", x.desc(), factor))
+	}
+	n, c, h, w := x.Shape[0], x.Shape[1], x.Shape[2], x.Shape[3]
+	H, W := h*factor, w*factor
+	y := Zeros(n, c, H, W)
+	for pl := 0; pl < n*c; pl++ {
+		src := x.Data[pl*h*w : (pl+1)*h*w]
+		dst := y.Data[pl*H*W : (pl+1)*H*W]
+		for oy := 0; oy < H; oy++ {
+			row := src[(oy/factor)*w : (oy/factor+1)*w]
+			d := dst[oy*W : (oy+1)*W]
+			for ox := range d {
+				d[ox] = row[ox/factor]
+			}
+		}
+	}
+	if tp.wants(x) {
+		tp.push(func() {
+			gx := x.GradBuf()
+			for pl := 0; pl < n*c; pl++ {
+				g := gx[pl*h*w : (pl+1)*h*w]
+				gy := y.Grad[pl*H*W : (pl+1)*H*W]
+				for oy := 0; oy < H; oy++ {
+					row := g[(oy/factor)*w : (oy/factor+1)*w]
+					for ox, v := range gy[oy*W : (oy+1)*W] {
+						row[ox/factor] += v
+					}
+				}
+			}
+		}, y)
+	}
+	return y
+}

@@ -1,0 +1,351 @@
+package tensor
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/segpipe/segpipe/trainer/tensor/backend"
+)
+
+// unary runs a backend unary function with its backward.
+func (tp *Tape) unary(f backend.Unary, x *Tensor) *Tensor {
+	be := tp.Backend()
+	y := Zeros(x.Shape...)
+	be.Unary(f, x.Data, y.Data)
+	if tp.wants(x) {
+		tp.push(func() {
+			be.UnaryBackward(f, x.Data, y.Data, y.Grad, x.GradBuf())
+		}, y)
+	}
+	return y
+}
+
+// SiLU returns x·sigmoid(x).
+func (tp *Tape) SiLU(x *Tensor) *Tensor { return tp.unary(backend.SiLU, x) }
+
+// Sigmoid returns 1/(1+exp(−x)).
+func (tp *Tape) Sigmoid(x *Tensor) *Tensor { return tp.unary(backend.Sigmoid, x) }
+
+// ReLU returns max(x, 0); its gradient at 0 is 0.
+func (tp *Tape) ReLU(x *Tensor) *Tensor { return tp.unary(backend.ReLU, x) }
+
+// Exp returns e^x.
+func (tp *Tape) Exp(x *Tensor) *Tensor { return tp.unary(backend.Exp, x) }
+
+// Log returns the natural logarithm.
+func (tp *Tape) Log(x *Tensor) *Tensor { return tp.unary(backend.Log, x) }
+
+// Abs returns |x|; its gradient at 0 is 0.
+func (tp *Tape) Abs(x *Tensor) *Tensor { return tp.unary(backend.Abs, x) }
+
+// Neg returns −x.
+func (tp *Tape) Neg(x *Tensor) *Tensor { return tp.unary(backend.Neg, x) }
+
+// Sqrt returns √x.
+func (tp *Tape) Sqrt(x *Tensor) *Tensor { return tp.unary(backend.Sqrt, x) }
+
+// Square returns x².
+func (tp *Tape) Square(x *Tensor) *Tensor { return tp.unary(backend.Square, x) }
+
+// Atan returns arctan(x) (CIoU's aspect-ratio term needs it).
+func (tp *Tape) Atan(x *Tensor) *Tensor { return tp.unary(backend.Atan, x) }
+
+// Tanh returns tanh(x).
+func (tp *Tape) Tanh(x *Tensor) *Tensor { return tp.unary(backend.Tanh, x) }
+
+// Scale returns s·x.
+func (tp *Tape) Scale(x *Tensor, s float32) *Tensor {
+	y := Zeros(x.Shape...)
+	for i, v := range x.Data {
+		y.Data[i] = v * s
+	}
+	if tp.wants(x) {
+		tp.push(func() {
+			gx := x.GradBuf()
+			for i, g := range y.Grad {
+				gx[i] += g * s
+			}
+		}, y)
+	}
+	return y
+}
+
+// AddScalar returns x + s.
+func (tp *Tape) AddScalar(x *Tensor, s float32) *Tensor {
+	y := Zeros(x.Shape...)
+	for i, v := range x.Data {
+		y.Data[i] = v + s
+	}
+	if tp.wants(x) {
+		tp.push(func() {
+			gx := x.GradBuf()
+			for i, g := range y.Grad {
+				gx[i] += g
+			}
+		}, y)
+	}
+	return y
+}
+
+// Clamp limits x to [lo, hi]; as in PyTorch the gradient passes where
+// lo ≤ x ≤ hi (boundaries included) and is zero elsewhere. Use ±Inf for an
+// open side.
+func (tp *Tape) Clamp(x *Tensor, lo, hi float32) *Tensor {
+	y := Zeros(x.Shape...)
+	for i, v := range x.Data {
+		y.Data[i] = min(max(v, lo), hi)
+	}
+	if tp.wants(x) {
+		tp.push(func() {
+			gx := x.GradBuf()
+			for i, g := range y.Grad {
+				if v := x.Data[i]; v >= lo && v <= hi {
+					gx[i] += g
+				}
+			}
+		}, y)
+	}
+	return y
+}
+
+// BCEWithLogits returns the elementwise binary cross-entropy of
+// sigmoid(logits) against targets, computed stably as
+// max(x,0) − x·t + log(1+e^−|x|). No reduction is applied. logits and
+// targets must have the same shape; targets may require grad (d/dt = −x).
+func (tp *Tape) BCEWithLogits(logits, targets *Tensor) *Tensor {
+	if !SameShape(logits, targets) {
+		panic(fmt.Sprintf("tensor.BCEWithLogits: logits %s vs targets %s", logits.desc(), targets.desc()))
+	}
+	y := Zeros(logits.Shape...)
+	for i, x := range logits.Data {
+		t := targets.Data[i]
+		y.Data[i] = max(x, 0) - x*t + float32(math.Log1p(math.Exp(-math.Abs(float64(x)))))
+	}
+	if tp.wants(logits, targets) {
+		tp.push(func() {
+			if needs(logits) {
+				gx := logits.GradBuf()
+				for i, g := range y.Grad {
+					gx[i] += g * (sigmoid(logits.Data[i]) - targets.Data[i])
+				}
+			}
+			if needs(targets) {
+				gt := targets.GradBuf()
+				for i, g := range y.Grad {
+					gt[i] -= g * logits.Data[i]
+				}
+			}
+		}, y)
+	}
+	return y
+}
+
+func sigmoid(v float32) float32 {
+	if v >= 0 {
+		return float32(1 / (1 + math.Exp(-float64(v))))
+	}
+	e := math.Exp(float64(v))
+	return float32(e / (1 + e))
+}
+
+// Binary ops broadcast numpy-style: shapes align from the right and a
+// dimension of size 1 (or a missing one) stretches to match. Gradients of a
+// broadcast operand are summed over the stretched dimensions.
+
+type binOp int
+
+const (
+	opAdd binOp = iota
+	opSub
+	opMul
+	opDiv
+	opMax
+	opMin
+)
+
+// Add returns a + b with broadcasting.
+func (tp *Tape) Add(a, b *Tensor) *Tensor { return tp.binary(opAdd, a, b) }
+
+// Sub returns a − b with broadcasting.
+func (tp *Tape) Sub(a, b *Tensor) *Tensor { return tp.binary(opSub, a, b) }
+
+// Mul returns a·b elementwise with broadcasting.
+func (tp *Tape) Mul(a, b *Tensor) *Tensor { return tp.binary(opMul, a, b) }
+
+// Div returns a/b elementwise with broadcasting.
+func (tp *Tape) Div(a, b *Tensor) *Tensor { return tp.binary(opDiv, a, b) }
+
+// Maximum returns max(a, b) elementwise with broadcasting; on ties the
+// gradient is split equally, as in PyTorch.
+func (tp *Tape) Maximum(a, b *Tensor) *Tensor { return tp.binary(opMax, a, b) }
+
+// Minimum returns min(a, b) elementwise with broadcasting; on ties the
+// gradient is split equally, as in PyTorch.
+func (tp *Tape) Minimum(a, b *Tensor) *Tensor { return tp.binary(opMin, a, b) }
+
+func (tp *Tape) binary(op binOp, a, b *Tensor) *Tensor {
+	out, sa, sb := broadcastShapes(a, b)
+	y := Zeros(out...)
+	ad, bd, yd := a.Data, b.Data, y.Data
+	bcastRuns(out, sa, sb, func(o, ia, ib, n, da, db int) {
+		ys := yd[o : o+n]
+		switch op {
+		case opAdd:
+			for i := range ys {
+				ys[i] = ad[ia+i*da] + bd[ib+i*db]
+			}
+		case opSub:
+			for i := range ys {
+				ys[i] = ad[ia+i*da] - bd[ib+i*db]
+			}
+		case opMul:
+			for i := range ys {
+				ys[i] = ad[ia+i*da] * bd[ib+i*db]
+			}
+		case opDiv:
+			for i := range ys {
+				ys[i] = ad[ia+i*da] / bd[ib+i*db]
+			}
+		case opMax:
+			for i := range ys {
+				ys[i] = max(ad[ia+i*da], bd[ib+i*db])
+			}
+		case opMin:
+			for i := range ys {
+				ys[i] = min(ad[ia+i*da], bd[ib+i*db])
+			}
+		}
+	})
+	if !tp.wants(a, b) {
+		return y
+	}
+	tp.push(func() {
+		var ga, gb []float32
+		if needs(a) {
+			ga = a.GradBuf()
+		}
+		if needs(b) {
+			gb = b.GradBuf()
+		}
+		gy := y.Grad
+		bcastRuns(out, sa, sb, func(o, ia, ib, n, da, db int) {
+			for i := 0; i < n; i++ {
+				g := gy[o+i]
+				x, z := ad[ia+i*da], bd[ib+i*db]
+				var dA, dB float32
+				switch op {
+				case opAdd:
+					dA, dB = g, g
+				case opSub:
+					dA, dB = g, -g
+				case opMul:
+					dA, dB = g*z, g*x
+				case opDiv:
+					dA, dB = g/z, -g*x/(z*z)
+				case opMax, opMin:
+					switch {
+					case x == z:
+						dA, dB = g/2, g/2
+					case (x > z) == (op == opMax):
+						dA = g
+					default:
+						dB = g
+					}
+				}
+				if ga != nil {
+					ga[ia+i*da] += dA
+				}
+				if gb != nil {
+					gb[ib+i*db] += dB
+				}
+			}
+		})
+	}, y)
+	return y
+}
+
+// broadcastShapes returns the broadcast output shape and, per output axis,
+// the element strides of a and b (0 on stretched axes).
+func broadcastShapes(a, b *Tensor) (out, sa, sb []int) {
+	n := max(len(a.Shape), len(b.Shape))
+	out = make([]int, n)
+	sa = make([]int, n)
+	sb = make([]int, n)
+	stA, stB := 1, 1
+	for i := n - 1; i >= 0; i-- {
+		da, db := 1, 1
+		if j := i - (n - len(a.Shape)); j >= 0 {
+			da = a.Shape[j]
+		}
+		if j := i - (n - len(b.Shape)); j >= 0 {
+			db = b.Shape[j]
+		}
+		switch {
+		case da == db:
+			out[i] = da
+		case da == 1:
+			out[i] = db
+		case db == 1:
+			out[i] = da
+		default:
+			panic(fmt.Sprintf("tensor: cannot broadcast %s with %s", a.desc(), b.desc()))
+		}
+		if da != 1 || out[i] == 1 {
+			sa[i] = stA
+		}
+		if db != 1 || out[i] == 1 {
+			sb[i] = stB
+		}
+		stA *= da
+		stB *= db
+	}
+	return out, sa, sb
+}
+
+// bcastRuns walks the output in row-major order as runs along the last
+// (merged) axis, calling fn(outOffset, aOffset, bOffset, runLen, aStep,
+// bStep). Adjacent axes whose strides compose are merged first so
+// same-shape and per-channel cases become long runs.
+func bcastRuns(out, sa, sb []int, fn func(o, ia, ib, n, da, db int)) {
+	// Merge axes i-1,i when both operands are contiguous across them.
+	var shp, as, bs []int
+	for i := range out {
+		if out[i] == 1 {
+			continue
+		}
+		if k := len(shp) - 1; k >= 0 && as[k] == sa[i]*out[i] && bs[k] == sb[i]*out[i] {
+			shp[k] *= out[i]
+			as[k], bs[k] = sa[i], sb[i]
+			continue
+		}
+		shp = append(shp, out[i])
+		as = append(as, sa[i])
+		bs = append(bs, sb[i])
+	}
+	total := numel(out)
+	if total == 0 {
+		return
+	}
+	if len(shp) == 0 {
+		fn(0, 0, 0, 1, 0, 0)
+		return
+	}
+	last := len(shp) - 1
+	n := shp[last]
+	idx := make([]int, last)
+	ia, ib := 0, 0
+	for o := 0; o < total; o += n {
+		fn(o, ia, ib, n, as[last], bs[last])
+		for k := last - 1; k >= 0; k-- {
+			idx[k]++
+			ia += as[k]
+			ib += bs[k]
+			if idx[k] < shp[k] {
+				break
+			}
+			ia -= as[k] * shp[k]
+			ib -= bs[k] * shp[k]
+			idx[k] = 0
+		}
+	}
+}

@@ -1,0 +1,171 @@
+package tensor
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/segpipe/segpipe/trainer/tensor/backend"
+)
+
+// Softmax normalises exp(x) along axis.
+func (tp *Tape) Softmax(x *Tensor, axis int) *Tensor {
+	axis = x.axis(axis)
+	outer, inner := outerInner(x.Shape, axis)
+	n := x.Shape[axis]
+	be := tp.Backend()
+	y := Zeros(x.Shape...)
+	be.Softmax(outer, n, inner, x.Data, y.Data)
+	if tp.wants(x) {
+		tp.push(func() { be.SoftmaxBackward(outer, n, inner, y.Data, y.Grad, x.GradBuf()) }, y)
+	}
+	return y
+}
+
+// Sum returns the sum of all elements as a 0-d tensor (accumulated in
+// float64).
+func (tp *Tape) Sum(x *Tensor) *Tensor {
+	var s float64
+	for _, v := range x.Data {
+		s += float64(v)
+	}
+	y := Scalar(float32(s))
+	if tp.wants(x) {
+		tp.push(func() {
+			g := y.Grad[0]
+			gx := x.GradBuf()
+			for i := range gx {
+				gx[i] += g
+			}
+		}, y)
+	}
+	return y
+}
+
+// Mean returns the mean of all elements as a 0-d tensor.
+func (tp *Tape) Mean(x *Tensor) *Tensor {
+	if x.Numel() == 0 {
+		panic(fmt.Sprintf("tensor.Mean: empty tensor %s", x.desc()))
+	}
+	return tp.Scale(tp.Sum(x), 1/float32(x.Numel()))
+}
+
+// SumAxis sums along axis; keepDim keeps it as size 1.
+func (tp *Tape) SumAxis(x *Tensor, axis int, keepDim bool) *Tensor {
+	axis = x.axis(axis)
+	outer, inner := outerInner(x.Shape, axis)
+	n := x.Shape[axis]
+	shape := slices.Clone(x.Shape)
+	if keepDim {
+		shape[axis] = 1
+	} else {
+		shape = slices.Delete(shape, axis, axis+1)
+	}
+	y := Zeros(shape...)
+	for o := 0; o < outer; o++ {
+		dst := y.Data[o*inner : (o+1)*inner]
+		for i := 0; i < n; i++ {
+			for j, v := range x.Data[(o*n+i)*inner : (o*n+i+1)*inner] {
+				dst[j] += v
+			}
+		}
+	}
+	if tp.wants(x) {
+		tp.push(func() {
+			gx := x.GradBuf()
+			for o := 0; o < outer; o++ {
+				src := y.Grad[o*inner : (o+1)*inner]
+				for i := 0; i < n; i++ {
+					dst := gx[(o*n+i)*inner : (o*n+i+1)*inner]
+					for j, v := range src {
+						dst[j] += v
+					}
+				}
+			}
+		}, y)
+	}
+	return y
+}
+
+// MeanAxis averages along axis; keepDim keeps it as size 1.
+func (tp *Tape) MeanAxis(x *Tensor, axis int, keepDim bool) *Tensor {
+	return tp.Scale(tp.SumAxis(x, axis, keepDim), 1/float32(x.Dim(axis)))
+}
+
+// MatMul multiplies the last two axes: a [..., M, K] · b [..., K, N] →
+// [..., M, N]. The leading (batch) axes of a and b must be equal, or b may
+// be 2-d and is then shared by every batch entry.
+func (tp *Tape) MatMul(a, b *Tensor) *Tensor { return tp.MatMulT(a, b, false, false) }
+
+// MatMulT is MatMul with either operand's last two axes transposed first:
+// transA reads a as [..., K, M], transB reads b as [..., N, K]. It avoids
+// the copy a Transpose would make.
+func (tp *Tape) MatMulT(a, b *Tensor, transA, transB bool) *Tensor {
+	if a.Dims() < 2 || b.Dims() < 2 {
+		panic(fmt.Sprintf("tensor.MatMul: operands %s and %s need 2+ axes", a.desc(), b.desc()))
+	}
+	ar, ac := a.Shape[a.Dims()-2], a.Shape[a.Dims()-1]
+	br, bc := b.Shape[b.Dims()-2], b.Shape[b.Dims()-1]
+	m, k := ar, ac
+	if transA {
+		m, k = ac, ar
+	}
+	k2, n := br, bc
+	if transB {
+		k2, n = bc, br
+	}
+	batchA := a.Shape[:a.Dims()-2]
+	batchB := b.Shape[:b.Dims()-2]
+	shared := len(batchB) == 0
+	if k != k2 || (!shared && !slices.Equal(batchA, batchB)) {
+		panic(fmt.Sprintf("tensor.MatMul: %s (trans %v) and %s (trans %v) do not multiply", a.desc(), transA, b.desc(), transB))
+	}
+	batch := numel(batchA)
+	strideB := br * bc
+	if shared {
+		strideB = 0
+	}
+	shape := append(slices.Clone(batchA), m, n)
+	be := tp.Backend()
+	y := Zeros(shape...)
+	be.Sgemm(backend.Gemm{TransA: transA, TransB: transB, M: m, N: n, K: k, Alpha: 1,
+		Batch: batch, StrideA: m * k, StrideB: strideB, StrideC: m * n}, a.Data, b.Data, y.Data)
+	if tp.wants(a, b) {
+		tp.push(func() {
+			gy := y.Grad
+			if needs(a) {
+				// dA = dY·op(B)^T, stored in A's layout.
+				ga := a.GradBuf()
+				if !transA {
+					be.Sgemm(backend.Gemm{TransB: !transB, M: m, N: k, K: n, Alpha: 1, Beta: 1,
+						Batch: batch, StrideA: m * n, StrideB: strideB, StrideC: m * k}, gy, b.Data, ga)
+				} else { // A^T stored: dA^T = op(B)·dY^T
+					be.Sgemm(backend.Gemm{TransA: transB, TransB: true, M: k, N: m, K: n, Alpha: 1, Beta: 1,
+						Batch: batch, StrideA: strideB, StrideB: m * n, StrideC: m * k}, b.Data, gy, ga)
+				}
+			}
+			if needs(b) {
+				gb := b.GradBuf()
+				bs := batch
+				sb := strideB
+				if shared {
+					bs, sb = 1, 0
+				}
+				for bi := 0; bi < batch; bi += bs {
+					cnt := bs
+					if shared {
+						cnt = 1
+					}
+					ao, yo := bi*m*k, bi*m*n
+					if !transB { // dB = op(A)^T·dY
+						be.Sgemm(backend.Gemm{TransA: !transA, M: k, N: n, K: m, Alpha: 1, Beta: 1,
+							Batch: cnt, StrideA: m * k, StrideB: m * n, StrideC: sb}, a.Data[ao:], gy[yo:], gb[bi*sb:])
+					} else { // B^T stored: dB^T = dY^T·op(A)
+						be.Sgemm(backend.Gemm{TransA: true, TransB: transA, M: n, N: k, K: m, Alpha: 1, Beta: 1,
+							Batch: cnt, StrideA: m * n, StrideB: m * k, StrideC: sb}, gy[yo:], a.Data[ao:], gb[bi*sb:])
+					}
+				}
+			}
+		}, y)
+	}
+	return y
+}

@@ -1,0 +1,310 @@
+package tensor
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Reshape returns a view of x with a new shape of the same element count;
+// one dimension may be −1 and is inferred. The data is shared (not
+// copied); the gradient is not.
+func (tp *Tape) Reshape(x *Tensor, shape ...int) *Tensor {
+	shape = slices.Clone(shape)
+	infer, known := -1, 1
+	for i, d := range shape {
+		if d == -1 {
+			if infer >= 0 {
+				panic(fmt.Sprintf("tensor.Reshape: two -1 dimensions in %v", shape))
+			}
+			infer = i
+			continue
+		}
+		known *= d
+	}
+	if infer >= 0 && known > 0 {
+		shape[infer] = x.Numel() / known
+	}
+	if numel(shape) != x.Numel() {
+		panic(fmt.Sprintf("tensor.Reshape: cannot view %s as %v", x.desc(), shape))
+	}
+	y := &Tensor{Shape: shape, Data: x.Data}
+	if tp.wants(x) {
+		tp.push(func() {
+			gx := x.GradBuf()
+			for i, g := range y.Grad {
+				gx[i] += g
+			}
+		}, y)
+	}
+	return y
+}
+
+// Permute returns x with its axes reordered: output axis i is input axis
+// perm[i]. The result is a contiguous copy.
+func (tp *Tape) Permute(x *Tensor, perm ...int) *Tensor {
+	nd := x.Dims()
+	if len(perm) != nd {
+		panic(fmt.Sprintf("tensor.Permute: permutation %v for %s", perm, x.desc()))
+	}
+	seen := make([]bool, nd)
+	for _, p := range perm {
+		if p < 0 || p >= nd || seen[p] {
+			panic(fmt.Sprintf("tensor.Permute: %v is not a permutation of %d axes", perm, nd))
+		}
+		seen[p] = true
+	}
+	inStr := contiguousStrides(x.Shape)
+	shape := make([]int, nd)
+	str := make([]int, nd) // input stride of each output axis
+	for i, p := range perm {
+		shape[i] = x.Shape[p]
+		str[i] = inStr[p]
+	}
+	y := Zeros(shape...)
+	gather(y.Data, x.Data, shape, str, false)
+	if tp.wants(x) {
+		tp.push(func() { gather(y.Grad, x.GradBuf(), shape, str, true) }, y)
+	}
+	return y
+}
+
+// Transpose swaps axes a and b (negative axes count from the end).
+func (tp *Tape) Transpose(x *Tensor, a, b int) *Tensor {
+	perm := make([]int, x.Dims())
+	for i := range perm {
+		perm[i] = i
+	}
+	a, b = x.axis(a), x.axis(b)
+	perm[a], perm[b] = perm[b], perm[a]
+	return tp.Permute(x, perm...)
+}
+
+// gather walks the output (shape, row-major) reading the input at the
+// given per-axis strides; with scatter it instead adds out into in.
+func gather(out, in []float32, shape, str []int, scatter bool) {
+	nd := len(shape)
+	if len(out) == 0 {
+		return
+	}
+	if nd == 0 {
+		if scatter {
+			in[0] += out[0]
+		} else {
+			out[0] = in[0]
+		}
+		return
+	}
+	last := nd - 1
+	n, s := shape[last], str[last]
+	idx := make([]int, last)
+	off := 0
+	for o := 0; o < len(out); o += n {
+		row := out[o : o+n]
+		if scatter {
+			for i, v := range row {
+				in[off+i*s] += v
+			}
+		} else {
+			for i := range row {
+				row[i] = in[off+i*s]
+			}
+		}
+		for k := last - 1; k >= 0; k-- {
+			idx[k]++
+			off += str[k]
+			if idx[k] < shape[k] {
+				break
+			}
+			off -= str[k] * shape[k]
+			idx[k] = 0
+		}
+	}
+}
+
+func contiguousStrides(shape []int) []int {
+	s := make([]int, len(shape))
+	st := 1
+	for i := len(shape) - 1; i >= 0; i-- {
+		s[i] = st
+		st *= shape[i]
+	}
+	return s
+}
+
+// outerInner splits shape around axis: outer = product before it, inner =
+// product after it.
+func outerInner(shape []int, axis int) (outer, inner int) {
+	outer, inner = 1, 1
+	for i, d := range shape {
+		if i < axis {
+			outer *= d
+		} else if i > axis {
+			inner *= d
+		}
+	}
+	return outer, inner
+}
+
+// Concat joins tensors along axis; all other dimensions must agree.
+func (tp *Tape) Concat(axis int, xs ...*Tensor) *Tensor {
+	if len(xs) == 0 {
+		panic("tensor.Concat: no inputs")
+	}
+	axis = xs[0].axis(axis)
+	shape := slices.Clone(xs[0].Shape)
+	shape[axis] = 0
+	for _, x := range xs {
+		if x.Dims() != len(shape) {
+			panic(fmt.Sprintf("tensor.Concat: %s vs %s", xs[0].desc(), x.desc()))
+		}
+		for i, d := range x.Shape {
+			if i != axis && d != shape[i] {
+				panic(fmt.Sprintf("tensor.Concat: %s vs %s along axis %d", xs[0].desc(), x.desc(), axis))
+			}
+		}
+		shape[axis] += x.Shape[axis]
+	}
+	outer, inner := outerInner(shape, axis)
+	y := Zeros(shape...)
+	rowY := shape[axis] * inner
+	off := 0
+	for _, x := range xs {
+		rowX := x.Shape[axis] * inner
+		for o := 0; o < outer; o++ {
+			copy(y.Data[o*rowY+off:o*rowY+off+rowX], x.Data[o*rowX:(o+1)*rowX])
+		}
+		off += rowX
+	}
+	if tp.wants(xs...) {
+		xs = slices.Clone(xs)
+		tp.push(func() {
+			off := 0
+			for _, x := range xs {
+				rowX := x.Shape[axis] * inner
+				if needs(x) {
+					gx := x.GradBuf()
+					for o := 0; o < outer; o++ {
+						src := y.Grad[o*rowY+off : o*rowY+off+rowX]
+						dst := gx[o*rowX : (o+1)*rowX]
+						for i, v := range src {
+							dst[i] += v
+						}
+					}
+				}
+				off += rowX
+			}
+		}, y)
+	}
+	return y
+}
+
+// Split cuts x along axis into consecutive pieces of the given sizes
+// (which must sum to the axis length). Each piece is a copy.
+func (tp *Tape) Split(x *Tensor, axis int, sizes ...int) []*Tensor {
+	axis = x.axis(axis)
+	total := 0
+	for _, s := range sizes {
+		if s < 0 {
+			panic(fmt.Sprintf("tensor.Split: negative size in %v", sizes))
+		}
+		total += s
+	}
+	if total != x.Shape[axis] {
+		panic(fmt.Sprintf("tensor.Split: sizes %v do not sum to axis %d of %s", sizes, axis, x.desc()))
+	}
+	outer, inner := outerInner(x.Shape, axis)
+	rowX := x.Shape[axis] * inner
+	outs := make([]*Tensor, len(sizes))
+	off := 0
+	for k, s := range sizes {
+		shape := slices.Clone(x.Shape)
+		shape[axis] = s
+		y := Zeros(shape...)
+		rowY := s * inner
+		for o := 0; o < outer; o++ {
+			copy(y.Data[o*rowY:(o+1)*rowY], x.Data[o*rowX+off:o*rowX+off+rowY])
+		}
+		outs[k] = y
+		off += rowY
+	}
+	if tp.wants(x) {
+		ys := slices.Clone(outs)
+		tp.push(func() {
+			gx := x.GradBuf()
+			off := 0
+			for _, y := range ys {
+				rowY := y.Shape[axis] * inner
+				if y.Grad != nil {
+					for o := 0; o < outer; o++ {
+						dst := gx[o*rowX+off : o*rowX+off+rowY]
+						for i, v := range y.Grad[o*rowY : (o+1)*rowY] {
+							dst[i] += v
+						}
+					}
+				}
+				off += rowY
+			}
+		}, ys...)
+	}
+	return outs
+}
+
+// Chunk splits x along axis into n equal pieces (the axis length must be
+// divisible by n).
+func (tp *Tape) Chunk(x *Tensor, n, axis int) []*Tensor {
+	d := x.Dim(axis)
+	if n <= 0 || d%n != 0 {
+		panic(fmt.Sprintf("tensor.Chunk: axis %d of %s is not divisible into %d", axis, x.desc(), n))
+	}
+	sizes := make([]int, n)
+	for i := range sizes {
+		sizes[i] = d / n
+	}
+	return tp.Split(x, axis, sizes...)
+}
+
+// Slice returns x[..., start:end, ...] along axis (a copy).
+func (tp *Tape) Slice(x *Tensor, axis, start, end int) *Tensor {
+	d := x.Dim(axis)
+	if start < 0 || end > d || start > end {
+		panic(fmt.Sprintf("tensor.Slice: [%d:%d] out of range for axis %d of %s", start, end, axis, x.desc()))
+	}
+	parts := tp.Split(x, axis, start, end-start, d-end)
+	return parts[1]
+}
+
+// IndexSelect gathers the entries idx along axis (like torch.index_select);
+// indices may repeat, and the backward pass adds repeated contributions.
+func (tp *Tape) IndexSelect(x *Tensor, axis int, idx []int) *Tensor {
+	axis = x.axis(axis)
+	d := x.Shape[axis]
+	for _, i := range idx {
+		if i < 0 || i >= d {
+			panic(fmt.Sprintf("tensor.IndexSelect: index %d out of range for axis %d of %s", i, axis, x.desc()))
+		}
+	}
+	idx = slices.Clone(idx)
+	outer, inner := outerInner(x.Shape, axis)
+	shape := slices.Clone(x.Shape)
+	shape[axis] = len(idx)
+	y := Zeros(shape...)
+	for o := 0; o < outer; o++ {
+		for k, i := range idx {
+			copy(y.Data[(o*len(idx)+k)*inner:(o*len(idx)+k+1)*inner], x.Data[(o*d+i)*inner:(o*d+i+1)*inner])
+		}
+	}
+	if tp.wants(x) {
+		tp.push(func() {
+			gx := x.GradBuf()
+			for o := 0; o < outer; o++ {
+				for k, i := range idx {
+					dst := gx[(o*d+i)*inner : (o*d+i+1)*inner]
+					for j, v := range y.Grad[(o*len(idx)+k)*inner : (o*len(idx)+k+1)*inner] {
+						dst[j] += v
+					}
+				}
+			}
+		}, y)
+	}
+	return y
+}

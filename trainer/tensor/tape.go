@@ -1,0 +1,157 @@
+package tensor
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/segpipe/segpipe/trainer/tensor/backend"
+	"github.com/segpipe/segpipe/trainer/tensor/cpu"
+)
+
+// defaultBackend serves nil tapes and tapes made without a backend.
+var defaultBackend backend.Backend = cpu.New()
+
+// Tape records differentiable ops for reverse-mode autodiff and carries the
+// backend ops run on.
+//
+// Every op is a method on *Tape. A nil *Tape is valid and means no_grad on
+// the default CPU backend: ops compute their outputs and record nothing, so
+// no intermediate is kept alive. A tape made by NewTape records an op
+// whenever one of its inputs requires grad; NoGrad returns a non-recording
+// tape on the same backend.
+type Tape struct {
+	be     backend.Backend
+	record bool
+	nodes  []node
+}
+
+// node is one recorded op: backward reads its outputs' Grad and
+// accumulates into its inputs' Grad.
+type node struct {
+	outs     []*Tensor
+	backward func()
+}
+
+// NewTape returns a recording tape on b (nil means the CPU backend).
+func NewTape(b backend.Backend) *Tape {
+	if b == nil {
+		b = defaultBackend
+	}
+	return &Tape{be: b, record: true}
+}
+
+// NoGrad returns a tape on the same backend that records nothing.
+func (tp *Tape) NoGrad() *Tape {
+	return &Tape{be: tp.Backend()}
+}
+
+// Backend returns the backend ops on this tape dispatch through.
+func (tp *Tape) Backend() backend.Backend {
+	if tp == nil || tp.be == nil {
+		return defaultBackend
+	}
+	return tp.be
+}
+
+// Recording reports whether ops on this tape are recorded.
+func (tp *Tape) Recording() bool { return tp != nil && tp.record }
+
+// Len is the number of recorded ops.
+func (tp *Tape) Len() int {
+	if tp == nil {
+		return 0
+	}
+	return len(tp.nodes)
+}
+
+// Reset forgets every recorded op (and so releases the intermediates they
+// hold) without running backward.
+func (tp *Tape) Reset() {
+	if tp != nil {
+		clear(tp.nodes)
+		tp.nodes = tp.nodes[:0]
+	}
+}
+
+// Backward seeds d(loss)/d(loss) = 1 for a one-element loss and
+// backpropagates; see BackwardFrom.
+func (tp *Tape) Backward(loss *Tensor) error {
+	if loss.Numel() != 1 {
+		return fmt.Errorf("tensor: Backward needs a one-element loss, got shape %v (use BackwardFrom)", loss.Shape)
+	}
+	return tp.BackwardFrom([]*Tensor{loss}, []*Tensor{Full(1, loss.Shape...)})
+}
+
+// BackwardFrom adds grads[i] to outputs[i].Grad for every i, then runs the
+// recorded ops in reverse, accumulating into the Grad of every tensor that
+// requires grad (parameters and intermediates alike). Gradients ADD to
+// whatever Grad already holds; call ZeroGrad between steps. The tape is
+// reset afterwards, releasing the graph, so it can record the next step.
+func (tp *Tape) BackwardFrom(outputs, grads []*Tensor) error {
+	if len(outputs) != len(grads) {
+		return fmt.Errorf("tensor: BackwardFrom got %d outputs and %d gradients", len(outputs), len(grads))
+	}
+	for i, o := range outputs {
+		if grads[i] == nil || !slices.Equal(o.Shape, grads[i].Shape) {
+			return fmt.Errorf("tensor: BackwardFrom output %d has shape %v, gradient %v", i, o.Shape, shapeOf(grads[i]))
+		}
+	}
+	if tp == nil {
+		return fmt.Errorf("tensor: BackwardFrom on a nil (no_grad) tape")
+	}
+	for i, o := range outputs {
+		if !o.RequiresGrad {
+			continue // a constant output contributes nothing
+		}
+		g := o.GradBuf()
+		for j, v := range grads[i].Data {
+			g[j] += v
+		}
+	}
+	for i := len(tp.nodes) - 1; i >= 0; i-- {
+		n := tp.nodes[i]
+		live := false
+		for _, o := range n.outs {
+			if o.Grad != nil {
+				live = true
+				break
+			}
+		}
+		if live {
+			n.backward()
+		}
+	}
+	tp.Reset()
+	return nil
+}
+
+func shapeOf(t *Tensor) any {
+	if t == nil {
+		return "nil"
+	}
+	return t.Shape
+}
+
+// wants reports whether an op on inputs ins must be recorded.
+func (tp *Tape) wants(ins ...*Tensor) bool {
+	if !tp.Recording() {
+		return false
+	}
+	for _, t := range ins {
+		if t != nil && t.RequiresGrad {
+			return true
+		}
+	}
+	return false
+}
+
+// push records backward for outs and marks them as requiring grad.
+func (tp *Tape) push(backward func(), outs ...*Tensor) {
+	for _, o := range outs {
+		o.RequiresGrad = true
+	}
+	tp.nodes = append(tp.nodes, node{outs: outs, backward: backward})
+}
+
+// needs reports whether t wants a gradient from backward.
+func needs(t *Tensor) bool { return t != nil && t.RequiresGrad }
