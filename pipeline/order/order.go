@@ -141,7 +141,7 @@ func RankPositions(start, n int64, rank, world int) (first, step int64, count in
 	if first >= n {
 		return first, int64(world), 0
 	}
-	return first, int64(world), (n-first+int64(world)-1)/int64(world)
+	return first, int64(world), (n - first + int64(world) - 1) / int64(world)
 }
 
 // Stream tags keep the random streams of different purposes independent.
