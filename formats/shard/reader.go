@@ -1,0 +1,272 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+)
+
+// Set is an opened shard directory: its manifest and the means to stream
+// its rows. A Set holds no open files; each ShardReader does.
+type Set struct {
+	Dir      string
+	Manifest *Manifest
+}
+
+// Open reads dir/manifest.json. It does not touch the shards: use Verify
+// to check them, OpenShard or Batches/Images to read them.
+func Open(dir string) (*Set, error) {
+	m, err := ReadManifest(dir)
+	if err != nil {
+		return nil, err
+	}
+	return &Set{Dir: dir, Manifest: m}, nil
+}
+
+// Path returns the path of the i-th shard.
+func (s *Set) Path(i int) string { return filepath.Join(s.Dir, s.Manifest.Shards[i].File) }
+
+// ReadOptions configures how shards are read.
+type ReadOptions struct {
+	// Columns restricts reading to these top-level columns (Col*
+	// constants), in schema order whatever the order given. Nil reads all.
+	// Leaving out ColImage makes annotation-only scans cheap.
+	Columns []string
+	// Allocator for record batches; default memory.DefaultAllocator.
+	Allocator memory.Allocator
+}
+
+// ShardReader reads one shard a row group at a time. It is not safe for
+// concurrent use; open one per goroutine.
+type ShardReader struct {
+	name   string
+	f      *os.File
+	pf     *file.Reader
+	fr     *pqarrow.FileReader
+	leaves []int // Parquet leaf columns of the requested top-level columns
+	schema *arrow.Schema
+}
+
+// OpenShard opens the i-th shard of the set.
+func (s *Set) OpenShard(i int, opts ReadOptions) (*ShardReader, error) {
+	if i < 0 || i >= len(s.Manifest.Shards) {
+		return nil, fmt.Errorf("shard index %d out of range [0,%d)", i, len(s.Manifest.Shards))
+	}
+	return OpenShardFile(s.Path(i), opts)
+}
+
+// OpenShardFile opens one shard file directly, without a manifest.
+func OpenShardFile(path string, opts ReadOptions) (*ShardReader, error) {
+	name := filepath.Base(path)
+	mem := opts.Allocator
+	if mem == nil {
+		mem = memory.DefaultAllocator
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("shard %s: %w", name, err)
+	}
+	r := &ShardReader{name: name, f: f}
+	fail := func(err error) (*ShardReader, error) {
+		f.Close()
+		return nil, fmt.Errorf("shard %s: %w", name, err)
+	}
+	rp := parquet.NewReaderProperties(mem)
+	// Stream pages instead of loading a whole column chunk, so memory
+	// tracks the decoded batch rather than twice the row group.
+	rp.BufferedStreamEnabled = true
+	rp.BufferSize = 1 << 20
+	r.pf, err = file.NewParquetReader(f, file.WithReadProps(rp))
+	if err != nil {
+		return fail(err)
+	}
+	kv := r.pf.MetaData().KeyValueMetadata()
+	if v := kv.FindValue(MetadataKeyFormatVersion); v == nil {
+		return fail(fmt.Errorf("not a segpipe shard: no %s metadata", MetadataKeyFormatVersion))
+	} else if *v != strconv.Itoa(FormatVersion) {
+		return fail(fmt.Errorf("format_version %s: this segpipe reads version %d", *v, FormatVersion))
+	}
+	r.fr, err = pqarrow.NewFileReader(r.pf, pqarrow.ArrowReadProperties{}, mem)
+	if err != nil {
+		return fail(err)
+	}
+	full, err := r.fr.Schema()
+	if err != nil {
+		return fail(err)
+	}
+	if !sameFields(full, schema) {
+		return fail(fmt.Errorf("schema differs from format version %d:\n%s", FormatVersion, full))
+	}
+	want := map[string]bool{}
+	for _, c := range opts.Columns {
+		if schema.FieldIndices(c) == nil {
+			return fail(fmt.Errorf("unknown column %q", c))
+		}
+		want[c] = true
+	}
+	var fields []arrow.Field
+	for i, fld := range r.fr.Manifest.Fields {
+		if opts.Columns != nil && !want[fld.Field.Name] {
+			continue
+		}
+		fields = append(fields, schema.Field(i))
+		r.leaves = appendLeaves(r.leaves, &fld)
+	}
+	r.schema = arrow.NewSchema(fields, nil)
+	return r, nil
+}
+
+// sameFields compares names, types and nullability, ignoring the field
+// metadata (Parquet field ids) the reader adds.
+func sameFields(a, b *arrow.Schema) bool {
+	if a.NumFields() != b.NumFields() {
+		return false
+	}
+	for i := 0; i < a.NumFields(); i++ {
+		x, y := a.Field(i), b.Field(i)
+		if x.Name != y.Name || x.Nullable != y.Nullable || !arrow.TypeEqual(x.Type, y.Type) {
+			return false
+		}
+	}
+	return true
+}
+
+func appendLeaves(dst []int, f *pqarrow.SchemaField) []int {
+	if len(f.Children) == 0 {
+		return append(dst, f.ColIndex)
+	}
+	for i := range f.Children {
+		dst = appendLeaves(dst, &f.Children[i])
+	}
+	return dst
+}
+
+// Name is the shard's file name.
+func (r *ShardReader) Name() string { return r.name }
+
+// Schema is the schema of the batches ReadRowGroup returns.
+func (r *ShardReader) Schema() *arrow.Schema { return r.schema }
+
+// NumRows is the shard's row count from its footer.
+func (r *ShardReader) NumRows() int64 { return r.pf.NumRows() }
+
+// NumRowGroups is the number of row groups in the shard.
+func (r *ShardReader) NumRowGroups() int { return r.pf.NumRowGroups() }
+
+// RowGroupRows is the row count of row group i.
+func (r *ShardReader) RowGroupRows(i int) int64 { return r.pf.MetaData().RowGroup(i).NumRows() }
+
+// ReadRowGroup decodes row group i into one record batch. The caller owns
+// the batch and must Release it; its buffers come from the reader's
+// allocator and stay valid after the reader is closed.
+func (r *ShardReader) ReadRowGroup(ctx context.Context, i int) (arrow.RecordBatch, error) {
+	if i < 0 || i >= r.NumRowGroups() {
+		return nil, fmt.Errorf("shard %s: row group %d out of range [0,%d)", r.name, i, r.NumRowGroups())
+	}
+	rr, err := r.fr.GetRecordReader(ctx, r.leaves, []int{i})
+	if err != nil {
+		return nil, fmt.Errorf("shard %s row group %d: %w", r.name, i, err)
+	}
+	defer rr.Release()
+	rec, err := rr.Read()
+	if err != nil {
+		return nil, fmt.Errorf("shard %s row group %d: %w", r.name, i, err)
+	}
+	rec.Retain()
+	if rec.NumRows() != r.RowGroupRows(i) {
+		rec.Release()
+		return nil, fmt.Errorf("shard %s row group %d: read %d rows, footer says %d", r.name, i, rec.NumRows(), r.RowGroupRows(i))
+	}
+	return rec, nil
+}
+
+// Close closes the shard file.
+func (r *ShardReader) Close() error { return r.f.Close() }
+
+// BatchFunc receives one row group of a shard. rec is released when the
+// function returns: Retain it to keep it longer. firstRow is the index of
+// rec's first row within its shard.
+type BatchFunc func(shard int, firstRow int64, rec arrow.RecordBatch) error
+
+// Batches streams every row group of every shard in manifest order,
+// holding one row group in memory at a time.
+func (s *Set) Batches(ctx context.Context, opts ReadOptions, fn BatchFunc) error {
+	for i := range s.Manifest.Shards {
+		if err := s.shardBatches(ctx, i, opts, fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Set) shardBatches(ctx context.Context, i int, opts ReadOptions, fn BatchFunc) error {
+	r, err := s.OpenShard(i, opts)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	var first int64
+	for g := 0; g < r.NumRowGroups(); g++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		rec, err := r.ReadRowGroup(ctx, g)
+		if err != nil {
+			return err
+		}
+		err = fn(i, first, rec)
+		first += rec.NumRows()
+		rec.Release()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RowError locates a problem in a shard.
+type RowError struct {
+	Shard string // file name
+	Row   int64  // row index within the shard
+	Err   error
+}
+
+func (e *RowError) Error() string { return fmt.Sprintf("shard %s row %d: %v", e.Shard, e.Row, e.Err) }
+func (e *RowError) Unwrap() error { return e.Err }
+
+// Images streams every row as a decoded Image. The Image and everything it
+// points to (Bytes included, which aliases the batch) is only valid during
+// fn: copy what must outlive it. Errors from decoding or from fn are
+// wrapped in a *RowError naming the shard and row.
+func (s *Set) Images(ctx context.Context, opts ReadOptions, fn func(*Image) error) error {
+	var img Image
+	var d Decoder
+	return s.Batches(ctx, opts, func(sh int, first int64, rec arrow.RecordBatch) error {
+		if err := d.Reset(rec); err != nil {
+			return &RowError{Shard: s.Manifest.Shards[sh].File, Row: first, Err: err}
+		}
+		for row := 0; row < int(rec.NumRows()); row++ {
+			err := d.Decode(row, &img)
+			if err == nil {
+				err = fn(&img)
+			}
+			if err != nil {
+				var re *RowError
+				if errors.As(err, &re) {
+					return err
+				}
+				return &RowError{Shard: s.Manifest.Shards[sh].File, Row: first + int64(row), Err: err}
+			}
+		}
+		return nil
+	})
+}

@@ -1,0 +1,134 @@
+package shard
+
+import (
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/compress"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+)
+
+// FormatVersion is the version of the shard layout described in README.md.
+// It is stored in manifest.json and in every shard's Parquet key-value
+// metadata under MetadataKeyFormatVersion. Readers refuse versions they do
+// not know, so any change to column names, types or meaning must bump it.
+const FormatVersion = 1
+
+// MetadataKeyFormatVersion is the Parquet key-value metadata key holding
+// FormatVersion as a decimal string.
+const MetadataKeyFormatVersion = "segpipe.format_version"
+
+// ManifestName is the file name of the manifest inside a shard directory.
+const ManifestName = "manifest.json"
+
+// Top-level column names. They are part of the format: DuckDB and pyarrow
+// users query them by name.
+const (
+	ColImageID     = "image_id"
+	ColFileName    = "file_name"
+	ColWidth       = "width"
+	ColHeight      = "height"
+	ColImageFormat = "image_format"
+	ColImage       = "image"
+	ColInstances   = "instances"
+)
+
+// Element name of every list. "element" is the name the Parquet spec's
+// three-level list layout uses, so DuckDB, pyarrow and Spark all read the
+// lists without a compatibility flag.
+const listElem = "element"
+
+func listOf(t arrow.DataType) *arrow.ListType {
+	return arrow.ListOfField(arrow.Field{Name: listElem, Type: t, Nullable: false})
+}
+
+// rleType is the crowd mask: COCO's size [h, w] and canonical uncompressed
+// counts (column-major, alternating runs starting with zeros).
+// The children are nullable only because a null rle struct has null
+// children in Arrow; they are never null under a valid rle.
+var rleType = arrow.StructOf(
+	arrow.Field{Name: "size", Type: listOf(arrow.PrimitiveTypes.Int32), Nullable: true},
+	arrow.Field{Name: "counts", Type: listOf(arrow.PrimitiveTypes.Uint32), Nullable: true},
+)
+
+// instanceType is one annotated object. bbox is a 4-element list rather
+// than a fixed_size_list because Parquet has no fixed-size list: every
+// reader sees a plain list either way, and a plain list round-trips to the
+// same Arrow type in every Arrow implementation.
+var instanceType = arrow.StructOf(
+	arrow.Field{Name: "ann_id", Type: arrow.PrimitiveTypes.Int64},
+	arrow.Field{Name: "category_id", Type: arrow.PrimitiveTypes.Int32},
+	arrow.Field{Name: "class", Type: arrow.PrimitiveTypes.Int32},
+	arrow.Field{Name: "bbox", Type: listOf(arrow.PrimitiveTypes.Float32)},
+	arrow.Field{Name: "area", Type: arrow.PrimitiveTypes.Float32},
+	arrow.Field{Name: "iscrowd", Type: arrow.FixedWidthTypes.Boolean},
+	arrow.Field{Name: "polygons", Type: listOf(listOf(arrow.PrimitiveTypes.Float32))},
+	arrow.Field{Name: "rle", Type: rleType, Nullable: true},
+)
+
+// Indices of instanceType's fields, used by the builder and the decoder.
+const (
+	instAnnID = iota
+	instCategoryID
+	instClass
+	instBBox
+	instArea
+	instIsCrowd
+	instPolygons
+	instRLE
+)
+
+// Indices of the top-level columns in Schema.
+const (
+	colImageID = iota
+	colFileName
+	colWidth
+	colHeight
+	colImageFormat
+	colImage
+	colInstances
+)
+
+var schema = arrow.NewSchema([]arrow.Field{
+	{Name: ColImageID, Type: arrow.PrimitiveTypes.Int64},
+	{Name: ColFileName, Type: arrow.BinaryTypes.String},
+	{Name: ColWidth, Type: arrow.PrimitiveTypes.Int32},
+	{Name: ColHeight, Type: arrow.PrimitiveTypes.Int32},
+	{Name: ColImageFormat, Type: arrow.BinaryTypes.String},
+	{Name: ColImage, Type: arrow.BinaryTypes.Binary},
+	{Name: ColInstances, Type: listOf(instanceType)},
+}, nil)
+
+// Schema returns the Arrow schema of a shard's rows. Record batches
+// returned by this package have exactly this schema (or a projection of
+// it). The returned value is shared and must not be modified.
+func Schema() *arrow.Schema { return schema }
+
+// writerProps are the Parquet settings of every shard. Everything that
+// could vary between runs is pinned so that the same rows give the same
+// bytes.
+func writerProps() (*parquet.WriterProperties, pqarrow.ArrowWriterProperties) {
+	props := parquet.NewWriterProperties(
+		parquet.WithVersion(parquet.V2_6),
+		// V1 data pages: the page layout every Parquet reader supports.
+		parquet.WithDataPageVersion(parquet.DataPageV1),
+		parquet.WithCompression(compress.Codecs.Zstd),
+		parquet.WithCompressionLevel(3),
+		// The encoded image is already compressed (JPEG/PNG): a second
+		// codec would cost CPU on every read and save nothing.
+		parquet.WithCompressionFor(ColImage, compress.Codecs.Uncompressed),
+		// Dictionaries and min/max statistics over megabytes of unique
+		// image bytes are pure overhead.
+		parquet.WithDictionaryFor(ColImage, false),
+		parquet.WithStatsFor(ColImage, false),
+		// A row group is closed by the writer by byte size, never by
+		// this row cap (see rowGroupBytes).
+		parquet.WithMaxRowGroupLength(1<<30),
+		parquet.WithCreatedBy(createdBy),
+	)
+	return props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema())
+}
+
+// createdBy is fixed so that shard bytes do not depend on the build: the
+// layout is identified by MetadataKeyFormatVersion, the Parquet writer by
+// the go.mod pin of arrow-go.
+const createdBy = "segpipe shard writer (arrow-go parquet v18)"

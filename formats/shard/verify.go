@@ -1,0 +1,80 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/apache/arrow-go/v18/arrow"
+)
+
+// Verify re-reads every shard and checks it against the manifest: size,
+// sha256, the format version and schema in the footer, the row count of
+// the footer and of the decoded row groups, and the number of instances.
+// It returns every problem found, each naming its shard, joined with
+// errors.Join; nil means the set is intact.
+func (s *Set) Verify(ctx context.Context) error {
+	var errs []error
+	for i := range s.Manifest.Shards {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := s.verifyShard(ctx, i); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Set) verifyShard(ctx context.Context, i int) error {
+	info := s.Manifest.Shards[i]
+	path := s.Path(i)
+	if _, err := os.Stat(path); err != nil {
+		return fmt.Errorf("shard %s: %w", info.File, err)
+	}
+	if err := checkFile(path, info.Bytes, info.SHA256); err != nil {
+		return fmt.Errorf("shard %w", err)
+	}
+	r, err := s.OpenShard(i, ReadOptions{Columns: []string{ColImageID, ColInstances}})
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	if r.NumRows() != info.Rows {
+		return fmt.Errorf("shard %s: footer has %d rows, manifest says %d", info.File, r.NumRows(), info.Rows)
+	}
+	var rows, inst int64
+	var d Decoder
+	var img Image
+	for g := 0; g < r.NumRowGroups(); g++ {
+		rec, err := r.ReadRowGroup(ctx, g)
+		if err != nil {
+			return err
+		}
+		err = func(rec arrow.RecordBatch) error {
+			defer rec.Release()
+			if err := d.Reset(rec); err != nil {
+				return err
+			}
+			for row := 0; row < d.Len(); row++ {
+				if err := d.Decode(row, &img); err != nil {
+					return &RowError{Shard: info.File, Row: rows + int64(row), Err: err}
+				}
+				inst += int64(len(img.Instances))
+			}
+			rows += rec.NumRows()
+			return nil
+		}(rec)
+		if err != nil {
+			return err
+		}
+	}
+	if rows != info.Rows {
+		return fmt.Errorf("shard %s: decoded %d rows, manifest says %d", info.File, rows, info.Rows)
+	}
+	if inst != info.Instances {
+		return fmt.Errorf("shard %s: decoded %d instances, manifest says %d", info.File, inst, info.Instances)
+	}
+	return nil
+}

@@ -1,0 +1,481 @@
+package shard
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+)
+
+// Default sizes of WriterOptions.
+const (
+	// DefaultShardBytes keeps a shard large enough that opening it is
+	// negligible next to reading it, and small enough that a few of them
+	// spread over readers and machines.
+	DefaultShardBytes = 256 << 20
+	// DefaultRowGroupBytes is the unit a streaming reader holds in memory
+	// at once: about a hundred COCO-sized images, so eight parallel readers
+	// with one row group of read-ahead each stay near 256 MiB, while every
+	// read is still a long sequential one. A 256 MiB shard has ~16 row
+	// groups, which a shuffling loader can visit in any order.
+	DefaultRowGroupBytes = 16 << 20
+)
+
+// ProgressName is the journal a Writer keeps in the output directory while
+// a conversion runs. It lists the finished shards so that a resumed
+// conversion can continue after them; it is removed when the manifest is
+// written.
+const ProgressName = ".segpipe-progress.json"
+
+// ErrComplete is returned by Create with Resume set when the directory
+// already holds a finished conversion with the same options.
+var ErrComplete = errors.New("conversion already complete")
+
+// WriterOptions configures Create. Zero values take the documented
+// defaults.
+type WriterOptions struct {
+	// ShardBytes is the target shard size: a shard is closed after the
+	// row that brings its estimated size to ShardBytes or more. Default
+	// DefaultShardBytes.
+	ShardBytes int64
+	// RowGroupBytes is the target row-group size, decided the same way.
+	// Default DefaultRowGroupBytes.
+	RowGroupBytes int64
+	// Source and Categories are copied into the manifest.
+	Source     Source
+	Categories []Category
+	// Resume continues the conversion recorded in the directory's
+	// progress journal instead of refusing a non-empty directory.
+	Resume bool
+	// Checkpoint, when set, is called each time a shard is complete. What
+	// it returns is kept in the journal and handed back by Resumed, so the
+	// caller can restart its source after the last complete shard.
+	Checkpoint func() Checkpoint
+	// Allocator for the Arrow builders; default memory.DefaultAllocator.
+	Allocator memory.Allocator
+}
+
+// Checkpoint is the caller's position after a complete shard.
+type Checkpoint struct {
+	// Next is the source position of the first row of the next shard, in
+	// whatever unit the caller counts (convert counts source images).
+	Next int64 `json:"next"`
+	// Skipped is the caller's skip count by reason up to Next.
+	Skipped map[string]int64 `json:"skipped,omitempty"`
+}
+
+// Writer writes rows into part-NNNNN.parquet shards and, on Close, the
+// manifest. Shard and row-group boundaries depend only on the rows and the
+// options, so the same rows give byte-identical files, and a resumed run
+// restarting at a shard boundary reproduces the uninterrupted run. A Writer
+// is not safe for concurrent use.
+type Writer struct {
+	dir  string
+	opts WriterOptions
+	fp   string // fingerprint of the options, stored in the journal
+
+	shards  []journalShard
+	resumed *Checkpoint
+
+	rb     *rowBuilder
+	cur    *openShard
+	rgEst  int64
+	closed bool
+}
+
+type openShard struct {
+	name, tmp string
+	f         *os.File
+	sink      *hashSink
+	fw        *pqarrow.FileWriter
+	rows      int64
+	instances int64
+	est       int64
+}
+
+type journal struct {
+	FormatVersion int            `json:"format_version"`
+	Options       string         `json:"options"`
+	Shards        []journalShard `json:"shards"`
+}
+
+type journalShard struct {
+	ShardInfo
+	Checkpoint Checkpoint `json:"checkpoint"`
+}
+
+var partRE = regexp.MustCompile(`^part-[0-9]{5,}\.parquet$`)
+
+// ShardName returns the file name of the i-th shard.
+func ShardName(i int) string { return fmt.Sprintf("part-%05d.parquet", i) }
+
+// Create prepares dir (created if missing) for a conversion. Without
+// Resume, dir must not already hold shards, a manifest or a journal. With
+// Resume, finished shards listed in the journal are checked (size and
+// sha256) and kept; the caller asks Resumed where to restart.
+func Create(dir string, opts WriterOptions) (*Writer, error) {
+	if opts.ShardBytes <= 0 {
+		opts.ShardBytes = DefaultShardBytes
+	}
+	if opts.RowGroupBytes <= 0 {
+		opts.RowGroupBytes = DefaultRowGroupBytes
+	}
+	if opts.Allocator == nil {
+		opts.Allocator = memory.DefaultAllocator
+	}
+	if opts.Categories == nil {
+		opts.Categories = []Category{}
+	}
+	for i, c := range opts.Categories {
+		if c.Index != int32(i) {
+			return nil, fmt.Errorf("category %d (%q) has index %d: want contiguous indices in order", c.ID, c.Name, c.Index)
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	fpb, err := json.Marshal(struct {
+		Source        Source     `json:"source"`
+		Categories    []Category `json:"categories"`
+		ShardBytes    int64      `json:"shard_bytes"`
+		RowGroupBytes int64      `json:"row_group_bytes"`
+	}{opts.Source, opts.Categories, opts.ShardBytes, opts.RowGroupBytes})
+	if err != nil {
+		return nil, err
+	}
+	w := &Writer{dir: dir, opts: opts, fp: string(fpb)}
+
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var parts, temps []string
+	hasManifest, hasJournal := false, false
+	for _, e := range entries {
+		switch n := e.Name(); {
+		case n == ManifestName:
+			hasManifest = true
+		case n == ProgressName:
+			hasJournal = true
+		case partRE.MatchString(n):
+			parts = append(parts, n)
+		case strings.HasPrefix(n, ".part-") || strings.HasPrefix(n, "."+ManifestName+".tmp-") || strings.HasPrefix(n, "."+ProgressName+".tmp-"):
+			temps = append(temps, n)
+		}
+	}
+	if !opts.Resume {
+		if hasManifest || hasJournal || len(parts) > 0 {
+			return nil, fmt.Errorf("output directory %s already holds a conversion: pass --resume to continue it, or choose an empty directory", dir)
+		}
+	} else {
+		if hasManifest {
+			m, err := ReadManifest(dir)
+			if err != nil {
+				return nil, err
+			}
+			if w.fingerprintOf(m) != w.fp {
+				return nil, fmt.Errorf("%s: finished conversion was made from another source or with other options; choose another directory", dir)
+			}
+			return nil, fmt.Errorf("%s: %w", dir, ErrComplete)
+		}
+		if hasJournal {
+			if err := w.loadJournal(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	// Whatever is not in the journal is an unfinished leftover of the
+	// interrupted run: it will be written again, identically.
+	keep := map[string]bool{}
+	for _, s := range w.shards {
+		keep[s.File] = true
+	}
+	for _, n := range append(parts, temps...) {
+		if !keep[n] {
+			if err := os.Remove(filepath.Join(dir, n)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	w.rb = newRowBuilder(opts.Allocator)
+	return w, nil
+}
+
+func (w *Writer) fingerprintOf(m *Manifest) string {
+	b, _ := json.Marshal(struct {
+		Source        Source     `json:"source"`
+		Categories    []Category `json:"categories"`
+		ShardBytes    int64      `json:"shard_bytes"`
+		RowGroupBytes int64      `json:"row_group_bytes"`
+	}{m.Source, m.Categories, m.ShardBytes, m.RowGroupBytes})
+	return string(b)
+}
+
+func (w *Writer) loadJournal() error {
+	path := filepath.Join(w.dir, ProgressName)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var j journal
+	if err := json.Unmarshal(b, &j); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if j.FormatVersion != FormatVersion {
+		return fmt.Errorf("%s: format_version %d, this segpipe writes %d: start again in an empty directory", path, j.FormatVersion, FormatVersion)
+	}
+	if j.Options != w.fp {
+		return fmt.Errorf("%s: the interrupted conversion used another source or other options (%s); resume with the same flags or start again in an empty directory", path, j.Options)
+	}
+	for i, s := range j.Shards {
+		if s.File != ShardName(i) {
+			return fmt.Errorf("%s: shard %d is %q, want %q", path, i, s.File, ShardName(i))
+		}
+		if err := checkFile(filepath.Join(w.dir, s.File), s.Bytes, s.SHA256); err != nil {
+			return fmt.Errorf("resume: finished shard %w; start again in an empty directory", err)
+		}
+	}
+	w.shards = j.Shards
+	if n := len(j.Shards); n > 0 {
+		cp := j.Shards[n-1].Checkpoint
+		w.resumed = &cp
+	}
+	return nil
+}
+
+// Resumed reports where the previous, interrupted run stopped: the
+// checkpoint of its last complete shard. ok is false when there is nothing
+// to resume and the caller starts from the beginning.
+func (w *Writer) Resumed() (cp Checkpoint, ok bool) {
+	if w.resumed == nil {
+		return Checkpoint{}, false
+	}
+	return *w.resumed, true
+}
+
+// Shards returns the shards finished so far (including resumed ones).
+func (w *Writer) Shards() []ShardInfo {
+	out := make([]ShardInfo, len(w.shards))
+	for i, s := range w.shards {
+		out[i] = s.ShardInfo
+	}
+	return out
+}
+
+// Write appends one row. img is not retained: its slices may be reused by
+// the caller as soon as Write returns.
+func (w *Writer) Write(img *Image) error {
+	if w.closed {
+		return errors.New("shard writer: Write after Close")
+	}
+	if w.cur == nil {
+		if err := w.openShard(); err != nil {
+			return err
+		}
+	}
+	w.rb.append(img)
+	est := rowSize(img)
+	w.rgEst += est
+	w.cur.est += est
+	w.cur.rows++
+	w.cur.instances += int64(len(img.Instances))
+	if w.cur.est >= w.opts.ShardBytes {
+		return w.finishShard(true)
+	}
+	if w.rgEst >= w.opts.RowGroupBytes {
+		return w.flushRowGroup()
+	}
+	return nil
+}
+
+func (w *Writer) openShard() error {
+	name := ShardName(len(w.shards))
+	f, err := os.CreateTemp(w.dir, "."+name+".tmp-*")
+	if err != nil {
+		return err
+	}
+	sink := &hashSink{bw: bufio.NewWriterSize(f, 1<<20), h: sha256.New()}
+	props, aprops := writerProps()
+	fw, err := pqarrow.NewFileWriter(schema, sink, props, aprops)
+	if err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return fmt.Errorf("shard %s: %w", name, err)
+	}
+	w.cur = &openShard{name: name, tmp: f.Name(), f: f, sink: sink, fw: fw}
+	w.rgEst = 0
+	return nil
+}
+
+func (w *Writer) flushRowGroup() error {
+	w.rgEst = 0
+	if w.rb.rows == 0 {
+		return nil
+	}
+	rec := w.rb.flush()
+	defer rec.Release()
+	if err := w.cur.fw.Write(rec); err != nil {
+		return fmt.Errorf("shard %s: write row group: %w", w.cur.name, err)
+	}
+	return nil
+}
+
+// finishShard completes the open shard: footer, fsync, rename, directory
+// fsync, then the journal, in that order, so a listed shard is always
+// complete on disk.
+func (w *Writer) finishShard(journalIt bool) error {
+	s := w.cur
+	if err := w.flushRowGroup(); err != nil {
+		return err
+	}
+	if err := s.fw.AppendKeyValueMetadata(MetadataKeyFormatVersion, strconv.Itoa(FormatVersion)); err != nil {
+		return fmt.Errorf("shard %s: %w", s.name, err)
+	}
+	if err := s.fw.Close(); err != nil {
+		return fmt.Errorf("shard %s: %w", s.name, err)
+	}
+	err := s.sink.bw.Flush()
+	if err == nil {
+		err = s.f.Sync()
+	}
+	if cerr := s.f.Close(); err == nil {
+		err = cerr
+	}
+	final := filepath.Join(w.dir, s.name)
+	if err == nil {
+		err = os.Rename(s.tmp, final)
+	}
+	if err == nil {
+		err = syncDir(w.dir)
+	}
+	if err != nil {
+		os.Remove(s.tmp)
+		return fmt.Errorf("shard %s: %w", s.name, err)
+	}
+	w.cur = nil
+	js := journalShard{ShardInfo: ShardInfo{
+		File: s.name, Rows: s.rows, Instances: s.instances,
+		Bytes: s.sink.n, SHA256: hex.EncodeToString(s.sink.h.Sum(nil)),
+	}}
+	if journalIt && w.opts.Checkpoint != nil {
+		js.Checkpoint = w.opts.Checkpoint()
+	}
+	w.shards = append(w.shards, js)
+	if !journalIt {
+		return nil
+	}
+	b, err := json.MarshalIndent(journal{FormatVersion: FormatVersion, Options: w.fp, Shards: w.shards}, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(filepath.Join(w.dir, ProgressName), b)
+}
+
+// Close finishes the last shard and writes manifest.json with skipped as
+// the skip counts, then removes the journal. It returns the manifest.
+func (w *Writer) Close(skipped map[string]int64) (*Manifest, error) {
+	if w.closed {
+		return nil, errors.New("shard writer: Close called twice")
+	}
+	w.closed = true
+	defer w.rb.release()
+	if w.cur != nil {
+		if err := w.finishShard(false); err != nil {
+			return nil, err
+		}
+	}
+	if skipped == nil {
+		skipped = map[string]int64{}
+	}
+	m := &Manifest{
+		FormatVersion: FormatVersion,
+		Source:        w.opts.Source,
+		Categories:    w.opts.Categories,
+		ShardBytes:    w.opts.ShardBytes,
+		RowGroupBytes: w.opts.RowGroupBytes,
+		Shards:        w.Shards(),
+		Skipped:       skipped,
+	}
+	for _, s := range m.Shards {
+		m.Rows += s.Rows
+		m.Instances += s.Instances
+		m.Bytes += s.Bytes
+	}
+	b, err := m.encode()
+	if err != nil {
+		return nil, err
+	}
+	if err := writeFileAtomic(filepath.Join(w.dir, ManifestName), b); err != nil {
+		return nil, err
+	}
+	if err := os.Remove(filepath.Join(w.dir, ProgressName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	return m, syncDir(w.dir)
+}
+
+// Abort stops without a manifest: the open shard is discarded, finished
+// shards and the journal stay so that a run with Resume continues.
+func (w *Writer) Abort() error {
+	if w.closed {
+		return nil
+	}
+	w.closed = true
+	w.rb.release()
+	if w.cur != nil {
+		w.cur.f.Close()
+		err := os.Remove(w.cur.tmp)
+		w.cur = nil
+		return err
+	}
+	return nil
+}
+
+// hashSink counts and hashes what the Parquet writer emits. It has no
+// Close method on purpose: the writer must not close the file before it is
+// flushed and synced.
+type hashSink struct {
+	bw *bufio.Writer
+	h  hash.Hash
+	n  int64
+}
+
+func (s *hashSink) Write(p []byte) (int, error) {
+	s.h.Write(p)
+	n, err := s.bw.Write(p)
+	s.n += int64(n)
+	return n, err
+}
+
+// checkFile compares a file's size and sha256 with the expected values.
+func checkFile(path string, size int64, sum string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if n != size {
+		return fmt.Errorf("%s: %d bytes, manifest says %d", path, n, size)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != sum {
+		return fmt.Errorf("%s: sha256 %s, manifest says %s", path, got, sum)
+	}
+	return nil
+}
