@@ -1,0 +1,51 @@
+// Package loss computes the YOLO26-seg training loss: the task-aligned
+// assigner and the end-to-end (one-to-many + one-to-one) segmentation loss,
+// equal to Ultralytics 8.4.2's E2ELoss(v8SegmentationLoss) in float32 on
+// CPU. Every term's forward and backward sit side by side; Forward returns
+// the loss and writes d(total)/d(output) for every head output, which the
+// model's backward pass takes as its upstream gradient.
+//
+// Semantics a user must know:
+//
+//   - Inputs are the model's train-mode outputs (Outputs: per-branch raw
+//     l,t,r,b distances in grid units, class logits, mask coefficients; the
+//     prototypes and semantic logits) and the loader's targets (Targets:
+//     xyxy boxes in canvas pixels, classes, boxes_per_image, and the {0,1}
+//     mask stack at prototype resolution).
+//   - Overlapping masks: the reference trains on an overlap index map in
+//     which the later instance of an image owns a shared pixel (the
+//     reference orders instances by decreasing area, so the smaller one
+//     wins). Targets are read the same way: instances are painted in order,
+//     later wins, and both the mask term and the semantic target read that
+//     ownership. To reproduce the reference exactly, list each image's
+//     instances by decreasing mask area.
+//   - Semantic target (8.4.2 rule): each pixel reads its owner's class;
+//     background reads the class of the image's last instance; every channel
+//     is zero where that class is 0. Images without instances have an all-zero
+//     target.
+//   - Assignment: STAL widens GT sides under 8 px to 16 px for the candidate
+//     test only; CIoU is clamped at 0 in the metric; anchors claimed by
+//     several GTs go to the largest CIoU over all slots; one-to-one keeps
+//     top-7 then the single best anchor per GT. Ties in the top-k go to the
+//     lower anchor index (PyTorch's order is unspecified; the reference
+//     fixtures have no ties that matter).
+//   - Positives are gathered for the whole batch at once into a [B, Pmax]
+//     layout padded with the unassigned sentinel -1, which every consumer
+//     masks before indexing. Per-image sums are formed first and then added
+//     over images, so padding never changes the value.
+//   - Mask crop follows the reference's CPU path: with fewer than 50
+//     positives in an image the box (in mask pixels) is rounded half to
+//     even; otherwise x1 ≤ c < x2 is tested on the fractional box.
+//   - The vector is [box, seg, cls, dfl, semseg] with gains 7.5, 7.5, 0.5,
+//     1.5, 7.5, times the batch size; Total = o2m·v_o2m + o2o·v_o2o summed.
+//     The ProgLoss weight o2m falls linearly from 0.8 to 0.1 over the run;
+//     Criterion.Update must be called once at the end of each epoch.
+//   - The one-to-one branch sees prototypes and semantic logits detached:
+//     their gradients come from the one-to-many terms only.
+//   - Empty boxes (x2 ≤ x1 or y2 ≤ y1) are refused with an error naming the
+//     image and instance: they would divide the mask loss by a zero area.
+//
+// Internal arithmetic is float64 (the CIoU of the assigner is float32, in
+// the reference's operation order, because its 6th power magnifies
+// rounding); results match the float32 reference within 1e-6 relative.
+package loss

@@ -1,0 +1,381 @@
+package loss
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/segpipe/segpipe/formats/safetensors"
+)
+
+// goldenDir locates ../shared/goldens/loss relative to the repository root
+// (the directory holding go.mod) and skips the test when it is absent.
+func goldenDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Skip("go.mod not found above the test directory")
+		}
+		dir = parent
+	}
+	g := filepath.Join(dir, "..", "shared", "goldens", "loss")
+	if _, err := os.Stat(filepath.Join(g, "losses.json")); err != nil {
+		t.Skipf("golden fixtures absent: %v", err)
+	}
+	return g
+}
+
+type goldenFile struct {
+	t testing.TB
+	f *safetensors.File
+}
+
+func openGolden(t testing.TB, dir, name string) goldenFile {
+	t.Helper()
+	f, err := safetensors.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return goldenFile{t, f}
+}
+
+func (g goldenFile) f32(name string) []float32 {
+	g.t.Helper()
+	v, _, err := g.f.Float32s(name)
+	if err != nil {
+		g.t.Fatalf("%s: %v", name, err)
+	}
+	return v
+}
+
+func (g goldenFile) i64(name string) []int64 {
+	g.t.Helper()
+	tn, err := g.f.Get(name)
+	if err != nil {
+		g.t.Fatalf("%s: %v", name, err)
+	}
+	v, err := tn.Int64s()
+	if err != nil {
+		g.t.Fatalf("%s: %v", name, err)
+	}
+	return v
+}
+
+// goldenGeometry is yolo26n-seg at 128×128 with batch 2.
+func goldenGeometry() Geometry {
+	return Geometry{
+		B: 2, NC: 80, NM: 32,
+		Levels: []Level{{16, 16, 8}, {8, 8, 16}, {4, 4, 32}},
+		ProtoH: 32, ProtoW: 32, SemH: 16, SemW: 16,
+	}
+}
+
+// goldenCase loads the golden batch in the loader's layout and the train
+// outputs (the one2one outputs equal the one2many ones at init).
+func goldenCase(t testing.TB) (*Outputs, *Targets, string) {
+	dir := goldenDir(t)
+	bf := openGolden(t, dir, "batch.safetensors")
+	of := openGolden(t, dir, "outputs.safetensors")
+	g := goldenGeometry()
+	bidx, cls, xywh := bf.f32("batch_idx"), bf.f32("cls"), bf.f32("bboxes")
+	tn, err := bf.f.Get("masks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlap := tn.Data // U8 [B,32,32]
+	hw := g.ProtoH * g.ProtoW
+	tg := &Targets{BoxesPerImage: make([]int, g.B)}
+	local := 0
+	for k := range bidx {
+		b := int(bidx[k])
+		if k > 0 && int(bidx[k-1]) != b {
+			local = 0
+		}
+		local++
+		tg.BoxesPerImage[b]++
+		tg.Classes = append(tg.Classes, int32(cls[k]))
+		cx, cy, w, h := xywh[4*k]*128, xywh[4*k+1]*128, xywh[4*k+2]*128, xywh[4*k+3]*128
+		tg.Boxes = append(tg.Boxes, cx-w/2, cy-h/2, cx+w/2, cy+h/2)
+		// Instance k of its image is where the overlap map holds k (1-based).
+		for _, v := range overlap[b*hw : (b+1)*hw] {
+			var bit uint8
+			if int(v) == local {
+				bit = 1
+			}
+			tg.Masks = append(tg.Masks, bit)
+		}
+	}
+	out := &Outputs{Geometry: g, Proto: of.f32("proto"), Semseg: of.f32("semseg")}
+	out.One2Many = Branch{of.f32("boxes"), of.f32("scores"), of.f32("mask_coefficient")}
+	out.One2One = Branch{of.f32("boxes"), of.f32("scores"), of.f32("mask_coefficient")}
+	return out, tg, dir
+}
+
+func relErr(got, want float64) float64 {
+	if want == 0 {
+		return math.Abs(got)
+	}
+	return math.Abs(got-want) / math.Abs(want)
+}
+
+// compareAssignment checks an assignment against one branch of
+// assigner.safetensors: discrete outputs exactly, metric values to rel 1e-4.
+func compareAssignment(t *testing.T, af goldenFile, prefix string, r *Assignment) {
+	t.Helper()
+	boolEq := func(name string, got []bool) {
+		want := af.f32(prefix + name)
+		if len(want) != len(got) {
+			t.Fatalf("%s%s: %d values, want %d", prefix, name, len(got), len(want))
+		}
+		bad := 0
+		for i := range want {
+			if (want[i] != 0) != got[i] {
+				bad++
+			}
+		}
+		if bad > 0 {
+			t.Errorf("%s%s: %d of %d entries differ", prefix, name, bad, len(want))
+		}
+	}
+	boolEq("mask_in_gts", r.MaskInGTs)
+	boolEq("mask_pos_topk", r.MaskPosTopK)
+	boolEq("mask_pos", r.MaskPos)
+	boolEq("fg_mask", r.FG)
+	intEq := func(name string, got []int32) {
+		want := af.i64(prefix + name)
+		bad := 0
+		for i := range want {
+			if int64(got[i]) != want[i] {
+				bad++
+			}
+		}
+		if bad > 0 {
+			t.Errorf("%s%s: %d of %d entries differ", prefix, name, bad, len(want))
+		}
+	}
+	intEq("target_gt_idx", r.GTIdx)
+	intEq("target_labels", r.Labels)
+	wantBoxes := af.f32(prefix + "target_bboxes_xyxy_px")
+	for i := range wantBoxes {
+		if wantBoxes[i] != r.Boxes[i] {
+			t.Errorf("%starget_bboxes[%d] = %v, want %v", prefix, i, r.Boxes[i], wantBoxes[i])
+			break
+		}
+	}
+	relEq := func(name string, got []float32) {
+		want := af.f32(prefix + name)
+		worst := 0.0
+		for i := range want {
+			if (want[i] == 0) != (got[i] == 0) {
+				t.Errorf("%s%s[%d]: zero pattern differs (got %v, want %v)", prefix, name, i, got[i], want[i])
+				return
+			}
+			if want[i] != 0 {
+				worst = max(worst, relErr(float64(got[i]), float64(want[i])))
+			}
+		}
+		if worst > 1e-4 {
+			t.Errorf("%s%s: max rel err %.3g > 1e-4", prefix, name, worst)
+		}
+		t.Logf("%s%s: max rel err %.3g", prefix, name, worst)
+	}
+	relEq("align_metric", r.AlignMetric)
+	relEq("overlaps", r.Overlaps)
+	relEq("target_score_value", r.ScoreValue)
+}
+
+// TestAssignerGolden runs the assigner on the stored inputs of each branch
+// and compares every stored output and internal.
+func TestAssignerGolden(t *testing.T) {
+	out, _, dir := goldenCase(t)
+	af := openGolden(t, dir, "assigner.safetensors")
+	probs := make([]float32, len(out.One2Many.Scores))
+	for i, x := range out.One2Many.Scores {
+		probs[i] = float32(sigmoid(float64(x)))
+	}
+	for _, br := range []struct {
+		prefix string
+		cfg    AssignerConfig
+		fg     int
+	}{{"one2many.", One2ManyAssigner(), 83}, {"one2one.", One2OneAssigner(), 11}} {
+		t.Run(br.prefix[:len(br.prefix)-1], func(t *testing.T) {
+			labels := af.f32(br.prefix + "gt_labels")
+			maskGT := af.f32(br.prefix + "mask_gt")
+			in := &AssignInput{B: 2, A: 336, NC: 80, M: 8,
+				PdScores: probs, PdBoxes: af.f32(br.prefix + "pd_bboxes_px"),
+				Anchors: af.f32(br.prefix + "anchor_points_px"), GTBoxes: af.f32(br.prefix + "gt_bboxes_xyxy_px"),
+				GTLabels: make([]int32, len(labels)), MaskGT: make([]bool, len(maskGT))}
+			for i := range labels {
+				in.GTLabels[i] = int32(labels[i])
+				in.MaskGT[i] = maskGT[i] != 0
+			}
+			as, err := NewAssigner(br.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := as.Assign(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.NumFG != br.fg {
+				t.Errorf("positives %d, want %d", r.NumFG, br.fg)
+			}
+			compareAssignment(t, af, br.prefix, r)
+		})
+	}
+}
+
+type goldenLosses struct {
+	Epoch0 struct {
+		O2M      float64   `json:"o2m_weight"`
+		O2MVec   []float64 `json:"one2many_loss_x_bs"`
+		O2OVec   []float64 `json:"one2one_loss_x_bs"`
+		O2OItems []float64 `json:"one2one_items"`
+		Combined []float64 `json:"combined_vector"`
+		Total    float64   `json:"total"`
+	} `json:"epoch0"`
+	Last struct {
+		Combined []float64 `json:"combined_vector"`
+		Total    float64   `json:"total"`
+	} `json:"last_epoch"`
+	ScoreSum map[string]float64 `json:"target_scores_sum"`
+	NumFG    map[string]int     `json:"num_fg"`
+}
+
+type tensorStats struct {
+	Numel  int     `json:"numel"`
+	Sum    float64 `json:"sum"`
+	AbsSum float64 `json:"abs_sum"`
+	L2     float64 `json:"l2"`
+	AbsMax float64 `json:"absmax"`
+}
+
+// TestLossGolden feeds the golden outputs and batch to the criterion and
+// checks the assignment it computes, every loss component, both totals,
+// and the gradients of the total w.r.t. every output.
+func TestLossGolden(t *testing.T) {
+	out, tg, dir := goldenCase(t)
+	var want goldenLosses
+	raw, err := os.ReadFile(filepath.Join(dir, "losses.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &want); err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewCriterion(DefaultConfig(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	grads := out.Grads()
+	res, err := c.Forward(out, tg, grads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	af := openGolden(t, dir, "assigner.safetensors")
+	o2m, o2o := c.Assignments()
+	t.Run("assignment/one2many", func(t *testing.T) { compareAssignment(t, af, "one2many.", o2m) })
+	t.Run("assignment/one2one", func(t *testing.T) { compareAssignment(t, af, "one2one.", o2o) })
+
+	check := func(name string, got, want float64) {
+		t.Helper()
+		e := relErr(got, want)
+		if e > 1e-4 {
+			t.Errorf("%s = %.7g, want %.7g (rel %.3g)", name, got, want, e)
+		} else {
+			t.Logf("%s = %.7g, want %.7g (rel %.2g)", name, got, want, e)
+		}
+	}
+	for k := 0; k < NumComponents; k++ {
+		check("one2many."+ComponentNames[k], res.One2Many[k], want.Epoch0.O2MVec[k])
+		check("one2one."+ComponentNames[k], res.One2One[k], want.Epoch0.O2OVec[k])
+		check("items."+ComponentNames[k], res.Items[k], want.Epoch0.O2OItems[k])
+		check("combined."+ComponentNames[k], res.Combined[k], want.Epoch0.Combined[k])
+	}
+	check("total epoch 0", res.Total, want.Epoch0.Total)
+	check("score sum one2many", res.ScoreSum[0], want.ScoreSum["one2many"])
+	check("score sum one2one", res.ScoreSum[1], want.ScoreSum["one2one"])
+	if res.NumFG != [2]int{want.NumFG["one2many"], want.NumFG["one2one"]} {
+		t.Errorf("positives %v, want %v", res.NumFG, want.NumFG)
+	}
+
+	// Output gradients: stored tensors element-wise, the score and semseg
+	// gradients through their statistics.
+	gf := openGolden(t, dir, "output_grads.safetensors")
+	var stats struct {
+		Out map[string]tensorStats `json:"output_grad_stats_epoch0"`
+	}
+	raw, err = os.ReadFile(filepath.Join(dir, "stats.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &stats); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []struct {
+		name string
+		got  []float32
+	}{
+		{"one2many.boxes", grads.One2Many.Boxes}, {"one2one.boxes", grads.One2One.Boxes},
+		{"one2many.mask_coefficient", grads.One2Many.Coef}, {"one2one.mask_coefficient", grads.One2One.Coef},
+		{"proto", grads.Proto},
+	} {
+		ref := gf.f32(g.name)
+		absmax, worst := 0.0, 0.0
+		for i := range ref {
+			absmax = max(absmax, math.Abs(float64(ref[i])))
+			worst = max(worst, math.Abs(float64(g.got[i]-ref[i])))
+		}
+		if worst > 1e-4*absmax {
+			t.Errorf("grad %s: max abs err %.3g > 1e-4·absmax (%.3g)", g.name, worst, absmax)
+		} else {
+			t.Logf("grad %s: max abs err %.3g, absmax %.3g (ratio %.2g)", g.name, worst, absmax, worst/absmax)
+		}
+	}
+	for _, g := range []struct {
+		name string
+		got  []float32
+	}{
+		{"one2many.scores", grads.One2Many.Scores}, {"one2one.scores", grads.One2One.Scores},
+		{"semseg", grads.Semseg},
+		{"one2many.boxes", grads.One2Many.Boxes}, {"proto", grads.Proto},
+	} {
+		st := stats.Out[g.name]
+		var sum, abs, l2, amax float64
+		for _, v := range g.got {
+			x := float64(v)
+			sum += x
+			abs += math.Abs(x)
+			l2 += x * x
+			amax = max(amax, math.Abs(x))
+		}
+		l2 = math.Sqrt(l2)
+		if relErr(l2, st.L2) > 1e-4 || relErr(abs, st.AbsSum) > 1e-4 || math.Abs(sum-st.Sum) > 1e-4*st.AbsSum || relErr(amax, st.AbsMax) > 1e-4 {
+			t.Errorf("grad %s stats: sum %.7g/%.7g abs_sum %.7g/%.7g l2 %.7g/%.7g absmax %.7g/%.7g",
+				g.name, sum, st.Sum, abs, st.AbsSum, l2, st.L2, amax, st.AbsMax)
+		} else {
+			t.Logf("grad %s stats: l2 rel %.2g, abs_sum rel %.2g", g.name, relErr(l2, st.L2), relErr(abs, st.AbsSum))
+		}
+	}
+
+	// The last epoch: 99 updates give o2m 0.1.
+	c.SetUpdates(99)
+	res, err = c.Forward(out, tg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := 0; k < NumComponents; k++ {
+		check("last combined."+ComponentNames[k], res.Combined[k], want.Last.Combined[k])
+	}
+	check("total last epoch", res.Total, want.Last.Total)
+}

@@ -1,0 +1,454 @@
+package loss
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Level is one detection scale: its feature-map size and stride in pixels.
+type Level struct {
+	H, W   int
+	Stride float32
+}
+
+// Geometry fixes the shapes of a batch's head outputs.
+type Geometry struct {
+	// B is the batch size, NC the class count, NM the mask coefficients.
+	B, NC, NM int
+	// Levels are the detection scales in P3, P4, P5 order; anchors are
+	// their cell centres, row-major, concatenated in this order.
+	Levels []Level
+	// ProtoH×ProtoW is the prototype (and GT mask) grid, SemH×SemW the
+	// semantic-logit grid.
+	ProtoH, ProtoW int
+	SemH, SemW     int
+}
+
+// Anchors returns the number of anchor points over all levels.
+func (g *Geometry) Anchors() int {
+	n := 0
+	for _, l := range g.Levels {
+		n += l.H * l.W
+	}
+	return n
+}
+
+// ImageSize is the network input size, H and W in pixels: the first
+// level's map size times its stride.
+func (g *Geometry) ImageSize() (h, w float32) {
+	return float32(g.Levels[0].H) * g.Levels[0].Stride, float32(g.Levels[0].W) * g.Levels[0].Stride
+}
+
+// anchorGrid writes the anchor centres in grid units, [A, 2], and each
+// anchor's stride, [A].
+func (g *Geometry) anchorGrid(pts, strides []float32) {
+	i := 0
+	for _, l := range g.Levels {
+		for y := 0; y < l.H; y++ {
+			for x := 0; x < l.W; x++ {
+				pts[2*i], pts[2*i+1] = float32(x)+0.5, float32(y)+0.5
+				strides[i] = l.Stride
+				i++
+			}
+		}
+	}
+}
+
+func (g *Geometry) check() error {
+	if g.B < 0 || g.NC < 1 || g.NM < 1 || len(g.Levels) < 2 || g.ProtoH < 1 || g.ProtoW < 1 || g.SemH < 1 || g.SemW < 1 {
+		return fmt.Errorf("loss: bad geometry %+v (need NC, NM ≥ 1, at least two levels, positive map sizes)", *g)
+	}
+	for i, l := range g.Levels {
+		if l.H < 1 || l.W < 1 || !(l.Stride > 0) {
+			return fmt.Errorf("loss: level %d: bad size %dx%d or stride %v", i, l.H, l.W, l.Stride)
+		}
+	}
+	return nil
+}
+
+// Branch holds one head branch's train outputs, row-major float32. As a
+// gradient holder it has the same layout.
+type Branch struct {
+	// Boxes are raw l, t, r, b distances in grid units, [B, 4, A].
+	Boxes []float32
+	// Scores are class logits, [B, NC, A].
+	Scores []float32
+	// Coef are mask coefficients, [B, NM, A].
+	Coef []float32
+}
+
+// Outputs are the model's train-mode outputs the loss consumes.
+type Outputs struct {
+	Geometry
+	One2Many, One2One Branch
+	// Proto are the mask prototypes, [B, NM, ProtoH, ProtoW]. Semseg are
+	// the semantic logits, [B, NC, SemH, SemW]. The one-to-one branch sees
+	// them detached, so only the one-to-many terms send them gradient.
+	Proto, Semseg []float32
+}
+
+// Grads receives d(total)/d(output) for every output, same layouts.
+type Grads struct {
+	One2Many, One2One Branch
+	Proto, Semseg     []float32
+}
+
+func (o *Outputs) check() error {
+	if err := o.Geometry.check(); err != nil {
+		return err
+	}
+	g := &o.Geometry
+	A := g.Anchors()
+	for _, br := range []struct {
+		name string
+		b    *Branch
+	}{{"one2many", &o.One2Many}, {"one2one", &o.One2One}} {
+		if len(br.b.Boxes) != g.B*4*A || len(br.b.Scores) != g.B*g.NC*A || len(br.b.Coef) != g.B*g.NM*A {
+			return fmt.Errorf("loss: %s outputs have %d/%d/%d values, want B×4×A=%d, B×NC×A=%d, B×NM×A=%d",
+				br.name, len(br.b.Boxes), len(br.b.Scores), len(br.b.Coef), g.B*4*A, g.B*g.NC*A, g.B*g.NM*A)
+		}
+	}
+	if len(o.Proto) != g.B*g.NM*g.ProtoH*g.ProtoW || len(o.Semseg) != g.B*g.NC*g.SemH*g.SemW {
+		return fmt.Errorf("loss: proto/semseg have %d/%d values, want %d/%d", len(o.Proto), len(o.Semseg),
+			g.B*g.NM*g.ProtoH*g.ProtoW, g.B*g.NC*g.SemH*g.SemW)
+	}
+	return nil
+}
+
+// Grads allocates a gradient holder shaped like o.
+func (o *Outputs) Grads() *Grads {
+	return &Grads{
+		One2Many: Branch{make([]float32, len(o.One2Many.Boxes)), make([]float32, len(o.One2Many.Scores)), make([]float32, len(o.One2Many.Coef))},
+		One2One:  Branch{make([]float32, len(o.One2One.Boxes)), make([]float32, len(o.One2One.Scores)), make([]float32, len(o.One2One.Coef))},
+		Proto:    make([]float32, len(o.Proto)),
+		Semseg:   make([]float32, len(o.Semseg)),
+	}
+}
+
+func (gr *Grads) check(o *Outputs) error {
+	if len(gr.One2Many.Boxes) != len(o.One2Many.Boxes) || len(gr.One2Many.Scores) != len(o.One2Many.Scores) ||
+		len(gr.One2Many.Coef) != len(o.One2Many.Coef) || len(gr.One2One.Boxes) != len(o.One2One.Boxes) ||
+		len(gr.One2One.Scores) != len(o.One2One.Scores) || len(gr.One2One.Coef) != len(o.One2One.Coef) ||
+		len(gr.Proto) != len(o.Proto) || len(gr.Semseg) != len(o.Semseg) {
+		return errors.New("loss: gradient buffers do not match the outputs' shapes")
+	}
+	return nil
+}
+
+// Component indexes the loss vector [box, seg, cls, dfl, semseg].
+const (
+	Box = iota
+	Seg
+	Cls
+	DFL
+	Semseg
+	NumComponents
+)
+
+// ComponentNames are the loss vector's entries in order, as the reference logs them.
+var ComponentNames = [NumComponents]string{"box", "seg", "cls", "dfl", "semseg"}
+
+// Config sets the criterion's hyperparameters. DefaultConfig gives the
+// reference's values.
+type Config struct {
+	// BoxGain, ClsGain and DFLGain weight the loss vector; both mask terms
+	// reuse BoxGain, as the reference does.
+	BoxGain, ClsGain, DFLGain float64
+	// One2Many and One2One are the two branches' assigner settings.
+	One2Many, One2One AssignerConfig
+	// Epochs and the O2M start/end weights define the ProgLoss schedule.
+	Epochs           int
+	O2MStart, O2MEnd float64
+}
+
+// DefaultConfig returns the reference's settings for a run of epochs epochs.
+func DefaultConfig(epochs int) Config {
+	return Config{
+		BoxGain: 7.5, ClsGain: 0.5, DFLGain: 1.5,
+		One2Many: One2ManyAssigner(), One2One: One2OneAssigner(),
+		Epochs: epochs, O2MStart: 0.8, O2MEnd: 0.1,
+	}
+}
+
+// Result is one batch's loss.
+type Result struct {
+	// One2Many and One2One are each branch's vector times the batch size.
+	One2Many, One2One [NumComponents]float64
+	// Combined is o2m·One2Many + o2o·One2One; Total is its sum, the scalar
+	// that is backpropagated.
+	Combined [NumComponents]float64
+	Total    float64
+	// Items are the logged loss items: the one-to-one vector, not times B.
+	Items [NumComponents]float64
+	// O2M and O2O are the branch weights used.
+	O2M, O2O float64
+	// NumFG counts positives and ScoreSum sums the target scores, per branch.
+	NumFG    [2]int
+	ScoreSum [2]float64
+}
+
+// Criterion is the end-to-end segmentation loss over both head branches,
+// with its ProgLoss state. It owns reusable buffers and is not safe for
+// concurrent use.
+type Criterion struct {
+	cfg      Config
+	updates  int
+	o2m, o2o float64
+	asg      [2]*Assigner
+	tg       padded
+	br       branchScratch
+	last     [2]*Assignment
+}
+
+// NewCriterion checks cfg and returns a criterion at epoch 0.
+func NewCriterion(cfg Config) (*Criterion, error) {
+	if cfg.Epochs < 1 {
+		return nil, fmt.Errorf("loss: epochs %d < 1", cfg.Epochs)
+	}
+	c := &Criterion{cfg: cfg}
+	var err error
+	if c.asg[0], err = NewAssigner(cfg.One2Many); err != nil {
+		return nil, fmt.Errorf("one2many: %w", err)
+	}
+	if c.asg[1], err = NewAssigner(cfg.One2One); err != nil {
+		return nil, fmt.Errorf("one2one: %w", err)
+	}
+	c.setWeights()
+	return c, nil
+}
+
+func (c *Criterion) setWeights() {
+	d := 1 - float64(c.updates)/float64(max(c.cfg.Epochs-1, 1))
+	c.o2m = max(d, 0)*(c.cfg.O2MStart-c.cfg.O2MEnd) + c.cfg.O2MEnd
+	c.o2o = max(1-c.o2m, 0)
+}
+
+// Update advances the ProgLoss schedule; call it once at the end of every
+// epoch, after its last batch.
+func (c *Criterion) Update() { c.updates++; c.setWeights() }
+
+// SetUpdates sets how many epochs have ended, e.g. on resume.
+func (c *Criterion) SetUpdates(u int) { c.updates = u; c.setWeights() }
+
+// Weights returns the current one-to-many and one-to-one weights.
+func (c *Criterion) Weights() (o2m, o2o float64) { return c.o2m, c.o2o }
+
+// Assignments returns the last call's assignments (one-to-many, one-to-one).
+// They alias the criterion's buffers until its next call.
+func (c *Criterion) Assignments() (o2m, o2o *Assignment) { return c.last[0], c.last[1] }
+
+// Forward computes the loss of out against t. When grads is non-nil it is
+// overwritten with d(Total)/d(output) for every output.
+func (c *Criterion) Forward(out *Outputs, t *Targets, grads *Grads) (Result, error) {
+	var res Result
+	if err := out.check(); err != nil {
+		return res, err
+	}
+	if err := t.check(&out.Geometry); err != nil {
+		return res, err
+	}
+	if grads != nil {
+		if err := grads.check(out); err != nil {
+			return res, err
+		}
+		for _, s := range [][]float32{grads.One2Many.Boxes, grads.One2Many.Scores, grads.One2Many.Coef,
+			grads.One2One.Boxes, grads.One2One.Scores, grads.One2One.Coef, grads.Proto, grads.Semseg} {
+			clear(s)
+		}
+	}
+	c.tg.build(t, &out.Geometry)
+	B := float64(out.B)
+	res.O2M, res.O2O = c.o2m, c.o2o
+	for i, w := range [2]float64{c.o2m, c.o2o} {
+		br, bg := &out.One2Many, (*Branch)(nil)
+		var protoG, semG []float32
+		if grads != nil {
+			bg, protoG, semG = &grads.One2Many, grads.Proto, grads.Semseg
+		}
+		if i == 1 {
+			br = &out.One2One
+			if grads != nil {
+				// Prototypes and semantic logits are detached in one2one.
+				bg, protoG, semG = &grads.One2One, nil, nil
+			}
+		}
+		v, asg, err := c.branch(i, out, br, t, bg, protoG, semG, w*B)
+		if err != nil {
+			return res, err
+		}
+		c.last[i] = asg
+		res.NumFG[i] = asg.NumFG
+		res.ScoreSum[i] = c.br.scoreSum
+		for k := range v {
+			if i == 0 {
+				res.One2Many[k] = v[k] * B
+			} else {
+				res.One2One[k] = v[k] * B
+				res.Items[k] = v[k]
+			}
+		}
+	}
+	for k := range res.Combined {
+		res.Combined[k] = c.o2m*res.One2Many[k] + c.o2o*res.One2One[k]
+		res.Total += res.Combined[k]
+	}
+	return res, nil
+}
+
+// branchScratch holds one branch's per-batch buffers.
+type branchScratch struct {
+	anchors, strides []float32 // grid units [A,2], [A]
+	anchorsPx        []float32 // [A,2]
+	pdPx             []float32 // [B,A,4]
+	probs            []float32 // [B,NC,A]
+	scoreSum         float64
+	mask             maskScratch
+}
+
+// branch computes one branch's gained loss vector (not times B) and, when
+// bg is non-nil, adds scale·d(vector sum)/d(output) into bg, protoG and
+// semG (nil means detached).
+func (c *Criterion) branch(which int, out *Outputs, br *Branch, t *Targets, bg *Branch, protoG, semG []float32, scale float64) ([NumComponents]float64, *Assignment, error) {
+	var vec [NumComponents]float64
+	g := &out.Geometry
+	B, A, NC := g.B, g.Anchors(), g.NC
+	s := &c.br
+	s.anchors = growF32(s.anchors, 2*A)
+	s.strides = growF32(s.strides, A)
+	s.anchorsPx = growF32(s.anchorsPx, 2*A)
+	s.pdPx = growF32(s.pdPx, B*A*4)
+	s.probs = growF32(s.probs, B*NC*A)
+	g.anchorGrid(s.anchors, s.strides)
+	for a := 0; a < A; a++ {
+		s.anchorsPx[2*a] = s.anchors[2*a] * s.strides[a]
+		s.anchorsPx[2*a+1] = s.anchors[2*a+1] * s.strides[a]
+	}
+	for b := 0; b < B; b++ {
+		for a := 0; a < A; a++ {
+			ax, ay, st := s.anchors[2*a], s.anchors[2*a+1], s.strides[a]
+			l, tp := br.Boxes[(b*4+0)*A+a], br.Boxes[(b*4+1)*A+a]
+			r, bt := br.Boxes[(b*4+2)*A+a], br.Boxes[(b*4+3)*A+a]
+			p := s.pdPx[(b*A+a)*4:]
+			p[0], p[1], p[2], p[3] = (ax-l)*st, (ay-tp)*st, (ax+r)*st, (ay+bt)*st
+		}
+	}
+	for i, x := range br.Scores {
+		s.probs[i] = float32(sigmoid(float64(x)))
+	}
+	tg := &c.tg
+	asg, err := c.asg[which].Assign(&AssignInput{
+		B: B, A: A, NC: NC, M: tg.M,
+		PdScores: s.probs, PdBoxes: s.pdPx, Anchors: s.anchorsPx,
+		GTLabels: tg.labels, GTBoxes: tg.boxes, MaskGT: tg.valid,
+	})
+	if err != nil {
+		return vec, nil, fmt.Errorf("loss: %s assignment: %w", [2]string{"one2many", "one2one"}[which], err)
+	}
+
+	// S = max(Σ target scores, 1) over the whole batch.
+	sum := 0.0
+	for i, fg := range asg.FG {
+		if fg {
+			sum += float64(asg.ScoreValue[i])
+		}
+	}
+	s.scoreSum = sum
+	S := max(sum, 1)
+
+	// Classification: BCE over every (image, class, anchor), target score
+	// only on the positive's label channel.
+	cls := 0.0
+	gc := scale * c.cfg.ClsGain / S
+	for b := 0; b < B; b++ {
+		for k := 0; k < NC; k++ {
+			row := (b*NC + k) * A
+			for a := 0; a < A; a++ {
+				x := float64(br.Scores[row+a])
+				tv := 0.0
+				if ba := b*A + a; asg.FG[ba] && int(asg.Labels[ba]) == k {
+					tv = float64(asg.ScoreValue[ba])
+				}
+				cls += bceLogits(x, tv)
+				if bg != nil {
+					bg.Scores[row+a] += float32(gc * (sigmoid(x) - tv))
+				}
+			}
+		}
+	}
+	vec[Cls] = c.cfg.ClsGain * cls / S
+	if asg.NumFG == 0 {
+		return vec, asg, nil
+	}
+
+	// Box (CIoU) and the reg_max=1 distance term, on grid-unit boxes.
+	imgH, imgW := g.ImageSize()
+	box, dist := 0.0, 0.0
+	gBox := scale * c.cfg.BoxGain / S
+	gDist := scale * c.cfg.DFLGain / S
+	norms := [4]float64{float64(imgW), float64(imgH), float64(imgW), float64(imgH)}
+	for b := 0; b < B; b++ {
+		for a := 0; a < A; a++ {
+			ba := b*A + a
+			if !asg.FG[ba] {
+				continue
+			}
+			w := float64(asg.ScoreValue[ba])
+			st := s.strides[a]
+			ax, ay := float64(s.anchors[2*a]), float64(s.anchors[2*a+1])
+			var raw, tgt [4]float64
+			for j := 0; j < 4; j++ {
+				raw[j] = float64(br.Boxes[(b*4+j)*A+a])
+				tgt[j] = float64(asg.Boxes[ba*4+j] / st)
+			}
+			pred := [4]float64{ax - raw[0], ay - raw[1], ax + raw[2], ay + raw[3]}
+			ci, cs := ciou(pred, tgt)
+			box += (1 - ci) * w
+			tDist := [4]float64{ax - tgt[0], ay - tgt[1], tgt[2] - ax, tgt[3] - ay}
+			l1 := 0.0
+			var sign [4]float64
+			for j := 0; j < 4; j++ {
+				d := (raw[j] - tDist[j]) * float64(st) / norms[j]
+				l1 += math.Abs(d)
+				if d > 0 {
+					sign[j] = 1
+				} else if d < 0 {
+					sign[j] = -1
+				}
+			}
+			dist += l1 / 4 * w
+			if bg != nil {
+				gp := cs.grad(-gBox * w) // d/d pred xyxy
+				dRaw := [4]float64{-gp[0], -gp[1], gp[2], gp[3]}
+				for j := 0; j < 4; j++ {
+					dRaw[j] += gDist * w / 4 * sign[j] * float64(st) / norms[j]
+					bg.Boxes[(b*4+j)*A+a] += float32(dRaw[j])
+				}
+			}
+		}
+	}
+	vec[Box] = c.cfg.BoxGain * box / S
+	vec[DFL] = c.cfg.DFLGain * dist / S
+
+	var coefG []float32
+	if bg != nil {
+		coefG = bg.Coef
+	}
+	seg := s.mask.loss(g, asg, tg, br.Coef, out.Proto, coefG, protoG, scale*c.cfg.BoxGain)
+	vec[Seg] = c.cfg.BoxGain * seg
+	vec[Semseg] = c.cfg.BoxGain * semsegLoss(g, out.Semseg, tg.sem, semG, scale*c.cfg.BoxGain)
+	return vec, asg, nil
+}
+
+func sigmoid(x float64) float64 {
+	if x >= 0 {
+		return 1 / (1 + math.Exp(-x))
+	}
+	e := math.Exp(x)
+	return e / (1 + e)
+}
+
+// bceLogits is BCE-with-logits in its stable form.
+func bceLogits(x, t float64) float64 {
+	return max(x, 0) - x*t + math.Log1p(math.Exp(-math.Abs(x)))
+}

@@ -1,0 +1,159 @@
+package loss
+
+import (
+	"fmt"
+	"math"
+)
+
+// Targets is one batch's ground truth in the loader's layout.
+type Targets struct {
+	// BoxesPerImage splits the instance arrays by image; its length is the
+	// batch size B and its sum is N.
+	BoxesPerImage []int
+	// Classes holds N class ids in [0, NC).
+	Classes []int32
+	// Boxes holds N boxes, xyxy in input-canvas pixels, [N, 4].
+	Boxes []float32
+	// Masks is the {0,1} instance-mask stack at prototype resolution,
+	// [N, ProtoH, ProtoW]. Where masks overlap, the later instance of the
+	// image owns the pixel (see the package doc).
+	Masks []uint8
+}
+
+// check validates t against the geometry, naming the offending instance.
+func (t *Targets) check(g *Geometry) error {
+	if len(t.BoxesPerImage) != g.B {
+		return fmt.Errorf("targets: boxes_per_image has %d images, outputs have %d", len(t.BoxesPerImage), g.B)
+	}
+	n := 0
+	for i, c := range t.BoxesPerImage {
+		if c < 0 {
+			return fmt.Errorf("targets: image %d: negative box count %d", i, c)
+		}
+		n += c
+	}
+	if len(t.Classes) != n || len(t.Boxes) != 4*n {
+		return fmt.Errorf("targets: %d classes and %d box values for %d instances", len(t.Classes), len(t.Boxes), n)
+	}
+	if len(t.Masks) != n*g.ProtoH*g.ProtoW {
+		return fmt.Errorf("targets: mask stack has %d bytes, want N×%d×%d = %d", len(t.Masks), g.ProtoH, g.ProtoW, n*g.ProtoH*g.ProtoW)
+	}
+	img, first := 0, 0
+	for k := 0; k < n; k++ {
+		for img < g.B && k >= first+t.BoxesPerImage[img] {
+			first += t.BoxesPerImage[img]
+			img++
+		}
+		if c := t.Classes[k]; c < 0 || int(c) >= g.NC {
+			return fmt.Errorf("targets: image %d instance %d: class %d outside [0,%d)", img, k-first, c, g.NC)
+		}
+		b := t.Boxes[4*k : 4*k+4]
+		for _, v := range b {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				return fmt.Errorf("targets: image %d instance %d: box %v is not finite", img, k-first, b)
+			}
+		}
+		// A zero-width or zero-height box would divide the mask loss by a
+		// zero area; the loader drops such boxes, so refuse them here.
+		if !(b[2] > b[0]) || !(b[3] > b[1]) {
+			return fmt.Errorf("targets: image %d instance %d: box %v is empty (need x2>x1, y2>y1)", img, k-first, b)
+		}
+	}
+	return nil
+}
+
+// padded is the targets regrouped into per-image slots of width M, plus the
+// per-pixel instance map both mask terms read.
+type padded struct {
+	M      int
+	labels []int32   // [B, M]
+	boxes  []float32 // [B, M, 4]
+	valid  []bool    // [B, M]
+	offset []int     // first instance of each image in the flat arrays
+	// owner is, per image and prototype pixel, 1 + the image-local index of
+	// the instance that owns the pixel, 0 for background ([B, Hp, Wp]).
+	owner []int32
+	// sem is the semantic target at semseg resolution, [B, NC, Hs, Ws].
+	sem []float32
+}
+
+// build fills p from t. The owner map paints the instances in order, so
+// the later one wins where masks overlap (the reference's overlap map).
+func (p *padded) build(t *Targets, g *Geometry) {
+	B := g.B
+	p.M = 0
+	for _, c := range t.BoxesPerImage {
+		p.M = max(p.M, c)
+	}
+	M := p.M
+	p.labels = growI32(p.labels, B*M)
+	p.boxes = growF32(p.boxes, B*M*4)
+	p.valid = growBool(p.valid, B*M)
+	if cap(p.offset) < B {
+		p.offset = make([]int, B)
+	}
+	p.offset = p.offset[:B]
+	hw := g.ProtoH * g.ProtoW
+	p.owner = growI32(p.owner, B*hw)
+	k := 0
+	for b := 0; b < B; b++ {
+		p.offset[b] = k
+		for j := 0; j < t.BoxesPerImage[b]; j++ {
+			s := b*M + j
+			p.labels[s] = t.Classes[k]
+			copy(p.boxes[4*s:4*s+4], t.Boxes[4*k:4*k+4])
+			bx := t.Boxes[4*k : 4*k+4]
+			// The reference's mask_gt: a slot is real when its coordinates
+			// do not sum to zero.
+			p.valid[s] = bx[0]+bx[1]+bx[2]+bx[3] > 0
+			m := t.Masks[k*hw : (k+1)*hw]
+			own := p.owner[b*hw : (b+1)*hw]
+			for i, v := range m {
+				if v != 0 {
+					own[i] = int32(j + 1)
+				}
+			}
+			k++
+		}
+	}
+	p.buildSemantic(t, g)
+}
+
+// buildSemantic reproduces the 8.4.2 semantic target: the class of the
+// pixel's owner, background reading the class of the image's last
+// instance, every channel zero where that value is class 0, then a nearest
+// resize to the semseg grid.
+func (p *padded) buildSemantic(t *Targets, g *Geometry) {
+	B, NC, Hs, Ws := g.B, g.NC, g.SemH, g.SemW
+	p.sem = growF32(p.sem, B*NC*Hs*Ws)
+	hw := g.ProtoH * g.ProtoW
+	for b := 0; b < B; b++ {
+		n := t.BoxesPerImage[b]
+		if n == 0 {
+			continue
+		}
+		own := p.owner[b*hw : (b+1)*hw]
+		bg := t.Classes[p.offset[b]+n-1]
+		for y := 0; y < Hs; y++ {
+			sy := nearestSrc(y, Hs, g.ProtoH)
+			for x := 0; x < Ws; x++ {
+				sx := nearestSrc(x, Ws, g.ProtoW)
+				c := bg
+				if o := own[sy*g.ProtoW+sx]; o > 0 {
+					c = t.Classes[p.offset[b]+int(o)-1]
+				}
+				if c == 0 {
+					continue
+				}
+				p.sem[((b*NC+int(c))*Hs+y)*Ws+x] = 1
+			}
+		}
+	}
+}
+
+// nearestSrc is PyTorch's mode="nearest" source index: floor(dst·in/out)
+// with the scale in float32, clamped to the input.
+func nearestSrc(dst, out, in int) int {
+	scale := float32(in) / float32(out)
+	return min(int(math.Floor(float64(float32(dst)*scale))), in-1)
+}
