@@ -1,0 +1,1081 @@
+package coco
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+
+	"github.com/segpipe/segpipe/datasets"
+	"github.com/segpipe/segpipe/datasets/internal/arena"
+	"github.com/segpipe/segpipe/formats/rle"
+	"github.com/segpipe/segpipe/formats/shard"
+)
+
+// Options configure Open. The zero value is the default policy.
+type Options struct {
+	// Strict turns the first bad-input problem into Open's error instead of
+	// skipping and counting it.
+	Strict bool
+	// Workers is the number of goroutines reading image files, both for
+	// the header check in Open and in Images. <= 0 means GOMAXPROCS.
+	Workers int
+	// Logger receives skipped-item records; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Dataset is an opened COCO annotation file with its image directory. All
+// annotations are held in memory in compact form; image files are read
+// only by Images.
+type Dataset struct {
+	file   string
+	cats   []shard.Category
+	src    *arena.Source
+	report *datasets.Report
+	stats  Stats
+}
+
+// Stats describe what the annotation file held before anything was
+// skipped.
+type Stats struct {
+	Images      int // entries of "images"
+	Annotations int // entries of "annotations"
+	Categories  int // entries of "categories"
+	Bytes       int64
+}
+
+// Open parses annotationsPath (a COCO instances JSON file) and checks the
+// header of every image under imagesDir. It returns an error for a file
+// that cannot be read or parsed (with its byte offset) and, when
+// opts.Strict is set, for the first bad item; otherwise bad items are
+// skipped and counted in Report.
+func Open(annotationsPath, imagesDir string, opts Options) (*Dataset, error) {
+	f, err := os.Open(annotationsPath)
+	if err != nil {
+		return nil, fmt.Errorf("coco: %w", err)
+	}
+	defer f.Close()
+	rep := &datasets.Report{Logger: opts.Logger}
+	p := newParser(f, annotationsPath, opts.Strict, rep)
+	if err := p.parse(); err != nil {
+		return nil, err
+	}
+	d := &Dataset{file: annotationsPath, report: rep, stats: p.stats}
+	d.stats.Bytes = p.s.offset()
+	if err := p.finish(imagesDir, opts.Workers, d); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// Categories returns the category table sorted by original id, Index
+// contiguous from 0. The slice is shared; do not modify it.
+func (d *Dataset) Categories() []shard.Category { return d.cats }
+
+// Len is the number of images Images emits (after skipping bad ones).
+func (d *Dataset) Len() int { return len(d.src.Images) }
+
+// Report holds the counts of skipped items by reason.
+func (d *Dataset) Report() *datasets.Report { return d.report }
+
+// Stats describe the annotation file as read.
+func (d *Dataset) Stats() Stats { return d.stats }
+
+// Images calls fn for every image in ascending image id order, starting at
+// the start-th (0-based; start == Len() calls nothing), so a resumed
+// conversion that already wrote start rows continues where it stopped.
+// Instances are in ascending annotation id order. Image files are read by
+// Options.Workers goroutines ahead of fn, and fn is called on the calling
+// goroutine, one image at a time.
+//
+// fn must not retain the *shard.Image, nor any slice reachable from it
+// (Bytes, Instances, Polygons, RLE counts), after it returns: they are
+// reused for later images. Copy what must outlive the call. fn may modify
+// them. An error from fn or ctx stops the iteration and is returned. An
+// image file that changed since Open (now missing, or with another header)
+// is an error here rather than a skip, since skipping it would shift the
+// row numbers that start refers to.
+func (d *Dataset) Images(ctx context.Context, start int, fn func(*shard.Image) error) error {
+	return d.src.Each(ctx, start, fn)
+}
+
+// parser holds the state of one parse.
+type parser struct {
+	s      *scanner
+	file   string
+	strict bool
+	rep    *datasets.Report
+	stats  Stats
+
+	store    arena.Store
+	annImage []int64 // per store.Anns: image id
+	annOff   []int64 // per store.Anns: byte offset of the annotation
+	annIdx   []int32 // per store.Anns: index in "annotations"
+
+	images  []image
+	imgByID map[int64]int32
+	cats    []catEntry
+	catSeen map[int32]bool
+
+	notes []note // problems of the annotation being parsed
+}
+
+type image struct {
+	id       int64
+	fileName string
+	w, h     int32
+	off      int64
+	idx      int32
+}
+
+type catEntry struct {
+	shard.Category
+	off int64
+	idx int32
+}
+
+func newParser(r io.Reader, file string, strict bool, rep *datasets.Report) *parser {
+	return &parser{
+		s: newScanner(r), file: file, strict: strict, rep: rep,
+		imgByID: make(map[int64]int32), catSeen: make(map[int32]bool),
+	}
+}
+
+// syntax wraps a scanner error as the always-fatal malformed_json problem.
+func (p *parser) syntax(err error) error {
+	var se *syntaxError
+	if errors.As(err, &se) {
+		return &datasets.Problem{File: p.file, Offset: se.off, ImageID: -1, AnnID: -1,
+			Reason: datasets.ReasonMalformedJSON, Detail: se.msg}
+	}
+	return fmt.Errorf("coco: %s: %w", p.file, err)
+}
+
+// problem applies the policy to one bad item.
+func (p *parser) problem(off int64, where string, imageID, annID int64, reason, detail string) error {
+	return p.rep.Handle(p.strict, &datasets.Problem{File: p.file, Offset: off, Where: where,
+		ImageID: imageID, AnnID: annID, Reason: reason, Detail: detail})
+}
+
+func (p *parser) parse() error {
+	if err := p.parseTop(); err != nil {
+		var pr *datasets.Problem
+		if errors.As(err, &pr) {
+			return err
+		}
+		return p.syntax(err)
+	}
+	return nil
+}
+
+func (p *parser) parseTop() error {
+	s := p.s
+	if err := s.expect('{', "at the start of a COCO file"); err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for first := true; ; first = false {
+		more, err := s.more('}', first, "the top-level object")
+		if err != nil {
+			return err
+		}
+		if !more {
+			break
+		}
+		off := s.offset()
+		k, err := s.key("the top-level object")
+		if err != nil {
+			return err
+		}
+		key := string(k)
+		switch key {
+		case "images", "annotations", "categories":
+			if seen[key] {
+				return s.errf(off, "key %q appears twice", key)
+			}
+			seen[key] = true
+			if err := p.array(key); err != nil {
+				return err
+			}
+		default:
+			if err := s.skip(); err != nil {
+				return err
+			}
+		}
+	}
+	if _, ok := s.peek(); ok {
+		return s.errf(s.offset(), "data after the end of the top-level object")
+	}
+	if s.rerr != nil && !errors.Is(s.rerr, io.EOF) {
+		return s.rerr
+	}
+	for _, k := range []string{"images", "categories"} {
+		if !seen[k] {
+			return &datasets.Problem{File: p.file, Offset: -1, ImageID: -1, AnnID: -1,
+				Reason: datasets.ReasonMissingField, Detail: fmt.Sprintf("no %q array: not a COCO instances file", k)}
+		}
+	}
+	return nil
+}
+
+// array parses one of the three top-level arrays.
+func (p *parser) array(name string) error {
+	s := p.s
+	c, ok := s.peek()
+	if !ok {
+		return s.eofErr("expecting the " + name + " array")
+	}
+	if c != '[' {
+		return &datasets.Problem{File: p.file, Offset: s.offset(), Where: name, ImageID: -1, AnnID: -1,
+			Reason: datasets.ReasonInvalidField, Detail: fmt.Sprintf("%q is a %s, want an array", name, kindOf(c))}
+	}
+	s.pos++
+	for i := 0; ; i++ {
+		more, err := s.more(']', i == 0, name)
+		if err != nil || !more {
+			return err
+		}
+		switch name {
+		case "images":
+			p.stats.Images++
+			err = p.image(int32(i))
+		case "annotations":
+			p.stats.Annotations++
+			err = p.annotation(int32(i))
+		default:
+			p.stats.Categories++
+			err = p.category(int32(i))
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// field is one value read from an object with its location.
+type note struct {
+	off    int64
+	where  string
+	reason string
+	detail string
+	fatal  bool // the whole item is skipped
+}
+
+// objectStart checks that an array element is an object. A non-object is
+// skipped (syntax-checked) and reported through the returned note.
+func (p *parser) objectStart(where string) (*note, error) {
+	s := p.s
+	off := s.offset()
+	c, ok := s.peek()
+	if !ok {
+		return nil, s.eofErr("in " + where)
+	}
+	if c != '{' {
+		if err := s.skip(); err != nil {
+			return nil, err
+		}
+		return &note{off: off, where: where, reason: datasets.ReasonInvalidField,
+			detail: fmt.Sprintf("element is a %s, want an object", kindOf(c)), fatal: true}, nil
+	}
+	s.pos++
+	return nil, nil
+}
+
+// intValue reads an integral number; a value of another type or with a
+// fraction is skipped and reported in the note.
+func (p *parser) intValue(where string, lo, hi int64) (int64, *note, error) {
+	s := p.s
+	off := s.offset()
+	c, ok := s.peek()
+	if !ok {
+		return 0, nil, s.eofErr("in " + where)
+	}
+	if k := kindOf(c); k != kNumber {
+		if err := s.skip(); err != nil {
+			return 0, nil, err
+		}
+		return 0, &note{off: off, where: where, reason: datasets.ReasonInvalidField,
+			detail: fmt.Sprintf("is a %s, want an integer", k), fatal: true}, nil
+	}
+	v, raw, err := s.number()
+	if err != nil {
+		return 0, nil, err
+	}
+	n, perr := strconv.ParseInt(string(raw), 10, 64)
+	if perr != nil {
+		// 3.0 or 1e3 are integers written as floats; accept those.
+		if v != math.Trunc(v) || math.Abs(v) > 1<<53 {
+			return 0, &note{off: off, where: where, reason: datasets.ReasonInvalidField,
+				detail: fmt.Sprintf("%s is not an integer", raw), fatal: true}, nil
+		}
+		n = int64(v)
+	}
+	if n < lo || n > hi {
+		return 0, &note{off: off, where: where, reason: datasets.ReasonInvalidField,
+			detail: fmt.Sprintf("%d outside [%d, %d]", n, lo, hi), fatal: true}, nil
+	}
+	return n, nil, nil
+}
+
+// stringValue reads a string; another type is skipped and reported.
+func (p *parser) stringValue(where string) (string, *note, error) {
+	s := p.s
+	off := s.offset()
+	c, ok := s.peek()
+	if !ok {
+		return "", nil, s.eofErr("in " + where)
+	}
+	if k := kindOf(c); k != kString {
+		if err := s.skip(); err != nil {
+			return "", nil, err
+		}
+		return "", &note{off: off, where: where, reason: datasets.ReasonInvalidField,
+			detail: fmt.Sprintf("is a %s, want a string", k), fatal: true}, nil
+	}
+	b, err := s.str()
+	return string(b), nil, err
+}
+
+// floatValue reads a number; NaN/±Inf and other types are reported.
+func (p *parser) floatValue(where string) (float64, *note, error) {
+	s := p.s
+	off := s.offset()
+	c, ok := s.peek()
+	if !ok {
+		return 0, nil, s.eofErr("in " + where)
+	}
+	if k := kindOf(c); k != kNumber {
+		if err := s.skip(); err != nil {
+			return 0, nil, err
+		}
+		return 0, &note{off: off, where: where, reason: datasets.ReasonInvalidField,
+			detail: fmt.Sprintf("is a %s, want a number", k), fatal: true}, nil
+	}
+	v, raw, err := s.number()
+	if err != nil {
+		return 0, nil, err
+	}
+	if math.IsNaN(v) || math.IsInf(float64(float32(v)), 0) {
+		return 0, &note{off: off, where: where, reason: datasets.ReasonNonFinite,
+			detail: fmt.Sprintf("%s is not a finite float32", raw), fatal: true}, nil
+	}
+	return v, nil, nil
+}
+
+func (p *parser) image(idx int32) error {
+	s := p.s
+	where := fmt.Sprintf("images[%d]", idx)
+	off := s.offset()
+	bad, err := p.objectStart(where)
+	if err != nil {
+		return err
+	}
+	im := image{id: -1, off: off, idx: idx}
+	var have [4]bool
+	if bad == nil {
+		for first := true; ; first = false {
+			more, err := s.more('}', first, where)
+			if err != nil {
+				return err
+			}
+			if !more {
+				break
+			}
+			k, err := s.key(where)
+			if err != nil {
+				return err
+			}
+			var n *note
+			switch string(k) {
+			case "id":
+				var v int64
+				v, n, err = p.intValue(where+".id", math.MinInt64, math.MaxInt64)
+				if n == nil {
+					im.id = v
+				}
+				have[0] = true
+			case "file_name":
+				im.fileName, n, err = p.stringValue(where + ".file_name")
+				have[1] = true
+			case "width":
+				var v int64
+				v, n, err = p.intValue(where+".width", 1, math.MaxInt32)
+				im.w = int32(v)
+				have[2] = true
+			case "height":
+				var v int64
+				v, n, err = p.intValue(where+".height", 1, math.MaxInt32)
+				im.h = int32(v)
+				have[3] = true
+			default:
+				err = s.skip()
+			}
+			if err != nil {
+				return err
+			}
+			if n != nil && bad == nil {
+				bad = n
+			}
+		}
+		if bad == nil {
+			for i, name := range []string{"id", "file_name", "width", "height"} {
+				if !have[i] {
+					bad = &note{off: off, where: where, reason: datasets.ReasonMissingField, detail: "no " + name}
+					break
+				}
+			}
+		}
+		if bad == nil && !filepath.IsLocal(im.fileName) {
+			bad = &note{off: off, where: where + ".file_name", reason: datasets.ReasonInvalidFileName,
+				detail: fmt.Sprintf("%q is not a relative path inside the image directory", im.fileName)}
+		}
+		if bad == nil {
+			if first, dup := p.imgByID[im.id]; dup {
+				bad = &note{off: off, where: where, reason: datasets.ReasonDuplicateImageID,
+					detail: fmt.Sprintf("id already used by images[%d]; this entry is skipped", p.images[first].idx)}
+			}
+		}
+	}
+	if bad != nil {
+		return p.problem(bad.off, bad.where, im.id, -1, bad.reason, bad.detail)
+	}
+	p.imgByID[im.id] = int32(len(p.images))
+	p.images = append(p.images, im)
+	return nil
+}
+
+func (p *parser) category(idx int32) error {
+	s := p.s
+	where := fmt.Sprintf("categories[%d]", idx)
+	off := s.offset()
+	bad, err := p.objectStart(where)
+	if err != nil {
+		return err
+	}
+	c := catEntry{off: off, idx: idx}
+	var haveID, haveName bool
+	if bad == nil {
+		for first := true; ; first = false {
+			more, err := s.more('}', first, where)
+			if err != nil {
+				return err
+			}
+			if !more {
+				break
+			}
+			k, err := s.key(where)
+			if err != nil {
+				return err
+			}
+			var n *note
+			switch string(k) {
+			case "id":
+				var v int64
+				v, n, err = p.intValue(where+".id", math.MinInt32, math.MaxInt32)
+				c.ID = int32(v)
+				haveID = true
+			case "name":
+				c.Name, n, err = p.stringValue(where + ".name")
+				haveName = true
+			case "supercategory":
+				c.Supercategory, n, err = p.stringValue(where + ".supercategory")
+			default:
+				err = s.skip()
+			}
+			if err != nil {
+				return err
+			}
+			if n != nil && bad == nil {
+				bad = n
+			}
+		}
+		switch {
+		case bad != nil:
+		case !haveID:
+			bad = &note{off: off, where: where, reason: datasets.ReasonMissingField, detail: "no id"}
+		case !haveName:
+			bad = &note{off: off, where: where, reason: datasets.ReasonMissingField, detail: "no name"}
+		case p.catSeen[c.ID]:
+			bad = &note{off: off, where: where, reason: datasets.ReasonDuplicateCategoryID,
+				detail: fmt.Sprintf("category id %d already defined; this entry is skipped", c.ID)}
+		}
+	}
+	if bad != nil {
+		return p.problem(bad.off, bad.where, -1, -1, bad.reason, bad.detail)
+	}
+	p.catSeen[c.ID] = true
+	p.cats = append(p.cats, c)
+	return nil
+}
+
+// annotation parses one annotation straight into the arenas, rolling them
+// back when the annotation is skipped.
+func (p *parser) annotation(idx int32) error {
+	s := p.s
+	st := &p.store
+	where := fmt.Sprintf("annotations[%d]", idx)
+	off := s.offset()
+	p.notes = p.notes[:0]
+	bad, err := p.objectStart(where)
+	if err != nil {
+		return err
+	}
+	mark := st.Mark()
+	a := arena.Ann{ID: -1}
+	imageID := int64(-1)
+	a.RingLo = uint32(len(st.RingEnd))
+	a.RingHi = a.RingLo
+	var have struct{ id, img, cat, seg, area, bbox bool }
+	fail := func(n *note) {
+		if n != nil && bad == nil {
+			bad = n
+		}
+	}
+	if bad == nil {
+		for first := true; ; first = false {
+			more, err := s.more('}', first, where)
+			if err != nil {
+				return err
+			}
+			if !more {
+				break
+			}
+			k, err := s.key(where)
+			if err != nil {
+				return err
+			}
+			var n *note
+			switch string(k) {
+			case "id":
+				var v int64
+				v, n, err = p.intValue(where+".id", math.MinInt64, math.MaxInt64)
+				if n == nil {
+					a.ID = v
+				}
+				have.id = true
+			case "image_id":
+				var v int64
+				v, n, err = p.intValue(where+".image_id", math.MinInt64, math.MaxInt64)
+				if n == nil {
+					imageID = v
+				}
+				have.img = true
+			case "category_id":
+				var v int64
+				v, n, err = p.intValue(where+".category_id", math.MinInt32, math.MaxInt32)
+				a.CategoryID = int32(v)
+				have.cat = true
+			case "iscrowd":
+				n, err = p.crowd(where+".iscrowd", &a)
+			case "area":
+				var v float64
+				v, n, err = p.floatValue(where + ".area")
+				a.Area = float32(v)
+				have.area = true
+			case "bbox":
+				n, err = p.bbox(where+".bbox", &a)
+				have.bbox = true
+			case "segmentation":
+				if have.seg {
+					n = &note{off: s.offset(), where: where, reason: datasets.ReasonInvalidField,
+						detail: "segmentation given twice", fatal: true}
+					err = s.skip()
+					break
+				}
+				n, err = p.segmentation(where+".segmentation", &a)
+				have.seg = true
+			default:
+				err = s.skip()
+			}
+			if err != nil {
+				return err
+			}
+			fail(n)
+		}
+		if bad == nil {
+			for _, f := range []struct {
+				ok   bool
+				name string
+			}{{have.id, "id"}, {have.img, "image_id"}, {have.cat, "category_id"}, {have.seg, "segmentation"}, {have.area, "area"}, {have.bbox, "bbox"}} {
+				if !f.ok {
+					bad = &note{off: off, where: where, reason: datasets.ReasonMissingField, detail: "no " + f.name}
+					break
+				}
+			}
+		}
+	}
+	if bad == nil {
+		for _, n := range p.notes {
+			if err := p.problem(n.off, n.where, imageID, a.ID, n.reason, n.detail); err != nil {
+				return err
+			}
+		}
+		if !a.HasRLE && a.RingHi == a.RingLo && len(p.notes) > 0 {
+			bad = &note{off: off, where: where + ".segmentation", reason: datasets.ReasonNoValidPolygon,
+				detail: "every ring was dropped"}
+		}
+	}
+	if bad != nil {
+		st.Rollback(mark)
+		return p.problem(bad.off, bad.where, imageID, a.ID, bad.reason, bad.detail)
+	}
+	st.Anns = append(st.Anns, a)
+	p.annImage = append(p.annImage, imageID)
+	p.annOff = append(p.annOff, off)
+	p.annIdx = append(p.annIdx, idx)
+	return nil
+}
+
+func (p *parser) crowd(where string, a *arena.Ann) (*note, error) {
+	s := p.s
+	off := s.offset()
+	c, ok := s.peek()
+	if !ok {
+		return nil, s.eofErr("in " + where)
+	}
+	if kindOf(c) == kBool {
+		v, err := s.literal()
+		a.Crowd = v
+		return nil, err
+	}
+	v, n, err := p.intValue(where, 0, 1)
+	if n != nil {
+		n.off = off
+		n.detail = "want 0 or 1: " + n.detail
+	}
+	a.Crowd = v == 1
+	return n, err
+}
+
+func (p *parser) bbox(where string, a *arena.Ann) (*note, error) {
+	s := p.s
+	off := s.offset()
+	c, ok := s.peek()
+	if !ok {
+		return nil, s.eofErr("in " + where)
+	}
+	if c != '[' {
+		if err := s.skip(); err != nil {
+			return nil, err
+		}
+		return &note{off: off, where: where, reason: datasets.ReasonInvalidBBox,
+			detail: fmt.Sprintf("is a %s, want [x, y, w, h]", kindOf(c)), fatal: true}, nil
+	}
+	s.pos++
+	var bad *note
+	i := 0
+	for ; ; i++ {
+		more, err := s.more(']', i == 0, where)
+		if err != nil {
+			return nil, err
+		}
+		if !more {
+			break
+		}
+		v, n, err := p.floatValue(fmt.Sprintf("%s[%d]", where, i))
+		if err != nil {
+			return nil, err
+		}
+		if n != nil && bad == nil {
+			bad = n
+		}
+		if i < 4 {
+			a.BBox[i] = float32(v)
+		}
+	}
+	if bad != nil {
+		if bad.reason == datasets.ReasonInvalidField {
+			bad.reason = datasets.ReasonInvalidBBox
+		}
+		return bad, nil
+	}
+	if i != 4 {
+		return &note{off: off, where: where, reason: datasets.ReasonInvalidBBox,
+			detail: fmt.Sprintf("%d numbers, want 4", i), fatal: true}, nil
+	}
+	if a.BBox[2] < 0 || a.BBox[3] < 0 {
+		return &note{off: off, where: where, reason: datasets.ReasonInvalidBBox,
+			detail: fmt.Sprintf("negative size %gx%g", a.BBox[2], a.BBox[3]), fatal: true}, nil
+	}
+	return nil, nil
+}
+
+// segmentation parses polygons (a list of rings) or an RLE object.
+func (p *parser) segmentation(where string, a *arena.Ann) (*note, error) {
+	s := p.s
+	off := s.offset()
+	c, ok := s.peek()
+	if !ok {
+		return nil, s.eofErr("in " + where)
+	}
+	switch c {
+	case '[':
+		return p.polygons(where, a)
+	case '{':
+		return p.rle(where, a)
+	}
+	if err := s.skip(); err != nil {
+		return nil, err
+	}
+	return &note{off: off, where: where, reason: datasets.ReasonInvalidField,
+		detail: fmt.Sprintf("is a %s, want a list of polygons or an RLE object", kindOf(c)), fatal: true}, nil
+}
+
+func (p *parser) polygons(where string, a *arena.Ann) (*note, error) {
+	s := p.s
+	st := &p.store
+	off := s.offset()
+	s.pos++
+	var bad *note
+	rings := 0
+	for ; ; rings++ {
+		more, err := s.more(']', rings == 0, where)
+		if err != nil {
+			return nil, err
+		}
+		if !more {
+			break
+		}
+		rw := where + "[" + strconv.Itoa(rings) + "]"
+		roff := s.offset()
+		c, _ := s.peek()
+		if c != '[' {
+			if err := s.skip(); err != nil {
+				return nil, err
+			}
+			if bad == nil {
+				bad = &note{off: roff, where: rw, reason: datasets.ReasonInvalidField,
+					detail: fmt.Sprintf("polygon is a %s, want a list of numbers", kindOf(c)), fatal: true}
+			}
+			continue
+		}
+		s.pos++
+		c0 := len(st.Coords)
+		for i := 0; ; i++ {
+			more, err := s.more(']', i == 0, rw)
+			if err != nil {
+				return nil, err
+			}
+			if !more {
+				break
+			}
+			c, _ := s.peek()
+			if kindOf(c) != kNumber {
+				voff := s.offset()
+				if err := s.skip(); err != nil {
+					return nil, err
+				}
+				if bad == nil {
+					bad = &note{off: voff, where: rw, reason: datasets.ReasonInvalidField,
+						detail: fmt.Sprintf("value %d is a %s, want a number", i, kindOf(c)), fatal: true}
+				}
+				continue
+			}
+			voff := s.offset()
+			v, raw, err := s.number()
+			if err != nil {
+				return nil, err
+			}
+			f := float32(v)
+			if math.IsNaN(v) || math.IsInf(float64(f), 0) {
+				if bad == nil {
+					bad = &note{off: voff, where: rw, reason: datasets.ReasonNonFinite,
+						detail: fmt.Sprintf("value %d is %s", i, raw), fatal: true}
+				}
+				continue
+			}
+			st.Coords = append(st.Coords, f)
+		}
+		if bad != nil {
+			continue
+		}
+		n := len(st.Coords) - c0
+		switch {
+		case n%2 == 1:
+			bad = &note{off: roff, where: rw, reason: datasets.ReasonPolygonOddLength,
+				detail: fmt.Sprintf("%d values", n), fatal: true}
+		case n == 4:
+			st.Coords = st.Coords[:c0]
+			p.notes = append(p.notes, note{off: roff, where: rw, reason: datasets.ReasonPolygonFourNumbers,
+				detail: "ring of 4 numbers dropped (2 points; pycocotools would read it as a box)"})
+		case n < 6:
+			st.Coords = st.Coords[:c0]
+			p.notes = append(p.notes, note{off: roff, where: rw, reason: datasets.ReasonPolygonTooFewPoints,
+				detail: fmt.Sprintf("ring of %d points dropped", n/2)})
+		default:
+			st.CloseRing()
+		}
+	}
+	if bad != nil {
+		return bad, nil
+	}
+	if rings == 0 {
+		return &note{off: off, where: where, reason: datasets.ReasonEmptySegmentation,
+			detail: "no polygons", fatal: true}, nil
+	}
+	a.RingHi = uint32(len(st.RingEnd))
+	return nil, nil
+}
+
+// rle parses {"size": [h, w], "counts": [...] | "..."} into the counts
+// arena; a compressed string is decoded to canonical uncompressed counts.
+func (p *parser) rle(where string, a *arena.Ann) (*note, error) {
+	s := p.s
+	st := &p.store
+	off := s.offset()
+	s.pos++
+	var bad *note
+	var haveSize, haveCounts bool
+	lo := len(st.Counts)
+	fail := func(n *note) {
+		if n != nil && bad == nil {
+			n.reason = datasets.ReasonInvalidRLE
+			bad = n
+		}
+	}
+	for first := true; ; first = false {
+		more, err := s.more('}', first, where)
+		if err != nil {
+			return nil, err
+		}
+		if !more {
+			break
+		}
+		k, err := s.key(where)
+		if err != nil {
+			return nil, err
+		}
+		switch string(k) {
+		case "size":
+			sw := where + ".size"
+			soff := s.offset()
+			if c, _ := s.peek(); c != '[' {
+				if err := s.skip(); err != nil {
+					return nil, err
+				}
+				fail(&note{off: soff, where: sw, detail: "want [h, w]", fatal: true})
+				continue
+			}
+			s.pos++
+			i := 0
+			for ; ; i++ {
+				more, err := s.more(']', i == 0, sw)
+				if err != nil {
+					return nil, err
+				}
+				if !more {
+					break
+				}
+				v, n, err := p.intValue(fmt.Sprintf("%s[%d]", sw, i), 0, math.MaxInt32)
+				if err != nil {
+					return nil, err
+				}
+				fail(n)
+				switch i {
+				case 0:
+					a.RLEH = int32(v)
+				case 1:
+					a.RLEW = int32(v)
+				}
+			}
+			if i != 2 {
+				fail(&note{off: soff, where: sw, detail: fmt.Sprintf("%d numbers, want [h, w]", i), fatal: true})
+			}
+			haveSize = true
+		case "counts":
+			cw := where + ".counts"
+			coff := s.offset()
+			c, _ := s.peek()
+			switch c {
+			case '"':
+				str, err := s.str()
+				if err != nil {
+					return nil, err
+				}
+				var derr error
+				st.Counts, derr = rle.AppendDecode(st.Counts, string(str))
+				if derr != nil {
+					fail(&note{off: coff, where: cw, detail: derr.Error(), fatal: true})
+				}
+			case '[':
+				s.pos++
+				for i := 0; ; i++ {
+					more, err := s.more(']', i == 0, cw)
+					if err != nil {
+						return nil, err
+					}
+					if !more {
+						break
+					}
+					v, n, err := p.intValue(cw, 0, math.MaxUint32)
+					if err != nil {
+						return nil, err
+					}
+					fail(n)
+					st.Counts = append(st.Counts, uint32(v))
+				}
+			default:
+				if err := s.skip(); err != nil {
+					return nil, err
+				}
+				fail(&note{off: coff, where: cw, detail: fmt.Sprintf("is a %s, want a list or a string", kindOf(c)), fatal: true})
+			}
+			haveCounts = true
+		default:
+			if err := s.skip(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if bad == nil && (!haveSize || !haveCounts) {
+		fail(&note{off: off, where: where, detail: "want both size and counts", fatal: true})
+	}
+	if bad == nil {
+		var sum uint64
+		for _, c := range st.Counts[lo:] {
+			sum += uint64(c)
+		}
+		if px := uint64(a.RLEH) * uint64(a.RLEW); sum != px {
+			fail(&note{off: off, where: where, detail: fmt.Sprintf("counts sum to %d, size [%d, %d] has %d pixels", sum, a.RLEH, a.RLEW, px), fatal: true})
+		}
+	}
+	if bad != nil {
+		return bad, nil
+	}
+	a.HasRLE = true
+	a.RLELo, a.RLEHi = uint32(lo), uint32(len(st.Counts))
+	return nil, nil
+}
+
+// finish checks what needs the whole file (ids across sections, image
+// headers), drops what fails and lays the rest out in emission order.
+func (p *parser) finish(imagesDir string, workers int, d *Dataset) error {
+	// Categories: contiguous index by ascending original id.
+	slices.SortFunc(p.cats, func(a, b catEntry) int { return cmp.Compare(a.ID, b.ID) })
+	classOf := make(map[int32]int32, len(p.cats))
+	d.cats = make([]shard.Category, len(p.cats))
+	for i, c := range p.cats {
+		c.Index = int32(i)
+		d.cats[i] = c.Category
+		classOf[c.ID] = int32(i)
+	}
+
+	// Annotations, in file order: duplicate ids, unknown image/category.
+	st := &p.store
+	slot := make([]int32, len(st.Anns)) // image slot, -1 when dropped
+	perImage := make([]uint32, len(p.images))
+	seen := make(map[int64]int32, len(st.Anns))
+	for i := range st.Anns {
+		a := &st.Anns[i]
+		where := fmt.Sprintf("annotations[%d]", p.annIdx[i])
+		slot[i] = -1
+		var reason, detail string
+		img, okImg := p.imgByID[p.annImage[i]]
+		cls, okCat := classOf[a.CategoryID]
+		if first, dup := seen[a.ID]; dup {
+			reason, detail = datasets.ReasonDuplicateAnnID, fmt.Sprintf("id already used by annotations[%d]; this one is skipped", p.annIdx[first])
+		} else if !okImg {
+			reason, detail = datasets.ReasonUnknownImageID, fmt.Sprintf("image_id %d is not in images", p.annImage[i])
+		} else if !okCat {
+			reason, detail = datasets.ReasonUnknownCategoryID, fmt.Sprintf("category_id %d is not in categories", a.CategoryID)
+		}
+		if reason != "" {
+			if err := p.problem(p.annOff[i], where, p.annImage[i], a.ID, reason, detail); err != nil {
+				return err
+			}
+			continue
+		}
+		seen[a.ID] = int32(i)
+		a.Class = cls
+		slot[i] = img
+		perImage[img]++
+	}
+	seen = nil
+
+	// Image headers, read in parallel, judged in id order.
+	order := make([]int32, len(p.images))
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortFunc(order, func(a, b int32) int { return cmp.Compare(p.images[a].id, p.images[b].id) })
+	paths := make([]string, len(order))
+	for k, i := range order {
+		paths[k] = filepath.Join(imagesDir, filepath.FromSlash(p.images[i].fileName))
+	}
+	hdrs, herrs, err := arena.ScanHeaders(context.Background(), paths, workers)
+	if err != nil {
+		return err
+	}
+	keep := make([]int32, len(p.images)) // image slot → entry index, -1 dropped
+	var entries []arena.Entry
+	for k, i := range order {
+		im := &p.images[i]
+		keep[i] = -1
+		h := hdrs[k]
+		var reason, detail string
+		if herr := herrs[k]; herr != nil {
+			var he *arena.HeaderError
+			reason = datasets.ReasonCorruptImage
+			if errors.As(herr, &he) && he.Missing {
+				reason = datasets.ReasonMissingImageFile
+			}
+			detail = herr.Error()
+		} else if h.Width != im.w || h.Height != im.h {
+			reason = datasets.ReasonImageSizeMismatch
+			detail = fmt.Sprintf("file is %dx%d, annotations say %dx%d", h.Width, h.Height, im.w, im.h)
+		}
+		if reason != "" {
+			if perImage[i] > 0 {
+				detail += fmt.Sprintf(" (its %d annotations are skipped with it)", perImage[i])
+			}
+			pr := &datasets.Problem{File: paths[k], Offset: -1, Where: fmt.Sprintf("images[%d] in %s", im.idx, p.file),
+				ImageID: im.id, AnnID: -1, Reason: reason, Detail: detail}
+			if err := p.rep.Handle(p.strict, pr); err != nil {
+				return err
+			}
+			continue
+		}
+		keep[i] = int32(len(entries))
+		entries = append(entries, arena.Entry{ID: im.id, FileName: im.fileName, Path: paths[k],
+			Width: h.Width, Height: h.Height, Format: h.Format})
+	}
+
+	// Group annotations by entry (counting sort), then by ann id.
+	var total uint32
+	for i := range p.images {
+		if keep[i] >= 0 {
+			e := &entries[keep[i]]
+			e.AnnLo = perImage[i] // count for now
+			total += perImage[i]
+		}
+	}
+	var acc uint32
+	for k := range entries {
+		n := entries[k].AnnLo
+		entries[k].AnnLo, entries[k].AnnHi = acc, acc
+		acc += n
+	}
+	anns := make([]uint32, total)
+	for i, sl := range slot {
+		if sl < 0 || keep[sl] < 0 {
+			continue
+		}
+		e := &entries[keep[sl]]
+		anns[e.AnnHi] = uint32(i)
+		e.AnnHi++
+	}
+	for k := range entries {
+		g := anns[entries[k].AnnLo:entries[k].AnnHi]
+		slices.SortFunc(g, func(a, b uint32) int { return cmp.Compare(st.Anns[a].ID, st.Anns[b].ID) })
+	}
+	p.annImage, p.annOff, p.annIdx = nil, nil, nil
+	d.src = &arena.Source{Images: entries, Order: anns, Store: st, Workers: workers}
+	return nil
+}

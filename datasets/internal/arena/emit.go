@@ -1,0 +1,338 @@
+package arena
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"image"
+	_ "image/jpeg" // register the formats DecodeConfig recognises
+	_ "image/png"
+	"io"
+	"os"
+	"runtime"
+	"sync"
+
+	"github.com/segpipe/segpipe/formats/shard"
+)
+
+// Entry is one image that will be emitted.
+type Entry struct {
+	ID       int64
+	FileName string // as stored in the shard
+	Path     string // where to read it
+	Width    int32  // from the image header
+	Height   int32
+	Format   string
+	AnnLo    uint32 // Source.Order[AnnLo:AnnHi] are its annotations
+	AnnHi    uint32
+}
+
+// Header is what DecodeConfig found in an image file.
+type Header struct {
+	Width, Height int32
+	Format        string
+}
+
+// HeaderError tells why an image header could not be read.
+type HeaderError struct {
+	Missing bool // the file could not be opened or read
+	Err     error
+}
+
+func (e *HeaderError) Error() string { return e.Err.Error() }
+func (e *HeaderError) Unwrap() error { return e.Err }
+
+// DecodeHeader reads the width, height and format of a JPEG or PNG.
+func DecodeHeader(r io.Reader) (Header, error) {
+	cfg, format, err := image.DecodeConfig(r)
+	if err != nil {
+		return Header{}, &HeaderError{Err: err}
+	}
+	if format != "jpeg" && format != "png" {
+		return Header{}, &HeaderError{Err: fmt.Errorf("unsupported image format %q (want jpeg or png)", format)}
+	}
+	if cfg.Width <= 0 || cfg.Height <= 0 || cfg.Width > math32 || cfg.Height > math32 {
+		return Header{}, &HeaderError{Err: fmt.Errorf("impossible image size %dx%d", cfg.Width, cfg.Height)}
+	}
+	return Header{Width: int32(cfg.Width), Height: int32(cfg.Height), Format: format}, nil
+}
+
+const math32 = 1<<31 - 1
+
+// ReadHeader opens path and decodes only as much of it as the header needs.
+func ReadHeader(path string) (Header, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Header{}, &HeaderError{Missing: true, Err: err}
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return Header{}, &HeaderError{Missing: true, Err: err}
+	}
+	if !st.Mode().IsRegular() {
+		return Header{}, &HeaderError{Missing: true, Err: fmt.Errorf("%s is not a regular file", path)}
+	}
+	return DecodeHeader(f)
+}
+
+// ScanHeaders reads the header of every path with workers goroutines. The
+// result at i belongs to paths[i]; err[i] is a *HeaderError or nil.
+func ScanHeaders(ctx context.Context, paths []string, workers int) ([]Header, []error, error) {
+	hs := make([]Header, len(paths))
+	errs := make([]error, len(paths))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range Workers(workers) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				hs[i], errs[i] = ReadHeader(paths[i])
+			}
+		}()
+	}
+	var err error
+	for i := range paths {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		if err != nil {
+			break
+		}
+	}
+	close(next)
+	wg.Wait()
+	return hs, errs, err
+}
+
+// Workers resolves a worker count option: <= 0 means GOMAXPROCS.
+func Workers(n int) int {
+	if n <= 0 {
+		return runtime.GOMAXPROCS(0)
+	}
+	return n
+}
+
+// Source emits a dataset's rows.
+type Source struct {
+	Images  []Entry
+	Order   []uint32 // annotation indexes into Store.Anns, grouped by image
+	Store   *Store
+	Workers int // <= 0: GOMAXPROCS
+
+	pool sync.Pool
+}
+
+// item is one row under construction; pooled so steady-state emission
+// reuses its file buffer, instance slice and coordinate scratch.
+type item struct {
+	img    shard.Image
+	buf    []byte
+	coords []float32
+	rings  [][]float32
+	counts []uint32
+	rles   []shard.RLE
+	err    error
+}
+
+func (s *Source) get() *item {
+	if it, ok := s.pool.Get().(*item); ok {
+		return it
+	}
+	return &item{}
+}
+
+func (s *Source) put(it *item) {
+	it.img = shard.Image{Instances: it.img.Instances[:0]}
+	it.err = nil
+	s.pool.Put(it)
+}
+
+// Each calls fn for images start, start+1, … in order. Image files are read
+// by Workers goroutines ahead of fn; fn runs on the calling goroutine. The
+// *shard.Image and everything it references are reused after fn returns.
+func (s *Source) Each(ctx context.Context, start int, fn func(*shard.Image) error) error {
+	if start < 0 || start > len(s.Images) {
+		return fmt.Errorf("start %d outside [0, %d]", start, len(s.Images))
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w := Workers(s.Workers)
+	type job struct {
+		i   int
+		out chan *item
+	}
+	jobs := make(chan job)
+	futures := make(chan chan *item, 2*w)
+	var wg sync.WaitGroup
+	for range w {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				j.out <- s.load(j.i)
+			}
+		}()
+	}
+	go func() {
+		defer close(futures)
+		defer close(jobs)
+		for i := start; i < len(s.Images); i++ {
+			out := make(chan *item, 1)
+			select {
+			case futures <- out:
+			case <-ctx.Done():
+				return
+			}
+			select {
+			case jobs <- job{i, out}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	var err error
+	for out := range futures {
+		var it *item
+		select {
+		case it = <-out:
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		if err != nil {
+			break
+		}
+		if it.err != nil {
+			err = it.err
+			s.put(it)
+			break
+		}
+		err = fn(&it.img)
+		s.put(it)
+		if err != nil {
+			break
+		}
+	}
+	cancel()
+	for range futures {
+	}
+	wg.Wait()
+	return err
+}
+
+// load reads image i's file and assembles its row.
+func (s *Source) load(i int) *item {
+	e := &s.Images[i]
+	it := s.get()
+	var err error
+	it.buf, err = readFile(e.Path, it.buf[:0])
+	if err != nil {
+		it.err = fmt.Errorf("image %d %s: %w", e.ID, e.Path, err)
+		return it
+	}
+	h, err := DecodeHeader(bytes.NewReader(it.buf))
+	if err != nil || h.Width != e.Width || h.Height != e.Height || h.Format != e.Format {
+		// The file was checked when the dataset was opened; a change since
+		// would shift every later row, so it is an error, not a skip.
+		it.err = fmt.Errorf("image %d %s: changed since the dataset was opened (header %dx%d %s, err %v; was %dx%d %s)",
+			e.ID, e.Path, h.Width, h.Height, h.Format, err, e.Width, e.Height, e.Format)
+		return it
+	}
+	it.img.ImageID = e.ID
+	it.img.FileName = e.FileName
+	it.img.Width, it.img.Height = e.Width, e.Height
+	it.img.Format = e.Format
+	it.img.Bytes = it.buf
+
+	st := s.Store
+	order := s.Order[e.AnnLo:e.AnnHi]
+	// Size the scratch first so sub-slices handed out stay valid.
+	nc, nr, nn, nrle := 0, 0, 0, 0
+	for _, a := range order {
+		an := &st.Anns[a]
+		nr += int(an.RingHi - an.RingLo)
+		if an.RingHi > an.RingLo {
+			nc += int(st.RingEnd[an.RingHi-1] - st.RingStart(an.RingLo))
+		}
+		if an.HasRLE {
+			nn += int(an.RLEHi - an.RLELo)
+			nrle++
+		}
+	}
+	it.coords = grow(it.coords, nc)
+	it.rings = grow(it.rings, nr)
+	it.counts = grow(it.counts, nn)
+	it.rles = grow(it.rles, nrle)
+	ins := grow(it.img.Instances, len(order))[:len(order)]
+	for k, a := range order {
+		an := &st.Anns[a]
+		in := shard.Instance{
+			AnnID:      an.ID,
+			CategoryID: an.CategoryID,
+			Class:      an.Class,
+			BBox:       an.BBox,
+			Area:       an.Area,
+			IsCrowd:    an.Crowd,
+		}
+		if an.RingHi > an.RingLo {
+			r0 := len(it.rings)
+			for r := an.RingLo; r < an.RingHi; r++ {
+				c0 := len(it.coords)
+				it.coords = append(it.coords, st.Ring(r)...)
+				it.rings = append(it.rings, it.coords[c0:len(it.coords):len(it.coords)])
+			}
+			in.Polygons = it.rings[r0:len(it.rings):len(it.rings)]
+		}
+		if an.HasRLE {
+			c0 := len(it.counts)
+			it.counts = append(it.counts, st.Counts[an.RLELo:an.RLEHi]...)
+			it.rles = append(it.rles, shard.RLE{Height: an.RLEH, Width: an.RLEW, Counts: it.counts[c0:len(it.counts):len(it.counts)]})
+			in.RLE = &it.rles[len(it.rles)-1]
+		}
+		ins[k] = in
+	}
+	it.img.Instances = ins
+	return it
+}
+
+// grow returns s emptied, with capacity for at least n elements.
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, 0, n)
+	}
+	return s[:0]
+}
+
+// readFile reads path into buf, reusing its capacity.
+func readFile(path string, buf []byte) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return buf, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return buf, err
+	}
+	n := int(st.Size())
+	if cap(buf) < n+1 {
+		buf = make([]byte, 0, n+512)
+	}
+	buf = buf[:0]
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		m, err := f.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+m]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+}
