@@ -1,0 +1,148 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/segpipe/segpipe/trainer/tensor"
+)
+
+// ErrNoWeights is returned when an operation needs weights and the model
+// was built by Describe.
+var ErrNoWeights = errors.New("model: weights not allocated (built by Describe)")
+
+// New builds a family member with allocated weights, initialised like the
+// reference: kaiming-uniform (a = √5) conv weights, uniform conv biases,
+// BatchNorm weight 1 / bias 0 / running mean 0 / running variance 1, box
+// biases 2.0, class biases ln(5/nc/(640/stride)²), and one-to-one branches
+// that start as exact copies of the one-to-many ones. cfg.Seed makes the
+// result deterministic.
+func New(cfg Config) (*Model, error) {
+	m, err := Describe(cfg)
+	if err != nil {
+		return nil, err
+	}
+	m.allocate()
+	m.initialise(rand.New(rand.NewPCG(m.Config.Seed, 0x5e9919e)))
+	return m, nil
+}
+
+// allocate gives every Param a zeroed tensor; parameters require grad.
+func (m *Model) allocate() {
+	for _, p := range m.State() {
+		if p.Value != nil {
+			continue
+		}
+		if p.Buffer {
+			p.Value = tensor.Zeros(p.Shape...)
+			p.Value.Name = p.Name
+		} else {
+			p.Value = tensor.Param(p.Name, p.Shape...)
+		}
+	}
+}
+
+// HasWeights reports whether every entry has data.
+func (m *Model) HasWeights() bool {
+	for _, p := range m.State() {
+		if p.Value == nil {
+			return false
+		}
+	}
+	return true
+}
+
+func uniform(r *rand.Rand, t *tensor.Tensor, bound float64) {
+	for i := range t.Data {
+		t.Data[i] = float32((2*r.Float64() - 1) * bound)
+	}
+}
+
+func (m *Model) initialise(r *rand.Rand) {
+	for _, l := range m.Layers {
+		Walk(l.Module, func(_ string, mm Module) {
+			switch c := mm.(type) {
+			case *Conv2d:
+				fanIn := c.C1 / c.Groups * c.K * c.K
+				bound := 1 / math.Sqrt(float64(fanIn))
+				uniform(r, c.Weight.Value, bound)
+				if c.Bias != nil {
+					uniform(r, c.Bias.Value, bound)
+				}
+			case *ConvTranspose2d:
+				// PyTorch's fan-in of a transposed conv weight [c_in, c_out, k, k]
+				// is c_out·k².
+				bound := 1 / math.Sqrt(float64(c.C2*c.K*c.K))
+				uniform(r, c.Weight.Value, bound)
+				uniform(r, c.Bias.Value, bound)
+			case *BatchNorm:
+				fill(c.Weight.Value, 1)
+				fill(c.Bias.Value, 0)
+				fill(c.RunningMean.Value, 0)
+				fill(c.RunningVar.Value, 1)
+				c.NumBatchesTracked = 0
+			}
+		})
+	}
+	h := m.Head()
+	for i, s := range Strides {
+		fill(h.Cv2.Items[i].(*Sequential).Items[2].(*Conv2d).Bias.Value, 2)
+		cls := math.Log(5 / float64(h.Classes) / math.Pow(640/float64(s), 2))
+		fill(h.Cv3.Items[i].(*Sequential).Items[2].(*Conv2d).Bias.Value, float32(cls))
+	}
+	for _, pair := range [][2]*ModuleList{{h.Cv2, h.O2OCv2}, {h.Cv3, h.O2OCv3}, {h.Cv4, h.O2OCv4}} {
+		src, dst := paramsOf(pair[0]), paramsOf(pair[1])
+		for i := range src {
+			copy(dst[i].Value.Data, src[i].Value.Data)
+		}
+	}
+}
+
+func fill(t *tensor.Tensor, v float32) {
+	for i := range t.Data {
+		t.Data[i] = v
+	}
+}
+
+// Mode selects train or eval behaviour of Forward.
+type Mode int
+
+const (
+	// Train uses batch statistics in BatchNorm (and updates the running
+	// ones) and runs every branch the model has.
+	Train Mode = iota
+	// Eval uses running statistics and runs only the inference path.
+	Eval
+)
+
+// Forward runs the network on x [B, 3, H, W] (H and W positive multiples
+// of 32) on tape tp (nil: no_grad on the CPU backend). Train mode updates
+// the BatchNorm running statistics in place, as the reference does.
+func (m *Model) Forward(tp *tensor.Tape, x *tensor.Tensor, mode Mode) (*Output, error) {
+	if x == nil || len(x.Shape) != 4 || x.Shape[1] != 3 || x.Shape[0] < 1 {
+		return nil, fmt.Errorf("model: input must be [B, 3, H, W] with B ≥ 1, got %v", shapeOrNil(x))
+	}
+	if h, w := x.Shape[2], x.Shape[3]; h <= 0 || w <= 0 || h%32 != 0 || w%32 != 0 {
+		return nil, fmt.Errorf("model: input size %dx%d: height and width must be positive multiples of 32", h, w)
+	}
+	if len(x.Data) != x.Shape[0]*3*x.Shape[2]*x.Shape[3] {
+		return nil, fmt.Errorf("model: input has %d values for shape %v", len(x.Data), x.Shape)
+	}
+	if !m.HasWeights() {
+		return nil, ErrNoWeights
+	}
+	e := &executor{tp: tp, train: mode == Train}
+	if m.Fused && mode == Train {
+		return nil, errors.New("model: a fused model has no BatchNorm and supports only Eval mode")
+	}
+	return m.run(e, x, nil), nil
+}
+
+func shapeOrNil(t *tensor.Tensor) any {
+	if t == nil {
+		return "nil"
+	}
+	return t.Shape
+}
