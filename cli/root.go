@@ -29,7 +29,10 @@ var Version = "0.1.0-dev"
 // commands lists every sub-command constructor. Each returns a fresh
 // command so Run can be called many times (tests do).
 var commands = []func() *ucli.Command{
+	convertCommand,
+	inspectCommand,
 	versionCommand,
+	evalCommand,
 }
 
 // usageError marks errors caused by how the command was invoked.

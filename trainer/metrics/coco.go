@@ -260,6 +260,9 @@ type Detection struct {
 	// Mask is the segmentation (nil when evaluating boxes only and the
 	// result carried none).
 	Mask *rle.RLE
+	// MaskFromBox reports that the result had no segmentation and Mask is
+	// its box's polygon (loadRes' box branch).
+	MaskFromBox bool
 }
 
 type jsonResult struct {
@@ -373,6 +376,7 @@ func (ds *Dataset) loadResult(i int, jr *jsonResult, boxBranch bool, typ IoUType
 				x1, y1 := d.Bbox[0], d.Bbox[1]
 				x2, y2 := float64(x1+d.Bbox[2]), float64(y1+d.Bbox[3])
 				m, err = rle.FromPolygon([]float64{x1, y1, x1, y2, x2, y2, x2, y1}, im.Height, im.Width)
+				d.MaskFromBox = true
 			}
 			if err != nil {
 				return d, fmt.Errorf("segmentation: %w", err)
