@@ -9,6 +9,13 @@ import (
 // ring, with the formula of the package doc written out literally.
 func bruteDense(g Grid, rings [][]float32) []uint8 {
 	out := make([]uint8, g.Cells())
+	bruteInto(out, g, rings)
+	return out
+}
+
+// bruteInto is bruteDense into a caller buffer, for benchmarks.
+func bruteInto(out []uint8, g Grid, rings [][]float32) {
+	clear(out)
 	s := float64(g.Stride)
 	for r := 0; r < g.Rows; r++ {
 		py := (float64(r) + 0.5) * s
@@ -22,7 +29,6 @@ func bruteDense(g Grid, rings [][]float32) []uint8 {
 			}
 		}
 	}
-	return out
 }
 
 func bruteInside(ring []float32, px, py float64) bool {
