@@ -154,7 +154,7 @@ func TestAgreementWithPycocotools(t *testing.T) {
 			t.Fatal(err)
 		}
 		var golds []struct {
-			ID     int    `json:"id"`
+			ID     int `json:"id"`
 			H, W   int
 			Counts string `json:"counts"`
 			Area   int    `json:"area"`
