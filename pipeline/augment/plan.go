@@ -1,0 +1,207 @@
+package augment
+
+import (
+	"math"
+	"math/rand/v2"
+
+	"github.com/segpipe/segpipe/formats/shard"
+	"github.com/segpipe/segpipe/pipeline/geom"
+	"github.com/segpipe/segpipe/pipeline/order"
+)
+
+// Image is a decoded image: W×H pixels, RGB interleaved, row-major,
+// 3·W bytes a row.
+type Image struct {
+	W, H int
+	Pix  []byte
+}
+
+// Tile is one source image of a sample with its annotations. Img nil means
+// the image could not be decoded: its area is filled and it has no labels.
+type Tile struct {
+	Img       *Image
+	Instances []shard.Instance
+}
+
+// Mode selects the augmentation pipeline of a sample.
+type Mode int
+
+const (
+	// Train: mosaic with probability Config.Mosaic, then the random
+	// affine, HSV and flip.
+	Train Mode = iota
+	// TrainNoMosaic: letterbox, random affine, HSV and flip (the last
+	// close_mosaic epochs).
+	TrainNoMosaic
+	// Val: letterbox only, no randomness.
+	Val
+)
+
+// Plan is everything random about one sample, drawn once, plus the derived
+// mappings. Coordinates are continuous pixels: pixel k covers [k, k+1).
+type Plan struct {
+	Out    int // output side s
+	Sc     int // source canvas side: 2s for a mosaic, s otherwise
+	NTiles int
+	Xc, Yc float64 // mosaic centre on the source canvas (tile split)
+
+	// Place[i] maps tile i's image pixels onto the source canvas (resize to
+	// long side s, then translate); Rect[i] is the part of the source canvas
+	// it covers.
+	Place [4]geom.Affine
+	Rect  [4]geom.Rect
+
+	// M maps the source canvas to the output (3×3, row-major, homogeneous;
+	// affine when M[6] = M[7] = 0 and M[8] = 1). It includes the flip.
+	M, Minv [9]float64
+
+	hsv hsv
+}
+
+// resized returns YOLO's load_image size: long side s, ceil, capped at s.
+func resized(w0, h0, s int) (w, h int) {
+	r := float64(s) / float64(max(w0, h0))
+	if r == 1 {
+		return w0, h0
+	}
+	return min(int(math.Ceil(float64(w0)*r)), s), min(int(math.Ceil(float64(h0)*r)), s)
+}
+
+func tileSize(t *Tile) (int, int) {
+	if t.Img == nil {
+		return 0, 0
+	}
+	return t.Img.W, t.Img.H
+}
+
+// NewPlan draws a sample's plan from rng. tiles holds 4 tiles for a mosaic
+// (the caller decides mosaic with WantMosaic using the same rng first) and 1
+// otherwise.
+func NewPlan(cfg *Config, mode Mode, rng *rand.PCG, tiles []Tile) Plan {
+	s := cfg.ImgSz
+	p := Plan{Out: s, NTiles: len(tiles)}
+	if len(tiles) == 4 {
+		p.Sc = 2 * s
+		// YOLO: centre uniform in [s/2, 3s/2), truncated to a pixel.
+		p.Xc = math.Floor(order.Uniform(rng, float64(s)/2, 1.5*float64(s)))
+		p.Yc = math.Floor(order.Uniform(rng, float64(s)/2, 1.5*float64(s)))
+		canvas := geom.Rect{X0: 0, Y0: 0, X1: float32(p.Sc), Y1: float32(p.Sc)}
+		for i := range tiles {
+			w0, h0 := tileSize(&tiles[i])
+			if w0 == 0 {
+				p.Rect[i] = geom.Rect{X0: 1, X1: 0} // empty
+				continue
+			}
+			w, h := resized(w0, h0, s)
+			x0, y0 := p.Xc-float64(w), p.Yc-float64(h)
+			if i&1 == 1 {
+				x0 = p.Xc
+			}
+			if i&2 == 2 {
+				y0 = p.Yc
+			}
+			p.Place[i] = geom.Affine{float64(w) / float64(w0), 0, x0, 0, float64(h) / float64(h0), y0}
+			p.Rect[i] = intersect(geom.Rect{X0: float32(x0), Y0: float32(y0), X1: float32(x0 + float64(w)), Y1: float32(y0 + float64(h))}, canvas)
+		}
+	} else {
+		p.Sc = s
+		w0, h0 := tileSize(&tiles[0])
+		if w0 == 0 {
+			p.Rect[0] = geom.Rect{X0: 1, X1: 0}
+		} else {
+			w, h := resized(w0, h0, s)
+			// YOLO letterbox: centred, extra pixel of an odd padding at the end.
+			left := math.Round(float64(s-w)/2 - 0.1)
+			top := math.Round(float64(s-h)/2 - 0.1)
+			p.Place[0] = geom.Affine{float64(w) / float64(w0), 0, left, 0, float64(h) / float64(h0), top}
+			p.Rect[0] = geom.Rect{X0: float32(left), Y0: float32(top), X1: float32(left + float64(w)), Y1: float32(top + float64(h))}
+		}
+	}
+	p.M = [9]float64{1, 0, 0, 0, 1, 0, 0, 0, 1}
+	if mode != Val {
+		p.M = randomPerspective(cfg, rng, float64(p.Sc), float64(s))
+		if cfg.HSVH != 0 || cfg.HSVS != 0 || cfg.HSVV != 0 {
+			gh := order.Uniform(rng, -1, 1)*cfg.HSVH + 1
+			gs := order.Uniform(rng, -1, 1)*cfg.HSVS + 1
+			gv := order.Uniform(rng, -1, 1)*cfg.HSVV + 1
+			p.hsv.set(gh, gs, gv)
+		}
+		if cfg.FlipLR > 0 && order.Float(rng) < cfg.FlipLR {
+			p.M = mul3([9]float64{-1, 0, float64(s), 0, 1, 0, 0, 0, 1}, p.M)
+		}
+	}
+	p.Minv = inv3(p.M)
+	return p
+}
+
+// WantMosaic draws whether a Train sample is a mosaic. It must be the first
+// draw of the sample's stream so that the plan is identical whatever the
+// caller does between the two calls.
+func WantMosaic(cfg *Config, mode Mode, rng *rand.PCG) bool {
+	if mode != Train || cfg.Mosaic <= 0 {
+		return false
+	}
+	u := order.Float(rng)
+	return u < cfg.Mosaic
+}
+
+// randomPerspective composes YOLO's M = T·S·R·P·C for a source canvas of
+// side sc and an output of side out.
+func randomPerspective(cfg *Config, rng *rand.PCG, sc, out float64) [9]float64 {
+	C := [9]float64{1, 0, -sc / 2, 0, 1, -sc / 2, 0, 0, 1}
+	P := [9]float64{1, 0, 0, 0, 1, 0, order.Uniform(rng, -cfg.Perspective, cfg.Perspective), order.Uniform(rng, -cfg.Perspective, cfg.Perspective), 1}
+	a := order.Uniform(rng, -cfg.Degrees, cfg.Degrees) * math.Pi / 180
+	sg := order.Uniform(rng, 1-cfg.Scale, 1+cfg.Scale)
+	// cv2.getRotationMatrix2D about the origin: positive angles turn
+	// counter-clockwise on screen.
+	al, be := sg*math.Cos(a), sg*math.Sin(a)
+	R := [9]float64{al, be, 0, -be, al, 0, 0, 0, 1}
+	S := [9]float64{1, math.Tan(order.Uniform(rng, -cfg.Shear, cfg.Shear) * math.Pi / 180), 0,
+		math.Tan(order.Uniform(rng, -cfg.Shear, cfg.Shear) * math.Pi / 180), 1, 0, 0, 0, 1}
+	T := [9]float64{1, 0, order.Uniform(rng, 0.5-cfg.Translate, 0.5+cfg.Translate) * out,
+		0, 1, order.Uniform(rng, 0.5-cfg.Translate, 0.5+cfg.Translate) * out, 0, 0, 1}
+	return mul3(T, mul3(S, mul3(R, mul3(P, C))))
+}
+
+// Affine returns M as a geom.Affine when it is affine (ok false with a
+// perspective term).
+func (p *Plan) Affine() (geom.Affine, bool) {
+	m := p.M
+	return geom.Affine{m[0], m[1], m[2], m[3], m[4], m[5]}, m[6] == 0 && m[7] == 0 && m[8] == 1
+}
+
+// ToCanvas returns the map from tile i's image pixels to the output canvas
+// (the affine part of M when M has a perspective term).
+func (p *Plan) ToCanvas(i int) geom.Affine {
+	a, _ := p.Affine()
+	return a.Mul(p.Place[i])
+}
+
+func mul3(a, b [9]float64) [9]float64 {
+	var r [9]float64
+	for i := 0; i < 3; i++ {
+		for j := 0; j < 3; j++ {
+			r[3*i+j] = a[3*i]*b[j] + a[3*i+1]*b[3+j] + a[3*i+2]*b[6+j]
+		}
+	}
+	return r
+}
+
+func inv3(m [9]float64) [9]float64 {
+	a, b, c, d, e, f, g, h, k := m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7], m[8]
+	A, B, C := e*k-f*h, -(d*k - f*g), d*h-e*g
+	det := a*A + b*B + c*C
+	if det == 0 {
+		return [9]float64{}
+	}
+	r := 1 / det
+	return [9]float64{
+		A * r, -(b*k - c*h) * r, (b*f - c*e) * r,
+		B * r, (a*k - c*g) * r, -(a*f - c*d) * r,
+		C * r, -(a*h - b*g) * r, (a*e - b*d) * r,
+	}
+}
+
+func intersect(a, b geom.Rect) geom.Rect {
+	return geom.Rect{X0: max(a.X0, b.X0), Y0: max(a.Y0, b.Y0), X1: min(a.X1, b.X1), Y1: min(a.Y1, b.Y1)}
+}
