@@ -27,10 +27,10 @@ func (f FLOPs) MACs() int64 { return f.ConvMACs + f.ConvTransposeMACs + f.MatMul
 func (f FLOPs) GFLOPs() float64 { return 2 * float64(f.MACs()) / 1e9 }
 
 // ThopGFLOPs reproduces Ultralytics' summary figure (ultralytics-thop
-// rules): 2 × (conv and transposed-conv MACs + 2 ops per BatchNorm
+// rules): 2 × (conv and transposed-conv MACs + 4 ops per BatchNorm
 // element), attention matmuls not counted.
 func (f FLOPs) ThopGFLOPs() float64 {
-	return 2 * float64(f.ConvMACs+f.ConvTransposeMACs+2*f.BNElements) / 1e9
+	return 2 * float64(f.ConvMACs+f.ConvTransposeMACs+4*f.BNElements) / 1e9
 }
 
 func (f *FLOPs) add(g FLOPs) {
