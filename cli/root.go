@@ -33,6 +33,7 @@ var commands = []func() *ucli.Command{
 	inspectCommand,
 	versionCommand,
 	evalCommand,
+	synthCommand,
 }
 
 // usageError marks errors caused by how the command was invoked.
