@@ -16,7 +16,11 @@ func writeFileAtomic(path string, b []byte) error {
 		return err
 	}
 	name := tmp.Name()
-	_, err = tmp.Write(b)
+	// CreateTemp makes 0600 files; shards are meant to be shared.
+	err = tmp.Chmod(0o644)
+	if err == nil {
+		_, err = tmp.Write(b)
+	}
 	if err == nil {
 		err = tmp.Sync()
 	}

@@ -306,6 +306,11 @@ func (w *Writer) openShard() error {
 	if err != nil {
 		return err
 	}
+	if err := f.Chmod(0o644); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return err
+	}
 	sink := &hashSink{bw: bufio.NewWriterSize(f, 1<<20), h: sha256.New()}
 	props, aprops := writerProps()
 	fw, err := pqarrow.NewFileWriter(schema, sink, props, aprops)

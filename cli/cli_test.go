@@ -1,0 +1,197 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"image"
+	"image/color"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// run executes the command line in-process and returns its exit code and
+// output.
+func run(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := Run(context.Background(), append([]string{"segpipe", "--log-level", "warn"}, args...), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// repoShared locates ../shared/rel relative to the repository root (the
+// directory holding go.mod) and skips the test when it is absent.
+func repoShared(t testing.TB, rel string) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Skip("no go.mod above the test directory")
+		}
+		dir = parent
+	}
+	p := filepath.Join(dir, "..", "shared", rel)
+	if _, err := os.Stat(p); err != nil {
+		t.Skipf("%s absent: %v", p, err)
+	}
+	return p
+}
+
+// writeMiniCOCO writes a small valid COCO dataset (PNG images drawn here,
+// polygons, a crowd RLE, an empty image) and returns the annotation file
+// and image directory.
+func writeMiniCOCO(t testing.TB, dir string, nImages int) (string, string) {
+	t.Helper()
+	imgDir := filepath.Join(dir, "images")
+	if err := os.MkdirAll(imgDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	type ann struct {
+		ID           int64     `json:"id"`
+		ImageID      int64     `json:"image_id"`
+		CategoryID   int       `json:"category_id"`
+		BBox         []float64 `json:"bbox"`
+		Area         float64   `json:"area"`
+		IsCrowd      int       `json:"iscrowd"`
+		Segmentation any       `json:"segmentation"`
+	}
+	type img struct {
+		ID       int64  `json:"id"`
+		FileName string `json:"file_name"`
+		Width    int    `json:"width"`
+		Height   int    `json:"height"`
+	}
+	var doc struct {
+		Images      []img            `json:"images"`
+		Annotations []ann            `json:"annotations"`
+		Categories  []map[string]any `json:"categories"`
+	}
+	doc.Categories = []map[string]any{
+		{"id": 1, "name": "person", "supercategory": "person"},
+		{"id": 7, "name": "train", "supercategory": "vehicle"},
+	}
+	for i := 0; i < nImages; i++ {
+		w, h := 40+i%7, 30+i%5
+		m := image.NewNRGBA(image.Rect(0, 0, w, h))
+		for p := range m.Pix {
+			m.Pix[p] = byte(p*7 + i)
+		}
+		m.Set(0, 0, color.NRGBA{R: byte(i), A: 255})
+		var buf bytes.Buffer
+		if err := png.Encode(&buf, m); err != nil {
+			t.Fatal(err)
+		}
+		name := fmt.Sprintf("img%03d.png", i)
+		if err := os.WriteFile(filepath.Join(imgDir, name), buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		id := int64(100 + i)
+		doc.Images = append(doc.Images, img{ID: id, FileName: name, Width: w, Height: h})
+		if i%4 == 3 {
+			continue // an image without annotations
+		}
+		doc.Annotations = append(doc.Annotations, ann{
+			ID: id*10 + 1, ImageID: id, CategoryID: 1 + 6*(i%2), BBox: []float64{1.5, 2, 10, 12}, Area: 60.25,
+			Segmentation: [][]float64{{1.5, 2, 11.5, 2, 11.5, 14, 1.25, 13.75}, {20, 20, 25, 20, 22.5, 24.125}},
+		})
+		if i%3 == 0 {
+			doc.Annotations = append(doc.Annotations, ann{
+				ID: id*10 + 2, ImageID: id, CategoryID: 1, BBox: []float64{0, 0, 2, 2}, Area: 4, IsCrowd: 1,
+				Segmentation: map[string]any{"size": []int{h, w}, "counts": []int{w * 2, 2, w*h - w*2 - 2}},
+			})
+		}
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	annPath := filepath.Join(dir, "instances_mini.json")
+	if err := os.WriteFile(annPath, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return annPath, imgDir
+}
+
+func TestExitCodes(t *testing.T) {
+	tmp := t.TempDir()
+	ann, imgs := writeMiniCOCO(t, tmp, 3)
+	done := filepath.Join(tmp, "done")
+	if code, _, errs := run(t, "convert", "coco", "--annotations", ann, "--images", imgs, "--out", done); code != ExitOK {
+		t.Fatalf("setup convert: exit %d: %s", code, errs)
+	}
+	bad := filepath.Join(tmp, "bad.json")
+	os.WriteFile(bad, []byte(`{"images": [{"id": 1, `), 0o644)
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		msg  string
+	}{
+		{"inspect without path", []string{"inspect"}, ExitUsage, "exactly one PATH"},
+		{"inspect two paths", []string{"inspect", "a", "b"}, ExitUsage, "exactly one PATH"},
+		{"unknown flag", []string{"inspect", "--frobnicate", done}, ExitUsage, "frobnicate"},
+		{"convert missing --out", []string{"convert", "coco", "--annotations", ann, "--images", imgs}, ExitUsage, "out"},
+		{"bad shard size", []string{"convert", "coco", "--annotations", ann, "--images", imgs, "--out", tmp + "/x", "--shard-size", "lots"}, ExitUsage, "--shard-size"},
+		{"negative workers", []string{"convert", "coco", "--annotations", ann, "--images", imgs, "--out", tmp + "/x", "--workers", "-2"}, ExitUsage, "--workers"},
+		{"stray argument", []string{"convert", "coco", "--annotations", ann, "--images", imgs, "--out", tmp + "/x", "extra"}, ExitUsage, "extra"},
+		{"inspect missing dir", []string{"inspect", filepath.Join(tmp, "nope")}, ExitFailure, "not a finished shard directory"},
+		{"annotations missing", []string{"convert", "coco", "--annotations", tmp + "/none.json", "--images", imgs, "--out", tmp + "/y"}, ExitFailure, "none.json"},
+		{"truncated json", []string{"convert", "coco", "--annotations", bad, "--images", imgs, "--out", tmp + "/z"}, ExitFailure, "bad.json"},
+		{"non-empty out without --resume", []string{"convert", "coco", "--annotations", ann, "--images", imgs, "--out", done}, ExitFailure, "--resume"},
+		{"resume of finished run", []string{"convert", "coco", "--annotations", ann, "--images", imgs, "--out", done, "--resume"}, ExitOK, ""},
+		{"inspect ok", []string{"inspect", done}, ExitOK, ""},
+		{"help", []string{"convert", "coco", "--help"}, ExitOK, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errs := run(t, tc.args...)
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", code, tc.code, out, errs)
+			}
+			if !strings.Contains(out+errs, tc.msg) {
+				t.Fatalf("output lacks %q\nstdout: %s\nstderr: %s", tc.msg, out, errs)
+			}
+		})
+	}
+}
+
+func TestHelpHasDescriptionAndExample(t *testing.T) {
+	for _, args := range [][]string{{"convert"}, {"convert", "coco"}, {"inspect"}} {
+		code, out, _ := run(t, append(args, "--help")...)
+		if code != ExitOK || !strings.Contains(out, "Example:") || !strings.Contains(out, "segpipe "+strings.Join(args, " ")) {
+			t.Errorf("%v --help: exit %d, output:\n%s", args, code, out)
+		}
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64
+	}{
+		{"256MiB", 256 << 20}, {"256mib", 256 << 20}, {"1GiB", 1 << 30}, {"1.5GB", 1500000000},
+		{"4096", 4096}, {"10 KB", 10000}, {"2k", 2048}, {"64M", 64 << 20}, {"7B", 7},
+		{"", -1}, {"-1MiB", -1}, {"0", -1}, {"MiB", -1}, {"1e30TB", -1}, {"NaN", -1}, {"12XB", -1},
+	} {
+		got, err := parseSize(tc.in)
+		if tc.want < 0 {
+			if err == nil {
+				t.Errorf("parseSize(%q) = %d, want error", tc.in, got)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d", tc.in, got, err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,299 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	ucli "github.com/urfave/cli/v3"
+
+	"github.com/segpipe/segpipe/formats/shard"
+)
+
+func inspectCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "inspect",
+		Usage:     "summarise a shard directory and optionally verify it",
+		UsageText: "segpipe inspect PATH [--verify] [--json]",
+		Description: "Reads PATH/manifest.json and scans the annotation columns of every shard (image\n" +
+			"bytes are not read) to print the manifest summary, the schema, instances per\n" +
+			"category and histograms of instances per image, points per polygon ring and\n" +
+			"instance size. --verify also re-reads every shard whole and checks its size,\n" +
+			"sha256 and row and instance counts against the manifest (exit code 1 on any\n" +
+			"mismatch). --json prints the same report as one JSON object.\n\n" +
+			"Example:\n  segpipe inspect shards/val2017 --verify",
+		Flags: []ucli.Flag{
+			&ucli.BoolFlag{Name: "verify", Usage: "re-read every shard and check it against the manifest"},
+			&ucli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
+		},
+		Action: func(ctx context.Context, c *ucli.Command) error {
+			if c.NArg() != 1 {
+				return usagef("inspect wants exactly one PATH (a shard directory), got %d arguments", c.NArg())
+			}
+			rep, err := inspect(ctx, c.Args().First(), c.Bool("verify"))
+			if err != nil {
+				return err
+			}
+			out := c.Root().Writer
+			if c.Bool("json") {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(rep); err != nil {
+					return err
+				}
+			} else {
+				rep.print(out)
+			}
+			if rep.Verify != nil && !rep.Verify.OK {
+				return fmt.Errorf("verify %s: %d problems (listed above)", rep.Dir, len(rep.Verify.Problems))
+			}
+			return nil
+		},
+	}
+}
+
+// inspectReport is what inspect prints; its JSON form is the --json output.
+type inspectReport struct {
+	Dir      string          `json:"dir"`
+	Manifest *shard.Manifest `json:"manifest"`
+	Schema   string          `json:"schema"`
+
+	Crowd        int64           `json:"crowd_instances"`
+	Rings        int64           `json:"rings"`
+	Points       int64           `json:"points"`
+	PerCategory  []categoryCount `json:"instances_per_category"`
+	PerImage     histogram       `json:"instances_per_image"`
+	RingPoints   histogram       `json:"points_per_ring"`
+	InstanceSize histogram       `json:"instance_size"`
+	Verify       *verifyReport   `json:"verify,omitempty"`
+}
+
+type categoryCount struct {
+	shard.Category
+	Instances int64 `json:"instances"`
+}
+
+type verifyReport struct {
+	OK       bool     `json:"ok"`
+	Problems []string `json:"problems"`
+}
+
+// histogram counts values into buckets [Edges[i], Edges[i+1]); the last
+// bucket is open-ended.
+type histogram struct {
+	Label  string  `json:"label"`
+	Edges  []int64 `json:"edges"`
+	Counts []int64 `json:"counts"`
+	Min    int64   `json:"min"`
+	Max    int64   `json:"max"`
+	N      int64   `json:"n"`
+	Sum    float64 `json:"sum"`
+}
+
+func newHistogram(label string, edges ...int64) histogram {
+	return histogram{Label: label, Edges: edges, Counts: make([]int64, len(edges)), Min: math.MaxInt64}
+}
+
+func (h *histogram) add(v int64) {
+	i := 0
+	for i+1 < len(h.Edges) && v >= h.Edges[i+1] {
+		i++
+	}
+	h.Counts[i]++
+	h.N++
+	h.Sum += float64(v)
+	h.Min = min(h.Min, v)
+	h.Max = max(h.Max, v)
+}
+
+func inspect(ctx context.Context, dir string, verify bool) (*inspectReport, error) {
+	set, err := shard.Open(dir)
+	if err != nil {
+		if errors.Is(err, shard.ErrNoManifest) {
+			return nil, fmt.Errorf("%s is not a finished shard directory (no %s; an interrupted convert continues with --resume)", dir, shard.ManifestName)
+		}
+		return nil, err
+	}
+	m := set.Manifest
+	r := &inspectReport{
+		Dir: dir, Manifest: m, Schema: schemaTree(shard.Schema()),
+		PerImage:   newHistogram("instances per image", 0, 1, 2, 3, 5, 9, 17, 33, 65),
+		RingPoints: newHistogram("points per polygon ring", 3, 5, 9, 17, 33, 65, 129, 257),
+		// sqrt(area) in pixels; COCO's small/medium/large split at 32 and 96.
+		InstanceSize: newHistogram("instance size, sqrt(area) px", 0, 8, 16, 32, 64, 96, 128, 256, 512),
+	}
+	perCat := make([]int64, len(m.Categories))
+	var unknown int64
+	err = set.Images(ctx, shard.ReadOptions{Columns: []string{shard.ColImageID, shard.ColInstances}}, func(img *shard.Image) error {
+		r.PerImage.add(int64(len(img.Instances)))
+		for i := range img.Instances {
+			in := &img.Instances[i]
+			if c := int(in.Class); c >= 0 && c < len(perCat) {
+				perCat[c]++
+			} else {
+				unknown++
+			}
+			if in.IsCrowd {
+				r.Crowd++
+			}
+			for _, ring := range in.Polygons {
+				r.Rings++
+				r.Points += int64(len(ring) / 2)
+				r.RingPoints.add(int64(len(ring) / 2))
+			}
+			r.InstanceSize.add(int64(math.Sqrt(max(float64(in.Area), 0))))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if unknown > 0 {
+		return nil, fmt.Errorf("%s: %d instances have a class outside the manifest's %d categories", dir, unknown, len(perCat))
+	}
+	for i, c := range m.Categories {
+		r.PerCategory = append(r.PerCategory, categoryCount{Category: c, Instances: perCat[i]})
+	}
+	if verify {
+		r.Verify = &verifyReport{OK: true, Problems: []string{}}
+		if err := set.Verify(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			r.Verify.OK = false
+			for _, line := range strings.Split(err.Error(), "\n") {
+				r.Verify.Problems = append(r.Verify.Problems, line)
+			}
+		}
+	}
+	return r, nil
+}
+
+// schemaTree renders an Arrow schema one field a line, nested by indent.
+func schemaTree(s *arrow.Schema) string {
+	var b strings.Builder
+	var walk func(f arrow.Field, depth int)
+	walk = func(f arrow.Field, depth int) {
+		null := ""
+		if f.Nullable {
+			null = " (nullable)"
+		}
+		name := f.Type.String()
+		switch t := f.Type.(type) {
+		case *arrow.ListType:
+			name = "list"
+			if _, ok := t.Elem().(arrow.NestedType); !ok {
+				name = "list<" + t.Elem().String() + ">"
+			}
+		case *arrow.StructType:
+			name = "struct"
+		}
+		fmt.Fprintf(&b, "%s%s: %s%s\n", strings.Repeat("  ", depth), f.Name, name, null)
+		switch t := f.Type.(type) {
+		case *arrow.ListType:
+			if _, ok := t.Elem().(arrow.NestedType); ok {
+				walk(t.ElemField(), depth+1)
+			}
+		case *arrow.StructType:
+			for _, c := range t.Fields() {
+				walk(c, depth+1)
+			}
+		}
+	}
+	for _, f := range s.Fields() {
+		walk(f, 0)
+	}
+	return b.String()
+}
+
+func (r *inspectReport) print(w io.Writer) {
+	m := r.Manifest
+	fmt.Fprintf(w, "%s: segpipe shards, format version %d\n", r.Dir, m.FormatVersion)
+	fmt.Fprintf(w, "source: %s", m.Source.Kind)
+	for _, k := range sortedKeys(m.Source.Args) {
+		fmt.Fprintf(w, " %s=%s", k, m.Source.Args[k])
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "images: %d   instances: %d (crowd %d)   rings: %d   points: %d\n", m.Rows, m.Instances, r.Crowd, r.Rings, r.Points)
+	fmt.Fprintf(w, "shards: %d, %s (target %s a shard, row groups of %s)\n", len(m.Shards), humanBytes(m.Bytes), humanBytes(m.ShardBytes), humanBytes(m.RowGroupBytes))
+	for _, s := range m.Shards {
+		fmt.Fprintf(w, "  %s  %6d rows  %7d instances  %10s  sha256 %s\n", s.File, s.Rows, s.Instances, humanBytes(s.Bytes), s.SHA256[:min(16, len(s.SHA256))])
+	}
+	if len(m.Skipped) == 0 {
+		fmt.Fprintln(w, "skipped at conversion: nothing")
+	} else {
+		fmt.Fprintln(w, "skipped at conversion:")
+		for _, k := range sortedKeys(m.Skipped) {
+			fmt.Fprintf(w, "  %-24s %d\n", k, m.Skipped[k])
+		}
+	}
+	fmt.Fprintf(w, "\nschema (one row per image):\n%s", indent(r.Schema, "  "))
+
+	fmt.Fprintf(w, "\ninstances per category (%d categories):\n", len(r.PerCategory))
+	for _, c := range r.PerCategory {
+		fmt.Fprintf(w, "  %3d  id %-4d %-20s %8d\n", c.Index, c.ID, c.Name, c.Instances)
+	}
+	for _, h := range []*histogram{&r.PerImage, &r.RingPoints, &r.InstanceSize} {
+		fmt.Fprintln(w)
+		h.print(w)
+	}
+	if r.Verify != nil {
+		fmt.Fprintln(w)
+		if r.Verify.OK {
+			fmt.Fprintf(w, "verify: ok (%d shards: sizes, sha256, rows and instances match the manifest)\n", len(m.Shards))
+		} else {
+			fmt.Fprintf(w, "verify: FAILED\n")
+			for _, p := range r.Verify.Problems {
+				fmt.Fprintf(w, "  %s\n", p)
+			}
+		}
+	}
+}
+
+func (h *histogram) print(w io.Writer) {
+	if h.N == 0 {
+		fmt.Fprintf(w, "%s: no values\n", h.Label)
+		return
+	}
+	fmt.Fprintf(w, "%s: n=%d min=%d mean=%.1f max=%d\n", h.Label, h.N, h.Min, h.Sum/float64(h.N), h.Max)
+	var peak int64
+	for _, c := range h.Counts {
+		peak = max(peak, c)
+	}
+	for i, c := range h.Counts {
+		var label string
+		switch {
+		case i+1 == len(h.Edges):
+			label = fmt.Sprintf("%d+", h.Edges[i])
+		case h.Edges[i+1]-h.Edges[i] == 1:
+			label = fmt.Sprintf("%d", h.Edges[i])
+		default:
+			label = fmt.Sprintf("%d-%d", h.Edges[i], h.Edges[i+1]-1)
+		}
+		bar := 0
+		if peak > 0 {
+			bar = int((c*40 + peak - 1) / peak)
+		}
+		fmt.Fprintf(w, "  %9s %8d %s\n", label, c, strings.Repeat("#", bar))
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
+
+func indent(s, pre string) string {
+	lines := strings.SplitAfter(s, "\n")
+	var b strings.Builder
+	for _, l := range lines {
+		if l != "" {
+			b.WriteString(pre + l)
+		}
+	}
+	return b.String()
+}
