@@ -34,6 +34,7 @@ var commands = []func() *ucli.Command{
 	versionCommand,
 	evalCommand,
 	synthCommand,
+	modelCommand,
 }
 
 // usageError marks errors caused by how the command was invoked.

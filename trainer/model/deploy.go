@@ -17,7 +17,7 @@ import (
 // fused model is shapes-only too.
 func (m *Model) Deploy(fuse bool) (*Model, error) {
 	if m.Fused {
-		return nil, fmt.Errorf("model: already fused")
+		return nil, fmt.Errorf("model: deploy a model before fusing it")
 	}
 	d := &Model{Config: m.Config, Scale: m.Scale, Deployed: true}
 	last := len(m.Layers) - 1
@@ -35,13 +35,24 @@ func (m *Model) Deploy(fuse bool) (*Model, error) {
 	if !fuse {
 		return d, nil
 	}
+	return d.Fuse()
+}
+
+// Fuse returns a copy of the model in which every Conv's BatchNorm is
+// folded into a new biased convolution, using the current running
+// statistics. Modules without BatchNorm (plain convs, the transposed conv)
+// and their parameters are shared. A fused model runs only in Eval mode.
+func (m *Model) Fuse() (*Model, error) {
+	if m.Fused {
+		return nil, fmt.Errorf("model: already fused")
+	}
+	d := &Model{Config: m.Config, Scale: m.Scale, Deployed: m.Deployed, Fused: true}
 	alloc := m.HasWeights()
-	for i, l := range d.Layers {
+	for _, l := range m.Layers {
 		nl := *l
 		nl.Module = fuseModule(l.Module, alloc)
-		d.Layers[i] = &nl
+		d.Layers = append(d.Layers, &nl)
 	}
-	d.Fused = true
 	d.nameParams()
 	if alloc {
 		for _, p := range d.State() {
