@@ -1,0 +1,175 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/segpipe/segpipe/trainer/tensor/backend"
+)
+
+func randSlice(r *rand.Rand, n int) []float32 {
+	s := make([]float32, n)
+	for i := range s {
+		s[i] = r.Float32()*2 - 1
+	}
+	return s
+}
+
+// TestSgemmMatchesNaive covers every transpose combination, edge tiles
+// (sizes not multiples of the micro-tile or block), k spanning several KC
+// panels, alpha/beta, batching and a broadcast operand.
+func TestSgemmMatchesNaive(t *testing.T) {
+	shapes := [][3]int{{1, 1, 1}, {3, 5, 2}, {4, 4, 4}, {7, 9, 13}, {65, 257, 3}, {64, 256, 256}, {70, 33, 600}, {130, 300, 77}}
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, sh := range shapes {
+		for _, ta := range []bool{false, true} {
+			for _, tb := range []bool{false, true} {
+				for _, ab := range [][2]float32{{1, 0}, {0.5, 1}, {-2, 0.25}} {
+					g := backend.Gemm{TransA: ta, TransB: tb, M: sh[0], N: sh[1], K: sh[2], Alpha: ab[0], Beta: ab[1],
+						Batch: 2, StrideA: sh[0] * sh[2], StrideB: sh[1] * sh[2], StrideC: sh[0] * sh[1]}
+					a := randSlice(r, 2*sh[0]*sh[2])
+					b := randSlice(r, 2*sh[1]*sh[2])
+					c := randSlice(r, 2*sh[0]*sh[1])
+					want := append([]float32(nil), c...)
+					NaiveSgemm(g, a, b, want)
+					(&Backend{Workers: 3}).Sgemm(g, a, b, c)
+					for i := range c {
+						tol := 1e-5 * float64(sh[2]+1) * 4
+						if d := math.Abs(float64(c[i] - want[i])); d > tol {
+							t.Fatalf("%v ta=%v tb=%v alpha/beta=%v: element %d = %v, want %v", sh, ta, tb, ab, i, c[i], want[i])
+						}
+					}
+				}
+			}
+		}
+	}
+	// A zero stride shares B across the batch.
+	g := backend.Gemm{M: 5, N: 6, K: 7, Alpha: 1, Batch: 3, StrideA: 35, StrideB: 0, StrideC: 30}
+	a, b := randSlice(r, 105), randSlice(r, 42)
+	c, want := make([]float32, 90), make([]float32, 90)
+	NaiveSgemm(g, a, b, want)
+	New().Sgemm(g, a, b, c)
+	for i := range c {
+		if math.Abs(float64(c[i]-want[i])) > 1e-5 {
+			t.Fatalf("shared B: element %d = %v, want %v", i, c[i], want[i])
+		}
+	}
+}
+
+// TestConvBackwardIsAdjoint checks <conv(x), dy> = <x, BackwardData(dy)>
+// and = <w, BackwardFilter(x, dy)> on shapes that take each code path
+// (im2col, pointwise, depthwise, grouped, parallel samples).
+func TestConvBackwardIsAdjoint(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, p := range []backend.Conv{
+		{N: 3, InC: 5, InH: 7, InW: 6, OutC: 4, KH: 3, KW: 3, Stride: 1, Pad: 1, Groups: 1},
+		{N: 1, InC: 6, InH: 9, InW: 9, OutC: 6, KH: 3, KW: 3, Stride: 2, Pad: 1, Groups: 6},
+		{N: 4, InC: 8, InH: 5, InW: 5, OutC: 16, KH: 1, KW: 1, Stride: 1, Pad: 0, Groups: 1},
+		{N: 2, InC: 8, InH: 6, InW: 7, OutC: 4, KH: 3, KW: 3, Stride: 2, Pad: 1, Groups: 2},
+	} {
+		t.Run(fmt.Sprintf("%+v", p), func(t *testing.T) {
+			be := &Backend{Workers: 2}
+			L := p.OutH() * p.OutW()
+			x := randSlice(r, p.N*p.InC*p.InH*p.InW)
+			w := randSlice(r, p.OutC*p.InC/p.Groups*p.KH*p.KW)
+			dy := randSlice(r, p.N*p.OutC*L)
+			y := make([]float32, len(dy))
+			be.Conv2d(p, x, w, y)
+			dx := make([]float32, len(x))
+			dw := make([]float32, len(w))
+			be.Conv2dBackwardData(p, dy, w, dx)
+			be.Conv2dBackwardFilter(p, x, dy, dw)
+			dot := func(a, b []float32) (s float64) {
+				for i := range a {
+					s += float64(a[i]) * float64(b[i])
+				}
+				return s
+			}
+			lhs := dot(y, dy)
+			for name, rhs := range map[string]float64{"data": dot(x, dx), "filter": dot(w, dw)} {
+				if math.Abs(lhs-rhs) > 1e-4*(1+math.Abs(lhs)) {
+					t.Errorf("%s adjoint: <conv x, dy> = %v, <., backward> = %v", name, lhs, rhs)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkSgemm reports GFLOP/s for the blocked parallel kernel, the same
+// kernel on one goroutine, and the naive triple loop, in one run.
+func BenchmarkSgemm(b *testing.B) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for _, n := range []int{128, 256, 512} {
+		a, bb, c := randSlice(r, n*n), randSlice(r, n*n), make([]float32, n*n)
+		g := backend.Gemm{M: n, N: n, K: n, Alpha: 1}
+		flops := 2 * float64(n) * float64(n) * float64(n)
+		report := func(b *testing.B) {
+			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		}
+		b.Run(fmt.Sprintf("blocked-parallel/%d", n), func(b *testing.B) {
+			be := New()
+			for b.Loop() {
+				be.Sgemm(g, a, bb, c)
+			}
+			report(b)
+		})
+		b.Run(fmt.Sprintf("blocked-1thread/%d", n), func(b *testing.B) {
+			be := &Backend{Workers: 1}
+			for b.Loop() {
+				be.Sgemm(g, a, bb, c)
+			}
+			report(b)
+		})
+		if n <= 256 {
+			b.Run(fmt.Sprintf("naive/%d", n), func(b *testing.B) {
+				for b.Loop() {
+					NaiveSgemm(g, a, bb, c)
+				}
+				report(b)
+			})
+		}
+	}
+}
+
+// BenchmarkConv times forward, backward-data and backward-filter on layer
+// shapes from yolo26n-seg at 640 input, batch 2 (per-image work scales
+// linearly).
+func BenchmarkConv(b *testing.B) {
+	r := rand.New(rand.NewPCG(7, 8))
+	cases := []struct {
+		name string
+		p    backend.Conv
+	}{
+		{"3x3s1 c64 80x80", backend.Conv{N: 2, InC: 64, InH: 80, InW: 80, OutC: 64, KH: 3, KW: 3, Stride: 1, Pad: 1, Groups: 1}},
+		{"3x3s2 c32-64 160x160", backend.Conv{N: 2, InC: 32, InH: 160, InW: 160, OutC: 64, KH: 3, KW: 3, Stride: 2, Pad: 1, Groups: 1}},
+		{"1x1 c128-64 40x40", backend.Conv{N: 2, InC: 128, InH: 40, InW: 40, OutC: 64, KH: 1, KW: 1, Stride: 1, Pad: 0, Groups: 1}},
+		{"dw3x3 c64 80x80", backend.Conv{N: 2, InC: 64, InH: 80, InW: 80, OutC: 64, KH: 3, KW: 3, Stride: 1, Pad: 1, Groups: 64}},
+	}
+	for _, c := range cases {
+		p := c.p
+		L := p.OutH() * p.OutW()
+		x := randSlice(r, p.N*p.InC*p.InH*p.InW)
+		w := randSlice(r, p.OutC*p.InC/p.Groups*p.KH*p.KW)
+		y := make([]float32, p.N*p.OutC*L)
+		dx, dw := make([]float32, len(x)), make([]float32, len(w))
+		flops := 2 * float64(p.N*p.OutC*L) * float64(p.InC/p.Groups*p.KH*p.KW)
+		be := New()
+		for _, k := range []struct {
+			name string
+			fn   func()
+		}{
+			{"fwd", func() { be.Conv2d(p, x, w, y) }},
+			{"bwd-data", func() { be.Conv2dBackwardData(p, y, w, dx) }},
+			{"bwd-filter", func() { be.Conv2dBackwardFilter(p, x, y, dw) }},
+		} {
+			b.Run(c.name+"/"+k.name, func(b *testing.B) {
+				for b.Loop() {
+					k.fn()
+				}
+				b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			})
+		}
+	}
+}

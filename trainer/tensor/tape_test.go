@@ -1,0 +1,105 @@
+package tensor
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+func TestNoGradRecordsNothing(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 1))
+	w := param(r, 4, 3, 3, 3)
+	x := Rand(r, -1, 1, 1, 3, 5, 5)
+	for name, tp := range map[string]*Tape{"nil": nil, "NoGrad": NewTape(nil).NoGrad()} {
+		y := tp.SiLU(tp.Conv2d(x, w, nil, ConvOptions{Padding: 1}))
+		if tp.Len() != 0 || y.RequiresGrad {
+			t.Errorf("%s tape: %d ops recorded, output requires grad %v", name, tp.Len(), y.RequiresGrad)
+		}
+	}
+	tp := NewTape(nil)
+	tp.SiLU(tp.Conv2d(x, w, nil, ConvOptions{Padding: 1}))
+	if tp.Len() != 2 {
+		t.Fatalf("recording tape holds %d ops, want 2", tp.Len())
+	}
+	// Ops on constants only are not recorded either.
+	tp.Reset()
+	tp.Sigmoid(x)
+	if tp.Len() != 0 {
+		t.Fatalf("op on a constant was recorded")
+	}
+}
+
+func TestDetachBlocksGradient(t *testing.T) {
+	r := rand.New(rand.NewPCG(2, 2))
+	a := param(r, 3)
+	tp := NewTape(nil)
+	h := tp.Square(a)
+	y := tp.Add(tp.Sum(h), tp.Sum(tp.Exp(h.Detach())))
+	if err := tp.Backward(y); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range a.Data {
+		if want := 2 * v; a.Grad[i] != want {
+			t.Fatalf("grad[%d] = %v, want %v (detached branch leaked)", i, a.Grad[i], want)
+		}
+	}
+}
+
+func TestGradientsAccumulateUntilZeroGrad(t *testing.T) {
+	a := New([]float32{1, 2, 3}, 3)
+	a.RequiresGrad = true
+	step := func() {
+		tp := NewTape(nil)
+		if err := tp.Backward(tp.Sum(tp.Scale(a, 2))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step()
+	step()
+	if a.Grad[0] != 4 {
+		t.Fatalf("after two backwards grad = %v, want 4", a.Grad[0])
+	}
+	ZeroGrad(a)
+	step()
+	if a.Grad[0] != 2 {
+		t.Fatalf("after ZeroGrad and one backward grad = %v, want 2", a.Grad[0])
+	}
+}
+
+func TestBackwardFromSeveralOutputs(t *testing.T) {
+	a := New([]float32{1, 2}, 2)
+	a.RequiresGrad = true
+	tp := NewTape(nil)
+	y1 := tp.Scale(a, 3)
+	y2 := tp.Square(a)
+	err := tp.BackwardFrom([]*Tensor{y1, y2}, []*Tensor{New([]float32{1, 10}, 2), New([]float32{100, 1000}, 2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// d/da = 3·g1 + 2a·g2.
+	if a.Grad[0] != 3+200 || a.Grad[1] != 30+4000 {
+		t.Fatalf("grad %v, want [203 4030]", a.Grad)
+	}
+	if tp.Len() != 0 {
+		t.Fatal("backward did not release the graph")
+	}
+}
+
+func TestBackwardErrors(t *testing.T) {
+	a := New([]float32{1, 2}, 2)
+	a.RequiresGrad = true
+	tp := NewTape(nil)
+	y := tp.Square(a)
+	if err := tp.Backward(y); err == nil {
+		t.Error("Backward accepted a 2-element loss")
+	}
+	if err := tp.BackwardFrom([]*Tensor{y}, []*Tensor{Zeros(3)}); err == nil {
+		t.Error("BackwardFrom accepted a gradient of the wrong shape")
+	}
+	if err := tp.BackwardFrom([]*Tensor{y}, nil); err == nil {
+		t.Error("BackwardFrom accepted mismatched list lengths")
+	}
+	var none *Tape
+	if err := none.Backward(Scalar(1)); err == nil {
+		t.Error("Backward on a nil tape succeeded")
+	}
+}
