@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -49,7 +50,7 @@ func inspectCommand() *ucli.Command {
 					return err
 				}
 			} else {
-				rep.print(out)
+				rep.print(out, 0)
 			}
 			if rep.Verify != nil && !rep.Verify.OK {
 				return fmt.Errorf("verify %s: %d problems (listed above)", rep.Dir, len(rep.Verify.Problems))
@@ -213,7 +214,9 @@ func schemaTree(s *arrow.Schema) string {
 	return b.String()
 }
 
-func (r *inspectReport) print(w io.Writer) {
+// print writes the report for people. topCategories > 0 lists only the
+// most frequent categories.
+func (r *inspectReport) print(w io.Writer, topCategories int) {
 	m := r.Manifest
 	fmt.Fprintf(w, "%s: segpipe shards, format version %d\n", r.Dir, m.FormatVersion)
 	fmt.Fprintf(w, "source: %s", m.Source.Kind)
@@ -236,9 +239,18 @@ func (r *inspectReport) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\nschema (one row per image):\n%s", indent(r.Schema, "  "))
 
-	fmt.Fprintf(w, "\ninstances per category (%d categories):\n", len(r.PerCategory))
-	for _, c := range r.PerCategory {
-		fmt.Fprintf(w, "  %3d  id %-4d %-20s %8d\n", c.Index, c.ID, c.Name, c.Instances)
+	cats := r.PerCategory
+	if topCategories > 0 && topCategories < len(cats) {
+		cats = slices.Clone(cats)
+		slices.SortStableFunc(cats, func(a, b categoryCount) int { return cmp.Compare(b.Instances, a.Instances) })
+		cats = cats[:topCategories]
+		fmt.Fprintf(w, "\ninstances per category (%d most frequent of %d):\n", topCategories, len(r.PerCategory))
+	} else {
+		fmt.Fprintf(w, "\ninstances per category (%d categories):\n", len(cats))
+	}
+	fmt.Fprintf(w, "  %5s %-4s  %-20s %9s\n", "class", "id", "name", "instances")
+	for _, c := range cats {
+		fmt.Fprintf(w, "  %5d %-4d  %-20s %9d\n", c.Index, c.ID, c.Name, c.Instances)
 	}
 	for _, h := range []*histogram{&r.PerImage, &r.RingPoints, &r.InstanceSize} {
 		fmt.Fprintln(w)

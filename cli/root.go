@@ -31,6 +31,7 @@ var Version = "0.1.0-dev"
 var commands = []func() *ucli.Command{
 	convertCommand,
 	inspectCommand,
+	quickstartCommand,
 	versionCommand,
 	evalCommand,
 	synthCommand,
