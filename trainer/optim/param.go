@@ -1,0 +1,184 @@
+package optim
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// Param is one trainable tensor. Data and Grad alias the model's storage
+// (allocate the gradient buffer before building the Param: the optimiser
+// reads and clips Grad in place).
+type Param struct {
+	// Name is the state-dict key; it decides the 3×-lr subgroup.
+	Name string
+	// Shape decides the Muon group (ndim ≥ 2) and the Newton–Schulz matrix.
+	Shape []int
+	Data  []float32
+	Grad  []float32
+	// Norm marks the weight of a normalisation layer (BatchNorm): it is
+	// never decayed.
+	Norm bool
+}
+
+// Kind is a parameter group's role.
+type Kind int
+
+// Group kinds in the reference's order.
+const (
+	KindWeight Kind = iota // ndim < 2, not bias, not norm: decayed (empty in YOLO26)
+	KindNorm               // normalisation weights: no decay
+	KindBias               // every name containing "bias": no decay
+	KindMuon               // ndim ≥ 2: decayed; orthogonalised by MuSGD
+)
+
+func (k Kind) String() string {
+	return [...]string{"weight", "bn", "bias", "muon"}[k]
+}
+
+// Group is a set of parameters sharing hyperparameters. LR and Momentum
+// are what the next Step uses; the schedule rewrites them every iteration.
+type Group struct {
+	Kind Kind
+	// Fast marks the 3×-lr subgroup (class towers, proto.cv3, semseg).
+	Fast   bool
+	Params []*Param
+	// InitialLR is the schedule's base: lr0, times 3 for Fast groups.
+	InitialLR   float64
+	LR          float64
+	Momentum    float64
+	WeightDecay float64
+	// UseMuon is true for KindMuon groups under MuSGD.
+	UseMuon bool
+}
+
+// GroupConfig sets the base hyperparameters of BuildGroups.
+type GroupConfig struct {
+	LR, Momentum, WeightDecay float64
+	// Muon sends ndim ≥ 2 tensors to the Muon groups (MuSGD); otherwise
+	// they join the decayed weight groups (SGD, AdamW).
+	Muon bool
+	// FastLRScale multiplies the lr of the fast subgroups; 0 means 3.
+	FastLRScale float64
+}
+
+// IsFast reports whether a parameter name belongs to the 3×-lr subgroup:
+// the reference's regex (?=.*23)(?=.*cv3)|proto\.semseg|flow_model.
+func IsFast(name string) bool {
+	return strings.Contains(name, "23") && strings.Contains(name, "cv3") ||
+		strings.Contains(name, "proto.semseg") || strings.Contains(name, "flow_model")
+}
+
+// KindOf classifies p by the reference's first-match rules.
+func KindOf(p *Param, muon bool) Kind {
+	switch {
+	case len(p.Shape) >= 2:
+		if muon {
+			return KindMuon
+		}
+		return KindWeight
+	case strings.Contains(p.Name, "bias"):
+		return KindBias
+	case p.Norm || strings.Contains(p.Name, "logit_scale"):
+		return KindNorm
+	}
+	return KindWeight
+}
+
+// BuildGroups splits params into the reference's eight groups, in its
+// order: [weight×3, weight, bn×3, bn, bias×3, bias, muon×3, muon]. Empty
+// groups are kept so that indices match the reference's.
+func BuildGroups(params []*Param, cfg GroupConfig) ([]*Group, error) {
+	scale := cfg.FastLRScale
+	if scale == 0 {
+		scale = 3
+	}
+	groups := make([]*Group, 8)
+	for i := range groups {
+		k := Kind(i / 2)
+		g := &Group{Kind: k, Fast: i%2 == 0, Momentum: cfg.Momentum, InitialLR: cfg.LR}
+		if g.Fast {
+			g.InitialLR = cfg.LR * scale
+		}
+		g.LR = g.InitialLR
+		if k == KindWeight || k == KindMuon {
+			g.WeightDecay = cfg.WeightDecay
+		}
+		g.UseMuon = k == KindMuon
+		groups[i] = g
+	}
+	seen := make(map[*Param]bool, len(params))
+	for _, p := range params {
+		if seen[p] {
+			return nil, fmt.Errorf("optim: parameter %q listed twice", p.Name)
+		}
+		seen[p] = true
+		n := 1
+		for _, d := range p.Shape {
+			n *= d
+		}
+		if n != len(p.Data) || len(p.Grad) != len(p.Data) {
+			return nil, fmt.Errorf("optim: parameter %q: shape %v, %d values, %d gradients", p.Name, p.Shape, len(p.Data), len(p.Grad))
+		}
+		i := 2 * int(KindOf(p, cfg.Muon))
+		if !IsFast(p.Name) {
+			i++
+		}
+		groups[i].Params = append(groups[i].Params, p)
+	}
+	return groups, nil
+}
+
+// GlobalNorm is the L2 norm of all gradients together.
+func GlobalNorm(params []*Param) float64 {
+	s := 0.0
+	for _, p := range params {
+		for _, g := range p.Grad {
+			s += float64(g) * float64(g)
+		}
+	}
+	return math.Sqrt(s)
+}
+
+// ClipCoef is the reference's clip_grad_norm_ coefficient,
+// min(maxNorm/(norm+1e-6), 1).
+func ClipCoef(norm, maxNorm float64) float64 {
+	return min(maxNorm/(norm+1e-6), 1)
+}
+
+// ScaleGrads multiplies every gradient by c (in float32, as the reference).
+func ScaleGrads(params []*Param, c float64) {
+	if c == 1 {
+		return
+	}
+	f := float32(c)
+	for _, p := range params {
+		for i := range p.Grad {
+			p.Grad[i] *= f
+		}
+	}
+}
+
+// ClipGradNorm scales all gradients so that their global L2 norm is at
+// most maxNorm (10 in the reference) and returns the norm before clipping.
+func ClipGradNorm(params []*Param, maxNorm float64) float64 {
+	n := GlobalNorm(params)
+	ScaleGrads(params, ClipCoef(n, maxNorm))
+	return n
+}
+
+// ZeroGrad clears every gradient in place.
+func ZeroGrad(params []*Param) {
+	for _, p := range params {
+		clear(p.Grad)
+	}
+}
+
+// Optimizer updates parameters from their gradients.
+type Optimizer interface {
+	// Groups exposes the parameter groups; the schedule sets their LR and
+	// Momentum before each Step.
+	Groups() []*Group
+	// Step applies one update from the current gradients.
+	Step()
+}
