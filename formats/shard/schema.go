@@ -50,14 +50,15 @@ var rleType = arrow.StructOf(
 	arrow.Field{Name: "counts", Type: listOf(arrow.PrimitiveTypes.Uint32), Nullable: true},
 )
 
-// instanceType is one annotated object. bbox is a 4-element list rather
+// instanceType is one annotated object. The contiguous class is
+// "class_index", not "class", which is a keyword in SQL and Python. bbox is a 4-element list rather
 // than a fixed_size_list because Parquet has no fixed-size list: every
 // reader sees a plain list either way, and a plain list round-trips to the
 // same Arrow type in every Arrow implementation.
 var instanceType = arrow.StructOf(
 	arrow.Field{Name: "ann_id", Type: arrow.PrimitiveTypes.Int64},
 	arrow.Field{Name: "category_id", Type: arrow.PrimitiveTypes.Int32},
-	arrow.Field{Name: "class", Type: arrow.PrimitiveTypes.Int32},
+	arrow.Field{Name: "class_index", Type: arrow.PrimitiveTypes.Int32},
 	arrow.Field{Name: "bbox", Type: listOf(arrow.PrimitiveTypes.Float32)},
 	arrow.Field{Name: "area", Type: arrow.PrimitiveTypes.Float32},
 	arrow.Field{Name: "iscrowd", Type: arrow.FixedWidthTypes.Boolean},
