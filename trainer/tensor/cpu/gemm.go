@@ -3,18 +3,35 @@ package cpu
 import "github.com/segpipe/segpipe/trainer/tensor/backend"
 
 // Blocking parameters: a KC×NC packed B tile (256 KiB) stays in L2 while
-// MR×KC slivers of A stream through L1.
+// MR×KC slivers of A stream through L1. MC is a multiple of every MR used.
 const (
-	gemmMR = 4
-	gemmNR = 4
-	gemmMC = 64
+	gemmMC = 96
 	gemmNC = 256
 	gemmKC = 256
 )
 
+// microKernel accumulates alpha·(MR×kc sliver of A)·(kc×NR sliver of B)
+// into an MR×NR block of c with row stride ldc. Slivers are k-major:
+// a[p*MR+i], b[p*NR+j].
+type microKernel struct {
+	name   string
+	mr, nr int
+	fn     func(kc int, alpha float32, a, b, c []float32, ldc int)
+}
+
+// goKernel is the portable 4×4 register-blocked kernel.
+var goKernel = microKernel{name: "go4x4", mr: 4, nr: 4, fn: kernel4x4}
+
+// kern is the kernel Sgemm uses; init code for SIMD-capable CPUs replaces it.
+var kern = goKernel
+
+// KernelName names the GEMM micro-kernel in use (for benchmark reports).
+func KernelName() string { return kern.name }
+
 // Sgemm computes the product described by g. Work is split into MC×NC
 // tiles of C per batch entry; each tile packs its own panels, so tiles are
-// independent and any shape (tall, wide, batched) parallelises.
+// independent and any shape (tall, wide, batched) parallelises. A zero
+// StrideC with Batch > 1 is not supported (entries would race).
 func (be *Backend) Sgemm(g backend.Gemm, a, b, c []float32) {
 	batch := g.Batch
 	if batch <= 0 {
@@ -39,6 +56,7 @@ func (be *Backend) Sgemm(g backend.Gemm, a, b, c []float32) {
 	if k == 0 || g.Alpha == 0 {
 		return
 	}
+	mk := kern
 	tm := (m + gemmMC - 1) / gemmMC
 	tn := (n + gemmNC - 1) / gemmNC
 	tasks := batch * tm * tn
@@ -53,78 +71,78 @@ func (be *Backend) Sgemm(g backend.Gemm, a, b, c []float32) {
 		j0 := (r % tn) * gemmNC
 		mc := min(gemmMC, m-i0)
 		nc := min(gemmNC, n-j0)
-		gemmTile(g, a[bi*g.StrideA:], b[bi*g.StrideB:], c[bi*g.StrideC:], i0, j0, mc, nc)
+		gemmTile(mk, g, a[bi*g.StrideA:], b[bi*g.StrideB:], c[bi*g.StrideC:], i0, j0, mc, nc)
 	})
 }
 
 // gemmTile accumulates alpha·op(A)[i0:i0+mc, :]·op(B)[:, j0:j0+nc] into C.
-func gemmTile(g backend.Gemm, a, b, c []float32, i0, j0, mc, nc int) {
+func gemmTile(mk microKernel, g backend.Gemm, a, b, c []float32, i0, j0, mc, nc int) {
 	k := g.K
-	mcp := (mc + gemmMR - 1) / gemmMR * gemmMR
-	ncp := (nc + gemmNR - 1) / gemmNR * gemmNR
+	MR, NR := mk.mr, mk.nr
+	mcp := (mc + MR - 1) / MR * MR
+	ncp := (nc + NR - 1) / NR * NR
 	kc0 := min(gemmKC, k)
 	ap := getBuf(mcp * kc0)
 	bp := getBuf(ncp * kc0)
-	var tmp [gemmMR * gemmNR]float32
+	tmp := getBuf(MR * NR)
 	for p0 := 0; p0 < k; p0 += gemmKC {
 		kc := min(gemmKC, k-p0)
-		packA(g, a, ap, i0, p0, mc, kc)
-		packB(g, b, bp, j0, p0, nc, kc)
-		for jr := 0; jr < nc; jr += gemmNR {
-			bs := bp[jr*kc : (jr+gemmNR)*kc]
-			nr := min(gemmNR, nc-jr)
-			for ir := 0; ir < mc; ir += gemmMR {
-				as := ap[ir*kc : (ir+gemmMR)*kc]
-				mr := min(gemmMR, mc-ir)
-				if mr == gemmMR && nr == gemmNR {
+		packA(g, a, ap, i0, p0, mc, kc, MR)
+		packB(g, b, bp, j0, p0, nc, kc, NR)
+		for jr := 0; jr < nc; jr += NR {
+			bs := bp[jr*kc : (jr+NR)*kc]
+			nr := min(NR, nc-jr)
+			for ir := 0; ir < mc; ir += MR {
+				as := ap[ir*kc : (ir+MR)*kc]
+				mr := min(MR, mc-ir)
+				if mr == MR && nr == NR {
 					off := (i0+ir)*g.N + j0 + jr
-					kernel4x4(kc, g.Alpha, as, bs, c[off:], g.N)
+					mk.fn(kc, g.Alpha, as, bs, c[off:], g.N)
 				} else {
-					tmp = [gemmMR * gemmNR]float32{}
-					kernel4x4(kc, g.Alpha, as, bs, tmp[:], gemmNR)
+					zero(tmp)
+					mk.fn(kc, g.Alpha, as, bs, tmp, NR)
 					for i := 0; i < mr; i++ {
 						row := c[(i0+ir+i)*g.N+j0+jr:]
 						for j := 0; j < nr; j++ {
-							row[j] += tmp[i*gemmNR+j]
+							row[j] += tmp[i*NR+j]
 						}
 					}
 				}
 			}
 		}
 	}
+	putBuf(tmp)
 	putBuf(ap)
 	putBuf(bp)
 }
 
 // packA copies op(A)[i0:i0+mc, p0:p0+kc] into MR-row slivers, each stored
 // k-major (sliver[p*MR+i]), zero-padding the last sliver.
-func packA(g backend.Gemm, a, ap []float32, i0, p0, mc, kc int) {
-	for ir := 0; ir < mc; ir += gemmMR {
-		s := ap[ir*kc : (ir+gemmMR)*kc]
-		mr := min(gemmMR, mc-ir)
-		if g.TransA { // A stored K×M
+func packA(g backend.Gemm, a, ap []float32, i0, p0, mc, kc, MR int) {
+	for ir := 0; ir < mc; ir += MR {
+		s := ap[ir*kc : (ir+MR)*kc]
+		mr := min(MR, mc-ir)
+		if g.TransA { // A stored K×M: each k gives MR contiguous values
 			for p := 0; p < kc; p++ {
 				src := a[(p0+p)*g.M+i0+ir:]
-				d := s[p*gemmMR : p*gemmMR+gemmMR]
-				for i := 0; i < mr; i++ {
-					d[i] = src[i]
-				}
-				for i := mr; i < gemmMR; i++ {
+				d := s[p*MR : p*MR+MR]
+				copy(d[:mr], src[:mr])
+				for i := mr; i < MR; i++ {
 					d[i] = 0
 				}
 			}
 			continue
 		}
-		for i := 0; i < gemmMR; i++ {
+		for i := 0; i < MR; i++ {
 			if i >= mr {
 				for p := 0; p < kc; p++ {
-					s[p*gemmMR+i] = 0
+					s[p*MR+i] = 0
 				}
 				continue
 			}
 			src := a[(i0+ir+i)*g.K+p0 : (i0+ir+i)*g.K+p0+kc]
 			for p, v := range src {
-				s[p*gemmMR+i] = v
+				s[p*MR+i] = v
 			}
 		}
 	}
@@ -132,37 +150,31 @@ func packA(g backend.Gemm, a, ap []float32, i0, p0, mc, kc int) {
 
 // packB copies op(B)[p0:p0+kc, j0:j0+nc] into NR-column slivers stored
 // k-major (sliver[p*NR+j]), zero-padding the last sliver.
-func packB(g backend.Gemm, b, bp []float32, j0, p0, nc, kc int) {
-	for jr := 0; jr < nc; jr += gemmNR {
-		s := bp[jr*kc : (jr+gemmNR)*kc]
-		nr := min(gemmNR, nc-jr)
-		if !g.TransB { // B stored K×N
+func packB(g backend.Gemm, b, bp []float32, j0, p0, nc, kc, NR int) {
+	for jr := 0; jr < nc; jr += NR {
+		s := bp[jr*kc : (jr+NR)*kc]
+		nr := min(NR, nc-jr)
+		if !g.TransB { // B stored K×N: each k gives NR contiguous values
 			for p := 0; p < kc; p++ {
 				src := b[(p0+p)*g.N+j0+jr:]
-				d := s[p*gemmNR : p*gemmNR+gemmNR]
-				if nr == gemmNR {
-					d[0], d[1], d[2], d[3] = src[0], src[1], src[2], src[3]
-					continue
-				}
-				for j := 0; j < nr; j++ {
-					d[j] = src[j]
-				}
-				for j := nr; j < gemmNR; j++ {
+				d := s[p*NR : p*NR+NR]
+				copy(d[:nr], src[:nr])
+				for j := nr; j < NR; j++ {
 					d[j] = 0
 				}
 			}
 			continue
 		}
-		for j := 0; j < gemmNR; j++ { // B stored N×K
+		for j := 0; j < NR; j++ { // B stored N×K
 			if j >= nr {
 				for p := 0; p < kc; p++ {
-					s[p*gemmNR+j] = 0
+					s[p*NR+j] = 0
 				}
 				continue
 			}
 			src := b[(j0+jr+j)*g.K+p0 : (j0+jr+j)*g.K+p0+kc]
 			for p, v := range src {
-				s[p*gemmNR+j] = v
+				s[p*NR+j] = v
 			}
 		}
 	}

@@ -21,6 +21,19 @@ func randSlice(r *rand.Rand, n int) []float32 {
 // (sizes not multiples of the micro-tile or block), k spanning several KC
 // panels, alpha/beta, batching and a broadcast operand.
 func TestSgemmMatchesNaive(t *testing.T) {
+	kernels := []microKernel{goKernel}
+	if kern.name != goKernel.name {
+		kernels = append(kernels, kern)
+	}
+	saved := kern
+	defer func() { kern = saved }()
+	for _, k := range kernels {
+		kern = k
+		t.Run(k.name, testSgemmMatchesNaive)
+	}
+}
+
+func testSgemmMatchesNaive(t *testing.T) {
 	shapes := [][3]int{{1, 1, 1}, {3, 5, 2}, {4, 4, 4}, {7, 9, 13}, {65, 257, 3}, {64, 256, 256}, {70, 33, 600}, {130, 300, 77}}
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, sh := range shapes {
@@ -97,8 +110,9 @@ func TestConvBackwardIsAdjoint(t *testing.T) {
 	}
 }
 
-// BenchmarkSgemm reports GFLOP/s for the blocked parallel kernel, the same
-// kernel on one goroutine, and the naive triple loop, in one run.
+// BenchmarkSgemm reports GFLOP/s for the blocked parallel GEMM, the same on
+// one goroutine, the portable Go micro-kernel on one goroutine, and the
+// naive triple loop, in one run. KernelName tells which kernel "blocked" is.
 func BenchmarkSgemm(b *testing.B) {
 	r := rand.New(rand.NewPCG(5, 6))
 	for _, n := range []int{128, 256, 512} {
@@ -116,6 +130,16 @@ func BenchmarkSgemm(b *testing.B) {
 			report(b)
 		})
 		b.Run(fmt.Sprintf("blocked-1thread/%d", n), func(b *testing.B) {
+			be := &Backend{Workers: 1}
+			for b.Loop() {
+				be.Sgemm(g, a, bb, c)
+			}
+			report(b)
+		})
+		b.Run(fmt.Sprintf("blocked-1thread-go4x4/%d", n), func(b *testing.B) {
+			saved := kern
+			kern = goKernel
+			defer func() { kern = saved }()
 			be := &Backend{Workers: 1}
 			for b.Loop() {
 				be.Sgemm(g, a, bb, c)
