@@ -1,0 +1,197 @@
+package metrics
+
+import (
+	"math"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/segpipe/segpipe/formats/rle"
+)
+
+// synthScene is a synthetic COCO-like evaluation: images of 480×640, about
+// 7 ground-truth instances each over 80 categories, 100 detections per
+// image (jittered copies of the ground truth plus false positives).
+type synthScene struct {
+	ds   *Dataset
+	dets []Detection
+}
+
+var (
+	sceneOnce sync.Once
+	scene     *synthScene
+)
+
+func synthetic(tb testing.TB, images, detsPerImage int) *synthScene {
+	r := rand.New(rand.NewPCG(11, 12))
+	const H, W = 480, 640
+	ds := &Dataset{imgIdx: map[int64]int{}, catIdx: map[int64]int{}}
+	for c := 1; c <= 80; c++ {
+		ds.catIdx[int64(c)] = len(ds.Categories)
+		ds.Categories = append(ds.Categories, Category{ID: int64(c)})
+	}
+	ds.byImage = make([][]int32, images)
+	var dets []Detection
+	poly := func(cx, cy, rx, ry float64) []float64 {
+		// a 12-gon ellipse, like a coarse COCO polygon
+		p := make([]float64, 0, 24)
+		for k := 0; k < 12; k++ {
+			a := float64(k) / 12 * 6.283185307179586
+			p = append(p, cx+rx*math.Cos(a)*(0.9+0.2*r.Float64()), cy+ry*math.Sin(a)*(0.9+0.2*r.Float64()))
+		}
+		return p
+	}
+	for i := 0; i < images; i++ {
+		id := int64(i + 1)
+		ds.imgIdx[id] = i
+		ds.Images = append(ds.Images, Image{ID: id, Height: H, Width: W})
+		type inst struct {
+			cx, cy, rx, ry float64
+			cat            int64
+		}
+		var gts []inst
+		for g := 0; g < 3+r.IntN(9); g++ {
+			s := []float64{8, 30, 120}[r.IntN(3)] * (0.5 + r.Float64())
+			in := inst{cx: r.Float64() * W, cy: r.Float64() * H, rx: s, ry: s * (0.5 + r.Float64()), cat: int64(1 + r.IntN(80))}
+			gts = append(gts, in)
+			m, err := rle.FromPolygon(poly(in.cx, in.cy, in.rx, in.ry), H, W)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			ds.byImage[i] = append(ds.byImage[i], int32(len(ds.Annotations)))
+			ds.Annotations = append(ds.Annotations, Annotation{
+				ID: int64(len(ds.Annotations) + 1), ImageID: id, CategoryID: in.cat,
+				Bbox: m.Bbox(), Area: float64(m.Area()), IsCrowd: r.IntN(30) == 0,
+			})
+			ds.masks = append(ds.masks, m)
+		}
+		for d := 0; d < detsPerImage; d++ {
+			var in inst
+			if d < 4*len(gts) {
+				g := gts[d%len(gts)]
+				j := 0.1 + 0.1*r.Float64()
+				in = inst{g.cx + g.rx*j*r.NormFloat64(), g.cy + g.ry*j*r.NormFloat64(), g.rx * (1 + j*r.NormFloat64()), g.ry * (1 + j*r.NormFloat64()), g.cat}
+			} else {
+				s := 4 + r.Float64()*150
+				in = inst{r.Float64() * W, r.Float64() * H, s, s * (0.5 + r.Float64()), int64(1 + r.IntN(80))}
+			}
+			m, err := rle.FromPolygon(poly(in.cx, in.cy, in.rx, in.ry), H, W)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			dets = append(dets, Detection{
+				ID: int64(len(dets) + 1), ImageID: id, CategoryID: in.cat,
+				Score: float64(r.IntN(1000)) / 1000, Bbox: m.Bbox(), Area: float64(m.Area()), Mask: &m,
+			})
+		}
+	}
+	return &synthScene{ds: ds, dets: dets}
+}
+
+// denseIoUMatrix is the baseline: decode every mask of the cell to a dense
+// H×W byte image and count pixels, as a straightforward dense
+// implementation would.
+func denseIoUMatrix(out []float64, dts, gts []rle.RLE, crowd []bool) {
+	dec := func(r rle.RLE) []byte {
+		m, err := r.Mask(nil)
+		if err != nil {
+			panic(err)
+		}
+		return m
+	}
+	gd := make([][]byte, len(gts))
+	for g := range gts {
+		gd[g] = dec(gts[g])
+	}
+	for d := range dts {
+		dm := dec(dts[d])
+		for g := range gts {
+			var i, u, a int
+			for k, v := range dm {
+				w := gd[g][k]
+				if v != 0 {
+					a++
+				}
+				if v != 0 && w != 0 {
+					i++
+				}
+				if v != 0 || w != 0 {
+					u++
+				}
+			}
+			o := 0.0
+			if i > 0 {
+				if crowd[g] {
+					u = a
+				}
+				o = float64(i) / float64(u)
+			}
+			out[d*len(gts)+g] = o
+		}
+	}
+}
+
+// BenchmarkEvaluate scores 5,000 images × 100 detections (bbox and segm,
+// IoU on runs) and, on a 50-image slice of the same scene, the dense-mask
+// IoU baseline. Each reports images/s.
+func BenchmarkEvaluate(b *testing.B) {
+	sceneOnce.Do(func() { scene = synthetic(b, 5000, 100) })
+	sub := subScene(scene, 50)
+	run := func(b *testing.B, s *synthScene, typ IoUType) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := Evaluate(s.ds, s.dets, typ); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(len(s.ds.Images))*float64(b.N)/b.Elapsed().Seconds(), "images/s")
+	}
+	b.Run("5000x100/bbox", func(b *testing.B) { run(b, scene, BBox) })
+	b.Run("5000x100/segm-runs", func(b *testing.B) { run(b, scene, Segm) })
+	b.Run("50x100/segm-runs", func(b *testing.B) { run(b, sub, Segm) })
+	b.Run("50x100/segm-dense-baseline", func(b *testing.B) {
+		maskIoUMatrix = denseIoUMatrix
+		defer func() { maskIoUMatrix = rle.IoUMatrix }()
+		run(b, sub, Segm)
+	})
+}
+
+// subScene keeps the first n images of s.
+func subScene(s *synthScene, n int) *synthScene {
+	ds := &Dataset{Categories: s.ds.Categories, catIdx: s.ds.catIdx, imgIdx: map[int64]int{}}
+	ds.Images = s.ds.Images[:n]
+	for i, im := range ds.Images {
+		ds.imgIdx[im.ID] = i
+	}
+	ds.byImage = s.ds.byImage[:n]
+	ds.Annotations, ds.masks = s.ds.Annotations, s.ds.masks
+	var dets []Detection
+	for _, d := range s.dets {
+		if _, ok := ds.imgIdx[d.ImageID]; ok {
+			dets = append(dets, d)
+		}
+	}
+	return &synthScene{ds: ds, dets: dets}
+}
+
+// TestDenseBaselineAgrees keeps the benchmark's baseline honest: on a small
+// scene it gives the same statistics as the run-length path.
+func TestDenseBaselineAgrees(t *testing.T) {
+	s := synthetic(t, 3, 30)
+	want, err := Evaluate(s.ds, s.dets, Segm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	maskIoUMatrix = denseIoUMatrix
+	defer func() { maskIoUMatrix = rle.IoUMatrix }()
+	got, err := Evaluate(s.ds, s.dets, Segm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Stats != want.Stats {
+		t.Fatalf("dense %v\nruns  %v", got.Stats, want.Stats)
+	}
+	if want.Stats[0] <= 0 {
+		t.Fatalf("scene scores nothing: %v", want.Stats)
+	}
+}
