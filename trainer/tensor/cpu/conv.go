@@ -156,12 +156,33 @@ func (be *Backend) gemmWith(workers int, g backend.Gemm, a, b, c []float32) {
 	sub.Sgemm(g, a, b, c)
 }
 
+// validRange returns the output columns [lo, hi) whose input column
+// ox·stride − pad + kj falls inside [0, w).
+func validRange(ow, w, stride, pad, kj int) (lo, hi int) {
+	off := kj - pad
+	lo = 0
+	if off < 0 {
+		lo = (-off + stride - 1) / stride
+	}
+	hi = 0
+	if w-1-off >= 0 {
+		hi = (w-1-off)/stride + 1
+	}
+	lo, hi = min(lo, ow), min(hi, ow)
+	if hi < lo {
+		hi = lo
+	}
+	return lo, hi
+}
+
 // im2col lowers one group of one sample (cg channels) to a
 // (cg·KH·KW)×(OH·OW) matrix, zero where the window hangs over padding.
+// The valid span of every row is computed once, so the inner loops are
+// plain copies (stride 1) or strided gathers without bounds tests.
 func im2col(p backend.Conv, x, col []float32) {
 	oh, ow := p.OutH(), p.OutW()
 	cg := p.InC / p.Groups
-	H, W := p.InH, p.InW
+	H, W, S := p.InH, p.InW, p.Stride
 	r := 0
 	for c := 0; c < cg; c++ {
 		plane := x[c*H*W : (c+1)*H*W]
@@ -169,34 +190,26 @@ func im2col(p backend.Conv, x, col []float32) {
 			for kj := 0; kj < p.KW; kj++ {
 				dst := col[r*oh*ow : (r+1)*oh*ow]
 				r++
+				lo, hi := validRange(ow, W, S, p.Pad, kj)
 				for oy := 0; oy < oh; oy++ {
-					iy := oy*p.Stride - p.Pad + ki
+					iy := oy*S - p.Pad + ki
 					d := dst[oy*ow : (oy+1)*ow]
-					if iy < 0 || iy >= H {
+					if iy < 0 || iy >= H || lo == hi {
 						zero(d)
 						continue
 					}
-					row := plane[iy*W : (iy+1)*W]
-					if p.Stride == 1 {
-						// Contiguous run: copy the in-bounds span, zero the rest.
-						ix0 := -p.Pad + kj
-						for ox := range d {
-							ix := ix0 + ox
-							if ix < 0 || ix >= W {
-								d[ox] = 0
-							} else {
-								d[ox] = row[ix]
-							}
-						}
+					zero(d[:lo])
+					zero(d[hi:])
+					ix0 := lo*S - p.Pad + kj
+					row := plane[iy*W:]
+					if S == 1 {
+						copy(d[lo:hi], row[ix0:ix0+hi-lo])
 						continue
 					}
-					for ox := range d {
-						ix := ox*p.Stride - p.Pad + kj
-						if ix < 0 || ix >= W {
-							d[ox] = 0
-						} else {
-							d[ox] = row[ix]
-						}
+					seg := d[lo:hi]
+					src := row[ix0 : ix0+(len(seg)-1)*S+1]
+					for i := range seg {
+						seg[i] = src[i*S]
 					}
 				}
 			}
@@ -209,7 +222,7 @@ func im2col(p backend.Conv, x, col []float32) {
 func col2im(p backend.Conv, col, x []float32) {
 	oh, ow := p.OutH(), p.OutW()
 	cg := p.InC / p.Groups
-	H, W := p.InH, p.InW
+	H, W, S := p.InH, p.InW, p.Stride
 	r := 0
 	for c := 0; c < cg; c++ {
 		plane := x[c*H*W : (c+1)*H*W]
@@ -217,18 +230,27 @@ func col2im(p backend.Conv, col, x []float32) {
 			for kj := 0; kj < p.KW; kj++ {
 				src := col[r*oh*ow : (r+1)*oh*ow]
 				r++
+				lo, hi := validRange(ow, W, S, p.Pad, kj)
+				if lo == hi {
+					continue
+				}
 				for oy := 0; oy < oh; oy++ {
-					iy := oy*p.Stride - p.Pad + ki
+					iy := oy*S - p.Pad + ki
 					if iy < 0 || iy >= H {
 						continue
 					}
-					row := plane[iy*W : (iy+1)*W]
-					s := src[oy*ow : (oy+1)*ow]
-					for ox, v := range s {
-						ix := ox*p.Stride - p.Pad + kj
-						if ix >= 0 && ix < W {
-							row[ix] += v
+					ix0 := lo*S - p.Pad + kj
+					s := src[oy*ow+lo : oy*ow+hi]
+					row := plane[iy*W+ix0 : iy*W+ix0+(len(s)-1)*S+1]
+					if S == 1 {
+						row = row[:len(s)]
+						for i, v := range s {
+							row[i] += v
 						}
+						continue
+					}
+					for i, v := range s {
+						row[i*S] += v
 					}
 				}
 			}
@@ -236,11 +258,13 @@ func col2im(p backend.Conv, col, x []float32) {
 	}
 }
 
-// Depthwise kernels: one (sample, channel) plane per task.
+// Depthwise kernels: one (sample, channel) plane per task, computed as
+// one shifted row update per kernel tap so the inner loops are long
+// unit-stride (or fixed-stride) runs without bounds tests.
 
 func (be *Backend) dwForward(p backend.Conv, x, w, y []float32) {
 	oh, ow := p.OutH(), p.OutW()
-	H, W := p.InH, p.InW
+	H, W, S := p.InH, p.InW, p.Stride
 	kh, kw := p.KH, p.KW
 	parallelFor(be.workers(), p.N*p.InC, func(lo, hi int) {
 		for nc := lo; nc < hi; nc++ {
@@ -248,23 +272,30 @@ func (be *Backend) dwForward(p backend.Conv, x, w, y []float32) {
 			xp := x[nc*H*W : (nc+1)*H*W]
 			yp := y[nc*oh*ow : (nc+1)*oh*ow]
 			wk := w[c*kh*kw : (c+1)*kh*kw]
-			for oy := 0; oy < oh; oy++ {
-				for ox := 0; ox < ow; ox++ {
-					var s float32
-					for ki := 0; ki < kh; ki++ {
-						iy := oy*p.Stride - p.Pad + ki
+			zero(yp)
+			for kj := 0; kj < kw; kj++ {
+				l, h := validRange(ow, W, S, p.Pad, kj)
+				if l == h {
+					continue
+				}
+				ix0 := l*S - p.Pad + kj
+				for ki := 0; ki < kh; ki++ {
+					wv := wk[ki*kw+kj]
+					for oy := 0; oy < oh; oy++ {
+						iy := oy*S - p.Pad + ki
 						if iy < 0 || iy >= H {
 							continue
 						}
-						for kj := 0; kj < kw; kj++ {
-							ix := ox*p.Stride - p.Pad + kj
-							if ix < 0 || ix >= W {
-								continue
-							}
-							s += xp[iy*W+ix] * wk[ki*kw+kj]
+						d := yp[oy*ow+l : oy*ow+h]
+						src := xp[iy*W+ix0 : iy*W+ix0+(len(d)-1)*S+1]
+						if S == 1 {
+							axpy(wv, src[:len(d)], d)
+							continue
+						}
+						for i := range d {
+							d[i] += wv * src[i*S]
 						}
 					}
-					yp[oy*ow+ox] = s
 				}
 			}
 		}
@@ -273,7 +304,7 @@ func (be *Backend) dwForward(p backend.Conv, x, w, y []float32) {
 
 func (be *Backend) dwBackwardData(p backend.Conv, dy, w, dx []float32) {
 	oh, ow := p.OutH(), p.OutW()
-	H, W := p.InH, p.InW
+	H, W, S := p.InH, p.InW, p.Stride
 	kh, kw := p.KH, p.KW
 	parallelFor(be.workers(), p.N*p.InC, func(lo, hi int) {
 		for nc := lo; nc < hi; nc++ {
@@ -281,20 +312,27 @@ func (be *Backend) dwBackwardData(p backend.Conv, dy, w, dx []float32) {
 			dxp := dx[nc*H*W : (nc+1)*H*W]
 			dyp := dy[nc*oh*ow : (nc+1)*oh*ow]
 			wk := w[c*kh*kw : (c+1)*kh*kw]
-			for oy := 0; oy < oh; oy++ {
-				for ox := 0; ox < ow; ox++ {
-					g := dyp[oy*ow+ox]
-					for ki := 0; ki < kh; ki++ {
-						iy := oy*p.Stride - p.Pad + ki
+			for kj := 0; kj < kw; kj++ {
+				l, h := validRange(ow, W, S, p.Pad, kj)
+				if l == h {
+					continue
+				}
+				ix0 := l*S - p.Pad + kj
+				for ki := 0; ki < kh; ki++ {
+					wv := wk[ki*kw+kj]
+					for oy := 0; oy < oh; oy++ {
+						iy := oy*S - p.Pad + ki
 						if iy < 0 || iy >= H {
 							continue
 						}
-						for kj := 0; kj < kw; kj++ {
-							ix := ox*p.Stride - p.Pad + kj
-							if ix < 0 || ix >= W {
-								continue
-							}
-							dxp[iy*W+ix] += g * wk[ki*kw+kj]
+						g := dyp[oy*ow+l : oy*ow+h]
+						d := dxp[iy*W+ix0 : iy*W+ix0+(len(g)-1)*S+1]
+						if S == 1 {
+							axpy(wv, g, d[:len(g)])
+							continue
+						}
+						for i, v := range g {
+							d[i*S] += wv * v
 						}
 					}
 				}
@@ -305,7 +343,7 @@ func (be *Backend) dwBackwardData(p backend.Conv, dy, w, dx []float32) {
 
 func (be *Backend) dwBackwardFilter(p backend.Conv, x, dy, dw []float32) {
 	oh, ow := p.OutH(), p.OutW()
-	H, W := p.InH, p.InW
+	H, W, S := p.InH, p.InW, p.Stride
 	kh, kw := p.KH, p.KW
 	// One task per channel so each dw slice has a single writer.
 	parallelFor(be.workers(), p.InC, func(lo, hi int) {
@@ -315,20 +353,27 @@ func (be *Backend) dwBackwardFilter(p backend.Conv, x, dy, dw []float32) {
 				nc := n*p.InC + c
 				xp := x[nc*H*W : (nc+1)*H*W]
 				dyp := dy[nc*oh*ow : (nc+1)*oh*ow]
-				for ki := 0; ki < kh; ki++ {
-					for kj := 0; kj < kw; kj++ {
+				for kj := 0; kj < kw; kj++ {
+					l, h := validRange(ow, W, S, p.Pad, kj)
+					if l == h {
+						continue
+					}
+					ix0 := l*S - p.Pad + kj
+					for ki := 0; ki < kh; ki++ {
 						var s float32
 						for oy := 0; oy < oh; oy++ {
-							iy := oy*p.Stride - p.Pad + ki
+							iy := oy*S - p.Pad + ki
 							if iy < 0 || iy >= H {
 								continue
 							}
-							for ox := 0; ox < ow; ox++ {
-								ix := ox*p.Stride - p.Pad + kj
-								if ix < 0 || ix >= W {
-									continue
-								}
-								s += xp[iy*W+ix] * dyp[oy*ow+ox]
+							g := dyp[oy*ow+l : oy*ow+h]
+							src := xp[iy*W+ix0 : iy*W+ix0+(len(g)-1)*S+1]
+							if S == 1 {
+								s += dot(g, src[:len(g)])
+								continue
+							}
+							for i, v := range g {
+								s += v * src[i*S]
 							}
 						}
 						wk[ki*kw+kj] += s
@@ -337,4 +382,40 @@ func (be *Backend) dwBackwardFilter(p backend.Conv, x, dy, dw []float32) {
 			}
 		}
 	})
+}
+
+// axpy adds a·x to y (len(x) == len(y)).
+func axpy(a float32, x, y []float32) {
+	y = y[:len(x)]
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		xx := x[i : i+4 : i+4]
+		yy := y[i : i+4 : i+4]
+		yy[0] += a * xx[0]
+		yy[1] += a * xx[1]
+		yy[2] += a * xx[2]
+		yy[3] += a * xx[3]
+	}
+	for ; i < len(x); i++ {
+		y[i] += a * x[i]
+	}
+}
+
+// dot returns Σ x·y with four partial sums.
+func dot(x, y []float32) float32 {
+	y = y[:len(x)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		xx := x[i : i+4 : i+4]
+		yy := y[i : i+4 : i+4]
+		s0 += xx[0] * yy[0]
+		s1 += xx[1] * yy[1]
+		s2 += xx[2] * yy[2]
+		s3 += xx[3] * yy[3]
+	}
+	for ; i < len(x); i++ {
+		s0 += x[i] * y[i]
+	}
+	return (s0 + s1) + (s2 + s3)
 }

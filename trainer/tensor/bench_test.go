@@ -1,0 +1,56 @@
+package tensor
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// convBN is Conv (no bias) + BatchNorm (train) + optional SiLU, the
+// building block of every YOLO26 layer.
+type convBN struct {
+	w, g, b, rm, rv *Tensor
+	opt             ConvOptions
+	act             bool
+}
+
+func newConvBN(r *rand.Rand, cin, cout, k, stride, groups int, act bool) *convBN {
+	c := &convBN{
+		w: param(r, cout, cin/groups, k, k), g: Full(1, cout), b: Zeros(cout),
+		rm: Zeros(cout), rv: Full(1, cout),
+		opt: ConvOptions{Stride: stride, Padding: k / 2, Groups: groups}, act: act,
+	}
+	c.g.RequiresGrad, c.b.RequiresGrad = true, true
+	return c
+}
+
+func (c *convBN) forward(tp *Tape, x *Tensor) *Tensor {
+	y := tp.BatchNorm2d(tp.Conv2d(x, c.w, nil, c.opt), c.g, c.b, c.rm, c.rv, BatchNormOptions{Training: true, Momentum: 0.03, Eps: 1e-3})
+	if c.act {
+		y = tp.SiLU(y)
+	}
+	return y
+}
+
+// BenchmarkC3k2Block runs forward+backward of a C3k2-shaped block (split,
+// two bottlenecks, concat, fuse, plus a depthwise conv) at 64 channels on a
+// 2×64×80×80 input: the mix of GEMM, im2col, batch-norm and elementwise
+// work a YOLO26 layer does.
+func BenchmarkC3k2Block(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 2))
+	x := Rand(r, -1, 1, 2, 64, 80, 80)
+	cv1 := newConvBN(r, 64, 64, 1, 1, 1, true)
+	m1a, m1b := newConvBN(r, 32, 16, 3, 1, 1, true), newConvBN(r, 16, 32, 3, 1, 1, true)
+	m2a, m2b := newConvBN(r, 32, 16, 3, 1, 1, true), newConvBN(r, 16, 32, 3, 1, 1, true)
+	cv2 := newConvBN(r, 128, 64, 1, 1, 1, true)
+	dw := newConvBN(r, 64, 64, 3, 1, 64, true)
+	for b.Loop() {
+		tp := NewTape(nil)
+		y := tp.Chunk(cv1.forward(tp, x), 2, 1)
+		b1 := tp.Add(y[1], m1b.forward(tp, m1a.forward(tp, y[1])))
+		b2 := tp.Add(b1, m2b.forward(tp, m2a.forward(tp, b1)))
+		out := dw.forward(tp, cv2.forward(tp, tp.Concat(1, y[0], y[1], b1, b2)))
+		if err := tp.Backward(tp.Mean(out)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
