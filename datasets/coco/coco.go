@@ -63,7 +63,11 @@ func Open(annotationsPath, imagesDir string, opts Options) (*Dataset, error) {
 	}
 	defer f.Close()
 	rep := &datasets.Report{Logger: opts.Logger}
-	p := newParser(f, annotationsPath, opts.Strict, rep)
+	var size int64
+	if st, err := f.Stat(); err == nil {
+		size = st.Size()
+	}
+	p := newParser(f, annotationsPath, opts.Strict, rep, size)
 	if err := p.parse(); err != nil {
 		return nil, err
 	}
@@ -114,6 +118,9 @@ type parser struct {
 	rep    *datasets.Report
 	stats  Stats
 
+	sec string // section and index of the element being parsed, for at
+	idx int32
+
 	store    arena.Store
 	annImage []int64 // per store.Anns: image id
 	annOff   []int64 // per store.Anns: byte offset of the annotation
@@ -141,11 +148,27 @@ type catEntry struct {
 	idx int32
 }
 
-func newParser(r io.Reader, file string, strict bool, rep *datasets.Report) *parser {
-	return &parser{
+// newParser prepares a parse of r. sizeHint, the file size when known,
+// presizes the arenas: COCO polygon text spends at least about 6 bytes a
+// coordinate and 200 bytes an annotation, so these capacities are rarely
+// exceeded, and capacity never written costs address space, not memory.
+// Growing by append instead would copy the arenas repeatedly and leave
+// the old copies for the collector, raising the peak well above the data.
+func newParser(r io.Reader, file string, strict bool, rep *datasets.Report, sizeHint int64) *parser {
+	p := &parser{
 		s: newScanner(r), file: file, strict: strict, rep: rep,
 		imgByID: make(map[int64]int32), catSeen: make(map[int32]bool),
 	}
+	if sizeHint > 0 && sizeHint < 1<<40 {
+		anns := int(sizeHint / 200)
+		p.store.Coords = make([]float32, 0, sizeHint/6)
+		p.store.RingEnd = make([]uint32, 0, anns)
+		p.store.Anns = make([]arena.Ann, 0, anns)
+		p.annImage = make([]int64, 0, anns)
+		p.annOff = make([]int64, 0, anns)
+		p.annIdx = make([]int32, 0, anns)
+	}
+	return p
 }
 
 // syntax wraps a scanner error as the always-fatal malformed_json problem.
@@ -156,6 +179,13 @@ func (p *parser) syntax(err error) error {
 			Reason: datasets.ReasonMalformedJSON, Detail: se.msg}
 	}
 	return fmt.Errorf("coco: %s: %w", p.file, err)
+}
+
+// at names a location inside the element being parsed, e.g.
+// "annotations[12].bbox"; built only when a problem is found, so the parse
+// itself allocates nothing per element.
+func (p *parser) at(rel string) string {
+	return fmt.Sprintf("%s[%d]%s", p.sec, p.idx, rel)
 }
 
 // problem applies the policy to one bad item.
@@ -281,7 +311,7 @@ func (p *parser) objectStart(where string) (*note, error) {
 		if err := s.skip(); err != nil {
 			return nil, err
 		}
-		return &note{off: off, where: where, reason: datasets.ReasonInvalidField,
+		return &note{off: off, where: p.at(where), reason: datasets.ReasonInvalidField,
 			detail: fmt.Sprintf("element is a %s, want an object", kindOf(c)), fatal: true}, nil
 	}
 	s.pos++
@@ -301,24 +331,24 @@ func (p *parser) intValue(where string, lo, hi int64) (int64, *note, error) {
 		if err := s.skip(); err != nil {
 			return 0, nil, err
 		}
-		return 0, &note{off: off, where: where, reason: datasets.ReasonInvalidField,
+		return 0, &note{off: off, where: p.at(where), reason: datasets.ReasonInvalidField,
 			detail: fmt.Sprintf("is a %s, want an integer", k), fatal: true}, nil
 	}
 	v, raw, err := s.number()
 	if err != nil {
 		return 0, nil, err
 	}
-	n, perr := strconv.ParseInt(string(raw), 10, 64)
-	if perr != nil {
+	n, ok := parseInt(raw)
+	if !ok {
 		// 3.0 or 1e3 are integers written as floats; accept those.
 		if v != math.Trunc(v) || math.Abs(v) > 1<<53 {
-			return 0, &note{off: off, where: where, reason: datasets.ReasonInvalidField,
+			return 0, &note{off: off, where: p.at(where), reason: datasets.ReasonInvalidField,
 				detail: fmt.Sprintf("%s is not an integer", raw), fatal: true}, nil
 		}
 		n = int64(v)
 	}
 	if n < lo || n > hi {
-		return 0, &note{off: off, where: where, reason: datasets.ReasonInvalidField,
+		return 0, &note{off: off, where: p.at(where), reason: datasets.ReasonInvalidField,
 			detail: fmt.Sprintf("%d outside [%d, %d]", n, lo, hi), fatal: true}, nil
 	}
 	return n, nil, nil
@@ -336,7 +366,7 @@ func (p *parser) stringValue(where string) (string, *note, error) {
 		if err := s.skip(); err != nil {
 			return "", nil, err
 		}
-		return "", &note{off: off, where: where, reason: datasets.ReasonInvalidField,
+		return "", &note{off: off, where: p.at(where), reason: datasets.ReasonInvalidField,
 			detail: fmt.Sprintf("is a %s, want a string", k), fatal: true}, nil
 	}
 	b, err := s.str()
@@ -355,7 +385,7 @@ func (p *parser) floatValue(where string) (float64, *note, error) {
 		if err := s.skip(); err != nil {
 			return 0, nil, err
 		}
-		return 0, &note{off: off, where: where, reason: datasets.ReasonInvalidField,
+		return 0, &note{off: off, where: p.at(where), reason: datasets.ReasonInvalidField,
 			detail: fmt.Sprintf("is a %s, want a number", k), fatal: true}, nil
 	}
 	v, raw, err := s.number()
@@ -363,7 +393,7 @@ func (p *parser) floatValue(where string) (float64, *note, error) {
 		return 0, nil, err
 	}
 	if math.IsNaN(v) || math.IsInf(float64(float32(v)), 0) {
-		return 0, &note{off: off, where: where, reason: datasets.ReasonNonFinite,
+		return 0, &note{off: off, where: p.at(where), reason: datasets.ReasonNonFinite,
 			detail: fmt.Sprintf("%s is not a finite float32", raw), fatal: true}, nil
 	}
 	return v, nil, nil
@@ -371,7 +401,8 @@ func (p *parser) floatValue(where string) (float64, *note, error) {
 
 func (p *parser) image(idx int32) error {
 	s := p.s
-	where := fmt.Sprintf("images[%d]", idx)
+	p.sec, p.idx = "images", idx
+	where := "" // relative to the element; see at
 	off := s.offset()
 	bad, err := p.objectStart(where)
 	if err != nil {
@@ -381,14 +412,14 @@ func (p *parser) image(idx int32) error {
 	var have [4]bool
 	if bad == nil {
 		for first := true; ; first = false {
-			more, err := s.more('}', first, where)
+			more, err := s.more('}', first, "an image object")
 			if err != nil {
 				return err
 			}
 			if !more {
 				break
 			}
-			k, err := s.key(where)
+			k, err := s.key("an image object")
 			if err != nil {
 				return err
 			}
@@ -396,22 +427,22 @@ func (p *parser) image(idx int32) error {
 			switch string(k) {
 			case "id":
 				var v int64
-				v, n, err = p.intValue(where+".id", math.MinInt64, math.MaxInt64)
+				v, n, err = p.intValue(".id", math.MinInt64, math.MaxInt64)
 				if n == nil {
 					im.id = v
 				}
 				have[0] = true
 			case "file_name":
-				im.fileName, n, err = p.stringValue(where + ".file_name")
+				im.fileName, n, err = p.stringValue(".file_name")
 				have[1] = true
 			case "width":
 				var v int64
-				v, n, err = p.intValue(where+".width", 1, math.MaxInt32)
+				v, n, err = p.intValue(".width", 1, math.MaxInt32)
 				im.w = int32(v)
 				have[2] = true
 			case "height":
 				var v int64
-				v, n, err = p.intValue(where+".height", 1, math.MaxInt32)
+				v, n, err = p.intValue(".height", 1, math.MaxInt32)
 				im.h = int32(v)
 				have[3] = true
 			default:
@@ -427,18 +458,18 @@ func (p *parser) image(idx int32) error {
 		if bad == nil {
 			for i, name := range []string{"id", "file_name", "width", "height"} {
 				if !have[i] {
-					bad = &note{off: off, where: where, reason: datasets.ReasonMissingField, detail: "no " + name}
+					bad = &note{off: off, where: p.at(where), reason: datasets.ReasonMissingField, detail: "no " + name}
 					break
 				}
 			}
 		}
 		if bad == nil && !filepath.IsLocal(im.fileName) {
-			bad = &note{off: off, where: where + ".file_name", reason: datasets.ReasonInvalidFileName,
+			bad = &note{off: off, where: p.at(".file_name"), reason: datasets.ReasonInvalidFileName,
 				detail: fmt.Sprintf("%q is not a relative path inside the image directory", im.fileName)}
 		}
 		if bad == nil {
 			if first, dup := p.imgByID[im.id]; dup {
-				bad = &note{off: off, where: where, reason: datasets.ReasonDuplicateImageID,
+				bad = &note{off: off, where: p.at(where), reason: datasets.ReasonDuplicateImageID,
 					detail: fmt.Sprintf("id already used by images[%d]; this entry is skipped", p.images[first].idx)}
 			}
 		}
@@ -453,7 +484,8 @@ func (p *parser) image(idx int32) error {
 
 func (p *parser) category(idx int32) error {
 	s := p.s
-	where := fmt.Sprintf("categories[%d]", idx)
+	p.sec, p.idx = "categories", idx
+	where := "" // relative to the element; see at
 	off := s.offset()
 	bad, err := p.objectStart(where)
 	if err != nil {
@@ -463,14 +495,14 @@ func (p *parser) category(idx int32) error {
 	var haveID, haveName bool
 	if bad == nil {
 		for first := true; ; first = false {
-			more, err := s.more('}', first, where)
+			more, err := s.more('}', first, "a category object")
 			if err != nil {
 				return err
 			}
 			if !more {
 				break
 			}
-			k, err := s.key(where)
+			k, err := s.key("a category object")
 			if err != nil {
 				return err
 			}
@@ -478,14 +510,14 @@ func (p *parser) category(idx int32) error {
 			switch string(k) {
 			case "id":
 				var v int64
-				v, n, err = p.intValue(where+".id", math.MinInt32, math.MaxInt32)
+				v, n, err = p.intValue(".id", math.MinInt32, math.MaxInt32)
 				c.ID = int32(v)
 				haveID = true
 			case "name":
-				c.Name, n, err = p.stringValue(where + ".name")
+				c.Name, n, err = p.stringValue(".name")
 				haveName = true
 			case "supercategory":
-				c.Supercategory, n, err = p.stringValue(where + ".supercategory")
+				c.Supercategory, n, err = p.stringValue(".supercategory")
 			default:
 				err = s.skip()
 			}
@@ -499,11 +531,11 @@ func (p *parser) category(idx int32) error {
 		switch {
 		case bad != nil:
 		case !haveID:
-			bad = &note{off: off, where: where, reason: datasets.ReasonMissingField, detail: "no id"}
+			bad = &note{off: off, where: p.at(where), reason: datasets.ReasonMissingField, detail: "no id"}
 		case !haveName:
-			bad = &note{off: off, where: where, reason: datasets.ReasonMissingField, detail: "no name"}
+			bad = &note{off: off, where: p.at(where), reason: datasets.ReasonMissingField, detail: "no name"}
 		case p.catSeen[c.ID]:
-			bad = &note{off: off, where: where, reason: datasets.ReasonDuplicateCategoryID,
+			bad = &note{off: off, where: p.at(where), reason: datasets.ReasonDuplicateCategoryID,
 				detail: fmt.Sprintf("category id %d already defined; this entry is skipped", c.ID)}
 		}
 	}
@@ -520,7 +552,8 @@ func (p *parser) category(idx int32) error {
 func (p *parser) annotation(idx int32) error {
 	s := p.s
 	st := &p.store
-	where := fmt.Sprintf("annotations[%d]", idx)
+	p.sec, p.idx = "annotations", idx
+	where := "" // relative to the element; see at
 	off := s.offset()
 	p.notes = p.notes[:0]
 	bad, err := p.objectStart(where)
@@ -540,14 +573,14 @@ func (p *parser) annotation(idx int32) error {
 	}
 	if bad == nil {
 		for first := true; ; first = false {
-			more, err := s.more('}', first, where)
+			more, err := s.more('}', first, "an annotation object")
 			if err != nil {
 				return err
 			}
 			if !more {
 				break
 			}
-			k, err := s.key(where)
+			k, err := s.key("an annotation object")
 			if err != nil {
 				return err
 			}
@@ -555,41 +588,41 @@ func (p *parser) annotation(idx int32) error {
 			switch string(k) {
 			case "id":
 				var v int64
-				v, n, err = p.intValue(where+".id", math.MinInt64, math.MaxInt64)
+				v, n, err = p.intValue(".id", math.MinInt64, math.MaxInt64)
 				if n == nil {
 					a.ID = v
 				}
 				have.id = true
 			case "image_id":
 				var v int64
-				v, n, err = p.intValue(where+".image_id", math.MinInt64, math.MaxInt64)
+				v, n, err = p.intValue(".image_id", math.MinInt64, math.MaxInt64)
 				if n == nil {
 					imageID = v
 				}
 				have.img = true
 			case "category_id":
 				var v int64
-				v, n, err = p.intValue(where+".category_id", math.MinInt32, math.MaxInt32)
+				v, n, err = p.intValue(".category_id", math.MinInt32, math.MaxInt32)
 				a.CategoryID = int32(v)
 				have.cat = true
 			case "iscrowd":
-				n, err = p.crowd(where+".iscrowd", &a)
+				n, err = p.crowd(".iscrowd", &a)
 			case "area":
 				var v float64
-				v, n, err = p.floatValue(where + ".area")
+				v, n, err = p.floatValue(".area")
 				a.Area = float32(v)
 				have.area = true
 			case "bbox":
-				n, err = p.bbox(where+".bbox", &a)
+				n, err = p.bbox(".bbox", &a)
 				have.bbox = true
 			case "segmentation":
 				if have.seg {
-					n = &note{off: s.offset(), where: where, reason: datasets.ReasonInvalidField,
+					n = &note{off: s.offset(), where: p.at(where), reason: datasets.ReasonInvalidField,
 						detail: "segmentation given twice", fatal: true}
 					err = s.skip()
 					break
 				}
-				n, err = p.segmentation(where+".segmentation", &a)
+				n, err = p.segmentation(".segmentation", &a)
 				have.seg = true
 			default:
 				err = s.skip()
@@ -605,7 +638,7 @@ func (p *parser) annotation(idx int32) error {
 				name string
 			}{{have.id, "id"}, {have.img, "image_id"}, {have.cat, "category_id"}, {have.seg, "segmentation"}, {have.area, "area"}, {have.bbox, "bbox"}} {
 				if !f.ok {
-					bad = &note{off: off, where: where, reason: datasets.ReasonMissingField, detail: "no " + f.name}
+					bad = &note{off: off, where: p.at(where), reason: datasets.ReasonMissingField, detail: "no " + f.name}
 					break
 				}
 			}
@@ -618,7 +651,7 @@ func (p *parser) annotation(idx int32) error {
 			}
 		}
 		if !a.HasRLE && a.RingHi == a.RingLo && len(p.notes) > 0 {
-			bad = &note{off: off, where: where + ".segmentation", reason: datasets.ReasonNoValidPolygon,
+			bad = &note{off: off, where: p.at(".segmentation"), reason: datasets.ReasonNoValidPolygon,
 				detail: "every ring was dropped"}
 		}
 	}
@@ -665,7 +698,7 @@ func (p *parser) bbox(where string, a *arena.Ann) (*note, error) {
 		if err := s.skip(); err != nil {
 			return nil, err
 		}
-		return &note{off: off, where: where, reason: datasets.ReasonInvalidBBox,
+		return &note{off: off, where: p.at(where), reason: datasets.ReasonInvalidBBox,
 			detail: fmt.Sprintf("is a %s, want [x, y, w, h]", kindOf(c)), fatal: true}, nil
 	}
 	s.pos++
@@ -679,9 +712,12 @@ func (p *parser) bbox(where string, a *arena.Ann) (*note, error) {
 		if !more {
 			break
 		}
-		v, n, err := p.floatValue(fmt.Sprintf("%s[%d]", where, i))
+		v, n, err := p.floatValue(where)
 		if err != nil {
 			return nil, err
+		}
+		if n != nil {
+			n.where = p.at(fmt.Sprintf("%s[%d]", where, i))
 		}
 		if n != nil && bad == nil {
 			bad = n
@@ -697,11 +733,11 @@ func (p *parser) bbox(where string, a *arena.Ann) (*note, error) {
 		return bad, nil
 	}
 	if i != 4 {
-		return &note{off: off, where: where, reason: datasets.ReasonInvalidBBox,
+		return &note{off: off, where: p.at(where), reason: datasets.ReasonInvalidBBox,
 			detail: fmt.Sprintf("%d numbers, want 4", i), fatal: true}, nil
 	}
 	if a.BBox[2] < 0 || a.BBox[3] < 0 {
-		return &note{off: off, where: where, reason: datasets.ReasonInvalidBBox,
+		return &note{off: off, where: p.at(where), reason: datasets.ReasonInvalidBBox,
 			detail: fmt.Sprintf("negative size %gx%g", a.BBox[2], a.BBox[3]), fatal: true}, nil
 	}
 	return nil, nil
@@ -724,7 +760,7 @@ func (p *parser) segmentation(where string, a *arena.Ann) (*note, error) {
 	if err := s.skip(); err != nil {
 		return nil, err
 	}
-	return &note{off: off, where: where, reason: datasets.ReasonInvalidField,
+	return &note{off: off, where: p.at(where), reason: datasets.ReasonInvalidField,
 		detail: fmt.Sprintf("is a %s, want a list of polygons or an RLE object", kindOf(c)), fatal: true}, nil
 }
 
@@ -743,7 +779,7 @@ func (p *parser) polygons(where string, a *arena.Ann) (*note, error) {
 		if !more {
 			break
 		}
-		rw := where + "[" + strconv.Itoa(rings) + "]"
+		rw := func() string { return p.at(where + "[" + strconv.Itoa(rings) + "]") }
 		roff := s.offset()
 		c, _ := s.peek()
 		if c != '[' {
@@ -751,7 +787,7 @@ func (p *parser) polygons(where string, a *arena.Ann) (*note, error) {
 				return nil, err
 			}
 			if bad == nil {
-				bad = &note{off: roff, where: rw, reason: datasets.ReasonInvalidField,
+				bad = &note{off: roff, where: rw(), reason: datasets.ReasonInvalidField,
 					detail: fmt.Sprintf("polygon is a %s, want a list of numbers", kindOf(c)), fatal: true}
 			}
 			continue
@@ -759,7 +795,7 @@ func (p *parser) polygons(where string, a *arena.Ann) (*note, error) {
 		s.pos++
 		c0 := len(st.Coords)
 		for i := 0; ; i++ {
-			more, err := s.more(']', i == 0, rw)
+			more, err := s.more(']', i == 0, "a polygon")
 			if err != nil {
 				return nil, err
 			}
@@ -773,7 +809,7 @@ func (p *parser) polygons(where string, a *arena.Ann) (*note, error) {
 					return nil, err
 				}
 				if bad == nil {
-					bad = &note{off: voff, where: rw, reason: datasets.ReasonInvalidField,
+					bad = &note{off: voff, where: rw(), reason: datasets.ReasonInvalidField,
 						detail: fmt.Sprintf("value %d is a %s, want a number", i, kindOf(c)), fatal: true}
 				}
 				continue
@@ -786,7 +822,7 @@ func (p *parser) polygons(where string, a *arena.Ann) (*note, error) {
 			f := float32(v)
 			if math.IsNaN(v) || math.IsInf(float64(f), 0) {
 				if bad == nil {
-					bad = &note{off: voff, where: rw, reason: datasets.ReasonNonFinite,
+					bad = &note{off: voff, where: rw(), reason: datasets.ReasonNonFinite,
 						detail: fmt.Sprintf("value %d is %s", i, raw), fatal: true}
 				}
 				continue
@@ -799,15 +835,15 @@ func (p *parser) polygons(where string, a *arena.Ann) (*note, error) {
 		n := len(st.Coords) - c0
 		switch {
 		case n%2 == 1:
-			bad = &note{off: roff, where: rw, reason: datasets.ReasonPolygonOddLength,
+			bad = &note{off: roff, where: rw(), reason: datasets.ReasonPolygonOddLength,
 				detail: fmt.Sprintf("%d values", n), fatal: true}
 		case n == 4:
 			st.Coords = st.Coords[:c0]
-			p.notes = append(p.notes, note{off: roff, where: rw, reason: datasets.ReasonPolygonFourNumbers,
+			p.notes = append(p.notes, note{off: roff, where: rw(), reason: datasets.ReasonPolygonFourNumbers,
 				detail: "ring of 4 numbers dropped (2 points; pycocotools would read it as a box)"})
 		case n < 6:
 			st.Coords = st.Coords[:c0]
-			p.notes = append(p.notes, note{off: roff, where: rw, reason: datasets.ReasonPolygonTooFewPoints,
+			p.notes = append(p.notes, note{off: roff, where: rw(), reason: datasets.ReasonPolygonTooFewPoints,
 				detail: fmt.Sprintf("ring of %d points dropped", n/2)})
 		default:
 			st.CloseRing()
@@ -817,7 +853,7 @@ func (p *parser) polygons(where string, a *arena.Ann) (*note, error) {
 		return bad, nil
 	}
 	if rings == 0 {
-		return &note{off: off, where: where, reason: datasets.ReasonEmptySegmentation,
+		return &note{off: off, where: p.at(where), reason: datasets.ReasonEmptySegmentation,
 			detail: "no polygons", fatal: true}, nil
 	}
 	a.RingHi = uint32(len(st.RingEnd))
@@ -860,7 +896,7 @@ func (p *parser) rle(where string, a *arena.Ann) (*note, error) {
 				if err := s.skip(); err != nil {
 					return nil, err
 				}
-				fail(&note{off: soff, where: sw, detail: "want [h, w]", fatal: true})
+				fail(&note{off: soff, where: p.at(sw), detail: "want [h, w]", fatal: true})
 				continue
 			}
 			s.pos++
@@ -873,7 +909,7 @@ func (p *parser) rle(where string, a *arena.Ann) (*note, error) {
 				if !more {
 					break
 				}
-				v, n, err := p.intValue(fmt.Sprintf("%s[%d]", sw, i), 0, math.MaxInt32)
+				v, n, err := p.intValue(sw, 0, math.MaxInt32)
 				if err != nil {
 					return nil, err
 				}
@@ -886,7 +922,7 @@ func (p *parser) rle(where string, a *arena.Ann) (*note, error) {
 				}
 			}
 			if i != 2 {
-				fail(&note{off: soff, where: sw, detail: fmt.Sprintf("%d numbers, want [h, w]", i), fatal: true})
+				fail(&note{off: soff, where: p.at(sw), detail: fmt.Sprintf("%d numbers, want [h, w]", i), fatal: true})
 			}
 			haveSize = true
 		case "counts":
@@ -902,7 +938,7 @@ func (p *parser) rle(where string, a *arena.Ann) (*note, error) {
 				var derr error
 				st.Counts, derr = rle.AppendDecode(st.Counts, string(str))
 				if derr != nil {
-					fail(&note{off: coff, where: cw, detail: derr.Error(), fatal: true})
+					fail(&note{off: coff, where: p.at(cw), detail: derr.Error(), fatal: true})
 				}
 			case '[':
 				s.pos++
@@ -925,7 +961,7 @@ func (p *parser) rle(where string, a *arena.Ann) (*note, error) {
 				if err := s.skip(); err != nil {
 					return nil, err
 				}
-				fail(&note{off: coff, where: cw, detail: fmt.Sprintf("is a %s, want a list or a string", kindOf(c)), fatal: true})
+				fail(&note{off: coff, where: p.at(cw), detail: fmt.Sprintf("is a %s, want a list or a string", kindOf(c)), fatal: true})
 			}
 			haveCounts = true
 		default:
@@ -935,7 +971,7 @@ func (p *parser) rle(where string, a *arena.Ann) (*note, error) {
 		}
 	}
 	if bad == nil && (!haveSize || !haveCounts) {
-		fail(&note{off: off, where: where, detail: "want both size and counts", fatal: true})
+		fail(&note{off: off, where: p.at(where), detail: "want both size and counts", fatal: true})
 	}
 	if bad == nil {
 		var sum uint64
@@ -943,7 +979,7 @@ func (p *parser) rle(where string, a *arena.Ann) (*note, error) {
 			sum += uint64(c)
 		}
 		if px := uint64(a.RLEH) * uint64(a.RLEW); sum != px {
-			fail(&note{off: off, where: where, detail: fmt.Sprintf("counts sum to %d, size [%d, %d] has %d pixels", sum, a.RLEH, a.RLEW, px), fatal: true})
+			fail(&note{off: off, where: p.at(where), detail: fmt.Sprintf("counts sum to %d, size [%d, %d] has %d pixels", sum, a.RLEH, a.RLEW, px), fatal: true})
 		}
 	}
 	if bad != nil {
@@ -974,7 +1010,6 @@ func (p *parser) finish(imagesDir string, workers int, d *Dataset) error {
 	seen := make(map[int64]int32, len(st.Anns))
 	for i := range st.Anns {
 		a := &st.Anns[i]
-		where := fmt.Sprintf("annotations[%d]", p.annIdx[i])
 		slot[i] = -1
 		var reason, detail string
 		img, okImg := p.imgByID[p.annImage[i]]
@@ -987,6 +1022,7 @@ func (p *parser) finish(imagesDir string, workers int, d *Dataset) error {
 			reason, detail = datasets.ReasonUnknownCategoryID, fmt.Sprintf("category_id %d is not in categories", a.CategoryID)
 		}
 		if reason != "" {
+			where := fmt.Sprintf("annotations[%d]", p.annIdx[i])
 			if err := p.problem(p.annOff[i], where, p.annImage[i], a.ID, reason, detail); err != nil {
 				return err
 			}
@@ -1078,4 +1114,33 @@ func (p *parser) finish(imagesDir string, workers int, d *Dataset) error {
 	p.annImage, p.annOff, p.annIdx = nil, nil, nil
 	d.src = &arena.Source{Images: entries, Order: anns, Store: st, Workers: workers}
 	return nil
+}
+
+// parseInt parses a JSON integer token (no fraction, no exponent) without
+// allocating; false for anything else, including overflow.
+func parseInt(b []byte) (int64, bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	if len(b) == 0 || len(b) > 19 {
+		return 0, false
+	}
+	var u uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		u = u*10 + uint64(c-'0')
+	}
+	if neg {
+		if u > 1<<63 {
+			return 0, false
+		}
+		return -int64(u), true
+	}
+	if u > 1<<63-1 {
+		return 0, false
+	}
+	return int64(u), true
 }

@@ -23,6 +23,7 @@ type scanner struct {
 	base int64 // file offset of buf[0]
 	rerr error // sticky read error (io.EOF at the end)
 	tok  []byte
+	key0 []byte // the last key, copied out of buf
 }
 
 // syntaxError is a malformed document at a byte offset.
@@ -33,8 +34,12 @@ type syntaxError struct {
 
 func (e *syntaxError) Error() string { return e.msg }
 
+// scanBufferSize is the read buffer; tests shrink it so that every token
+// boundary falls on a buffer boundary somewhere.
+var scanBufferSize = 1 << 20
+
 func newScanner(r io.Reader) *scanner {
-	return &scanner{rd: r, buf: make([]byte, 1<<20)}
+	return &scanner{rd: r, buf: make([]byte, scanBufferSize)}
 }
 
 func (s *scanner) offset() int64 { return s.base + int64(s.pos) }
@@ -141,7 +146,9 @@ func (s *scanner) key(what string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return k, s.expect(':', "after key "+strconv.Quote(string(k)))
+	// k may alias the read buffer, which finding the colon can refill.
+	s.key0 = append(s.key0[:0], k...)
+	return s.key0, s.expect(':', "after a key")
 }
 
 // str reads a string token (the opening quote is next) and returns its
@@ -149,6 +156,21 @@ func (s *scanner) key(what string) ([]byte, error) {
 func (s *scanner) str() ([]byte, error) {
 	start := s.offset()
 	s.pos++ // opening quote, already peeked
+	// Fast path: the whole string is in the buffer and has no escapes.
+	for i := s.pos; i < s.end; i++ {
+		c := s.buf[i]
+		if c == '"' {
+			t := s.buf[s.pos:i]
+			if !utf8.Valid(t) {
+				return nil, s.errf(start, "string is not valid UTF-8")
+			}
+			s.pos = i + 1
+			return t, nil
+		}
+		if c == '\\' || c < 0x20 {
+			break
+		}
+	}
 	s.tok = s.tok[:0]
 	var pend rune // high surrogate waiting for its low half
 	flush := func() {
@@ -270,27 +292,44 @@ func (s *scanner) hex4() (rune, error) {
 	return r, nil
 }
 
-// word reads a bare token (number or literal) into s.tok.
+// wordByte marks the bytes a bare token (number or literal) is made of.
+var wordByte = func() (t [256]bool) {
+	for c := range 256 {
+		t[c] = c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '.' || c == '-' || c == '+'
+	}
+	return t
+}()
+
+// word reads a bare token. It returns a slice of the read buffer when the
+// token lies inside it (almost always), else a copy in s.tok; either is
+// valid until the next token.
 func (s *scanner) word() []byte {
-	s.tok = s.tok[:0]
-	for {
-		if s.pos >= s.end && !s.fill() {
-			return s.tok
-		}
-		i := s.pos
-		for i < s.end {
-			c := s.buf[i]
-			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '.' || c == '-' || c == '+') {
-				break
-			}
+	if s.pos >= s.end && !s.fill() {
+		return nil
+	}
+	i := s.pos
+	for i < s.end && wordByte[s.buf[i]] {
+		i++
+	}
+	if i < s.end {
+		w := s.buf[s.pos:i]
+		s.pos = i
+		return w
+	}
+	s.tok = append(s.tok[:0], s.buf[s.pos:i]...)
+	s.pos = i
+	for s.fill() {
+		i := 0
+		for i < s.end && wordByte[s.buf[i]] {
 			i++
 		}
-		s.tok = append(s.tok, s.buf[s.pos:i]...)
+		s.tok = append(s.tok, s.buf[:i]...)
 		s.pos = i
 		if i < s.end {
-			return s.tok
+			break
 		}
 	}
+	return s.tok
 }
 
 // kind of a scalar token.

@@ -536,8 +536,14 @@ func appendAnn(b []byte, id, imageID int64, s shape, stringRLE bool, w, h int) [
 	if s.crowd {
 		b = append(b, `{"counts": `...)
 		if stringRLE {
+			// The alphabet '0'..'o' includes '\\', which JSON escapes.
 			b = append(b, '"')
-			b = rle.AppendEncode(b, s.rle)
+			for _, ch := range rle.AppendEncode(nil, s.rle) {
+				if ch == '\\' {
+					b = append(b, '\\')
+				}
+				b = append(b, ch)
+			}
 			b = append(b, '"')
 		} else {
 			b = append(b, '[')

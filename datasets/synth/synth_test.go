@@ -3,6 +3,7 @@ package synth
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io/fs"
 	"math"
 	"math/rand/v2"
@@ -205,4 +206,27 @@ func TestStatisticsResembleCOCO(t *testing.T) {
 	check("small fraction", float64(small)/poly, 0.35, 0.47)
 	check("medium fraction", float64(medium)/poly, 0.28, 0.40)
 	check("large fraction", float64(large)/poly, 0.19, 0.31)
+}
+
+// TestStringRLEIsEscaped covers a compressed string holding '\', which the
+// COCO alphabet '0'..'o' contains and JSON must escape.
+func TestStringRLEIsEscaped(t *testing.T) {
+	counts := []uint32{44, 1, 8*8 - 45}
+	if !bytes.Contains(rle.AppendEncode(nil, counts), []byte{'\\'}) {
+		t.Fatal("test counts do not encode to a backslash")
+	}
+	b := appendAnn(nil, 1, 2, shape{crowd: true, rle: counts, bbox: [4]float64{5, 4, 1, 1}, area: 1}, true, 8, 8)
+	var a struct {
+		Segmentation struct {
+			Size   []int  `json:"size"`
+			Counts string `json:"counts"`
+		} `json:"segmentation"`
+	}
+	if err := json.Unmarshal(b, &a); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	got, err := rle.Decode(a.Segmentation.Counts)
+	if err != nil || !slices.Equal(got, counts) || !slices.Equal(a.Segmentation.Size, []int{8, 8}) {
+		t.Fatalf("decoded %v %v (%v), want %v", got, a.Segmentation.Size, err, counts)
+	}
 }
