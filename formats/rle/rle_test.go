@@ -348,3 +348,34 @@ func FuzzFromPolygon(f *testing.F) {
 		}
 	})
 }
+
+// TestIoUMatrixEqualsIoU checks the column-span pre-test against rleIou's
+// box pre-test on random masks, including empty masks and size mismatches.
+func TestIoUMatrixEqualsIoU(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	for n := 0; n < 300; n++ {
+		h, w := 1+r.IntN(12), 1+r.IntN(12)
+		var dts, gts []RLE
+		var crowd []bool
+		for k := 0; k < 1+r.IntN(5); k++ {
+			dts = append(dts, mustFromMask(randomMask(r, h, w, 0.7), h, w))
+		}
+		for k := 0; k < 1+r.IntN(5); k++ {
+			gh := h
+			if r.IntN(10) == 0 {
+				gh = h + 1
+			}
+			gts = append(gts, mustFromMask(randomMask(r, gh, w, 0.7), gh, w))
+			crowd = append(crowd, r.IntN(3) == 0)
+		}
+		out := make([]float64, len(dts)*len(gts))
+		IoUMatrix(out, dts, gts, crowd)
+		for d := range dts {
+			for g := range gts {
+				if want := IoU(dts[d], gts[g], crowd[g]); out[d*len(gts)+g] != want {
+					t.Fatalf("IoUMatrix[%d][%d] = %v, IoU = %v", d, g, out[d*len(gts)+g], want)
+				}
+			}
+		}
+	}
+}

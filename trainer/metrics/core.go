@@ -25,6 +25,7 @@ type imgCat struct {
 // bit per IoU threshold for "matched" and for "ignored".
 type detRecord struct {
 	score   float64
+	seq     int32 // position in the category's insertion order
 	rank    int32
 	matched [numArea]uint16
 	ignored [numArea]uint16
@@ -91,7 +92,7 @@ func (c *core) add(catID int64, in *imgCat) {
 	cs.hasEval = true
 	recs := c.recBuf[:0]
 	for d := 0; d < D; d++ {
-		recs = append(recs, detRecord{score: in.dtScore[d], rank: int32(d)})
+		recs = append(recs, detRecord{score: in.dtScore[d], seq: int32(len(cs.recs) + d), rank: int32(d)})
 	}
 	for a, rng := range AreaRanges {
 		// gtIg and the stable "non-ignored first" order of evaluateImg.
@@ -205,69 +206,91 @@ func (c *core) accumulate() *evalArrays {
 	for i := range e.recall {
 		e.recall[i] = -1
 	}
-	var rc, pr []float64
+	var rc, pr [numThr][]float64
 	for k, cs := range cats {
 		e.catIDs[k] = cs.id
 		if !cs.hasEval {
 			continue
 		}
 		recs := slices.Clone(cs.recs)
-		slices.SortStableFunc(recs, func(a, b detRecord) int { return cmp.Compare(b.score, a.score) })
+		// Stable by descending score: seq (insertion order, i.e. image
+		// order then rank) breaks ties, so an unstable sort suffices.
+		slices.SortFunc(recs, func(a, b detRecord) int {
+			if c := cmp.Compare(b.score, a.score); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.seq, b.seq)
+		})
 		for a := 0; a < numArea; a++ {
 			npig := cs.npig[a]
 			if npig == 0 {
 				continue
 			}
 			for m, maxDet := range MaxDets {
-				for t := 0; t < numThr; t++ {
-					bit := uint16(1) << t
-					rc, pr = rc[:0], pr[:0]
-					var tp, fp float64
-					// Ignored detections add equal (tp, fp) entries to
-					// COCOeval's cumulative arrays; dropping them changes
-					// neither the interpolated precision nor the recall.
-					for i := range recs {
-						r := &recs[i]
-						if int(r.rank) >= maxDet || r.ignored[a]&bit != 0 {
+				// One pass over the sorted detections feeds all ten
+				// thresholds' cumulative arrays.
+				for t := range rc {
+					rc[t], pr[t] = rc[t][:0], pr[t][:0]
+				}
+				var tp, fp [numThr]float64
+				for i := range recs {
+					r := &recs[i]
+					if int(r.rank) >= maxDet {
+						continue
+					}
+					ig, mt := r.ignored[a], r.matched[a]
+					for t := 0; t < numThr; t++ {
+						bit := uint16(1) << t
+						// Ignored detections add equal (tp, fp) entries to
+						// COCOeval's cumulative arrays; dropping them changes
+						// neither the interpolated precision nor the recall.
+						if ig&bit != 0 {
 							continue
 						}
-						if r.matched[a]&bit != 0 {
-							tp++
+						if mt&bit != 0 {
+							tp[t]++
 						} else {
-							fp++
+							fp[t]++
 						}
-						rc = append(rc, tp/float64(npig))
-						pr = append(pr, tp/(fp+tp+eps))
+						rc[t] = append(rc[t], tp[t]/float64(npig))
+						pr[t] = append(pr[t], tp[t]/(fp[t]+tp[t]+eps))
 					}
-					nd := len(rc)
-					if nd > 0 {
-						e.recall[e.rIdx(t, k, a, m)] = rc[nd-1]
-					} else {
-						e.recall[e.rIdx(t, k, a, m)] = 0
-					}
-					for i := nd - 1; i > 0; i-- {
-						if pr[i] > pr[i-1] {
-							pr[i-1] = pr[i]
-						}
-					}
-					// searchsorted(rc, recThrs, side='left'); precision 0
-					// past the last detection.
-					pi := 0
-					for ri, thr := range RecallThresholds {
-						for pi < nd && rc[pi] < thr {
-							pi++
-						}
-						q := 0.0
-						if pi < nd {
-							q = pr[pi]
-						}
-						e.precision[e.pIdx(t, ri, k, a, m)] = q
-					}
+				}
+				for t := 0; t < numThr; t++ {
+					e.interpolate(rc[t], pr[t], t, k, a, m)
 				}
 			}
 		}
 	}
 	return e
+}
+
+// interpolate stores one threshold's recall and its precision at the
+// recall thresholds: precision made non-increasing from the right, then
+// read at searchsorted(rc, recThrs, side='left'), 0 past the end.
+func (e *evalArrays) interpolate(rc, pr []float64, t, k, a, m int) {
+	nd := len(rc)
+	if nd > 0 {
+		e.recall[e.rIdx(t, k, a, m)] = rc[nd-1]
+	} else {
+		e.recall[e.rIdx(t, k, a, m)] = 0
+	}
+	for i := nd - 1; i > 0; i-- {
+		if pr[i] > pr[i-1] {
+			pr[i-1] = pr[i]
+		}
+	}
+	pi := 0
+	for ri, thr := range RecallThresholds {
+		for pi < nd && rc[pi] < thr {
+			pi++
+		}
+		q := 0.0
+		if pi < nd {
+			q = pr[pi]
+		}
+		e.precision[e.pIdx(t, ri, k, a, m)] = q
+	}
 }
 
 // eps is numpy.spacing(1).
