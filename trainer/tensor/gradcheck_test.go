@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 )
 
@@ -399,4 +400,23 @@ func TestGradCheckRejectsWrongGradient(t *testing.T) {
 			t.Errorf("%s: wrong gradient passed the check", name)
 		}
 	}
+}
+
+// TestGradientsOnParallelPaths reruns every check with the host-side
+// parallel threshold at one element and more goroutines than cores, so the
+// split loops (broadcast runs, concat/split copies, bias sums, upsample)
+// are exercised on small shapes.
+func TestGradientsOnParallelPaths(t *testing.T) {
+	saved := minParallel
+	minParallel = 1
+	defer func() { minParallel = saved }()
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+	for _, c := range gradCases() {
+		if err := checkGrad(c, 5); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+	t.Run("layout forward", TestLayoutOps)
+	t.Run("conv forward", TestConv2dMatchesDirectLoop)
+	t.Run("convT forward", TestConvTranspose2dMatchesScatterDefinition)
 }

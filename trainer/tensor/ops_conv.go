@@ -119,23 +119,31 @@ func (tp *Tape) ConvTranspose2d(x, w, b *Tensor, o ConvOptions) *Tensor {
 }
 
 func addChannelBias(y, b []float32, n, c, hw int) {
-	for i := 0; i < n*c; i++ {
-		v := b[i%c]
-		ys := y[i*hw : (i+1)*hw]
-		for j := range ys {
-			ys[j] += v
+	parallel(n*c, n*c*hw, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			v := b[i%c]
+			ys := y[i*hw : (i+1)*hw]
+			for j := range ys {
+				ys[j] += v
+			}
 		}
-	}
+	})
 }
 
+// sumChannelGrad adds Σ_{n,hw} gy to gb; channels are split across
+// goroutines so each gb entry has one writer.
 func sumChannelGrad(gy, gb []float32, n, c, hw int) {
-	for i := 0; i < n*c; i++ {
-		var s float32
-		for _, v := range gy[i*hw : (i+1)*hw] {
-			s += v
+	parallel(c, n*c*hw, func(lo, hi int) {
+		for ch := lo; ch < hi; ch++ {
+			var s float64
+			for i := 0; i < n; i++ {
+				for _, v := range gy[(i*c+ch)*hw : (i*c+ch+1)*hw] {
+					s += float64(v)
+				}
+			}
+			gb[ch] += float32(s)
 		}
-		gb[i%c] += s
-	}
+	})
 }
 
 // BatchNormOptions configures BatchNorm2d.
@@ -292,30 +300,34 @@ func (tp *Tape) UpsampleNearest(x *Tensor, factor int) *Tensor {
 	n, c, h, w := x.Shape[0], x.Shape[1], x.Shape[2], x.Shape[3]
 	H, W := h*factor, w*factor
 	y := Zeros(n, c, H, W)
-	for pl := 0; pl < n*c; pl++ {
-		src := x.Data[pl*h*w : (pl+1)*h*w]
-		dst := y.Data[pl*H*W : (pl+1)*H*W]
-		for oy := 0; oy < H; oy++ {
-			row := src[(oy/factor)*w : (oy/factor+1)*w]
-			d := dst[oy*W : (oy+1)*W]
-			for ox := range d {
-				d[ox] = row[ox/factor]
+	parallel(n*c, y.Numel(), func(lo, hi int) {
+		for pl := lo; pl < hi; pl++ {
+			src := x.Data[pl*h*w : (pl+1)*h*w]
+			dst := y.Data[pl*H*W : (pl+1)*H*W]
+			for oy := 0; oy < H; oy++ {
+				row := src[(oy/factor)*w : (oy/factor+1)*w]
+				d := dst[oy*W : (oy+1)*W]
+				for ox := range d {
+					d[ox] = row[ox/factor]
+				}
 			}
 		}
-	}
+	})
 	if tp.wants(x) {
 		tp.push(func() {
 			gx := x.GradBuf()
-			for pl := 0; pl < n*c; pl++ {
-				g := gx[pl*h*w : (pl+1)*h*w]
-				gy := y.Grad[pl*H*W : (pl+1)*H*W]
-				for oy := 0; oy < H; oy++ {
-					row := g[(oy/factor)*w : (oy/factor+1)*w]
-					for ox, v := range gy[oy*W : (oy+1)*W] {
-						row[ox/factor] += v
+			parallel(n*c, y.Numel(), func(lo, hi int) {
+				for pl := lo; pl < hi; pl++ {
+					g := gx[pl*h*w : (pl+1)*h*w]
+					gy := y.Grad[pl*H*W : (pl+1)*H*W]
+					for oy := 0; oy < H; oy++ {
+						row := g[(oy/factor)*w : (oy/factor+1)*w]
+						for ox, v := range gy[oy*W : (oy+1)*W] {
+							row[ox/factor] += v
+						}
 					}
 				}
-			}
+			})
 		}, y)
 	}
 	return y

@@ -56,15 +56,19 @@ func (tp *Tape) Tanh(x *Tensor) *Tensor { return tp.unary(backend.Tanh, x) }
 // Scale returns s·x.
 func (tp *Tape) Scale(x *Tensor, s float32) *Tensor {
 	y := Zeros(x.Shape...)
-	for i, v := range x.Data {
-		y.Data[i] = v * s
-	}
+	parallel(len(x.Data), len(x.Data), func(lo, hi int) {
+		for i, v := range x.Data[lo:hi] {
+			y.Data[lo+i] = v * s
+		}
+	})
 	if tp.wants(x) {
 		tp.push(func() {
 			gx := x.GradBuf()
-			for i, g := range y.Grad {
-				gx[i] += g * s
-			}
+			parallel(len(gx), len(gx), func(lo, hi int) {
+				for i, g := range y.Grad[lo:hi] {
+					gx[lo+i] += g * s
+				}
+			})
 		}, y)
 	}
 	return y
@@ -187,7 +191,7 @@ func (tp *Tape) binary(op binOp, a, b *Tensor) *Tensor {
 	out, sa, sb := broadcastShapes(a, b)
 	y := Zeros(out...)
 	ad, bd, yd := a.Data, b.Data, y.Data
-	bcastRuns(out, sa, sb, func(o, ia, ib, n, da, db int) {
+	bcastRuns(out, sa, sb, true, func(o, ia, ib, n, da, db int) {
 		ys := yd[o : o+n]
 		switch op {
 		case opAdd:
@@ -228,7 +232,10 @@ func (tp *Tape) binary(op binOp, a, b *Tensor) *Tensor {
 			gb = b.GradBuf()
 		}
 		gy := y.Grad
-		bcastRuns(out, sa, sb, func(o, ia, ib, n, da, db int) {
+		// Runs may go parallel only if no gradient slot is shared between
+		// runs, i.e. neither operand being differentiated is broadcast.
+		par := (ga == nil || len(ga) == len(gy)) && (gb == nil || len(gb) == len(gy))
+		bcastRuns(out, sa, sb, par, func(o, ia, ib, n, da, db int) {
 			for i := 0; i < n; i++ {
 				g := gy[o+i]
 				x, z := ad[ia+i*da], bd[ib+i*db]
@@ -305,9 +312,10 @@ func broadcastShapes(a, b *Tensor) (out, sa, sb []int) {
 // bcastRuns walks the output in row-major order as runs along the last
 // (merged) axis, calling fn(outOffset, aOffset, bOffset, runLen, aStep,
 // bStep). Adjacent axes whose strides compose are merged first so
-// same-shape and per-channel cases become long runs.
-func bcastRuns(out, sa, sb []int, fn func(o, ia, ib, n, da, db int)) {
-	// Merge axes i-1,i when both operands are contiguous across them.
+// same-shape and per-channel cases become long runs. With par the runs are
+// split across goroutines; fn must then only write to locations owned by
+// its output range.
+func bcastRuns(out, sa, sb []int, par bool, fn func(o, ia, ib, n, da, db int)) {
 	var shp, as, bs []int
 	for i := range out {
 		if out[i] == 1 {
@@ -332,20 +340,35 @@ func bcastRuns(out, sa, sb []int, fn func(o, ia, ib, n, da, db int)) {
 	}
 	last := len(shp) - 1
 	n := shp[last]
-	idx := make([]int, last)
-	ia, ib := 0, 0
-	for o := 0; o < total; o += n {
-		fn(o, ia, ib, n, as[last], bs[last])
+	runs := total / n
+	walk := func(r0, r1 int) {
+		idx := make([]int, last)
+		ia, ib := 0, 0
+		rem := r0
 		for k := last - 1; k >= 0; k-- {
-			idx[k]++
-			ia += as[k]
-			ib += bs[k]
-			if idx[k] < shp[k] {
-				break
+			idx[k] = rem % shp[k]
+			rem /= shp[k]
+			ia += idx[k] * as[k]
+			ib += idx[k] * bs[k]
+		}
+		for r := r0; r < r1; r++ {
+			fn(r*n, ia, ib, n, as[last], bs[last])
+			for k := last - 1; k >= 0; k-- {
+				idx[k]++
+				ia += as[k]
+				ib += bs[k]
+				if idx[k] < shp[k] {
+					break
+				}
+				ia -= as[k] * shp[k]
+				ib -= bs[k] * shp[k]
+				idx[k] = 0
 			}
-			ia -= as[k] * shp[k]
-			ib -= bs[k] * shp[k]
-			idx[k] = 0
 		}
 	}
+	if !par {
+		walk(0, runs)
+		return
+	}
+	parallel(runs, total, walk)
 }

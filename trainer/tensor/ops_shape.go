@@ -170,9 +170,11 @@ func (tp *Tape) Concat(axis int, xs ...*Tensor) *Tensor {
 	off := 0
 	for _, x := range xs {
 		rowX := x.Shape[axis] * inner
-		for o := 0; o < outer; o++ {
-			copy(y.Data[o*rowY+off:o*rowY+off+rowX], x.Data[o*rowX:(o+1)*rowX])
-		}
+		parallel(outer, x.Numel(), func(lo, hi int) {
+			for o := lo; o < hi; o++ {
+				copy(y.Data[o*rowY+off:o*rowY+off+rowX], x.Data[o*rowX:(o+1)*rowX])
+			}
+		})
 		off += rowX
 	}
 	if tp.wants(xs...) {
@@ -183,13 +185,15 @@ func (tp *Tape) Concat(axis int, xs ...*Tensor) *Tensor {
 				rowX := x.Shape[axis] * inner
 				if needs(x) {
 					gx := x.GradBuf()
-					for o := 0; o < outer; o++ {
-						src := y.Grad[o*rowY+off : o*rowY+off+rowX]
-						dst := gx[o*rowX : (o+1)*rowX]
-						for i, v := range src {
-							dst[i] += v
+					parallel(outer, x.Numel(), func(lo, hi int) {
+						for o := lo; o < hi; o++ {
+							src := y.Grad[o*rowY+off : o*rowY+off+rowX]
+							dst := gx[o*rowX : (o+1)*rowX]
+							for i, v := range src {
+								dst[i] += v
+							}
 						}
-					}
+					})
 				}
 				off += rowX
 			}
@@ -221,9 +225,11 @@ func (tp *Tape) Split(x *Tensor, axis int, sizes ...int) []*Tensor {
 		shape[axis] = s
 		y := Zeros(shape...)
 		rowY := s * inner
-		for o := 0; o < outer; o++ {
-			copy(y.Data[o*rowY:(o+1)*rowY], x.Data[o*rowX+off:o*rowX+off+rowY])
-		}
+		parallel(outer, y.Numel(), func(lo, hi int) {
+			for o := lo; o < hi; o++ {
+				copy(y.Data[o*rowY:(o+1)*rowY], x.Data[o*rowX+off:o*rowX+off+rowY])
+			}
+		})
 		outs[k] = y
 		off += rowY
 	}
@@ -235,12 +241,14 @@ func (tp *Tape) Split(x *Tensor, axis int, sizes ...int) []*Tensor {
 			for _, y := range ys {
 				rowY := y.Shape[axis] * inner
 				if y.Grad != nil {
-					for o := 0; o < outer; o++ {
-						dst := gx[o*rowX+off : o*rowX+off+rowY]
-						for i, v := range y.Grad[o*rowY : (o+1)*rowY] {
-							dst[i] += v
+					parallel(outer, y.Numel(), func(lo, hi int) {
+						for o := lo; o < hi; o++ {
+							dst := gx[o*rowX+off : o*rowX+off+rowY]
+							for i, v := range y.Grad[o*rowY : (o+1)*rowY] {
+								dst[i] += v
+							}
 						}
-					}
+					})
 				}
 				off += rowY
 			}
