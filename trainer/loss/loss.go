@@ -199,6 +199,8 @@ type Criterion struct {
 	tg       padded
 	br       branchScratch
 	last     [2]*Assignment
+	semVal   float64
+	semDone  bool
 }
 
 // NewCriterion checks cfg and returns a criterion at epoch 0.
@@ -258,6 +260,7 @@ func (c *Criterion) Forward(out *Outputs, t *Targets, grads *Grads) (Result, err
 		}
 	}
 	c.tg.build(t, &out.Geometry)
+	c.semDone = false
 	B := float64(out.B)
 	res.O2M, res.O2O = c.o2m, c.o2o
 	for i, w := range [2]float64{c.o2m, c.o2o} {
@@ -304,6 +307,7 @@ type branchScratch struct {
 	probs            []float32 // [B,NC,A]
 	scoreSum         float64
 	mask             maskScratch
+	sem              semScratch
 }
 
 // branch computes one branch's gained loss vector (not times B) and, when
@@ -369,9 +373,10 @@ func (c *Criterion) branch(which int, out *Outputs, br *Branch, t *Targets, bg *
 				if ba := b*A + a; asg.FG[ba] && int(asg.Labels[ba]) == k {
 					tv = float64(asg.ScoreValue[ba])
 				}
-				cls += bceLogits(x, tv)
+				l, p := bceSigmoid(x, tv)
+				cls += l
 				if bg != nil {
-					bg.Scores[row+a] += float32(gc * (sigmoid(x) - tv))
+					bg.Scores[row+a] += float32(gc * (p - tv))
 				}
 			}
 		}
@@ -436,7 +441,14 @@ func (c *Criterion) branch(which int, out *Outputs, br *Branch, t *Targets, bg *
 	}
 	seg := s.mask.loss(g, asg, tg, br.Coef, out.Proto, coefG, protoG, scale*c.cfg.BoxGain)
 	vec[Seg] = c.cfg.BoxGain * seg
-	vec[Semseg] = c.cfg.BoxGain * semsegLoss(g, out.Semseg, tg.sem, semG, scale*c.cfg.BoxGain)
+	// Both branches read the same logits and target, so the value is
+	// computed once per batch; only the first (one2many) caller sends
+	// gradient, the one2one copy being detached.
+	if !c.semDone || semG != nil {
+		c.semVal = s.sem.loss(g, out.Semseg, tg.sem, semG, scale*c.cfg.BoxGain)
+		c.semDone = true
+	}
+	vec[Semseg] = c.cfg.BoxGain * c.semVal
 	return vec, asg, nil
 }
 
@@ -446,6 +458,17 @@ func sigmoid(x float64) float64 {
 	}
 	e := math.Exp(x)
 	return e / (1 + e)
+}
+
+// bceSigmoid returns BCE-with-logits and the sigmoid of x from one
+// exponential.
+func bceSigmoid(x, t float64) (loss, p float64) {
+	e := math.Exp(-math.Abs(x))
+	loss = max(x, 0) - x*t + math.Log1p(e)
+	if x >= 0 {
+		return loss, 1 / (1 + e)
+	}
+	return loss, e / (1 + e)
 }
 
 // bceLogits is BCE-with-logits in its stable form.

@@ -125,8 +125,9 @@ func (m *maskScratch) loss(g *Geometry, asg *Assignment, tg *padded, coef, proto
 				if own[r*W+c] == int32(j+1) {
 					gtv = 1
 				}
-				sum += bceLogits(*zi, gtv)
-				*zi = kp * (sigmoid(*zi) - gtv) // reuse as dL/dz
+				l, p := bceSigmoid(*zi, gtv)
+				sum += l
+				*zi = kp * (p - gtv) // reuse as dL/dz
 			}
 		}
 		m.perImg[b] += sum / float64(hw) / area

@@ -83,7 +83,7 @@ type goldenModel struct {
 	dir    string
 }
 
-func loadGolden(t *testing.T) *goldenModel {
+func loadGolden(t testing.TB) *goldenModel {
 	dir := goldenDir(t)
 	raw, err := os.ReadFile(filepath.Join(dir, "stats.json"))
 	if err != nil {
@@ -132,7 +132,7 @@ func loadGolden(t *testing.T) *goldenModel {
 	return gm
 }
 
-func autoGroups(t *testing.T, gm *goldenModel) []*Group {
+func autoGroups(t testing.TB, gm *goldenModel) []*Group {
 	// The fixture's run: COCO-sized (118,287 images), batch 2, 100 epochs.
 	auto, err := Auto(118287, 2, 64, 100, 80)
 	if err != nil {
