@@ -425,10 +425,12 @@ func (w *Writer) Close(skipped map[string]int64) (*Manifest, error) {
 	if err := writeFileAtomic(filepath.Join(w.dir, ManifestName), b); err != nil {
 		return nil, err
 	}
+	// No directory sync after this removal: a journal that survives a
+	// crash next to a manifest is ignored, the manifest wins.
 	if err := os.Remove(filepath.Join(w.dir, ProgressName)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
-	return m, syncDir(w.dir)
+	return m, nil
 }
 
 // Abort stops without a manifest: the open shard is discarded, finished
