@@ -195,3 +195,74 @@ func TestDenseBaselineAgrees(t *testing.T) {
 		t.Fatalf("scene scores nothing: %v", want.Stats)
 	}
 }
+
+// BenchmarkEpochMetricAdd measures one validation image on a 160×160 grid
+// (640 canvas, stride 4) with 10 ground-truth instances and 100
+// predictions given as mask probabilities, the trainer's per-image cost.
+func BenchmarkEpochMetricAdd(b *testing.B) {
+	r := rand.New(rand.NewPCG(13, 14))
+	const g = 160
+	img := &GridImage{Affine: [6]float64{0.5, 0, 0, 0, 0.5, 80}, GridH: g, GridW: g}
+	blob := func() ([]uint8, [4]float64) {
+		m := make([]uint8, g*g)
+		x0, y0 := r.IntN(g-20), r.IntN(g-20)
+		w, h := 4+r.IntN(g-x0-4), 4+r.IntN(g-y0-4)
+		for y := y0; y < y0+h; y++ {
+			for x := x0; x < x0+w; x++ {
+				m[y*g+x] = 1
+			}
+		}
+		return m, [4]float64{float64(x0 * 4), float64(y0 * 4), float64((x0 + w) * 4), float64((y0 + h) * 4)}
+	}
+	var gtMasks [][]uint8
+	var gtBoxes [][4]float64
+	for i := 0; i < 10; i++ {
+		m, bx := blob()
+		gtMasks, gtBoxes = append(gtMasks, m), append(gtBoxes, bx)
+		img.Truth.Masks = append(img.Truth.Masks, m...)
+		img.Truth.Boxes = append(img.Truth.Boxes, scaleBox(bx, 1)...)
+		img.Truth.Classes = append(img.Truth.Classes, int32(i%5))
+	}
+	for i := 0; i < 100; i++ {
+		m, bx := blob()
+		if i < 30 {
+			m, bx = gtMasks[i%10], gtBoxes[i%10]
+		}
+		for _, v := range m {
+			img.Pred.MaskProbs = append(img.Pred.MaskProbs, float32(v)*0.6+0.2*r.Float32())
+		}
+		img.Pred.Boxes = append(img.Pred.Boxes, scaleBox(bx, 1)...)
+		img.Pred.Classes = append(img.Pred.Classes, int32(i%5))
+		img.Pred.Scores = append(img.Pred.Scores, r.Float32())
+	}
+	b.Run("add", func(b *testing.B) {
+		m := NewEpochMetric(GridConfig{})
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := m.Add(img); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "images/s")
+		b.StopTimer()
+		if box, mask := m.Result(); box.Stats[0] <= 0 || mask.Stats[0] <= 0 {
+			b.Fatalf("benchmark scene scores nothing: %v %v", box.Stats, mask.Stats)
+		}
+	})
+	// The floor: reading every predicted probability once, which any
+	// exact metric on thresholded masks must do.
+	b.Run("threshold-scan-floor", func(b *testing.B) {
+		n := 0
+		for b.Loop() {
+			for _, p := range img.Pred.MaskProbs {
+				if p > 0.5 {
+					n++
+				}
+			}
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "images/s")
+		if n == 0 {
+			b.Fatal("no foreground")
+		}
+	})
+}

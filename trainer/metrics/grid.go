@@ -324,23 +324,36 @@ func growF(s []float64, n int) []float64 {
 // m.counts until the next Add.
 func (m *EpochMetric) encode(bytes []uint8, probs []float32, hp, wp int) rle.RLE {
 	start := len(m.counts)
-	var run uint32
-	cur := false
-	n := hp * wp
-	for i := 0; i < n; i++ {
-		var v bool
-		if probs != nil {
-			v = probs[i] > m.cfg.MaskThreshold
-		} else {
-			v = bytes[i] != 0
-		}
-		if v != cur {
-			m.counts = append(m.counts, run)
-			run = 0
-			cur = v
-		}
-		run++
+	if probs != nil {
+		m.counts = appendRunsProbs(m.counts, probs, m.cfg.MaskThreshold)
+	} else {
+		m.counts = appendRunsBytes(m.counts, bytes)
 	}
-	m.counts = append(m.counts, run)
 	return rle.RLE{H: wp, W: hp, Counts: m.counts[start:len(m.counts):len(m.counts)]}
+}
+
+// appendRunsProbs appends the runs of p > thr, starting with background.
+// This is the per-pixel hot loop of the epoch metric: one compare per cell
+// and work only at run boundaries.
+func appendRunsProbs(dst []uint32, p []float32, thr float32) []uint32 {
+	last, cur := 0, false
+	for i, v := range p {
+		if (v > thr) != cur {
+			dst = append(dst, uint32(i-last))
+			last, cur = i, !cur
+		}
+	}
+	return append(dst, uint32(len(p)-last))
+}
+
+// appendRunsBytes appends the runs of b != 0, starting with background.
+func appendRunsBytes(dst []uint32, b []uint8) []uint32 {
+	last, cur := 0, false
+	for i, v := range b {
+		if (v != 0) != cur {
+			dst = append(dst, uint32(i-last))
+			last, cur = i, !cur
+		}
+	}
+	return append(dst, uint32(len(b)-last))
 }
