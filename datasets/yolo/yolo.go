@@ -1,0 +1,452 @@
+package yolo
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/segpipe/segpipe/datasets"
+	"github.com/segpipe/segpipe/datasets/internal/arena"
+	"github.com/segpipe/segpipe/formats/shard"
+)
+
+// Options configure Open. The zero value is the default policy.
+type Options struct {
+	// Strict turns the first bad-input problem into Open's error.
+	Strict bool
+	// Workers is the number of goroutines reading image files (headers in
+	// Open, whole files in Images). <= 0 means GOMAXPROCS.
+	Workers int
+	// Logger receives skipped-item records; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Dataset is one split of an Ultralytics YOLO segmentation dataset, its
+// labels held in memory in compact form.
+type Dataset struct {
+	root   string
+	cats   []shard.Category
+	src    *arena.Source
+	report *datasets.Report
+	stats  Stats
+}
+
+// Stats describe the split as found on disk.
+type Stats struct {
+	Images      int // image files listed for the split
+	Backgrounds int // images without a label file, or with an empty one (kept, zero instances)
+	Lines       int // non-blank label lines
+}
+
+// imageExts are the extensions listed as images. Only JPEG and PNG can be
+// stored; files with the other extensions Ultralytics accepts are skipped
+// and counted as unsupported_image_format.
+var imageExts = map[string]bool{".jpg": true, ".jpeg": true, ".png": true}
+
+var otherImageExts = map[string]bool{".bmp": true, ".dng": true, ".mpo": true, ".tif": true, ".tiff": true,
+	".webp": true, ".pfm": true, ".heic": true, ".gif": true}
+
+// ReasonUnsupportedImageFormat counts image files of a format a shard
+// cannot hold (only JPEG and PNG are stored untouched).
+const ReasonUnsupportedImageFormat = "unsupported_image_format"
+
+// Open reads dataYAMLPath and the given split ("train", "val" or any other
+// key of data.yaml naming image directories or list files), checks every
+// image header and parses every label file.
+func Open(dataYAMLPath string, split string, opts Options) (*Dataset, error) {
+	raw, err := os.ReadFile(dataYAMLPath)
+	if err != nil {
+		return nil, fmt.Errorf("yolo: %w", err)
+	}
+	cfg, err := parseDataYAML(string(raw))
+	if err != nil {
+		return nil, fmt.Errorf("yolo: %s: %w", dataYAMLPath, err)
+	}
+	cats, err := categories(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("yolo: %s: %w", dataYAMLPath, err)
+	}
+	root := filepath.Dir(dataYAMLPath)
+	if p, ok := cfg["path"]; ok && p.scalar != "" {
+		if filepath.IsAbs(p.scalar) {
+			root = p.scalar
+		} else {
+			root = filepath.Join(root, p.scalar)
+		}
+	}
+	sv, ok := cfg[split]
+	if !ok {
+		return nil, fmt.Errorf("yolo: %s: no %q key (the split's image directory)", dataYAMLPath, split)
+	}
+	sources := sv.list
+	if !sv.isList {
+		sources = []string{sv.scalar}
+	}
+	rep := &datasets.Report{Logger: opts.Logger}
+	d := &Dataset{root: root, cats: cats, report: rep}
+	l := &loader{root: root, strict: opts.Strict, rep: rep, classOf: map[int32]int32{}}
+	for _, c := range cats {
+		l.classOf[c.ID] = c.Index
+	}
+	paths, err := l.list(sources, dataYAMLPath)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.load(paths, opts.Workers, d); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// Categories returns the classes sorted by id (the label files' class
+// number) with contiguous Index. The slice is shared; do not modify it.
+func (d *Dataset) Categories() []shard.Category { return d.cats }
+
+// Len is the number of images Images emits.
+func (d *Dataset) Len() int { return len(d.src.Images) }
+
+// Report holds the counts of skipped items by reason.
+func (d *Dataset) Report() *datasets.Report { return d.report }
+
+// Stats describe the split as found on disk.
+func (d *Dataset) Stats() Stats { return d.stats }
+
+// Images calls fn for every image in order of its path relative to the
+// dataset root (image ids are 1-based positions in that order, counting
+// skipped images too), from the start-th emitted image on. The contract
+// is that of coco.Dataset.Images: fn must not retain the *shard.Image or
+// anything reachable from it after returning, files are read in parallel
+// but fn is called in order on the calling goroutine, and a file changed
+// since Open is an error.
+func (d *Dataset) Images(ctx context.Context, start int, fn func(*shard.Image) error) error {
+	return d.src.Each(ctx, start, fn)
+}
+
+// categories builds the category table from names (a list: ids 0..n-1,
+// or a map id → name) and checks nc when present.
+func categories(cfg map[string]*yamlValue) ([]shard.Category, error) {
+	nv, ok := cfg["names"]
+	if !ok {
+		return nil, errors.New("no names")
+	}
+	var cats []shard.Category
+	switch {
+	case nv.isList:
+		for i, n := range nv.list {
+			cats = append(cats, shard.Category{ID: int32(i), Name: n})
+		}
+	case nv.isMap:
+		for _, k := range nv.keys {
+			id, err := strconv.ParseInt(k, 10, 32)
+			if err != nil || id < 0 {
+				return nil, fmt.Errorf("line %d: names key %q is not a class number", nv.line, k)
+			}
+			cats = append(cats, shard.Category{ID: int32(id), Name: nv.m[k]})
+		}
+	default:
+		return nil, fmt.Errorf("line %d: names must be a list or a map", nv.line)
+	}
+	if len(cats) == 0 {
+		return nil, fmt.Errorf("line %d: names is empty", nv.line)
+	}
+	slices.SortFunc(cats, func(a, b shard.Category) int { return cmp.Compare(a.ID, b.ID) })
+	for i := range cats {
+		if i > 0 && cats[i].ID == cats[i-1].ID {
+			return nil, fmt.Errorf("line %d: class %d named twice", nv.line, cats[i].ID)
+		}
+		cats[i].Index = int32(i)
+	}
+	if nc, ok := cfg["nc"]; ok {
+		if n, err := strconv.Atoi(nc.scalar); err != nil || n != len(cats) {
+			return nil, fmt.Errorf("line %d: nc %q disagrees with %d names", nc.line, nc.scalar, len(cats))
+		}
+	}
+	return cats, nil
+}
+
+// loader holds the state of one Open.
+type loader struct {
+	root    string
+	strict  bool
+	rep     *datasets.Report
+	classOf map[int32]int32
+	store   arena.Store
+}
+
+// list expands the split's sources (directories searched recursively, or
+// .txt files listing image paths) into sorted image paths relative to the
+// root.
+func (l *loader) list(sources []string, yamlPath string) ([]string, error) {
+	seen := map[string]bool{}
+	var rels []string
+	add := func(abs string) error {
+		rel, err := filepath.Rel(l.root, abs)
+		if err != nil || !filepath.IsLocal(rel) {
+			return fmt.Errorf("yolo: image %s is outside the dataset root %s", abs, l.root)
+		}
+		rel = filepath.ToSlash(rel)
+		if !seen[rel] {
+			seen[rel] = true
+			rels = append(rels, rel)
+		}
+		return nil
+	}
+	for _, src := range sources {
+		p := src
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(l.root, p)
+		}
+		st, err := os.Stat(p)
+		if err != nil {
+			return nil, fmt.Errorf("yolo: %s: split source: %w", yamlPath, err)
+		}
+		if st.IsDir() {
+			err = filepath.WalkDir(p, func(path string, e fs.DirEntry, err error) error {
+				if err != nil {
+					return err
+				}
+				if e.Type().IsRegular() {
+					ext := strings.ToLower(filepath.Ext(path))
+					if imageExts[ext] || otherImageExts[ext] {
+						return add(path)
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return nil, fmt.Errorf("yolo: listing %s: %w", p, err)
+			}
+			continue
+		}
+		// A list file: one image path a line, relative to the root.
+		f, err := os.Open(p)
+		if err != nil {
+			return nil, fmt.Errorf("yolo: %w", err)
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			line := strings.TrimSpace(sc.Text())
+			if line == "" {
+				continue
+			}
+			ip := filepath.FromSlash(line)
+			if !filepath.IsAbs(ip) {
+				ip = filepath.Join(l.root, ip)
+			}
+			if err := add(ip); err != nil {
+				f.Close()
+				return nil, err
+			}
+		}
+		err = sc.Err()
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("yolo: reading %s: %w", p, err)
+		}
+	}
+	slices.Sort(rels)
+	return rels, nil
+}
+
+// labelPath maps an image path to its label file the Ultralytics way: the
+// last "images" directory becomes "labels" and the extension ".txt".
+func labelPath(root, rel string) (string, bool) {
+	parts := strings.Split(rel, "/")
+	for i := len(parts) - 2; i >= 0; i-- {
+		if parts[i] == "images" {
+			parts[i] = "labels"
+			last := parts[len(parts)-1]
+			parts[len(parts)-1] = strings.TrimSuffix(last, filepath.Ext(last)) + ".txt"
+			return filepath.Join(root, filepath.FromSlash(strings.Join(parts, "/"))), true
+		}
+	}
+	return "", false
+}
+
+func (l *loader) problem(pr *datasets.Problem) error { return l.rep.Handle(l.strict, pr) }
+
+// load checks headers, parses labels and lays out the rows.
+func (l *loader) load(rels []string, workers int, d *Dataset) error {
+	d.stats.Images = len(rels)
+	paths := make([]string, len(rels))
+	for i, r := range rels {
+		paths[i] = filepath.Join(l.root, filepath.FromSlash(r))
+	}
+	hdrs, herrs, err := arena.ScanHeaders(context.Background(), paths, workers)
+	if err != nil {
+		return err
+	}
+	st := &l.store
+	var entries []arena.Entry
+	var order []uint32
+	for i, rel := range rels {
+		id := int64(i + 1)
+		pr := &datasets.Problem{File: paths[i], Offset: -1, ImageID: id, AnnID: -1}
+		if ext := strings.ToLower(filepath.Ext(rel)); otherImageExts[ext] {
+			pr.Reason, pr.Detail = ReasonUnsupportedImageFormat, "only JPEG and PNG can be stored untouched"
+		} else if herr := herrs[i]; herr != nil {
+			var he *arena.HeaderError
+			pr.Reason, pr.Detail = datasets.ReasonCorruptImage, herr.Error()
+			if errors.As(herr, &he) && he.Missing {
+				pr.Reason = datasets.ReasonMissingImageFile
+			}
+		}
+		if pr.Reason != "" {
+			if err := l.problem(pr); err != nil {
+				return err
+			}
+			continue
+		}
+		lp, ok := labelPath(l.root, rel)
+		if !ok {
+			return fmt.Errorf("yolo: image %s has no \"images\" directory in its path, so its label file cannot be located", rel)
+		}
+		h := hdrs[i]
+		data, err := os.ReadFile(lp)
+		if errors.Is(err, fs.ErrNotExist) {
+			data, err = nil, nil
+		}
+		if err != nil {
+			return fmt.Errorf("yolo: %w", err)
+		}
+		lo := uint32(len(st.Anns))
+		lines, err := parseLabels(lp, data, h.Width, h.Height, id, l.classOf, st, l.problem)
+		if err != nil {
+			return err
+		}
+		d.stats.Lines += lines
+		hi := uint32(len(st.Anns))
+		if hi == lo && lines == 0 {
+			d.stats.Backgrounds++
+		}
+		e := arena.Entry{ID: id, FileName: rel, Path: paths[i], Width: h.Width, Height: h.Height,
+			Format: h.Format, AnnLo: uint32(len(order))}
+		for a := lo; a < hi; a++ {
+			st.Anns[a].ID = int64(a) + 1
+			order = append(order, a)
+		}
+		e.AnnHi = uint32(len(order))
+		entries = append(entries, e)
+	}
+	d.src = &arena.Source{Images: entries, Order: order, Store: st, Workers: workers}
+	return nil
+}
+
+// parseLabels parses one label file of an image of w×h pixels, appending
+// its instances to st and reporting bad lines through problem. It returns
+// the number of non-blank lines.
+//
+// A line is "cls x1 y1 x2 y2 …" (a polygon of at least 3 points) or
+// "cls cx cy w h" (a box), all coordinates normalised to [0, 1] by the
+// image size. Coordinates become float32(v·size) pixels, as in COCO.
+func parseLabels(file string, data []byte, w, h int32, imageID int64, classOf map[int32]int32,
+	st *arena.Store, problem func(*datasets.Problem) error) (int, error) {
+	lines := 0
+	var vals []float64
+	for ln := 1; len(data) > 0; ln++ {
+		var line []byte
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			line, data = data[:i], data[i+1:]
+		} else {
+			line, data = data, nil
+		}
+		fields := strings.Fields(string(line))
+		if len(fields) == 0 {
+			continue
+		}
+		lines++
+		bad := func(reason, detail string) error {
+			return problem(&datasets.Problem{File: file, Offset: -1, Line: ln, ImageID: imageID, AnnID: -1,
+				Reason: reason, Detail: detail})
+		}
+		cls, err := strconv.ParseFloat(fields[0], 64)
+		if err != nil || cls != math.Trunc(cls) || cls < 0 || cls > math.MaxInt32 {
+			if err := bad(datasets.ReasonInvalidLabelLine, fmt.Sprintf("class %q is not a class number", fields[0])); err != nil {
+				return lines, err
+			}
+			continue
+		}
+		class, ok := classOf[int32(cls)]
+		if !ok {
+			if err := bad(datasets.ReasonUnknownCategoryID, fmt.Sprintf("class %d is not in names", int32(cls))); err != nil {
+				return lines, err
+			}
+			continue
+		}
+		vals = vals[:0]
+		var perr error
+		for _, f := range fields[1:] {
+			v, err := strconv.ParseFloat(f, 64)
+			if err != nil && !errors.Is(err, strconv.ErrRange) {
+				perr = bad(datasets.ReasonInvalidLabelLine, fmt.Sprintf("%q is not a number", f))
+				break
+			}
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				perr = bad(datasets.ReasonNonFinite, fmt.Sprintf("%q is not finite", f))
+				break
+			}
+			vals = append(vals, v)
+		}
+		if perr != nil {
+			return lines, perr
+		}
+		if len(vals) != len(fields)-1 {
+			continue // reported above
+		}
+		n := len(vals)
+		switch {
+		case n == 0:
+			err = bad(datasets.ReasonInvalidLabelLine, "class without coordinates")
+		case n%2 == 1:
+			err = bad(datasets.ReasonPolygonOddLength, fmt.Sprintf("%d coordinates", n))
+		case n == 2:
+			err = bad(datasets.ReasonPolygonTooFewPoints, "1 point")
+		}
+		if n == 0 || n%2 == 1 || n == 2 {
+			if err != nil {
+				return lines, err
+			}
+			continue
+		}
+		fw, fh := float64(w), float64(h)
+		a := arena.Ann{CategoryID: int32(cls), Class: class, RingLo: uint32(len(st.RingEnd))}
+		if n == 4 {
+			// A box: stored with its 4-corner polygon so every instance has
+			// a mask, as pycocotools rasterises boxes.
+			cx, cy, bw, bh := vals[0]*fw, vals[1]*fh, vals[2]*fw, vals[3]*fh
+			if bw < 0 || bh < 0 {
+				if err := bad(datasets.ReasonInvalidBBox, fmt.Sprintf("negative size %gx%g", vals[2], vals[3])); err != nil {
+					return lines, err
+				}
+				continue
+			}
+			x0, y0, x1, y1 := float32(cx-bw/2), float32(cy-bh/2), float32(cx+bw/2), float32(cy+bh/2)
+			st.Coords = append(st.Coords, x0, y0, x1, y0, x1, y1, x0, y1)
+			st.CloseRing()
+			a.BBox = [4]float32{x0, y0, x1 - x0, y1 - y0}
+			a.Area = a.BBox[2] * a.BBox[3]
+		} else {
+			for i := 0; i < n; i += 2 {
+				st.Coords = append(st.Coords, float32(vals[i]*fw), float32(vals[i+1]*fh))
+			}
+			st.CloseRing()
+			a.RingHi = uint32(len(st.RingEnd))
+			a.BBox = st.PolygonBBox(a.RingLo, a.RingHi)
+			a.Area = float32(st.PolygonArea(a.RingLo, a.RingHi))
+		}
+		a.RingHi = uint32(len(st.RingEnd))
+		st.Anns = append(st.Anns, a)
+	}
+	return lines, nil
+}
