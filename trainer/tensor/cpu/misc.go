@@ -113,13 +113,9 @@ func (be *Backend) Unary(f backend.Unary, x, y []float32) {
 		xs, ys := x[lo:hi], y[lo:hi]
 		switch f {
 		case backend.SiLU:
-			for i, v := range xs {
-				ys[i] = v / (1 + exp32(-v))
-			}
+			sigmoidInto(xs, ys, true)
 		case backend.Sigmoid:
-			for i, v := range xs {
-				ys[i] = sigmoid32(v)
-			}
+			sigmoidInto(xs, ys, false)
 		case backend.ReLU:
 			for i, v := range xs {
 				ys[i] = max(v, 0)
@@ -172,9 +168,17 @@ func (be *Backend) UnaryBackward(f backend.Unary, x, y, dy, dx []float32) {
 		xs, ys, gs, ds := x[lo:hi], y[lo:hi], dy[lo:hi], dx[lo:hi]
 		switch f {
 		case backend.SiLU:
-			for i, v := range xs {
-				s := sigmoid32(v)
-				ds[i] += gs[i] * s * (1 + v*(1-s))
+			// Recompute sigmoid(x) a block at a time into stack scratch.
+			var buf [256]float32
+			for o := 0; o < len(xs); o += len(buf) {
+				xb := xs[o:min(o+len(buf), len(xs))]
+				sb := buf[:len(xb)]
+				sigmoidInto(xb, sb, false)
+				gb, db := gs[o:o+len(xb)], ds[o:o+len(xb)]
+				for i, v := range xb {
+					s := sb[i]
+					db[i] += gb[i] * s * (1 + v*(1-s))
+				}
 			}
 		case backend.Sigmoid:
 			for i, s := range ys {
@@ -229,6 +233,17 @@ func (be *Backend) UnaryBackward(f backend.Unary, x, y, dy, dx []float32) {
 }
 
 func exp32(v float32) float32 { return float32(math.Exp(float64(v))) }
+
+// sigmoidGo is the portable sigmoid (or SiLU) loop.
+func sigmoidGo(x, y []float32, silu bool) {
+	for i, v := range x {
+		s := sigmoid32(v)
+		if silu {
+			s *= v
+		}
+		y[i] = s
+	}
+}
 
 // sigmoid32 evaluates the logistic function without overflow for large |v|.
 func sigmoid32(v float32) float32 {
