@@ -369,8 +369,9 @@ func Write(w io.Writer, f *File) error {
 	return nil
 }
 
-// WriteFile writes f to path atomically: a temporary file in the same
-// directory renamed over path, so a crash never leaves a truncated file.
+// WriteFile writes f to path atomically (mode 0644): a temporary file in
+// the same directory renamed over path, so a crash never leaves a
+// truncated file.
 func WriteFile(path string, f *File) (err error) {
 	tmp, err := os.CreateTemp(dirOf(path), ".safetensors-*")
 	if err != nil {
@@ -382,6 +383,10 @@ func WriteFile(path string, f *File) (err error) {
 			os.Remove(tmp.Name())
 		}
 	}()
+	// CreateTemp makes the file 0600; a checkpoint is an ordinary data file.
+	if err = tmp.Chmod(0o644); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
 	bw := newBufWriter(tmp)
 	if err = Write(bw, f); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
