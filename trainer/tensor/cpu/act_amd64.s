@@ -171,3 +171,57 @@ store:
 done:
 	VZEROUPPER
 	RET
+
+// func siluBackwardAVX2(x, dy, dx *float32, n int)
+// dx += dy · s·(1 + x·(1 − s)) with s = sigmoid(x), n a multiple of 8.
+TEXT ·siluBackwardAVX2(SB), NOSPLIT, $0-32
+	MOVQ   x+0(FP), SI
+	MOVQ   dy+8(FP), BX
+	MOVQ   dx+16(FP), DI
+	MOVQ   n+24(FP), CX
+	SHRQ   $3, CX
+	JEQ    bdone
+	VXORPS Y15, Y15, Y15
+
+bloop:
+	VMOVUPS (SI), Y0
+	VSUBPS  Y0, Y15, Y1
+	VMINPS  sigc<>+0(SB), Y1, Y1
+	VMAXPS  sigc<>+32(SB), Y1, Y1
+	VMOVUPS sigc<>+96(SB), Y2
+	VFMADD231PS sigc<>+64(SB), Y1, Y2
+	VROUNDPS $1, Y2, Y2
+	VFNMADD231PS sigc<>+128(SB), Y2, Y1
+	VFNMADD231PS sigc<>+160(SB), Y2, Y1
+	VMOVUPS sigc<>+192(SB), Y3
+	VFMADD213PS sigc<>+224(SB), Y1, Y3
+	VFMADD213PS sigc<>+256(SB), Y1, Y3
+	VFMADD213PS sigc<>+288(SB), Y1, Y3
+	VFMADD213PS sigc<>+320(SB), Y1, Y3
+	VFMADD213PS sigc<>+352(SB), Y1, Y3
+	VMULPS  Y1, Y1, Y4
+	VFMADD213PS Y1, Y4, Y3
+	VADDPS  sigc<>+384(SB), Y3, Y3
+	VCVTTPS2DQ Y2, Y5
+	VPADDD  sigc<>+416(SB), Y5, Y5
+	VPSLLD  $23, Y5, Y5
+	VMULPS  Y5, Y3, Y3
+	VADDPS  sigc<>+384(SB), Y3, Y3
+	VMOVUPS sigc<>+384(SB), Y6
+	VDIVPS  Y3, Y6, Y6
+	VMOVUPS sigc<>+384(SB), Y7
+	VSUBPS  Y6, Y7, Y7
+	VFMADD213PS sigc<>+384(SB), Y0, Y7
+	VMULPS  Y6, Y7, Y7
+	VMOVUPS (DI), Y8
+	VFMADD231PS (BX), Y7, Y8
+	VMOVUPS Y8, (DI)
+	ADDQ    $32, SI
+	ADDQ    $32, BX
+	ADDQ    $32, DI
+	DECQ    CX
+	JNE     bloop
+
+bdone:
+	VZEROUPPER
+	RET

@@ -3,3 +3,5 @@
 package cpu
 
 func sigmoidInto(x, y []float32, silu bool) { sigmoidGo(x, y, silu) }
+
+func siluBackward(x, dy, dx []float32) { siluBackwardGo(x, dy, dx) }

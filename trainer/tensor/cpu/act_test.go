@@ -32,6 +32,28 @@ func TestSigmoidKernelAccuracy(t *testing.T) {
 	}
 }
 
+func TestSiLUBackwardKernelAccuracy(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 3))
+	var x, dy []float32
+	for range 1003 {
+		x = append(x, float32(r.NormFloat64()*8))
+		dy = append(dy, float32(r.NormFloat64()))
+	}
+	x[0], x[1], x[2] = 95, -95, 0
+	dx := make([]float32, len(x))
+	for i := range dx {
+		dx[i] = 0.5
+	}
+	siluBackward(x, dy, dx)
+	for i, v := range x {
+		s := 1 / (1 + math.Exp(-float64(v)))
+		want := 0.5 + float64(dy[i])*s*(1+float64(v)*(1-s))
+		if d := math.Abs(float64(dx[i]) - want); d > 1e-6*(1+math.Abs(want)) {
+			t.Fatalf("x=%v: dx %v, want %v", v, dx[i], want)
+		}
+	}
+}
+
 func BenchmarkSiLU(b *testing.B) {
 	r := rand.New(rand.NewPCG(2, 2))
 	x := make([]float32, 1<<20)

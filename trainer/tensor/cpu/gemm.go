@@ -11,12 +11,13 @@ const (
 )
 
 // microKernel accumulates alpha·(MR×kc sliver of A)·(kc×NR sliver of B)
-// into an MR×NR block of c with row stride ldc. Slivers are k-major:
-// a[p*MR+i], b[p*NR+j].
+// into an MR×NR block of c with row stride ldc, or with overwrite stores it
+// without reading c (the first K panel of a Beta = 0 product, which saves a
+// zeroing pass over C). Slivers are k-major: a[p*MR+i], b[p*NR+j].
 type microKernel struct {
 	name   string
 	mr, nr int
-	fn     func(kc int, alpha float32, a, b, c []float32, ldc int)
+	fn     func(kc int, alpha float32, a, b, c []float32, ldc int, overwrite bool)
 }
 
 // goKernel is the portable 4×4 register-blocked kernel.
@@ -41,20 +42,14 @@ func (be *Backend) Sgemm(g backend.Gemm, a, b, c []float32) {
 	if m == 0 || n == 0 {
 		return
 	}
-	if g.Beta != 1 {
-		for bi := 0; bi < batch; bi++ {
-			cc := c[bi*g.StrideC : bi*g.StrideC+m*n]
-			if g.Beta == 0 {
-				zero(cc)
-			} else {
-				for i := range cc {
-					cc[i] *= g.Beta
-				}
-			}
-		}
-	}
 	if k == 0 || g.Alpha == 0 {
+		if g.Beta != 1 {
+			scaleC(g, batch, c)
+		}
 		return
+	}
+	if g.Beta != 1 && g.Beta != 0 {
+		scaleC(g, batch, c)
 	}
 	mk := kern
 	tm := (m + gemmMC - 1) / gemmMC
@@ -75,6 +70,24 @@ func (be *Backend) Sgemm(g backend.Gemm, a, b, c []float32) {
 	})
 }
 
+// scaleC applies C ← Beta·C to every batch entry (Beta = 0 clears, so NaNs
+// in C do not survive as they would through 0·NaN).
+func scaleC(g backend.Gemm, batch int, c []float32) {
+	m, n := g.M, g.N
+	{
+		for bi := 0; bi < batch; bi++ {
+			cc := c[bi*g.StrideC : bi*g.StrideC+m*n]
+			if g.Beta == 0 {
+				zero(cc)
+			} else {
+				for i := range cc {
+					cc[i] *= g.Beta
+				}
+			}
+		}
+	}
+}
+
 // gemmTile accumulates alpha·op(A)[i0:i0+mc, :]·op(B)[:, j0:j0+nc] into C.
 func gemmTile(mk microKernel, g backend.Gemm, a, b, c []float32, i0, j0, mc, nc int) {
 	k := g.K
@@ -87,6 +100,7 @@ func gemmTile(mk microKernel, g backend.Gemm, a, b, c []float32, i0, j0, mc, nc 
 	tmp := getBuf(MR * NR)
 	for p0 := 0; p0 < k; p0 += gemmKC {
 		kc := min(gemmKC, k-p0)
+		overwrite := p0 == 0 && g.Beta == 0
 		packA(g, a, ap, i0, p0, mc, kc, MR)
 		packB(g, b, bp, j0, p0, nc, kc, NR)
 		for jr := 0; jr < nc; jr += NR {
@@ -97,12 +111,15 @@ func gemmTile(mk microKernel, g backend.Gemm, a, b, c []float32, i0, j0, mc, nc 
 				mr := min(MR, mc-ir)
 				if mr == MR && nr == NR {
 					off := (i0+ir)*g.N + j0 + jr
-					mk.fn(kc, g.Alpha, as, bs, c[off:], g.N)
+					mk.fn(kc, g.Alpha, as, bs, c[off:], g.N, overwrite)
 				} else {
-					zero(tmp)
-					mk.fn(kc, g.Alpha, as, bs, tmp, NR)
+					mk.fn(kc, g.Alpha, as, bs, tmp, NR, true)
 					for i := 0; i < mr; i++ {
 						row := c[(i0+ir+i)*g.N+j0+jr:]
+						if overwrite {
+							copy(row[:nr], tmp[i*NR:i*NR+nr])
+							continue
+						}
 						for j := 0; j < nr; j++ {
 							row[j] += tmp[i*NR+j]
 						}
@@ -126,6 +143,10 @@ func packA(g backend.Gemm, a, ap []float32, i0, p0, mc, kc, MR int) {
 			for p := 0; p < kc; p++ {
 				src := a[(p0+p)*g.M+i0+ir:]
 				d := s[p*MR : p*MR+MR]
+				if mr == 6 && MR == 6 { // avoid a memmove call per 24 bytes
+					*(*[6]float32)(d) = [6]float32(src[:6])
+					continue
+				}
 				copy(d[:mr], src[:mr])
 				for i := mr; i < MR; i++ {
 					d[i] = 0
@@ -158,6 +179,10 @@ func packB(g backend.Gemm, b, bp []float32, j0, p0, nc, kc, NR int) {
 			for p := 0; p < kc; p++ {
 				src := b[(p0+p)*g.N+j0+jr:]
 				d := s[p*NR : p*NR+NR]
+				if nr == 16 && NR == 16 { // avoid a memmove call per 64 bytes
+					*(*[16]float32)(d) = [16]float32(src[:16])
+					continue
+				}
 				copy(d[:nr], src[:nr])
 				for j := nr; j < NR; j++ {
 					d[j] = 0
@@ -182,7 +207,7 @@ func packB(g backend.Gemm, b, bp []float32, j0, p0, nc, kc, NR int) {
 
 // kernel4x4 accumulates alpha·(4×kc sliver)·(kc×4 sliver) into the 4×4
 // block of c with row stride ldc, keeping all 16 sums in registers.
-func kernel4x4(kc int, alpha float32, a, b, c []float32, ldc int) {
+func kernel4x4(kc int, alpha float32, a, b, c []float32, ldc int, overwrite bool) {
 	var c00, c01, c02, c03, c10, c11, c12, c13 float32
 	var c20, c21, c22, c23, c30, c31, c32, c33 float32
 	a = a[:kc*4]
@@ -208,6 +233,17 @@ func kernel4x4(kc int, alpha float32, a, b, c []float32, ldc int) {
 		c31 += a3 * b1
 		c32 += a3 * b2
 		c33 += a3 * b3
+	}
+	if overwrite {
+		r := c[0:4:4]
+		r[0], r[1], r[2], r[3] = alpha*c00, alpha*c01, alpha*c02, alpha*c03
+		r = c[ldc : ldc+4 : ldc+4]
+		r[0], r[1], r[2], r[3] = alpha*c10, alpha*c11, alpha*c12, alpha*c13
+		r = c[2*ldc : 2*ldc+4 : 2*ldc+4]
+		r[0], r[1], r[2], r[3] = alpha*c20, alpha*c21, alpha*c22, alpha*c23
+		r = c[3*ldc : 3*ldc+4 : 3*ldc+4]
+		r[0], r[1], r[2], r[3] = alpha*c30, alpha*c31, alpha*c32, alpha*c33
+		return
 	}
 	r := c[0:4:4]
 	r[0] += alpha * c00

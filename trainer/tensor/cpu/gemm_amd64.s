@@ -2,9 +2,10 @@
 
 #include "textflag.h"
 
-// func kernel6x16AVX2(kc int, a, b, c *float32, ldc int, alpha float32)
-// C[i][j] += alpha * sum_p a[p*6+i] * b[p*16+j], i<6, j<16, row stride ldc.
-TEXT ·kernel6x16AVX2(SB), NOSPLIT, $0-44
+// func kernel6x16AVX2(kc int, a, b, c *float32, ldc int, alpha float32, overwrite bool)
+// C[i][j] += alpha * sum_p a[p*6+i] * b[p*16+j], i<6, j<16, row stride ldc;
+// with overwrite, C[i][j] = alpha * sum (C is not read).
+TEXT ·kernel6x16AVX2(SB), NOSPLIT, $0-45
 	MOVQ kc+0(FP), CX
 	MOVQ a+8(FP), SI
 	MOVQ b+16(FP), DI
@@ -56,7 +57,9 @@ loop:
 
 store:
 	VBROADCASTSS alpha+40(FP), Y14
-
+	MOVBQZX      overwrite+44(FP), AX
+	TESTQ        AX, AX
+	JNE          overwrite
 	VMOVUPS     (DX), Y12
 	VMOVUPS     32(DX), Y13
 	VFMADD231PS Y0, Y14, Y12
@@ -103,6 +106,43 @@ store:
 	VFMADD231PS Y11, Y14, Y13
 	VMOVUPS     Y12, (DX)
 	VMOVUPS     Y13, 32(DX)
+	VZEROUPPER
+	RET
 
+overwrite:
+	VMULPS  Y0, Y14, Y12
+	VMULPS  Y1, Y14, Y13
+	VMOVUPS Y12, (DX)
+	VMOVUPS Y13, 32(DX)
+	ADDQ    R8, DX
+
+	VMULPS  Y2, Y14, Y12
+	VMULPS  Y3, Y14, Y13
+	VMOVUPS Y12, (DX)
+	VMOVUPS Y13, 32(DX)
+	ADDQ    R8, DX
+
+	VMULPS  Y4, Y14, Y12
+	VMULPS  Y5, Y14, Y13
+	VMOVUPS Y12, (DX)
+	VMOVUPS Y13, 32(DX)
+	ADDQ    R8, DX
+
+	VMULPS  Y6, Y14, Y12
+	VMULPS  Y7, Y14, Y13
+	VMOVUPS Y12, (DX)
+	VMOVUPS Y13, 32(DX)
+	ADDQ    R8, DX
+
+	VMULPS  Y8, Y14, Y12
+	VMULPS  Y9, Y14, Y13
+	VMOVUPS Y12, (DX)
+	VMOVUPS Y13, 32(DX)
+	ADDQ    R8, DX
+
+	VMULPS  Y10, Y14, Y12
+	VMULPS  Y11, Y14, Y13
+	VMOVUPS Y12, (DX)
+	VMOVUPS Y13, 32(DX)
 	VZEROUPPER
 	RET

@@ -58,6 +58,22 @@ func testSgemmMatchesNaive(t *testing.T) {
 			}
 		}
 	}
+	// Beta = 0 must ignore C entirely, NaNs included (PyTorch semantics).
+	{
+		g := backend.Gemm{M: 7, N: 19, K: 300, Alpha: 1}
+		a, b := randSlice(r, 7*300), randSlice(r, 300*19)
+		c, want := make([]float32, 7*19), make([]float32, 7*19)
+		for i := range c {
+			c[i] = float32(math.NaN())
+		}
+		NaiveSgemm(g, a, b, want)
+		New().Sgemm(g, a, b, c)
+		for i := range c {
+			if math.Abs(float64(c[i]-want[i])) > 1e-4 {
+				t.Fatalf("beta 0 over NaN: element %d = %v, want %v", i, c[i], want[i])
+			}
+		}
+	}
 	// A zero stride shares B across the batch.
 	g := backend.Gemm{M: 5, N: 6, K: 7, Alpha: 1, Batch: 3, StrideA: 35, StrideB: 0, StrideC: 30}
 	a, b := randSlice(r, 105), randSlice(r, 42)

@@ -168,18 +168,7 @@ func (be *Backend) UnaryBackward(f backend.Unary, x, y, dy, dx []float32) {
 		xs, ys, gs, ds := x[lo:hi], y[lo:hi], dy[lo:hi], dx[lo:hi]
 		switch f {
 		case backend.SiLU:
-			// Recompute sigmoid(x) a block at a time into stack scratch.
-			var buf [256]float32
-			for o := 0; o < len(xs); o += len(buf) {
-				xb := xs[o:min(o+len(buf), len(xs))]
-				sb := buf[:len(xb)]
-				sigmoidInto(xb, sb, false)
-				gb, db := gs[o:o+len(xb)], ds[o:o+len(xb)]
-				for i, v := range xb {
-					s := sb[i]
-					db[i] += gb[i] * s * (1 + v*(1-s))
-				}
-			}
+			siluBackward(xs, gs, ds)
 		case backend.Sigmoid:
 			for i, s := range ys {
 				ds[i] += gs[i] * s * (1 - s)
@@ -233,6 +222,14 @@ func (be *Backend) UnaryBackward(f backend.Unary, x, y, dy, dx []float32) {
 }
 
 func exp32(v float32) float32 { return float32(math.Exp(float64(v))) }
+
+// siluBackwardGo is the portable SiLU gradient loop.
+func siluBackwardGo(x, dy, dx []float32) {
+	for i, v := range x {
+		s := sigmoid32(v)
+		dx[i] += dy[i] * s * (1 + v*(1-s))
+	}
+}
 
 // sigmoidGo is the portable sigmoid (or SiLU) loop.
 func sigmoidGo(x, y []float32, silu bool) {
