@@ -1,0 +1,94 @@
+package pipeline
+
+import (
+	"fmt"
+	"log/slog"
+	"runtime"
+
+	"github.com/segpipe/segpipe/pipeline/augment"
+	"github.com/segpipe/segpipe/pipeline/order"
+)
+
+// Config configures a Loader. Zero values take the documented defaults,
+// except Augment: start from augment.DefaultConfig() (New does when
+// Augment.ImgSz is 0).
+type Config struct {
+	BatchSize int // images per batch (per rank), default 32
+	Workers   int // sample-building goroutines, default GOMAXPROCS
+	Prefetch  int // batches built ahead of the consumer, default 2·Workers capped to 8, at least 2
+
+	// Start is where the run begins: seed, epoch and global samples of
+	// that epoch already consumed (0 for a fresh run).
+	Start order.State
+	// Epochs is the schedule's total epoch count: the loader stops after
+	// epoch Epochs-1 and close_mosaic counts back from it. Default
+	// Start.Epoch+1 (one epoch).
+	Epochs int
+	// CloseMosaic disables mosaic in the last CloseMosaic epochs.
+	CloseMosaic int
+
+	Rank, WorldSize int // this rank and the world size, default 0 of 1
+
+	Val     bool           // validation: letterbox only, no randomness
+	Augment augment.Config // see augment.DefaultConfig
+	Stride  int            // mask grid stride, default 4
+
+	WindowRows int   // shuffle window, default order.DefaultWindowRows
+	CacheBytes int64 // decoded-image cache, default 1 GiB
+
+	// Strict makes the loader fail on the first skipped sample instead of
+	// counting and logging it.
+	Strict bool
+	Logger *slog.Logger // default slog.Default()
+}
+
+func (c *Config) withDefaults() (Config, error) {
+	d := *c
+	if d.BatchSize == 0 {
+		d.BatchSize = 32
+	}
+	if d.Workers == 0 {
+		d.Workers = runtime.GOMAXPROCS(0)
+	}
+	if d.Prefetch == 0 {
+		d.Prefetch = min(max(2*d.Workers, 2), 8)
+	}
+	if d.Epochs == 0 {
+		d.Epochs = d.Start.Epoch + 1
+	}
+	if d.WorldSize == 0 {
+		d.WorldSize = 1
+	}
+	if d.Augment.ImgSz == 0 {
+		d.Augment = augment.DefaultConfig()
+	}
+	if d.Stride == 0 {
+		d.Stride = 4
+	}
+	if d.WindowRows == 0 {
+		d.WindowRows = order.DefaultWindowRows
+	}
+	if d.CacheBytes == 0 {
+		d.CacheBytes = 1 << 30
+	}
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	switch {
+	case d.BatchSize < 1:
+		return d, fmt.Errorf("pipeline: batch size %d", d.BatchSize)
+	case d.Workers < 1:
+		return d, fmt.Errorf("pipeline: %d workers", d.Workers)
+	case d.Prefetch < 1:
+		return d, fmt.Errorf("pipeline: prefetch %d", d.Prefetch)
+	case d.WorldSize < 1 || d.Rank < 0 || d.Rank >= d.WorldSize:
+		return d, fmt.Errorf("pipeline: rank %d of world size %d", d.Rank, d.WorldSize)
+	case d.Start.Epoch < 0 || d.Start.Consumed < 0:
+		return d, fmt.Errorf("pipeline: start state %+v", d.Start)
+	case d.Stride < 1 || d.Augment.ImgSz%d.Stride != 0:
+		return d, fmt.Errorf("pipeline: imgsz %d is not a multiple of stride %d", d.Augment.ImgSz, d.Stride)
+	case d.CacheBytes < 0:
+		return d, fmt.Errorf("pipeline: cache bytes %d", d.CacheBytes)
+	}
+	return d, d.Augment.Validate()
+}

@@ -1,0 +1,243 @@
+package pipeline
+
+import (
+	"bytes"
+	"container/list"
+	"errors"
+	"fmt"
+	"image"
+	"image/jpeg"
+	"image/png"
+	"sync"
+
+	"github.com/segpipe/segpipe/pipeline/augment"
+)
+
+// decodeImage decodes an encoded JPEG or PNG into RGB pixels taken from
+// buf when it is large enough (else a new slice).
+func decodeImage(format string, data []byte, buf []byte) (augment.Image, error) {
+	if len(data) == 0 {
+		return augment.Image{}, errors.New("no image bytes")
+	}
+	var (
+		im  image.Image
+		err error
+	)
+	switch format {
+	case "jpeg", "jpg":
+		im, err = jpeg.Decode(bytes.NewReader(data))
+	case "png":
+		im, err = png.Decode(bytes.NewReader(data))
+	default:
+		im, _, err = image.Decode(bytes.NewReader(data))
+	}
+	if err != nil {
+		return augment.Image{}, err
+	}
+	b := im.Bounds()
+	w, h := b.Dx(), b.Dy()
+	if w <= 0 || h <= 0 {
+		return augment.Image{}, fmt.Errorf("empty image %dx%d", w, h)
+	}
+	n := 3 * w * h
+	if cap(buf) < n {
+		buf = make([]byte, n)
+	}
+	pix := buf[:n]
+	toRGB(pix, im)
+	return augment.Image{W: w, H: h, Pix: pix}, nil
+}
+
+// toRGB converts with fast paths for the decoders' usual outputs.
+func toRGB(dst []byte, im image.Image) {
+	b := im.Bounds()
+	w := b.Dx()
+	switch m := im.(type) {
+	case *image.YCbCr:
+		for y := 0; y < b.Dy(); y++ {
+			yi := m.YOffset(b.Min.X, b.Min.Y+y)
+			ci := m.COffset(b.Min.X, b.Min.Y+y)
+			row := dst[3*w*y : 3*w*(y+1)]
+			Y := m.Y[yi : yi+w]
+			for x := 0; x < w; x++ {
+				var cb, cr uint8
+				switch m.SubsampleRatio {
+				case image.YCbCrSubsampleRatio420, image.YCbCrSubsampleRatio422:
+					cb, cr = m.Cb[ci+x/2], m.Cr[ci+x/2]
+				case image.YCbCrSubsampleRatio444, image.YCbCrSubsampleRatio440:
+					cb, cr = m.Cb[ci+x], m.Cr[ci+x]
+				default:
+					ci2 := m.COffset(b.Min.X+x, b.Min.Y+y)
+					cb, cr = m.Cb[ci2], m.Cr[ci2]
+				}
+				r, g, bb := ycc(Y[x], cb, cr)
+				row[3*x], row[3*x+1], row[3*x+2] = r, g, bb
+			}
+		}
+	case *image.Gray:
+		for y := 0; y < b.Dy(); y++ {
+			src := m.Pix[y*m.Stride : y*m.Stride+w]
+			row := dst[3*w*y:]
+			for x, v := range src {
+				row[3*x], row[3*x+1], row[3*x+2] = v, v, v
+			}
+		}
+	case *image.NRGBA:
+		for y := 0; y < b.Dy(); y++ {
+			src := m.Pix[y*m.Stride : y*m.Stride+4*w]
+			row := dst[3*w*y:]
+			for x := 0; x < w; x++ {
+				row[3*x], row[3*x+1], row[3*x+2] = src[4*x], src[4*x+1], src[4*x+2]
+			}
+		}
+	default:
+		i := 0
+		for y := b.Min.Y; y < b.Max.Y; y++ {
+			for x := b.Min.X; x < b.Max.X; x++ {
+				r, g, bb, _ := im.At(x, y).RGBA()
+				dst[i], dst[i+1], dst[i+2] = uint8(r>>8), uint8(g>>8), uint8(bb>>8)
+				i += 3
+			}
+		}
+	}
+}
+
+// ycc is color.YCbCrToRGB (JFIF, 16.16 fixed point), inlined.
+func ycc(y, cb, cr uint8) (uint8, uint8, uint8) {
+	yy1 := int32(y) * 0x10101
+	cb1 := int32(cb) - 128
+	cr1 := int32(cr) - 128
+	r := yy1 + 91881*cr1
+	if uint32(r)&0xff000000 == 0 {
+		r >>= 16
+	} else {
+		r = ^(r >> 31)
+	}
+	g := yy1 - 22554*cb1 - 46802*cr1
+	if uint32(g)&0xff000000 == 0 {
+		g >>= 16
+	} else {
+		g = ^(g >> 31)
+	}
+	b := yy1 + 116130*cb1
+	if uint32(b)&0xff000000 == 0 {
+		b >>= 16
+	} else {
+		b = ^(b >> 31)
+	}
+	return uint8(r), uint8(g), uint8(b)
+}
+
+// cache holds decoded images by row id, bounded by bytes, LRU. Concurrent
+// requests for one row wait for a single decode. Entries in use are never
+// recycled: their pixel buffer returns to the free list only when the
+// last user releases it after eviction.
+type cache struct {
+	mu       sync.Mutex
+	max, cur int64
+	entries  map[int64]*entry
+	lru      list.List // of *entry, front = most recent
+	free     [][]byte
+
+	decodes, hits int64
+}
+
+type entry struct {
+	row     int64
+	ready   chan struct{}
+	img     augment.Image
+	err     error
+	refs    int
+	evicted bool
+	elem    *list.Element
+}
+
+func newCache(maxBytes int64) *cache {
+	return &cache{max: maxBytes, entries: map[int64]*entry{}}
+}
+
+// get returns the decoded image of row, decoding it (in the calling
+// goroutine) when absent. decoded reports whether this call decoded. The
+// caller must call put(e) when done with the pixels.
+func (c *cache) get(row int64, format string, data []byte) (e *entry, decoded bool) {
+	c.mu.Lock()
+	if e = c.entries[row]; e != nil {
+		e.refs++
+		if e.elem != nil {
+			c.lru.MoveToFront(e.elem)
+		}
+		c.hits++
+		c.mu.Unlock()
+		<-e.ready
+		return e, false
+	}
+	e = &entry{row: row, ready: make(chan struct{}), refs: 1}
+	c.entries[row] = e
+	var buf []byte
+	if n := len(c.free); n > 0 {
+		buf = c.free[n-1]
+		c.free = c.free[:n-1]
+	}
+	c.decodes++
+	c.mu.Unlock()
+
+	e.img, e.err = decodeImage(format, data, buf)
+
+	c.mu.Lock()
+	if e.err != nil {
+		delete(c.entries, row) // failures are not cached
+		e.evicted = true
+		if buf != nil {
+			c.free = append(c.free, buf)
+		}
+	} else {
+		c.cur += int64(cap(e.img.Pix))
+		e.elem = c.lru.PushFront(e)
+		c.evict()
+	}
+	c.mu.Unlock()
+	close(e.ready)
+	return e, true
+}
+
+// put releases one use of e.
+func (c *cache) put(e *entry) {
+	c.mu.Lock()
+	e.refs--
+	if e.refs == 0 && e.evicted && e.err == nil && e.img.Pix != nil {
+		c.recycle(e.img.Pix)
+		e.img.Pix = nil
+	}
+	c.mu.Unlock()
+}
+
+func (c *cache) evict() {
+	for c.cur > c.max {
+		el := c.lru.Back()
+		if el == nil {
+			return
+		}
+		e := el.Value.(*entry)
+		c.lru.Remove(el)
+		e.elem = nil
+		delete(c.entries, e.row)
+		c.cur -= int64(cap(e.img.Pix))
+		e.evicted = true
+		if e.refs == 0 {
+			c.recycle(e.img.Pix)
+			e.img.Pix = nil
+		}
+	}
+}
+
+func (c *cache) recycle(b []byte) {
+	if len(c.free) < 16 {
+		c.free = append(c.free, b[:0])
+	}
+}
+
+func (c *cache) counts() (decodes, hits int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.decodes, c.hits
+}

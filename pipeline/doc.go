@@ -1,0 +1,58 @@
+// Package pipeline streams training batches from shards: read → order →
+// decode → augment → rasterise → collate, in worker goroutines, into Arrow
+// records of the formats/batch schema.
+//
+// # Use
+//
+//	src, err := pipeline.OpenShards(dir)
+//	l, err := pipeline.New(ctx, src, pipeline.Config{BatchSize: 32, Start: order.State{Seed: 1}, Epochs: 300, CloseMosaic: 10})
+//	defer l.Close()
+//	for rec, err := range l.All(ctx) {
+//		if err != nil { ... }
+//		train(rec)    // batch.ImageTensor(rec), batch.MaskStack(rec), ...
+//		rec.Release() // the consumer owns every record it receives
+//		save(l.State())
+//	}
+//
+// Batches (Next, State, Close) is the transport-neutral interface; a remote
+// client implements the same.
+//
+// # Determinism and resume
+//
+// The sample at epoch position p is built from a generator seeded by
+// (seed, epoch, p) (order.Reseed with order.StreamSample) and from mosaic
+// partners that are a function of (seed, epoch, p) (order.Epoch.Partners,
+// drawn from p's shuffle window — the window, not the whole dataset, keeps
+// I/O bounded and decodes per output image near 1; windows are uniform
+// draws of blocks from the whole dataset). Output bytes are therefore the
+// same for any worker count, scheduling, world size or restart. State()
+// after a batch, given back as Config.Start, continues with exactly the next
+// batch. Changing WorldSize at a restart keeps the union of samples; see
+// package order for the rank split.
+//
+// # Workers and memory
+//
+// One dispatcher walks this rank's positions and hands one task per sample
+// to Workers goroutines; at most Prefetch batches are in flight (the
+// dispatcher blocks when the consumer falls behind). A worker decodes the
+// sample's images through a byte-bounded LRU cache of decoded images
+// (CacheBytes; concurrent requests for one image share one decode), plans
+// the augmentation, renders the pixels straight into the batch's image
+// buffer and transforms the polygons. When a batch's last sample is done,
+// its sum_N is known: one mask buffer of sum_N·Hp·Wp bytes is allocated and
+// each image's rasterisation is queued; workers take those first and write
+// every instance's mask straight into its slice of that buffer. The record
+// wraps the buffers without copying. Batches leave in order.
+//
+// Buffers come from a pooled memory.Allocator: when the consumer releases a
+// record its buffers return to the pool and the next batches reuse them.
+//
+// # Bad data
+//
+// A row without image bytes or an image that fails to decode is skipped:
+// counted by reason in Stats().Skipped and logged with slog (keys row,
+// image_id, epoch, reason, err). A skipped sample shortens its batch; a
+// failing mosaic partner leaves its quarter filled. With Config.Strict the
+// first such problem fails the stream instead. A source read error fails
+// the stream. No case stalls: every wait also watches the context.
+package pipeline
