@@ -53,7 +53,8 @@
 // nearest-neighbour sampling at the cell centre: the same point the polygon
 // rule tests, so a crowd region and a polygon tracing the same outline
 // agree. Only cells within one cell of the mapped box of the ON pixels are
-// sampled.
+// sampled; the columns of the RLE holding ON pixels are decoded once into a
+// scratch bitmap (at most H·W bytes, kept by the Rasterizer).
 //
 // # Buffers and concurrency
 //

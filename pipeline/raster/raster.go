@@ -66,7 +66,7 @@ type Rasterizer struct {
 	xs    []float64
 	cols  []int
 	ones  []uint8
-	cum   []uint64
+	bits  []uint8
 }
 
 // New returns a ready Rasterizer; it is equivalent to new(Rasterizer).

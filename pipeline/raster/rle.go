@@ -46,7 +46,10 @@ func (z *Rasterizer) AppendWindowRLE(wins []Window, data []uint8, g Grid, rle RL
 }
 
 // rleSpans samples the RLE at every cell of a window around the mapped
-// bounding box of its ON pixels, and records the ON runs per row.
+// bounding box of its ON pixels, and records the ON runs per row. The ON
+// columns are first decoded into a column-major scratch bitmap so that each
+// sample is one lookup; COCO's column-major order makes a row of samples
+// jump between runs, which defeats any run cursor.
 func (z *Rasterizer) rleSpans(g Grid, rle RLE, m geom.Affine) error {
 	z.spans = z.spans[:0]
 	if rle.H < 0 || rle.W < 0 || (rle.H > 0 && rle.W > math.MaxInt/rle.H) {
@@ -56,17 +59,13 @@ func (z *Rasterizer) rleSpans(g Grid, rle RLE, m geom.Affine) error {
 	if !ok {
 		return fmt.Errorf("raster: rle image-to-canvas affine %v is not invertible", m)
 	}
-	// Cumulative run ends; run i is ON iff i is odd.
-	cum := z.cum[:0]
+	size := uint64(rle.H) * uint64(rle.W)
 	var total uint64
-	var on bool
 	minX, maxX, minY, maxY := math.MaxInt, -1, math.MaxInt, -1
 	for i, c := range rle.Counts {
 		start := total
 		total += uint64(c)
-		cum = append(cum, total)
-		if i&1 == 1 && c > 0 && total <= uint64(rle.H)*uint64(rle.W) {
-			on = true
+		if i&1 == 1 && c > 0 && total <= size {
 			first, last := int(start), int(total-1)
 			x0, x1 := first/rle.H, last/rle.H
 			minX, maxX = min(minX, x0), max(maxX, x1)
@@ -77,12 +76,29 @@ func (z *Rasterizer) rleSpans(g Grid, rle RLE, m geom.Affine) error {
 			}
 		}
 	}
-	z.cum = cum
-	if total != uint64(rle.H)*uint64(rle.W) {
-		return fmt.Errorf("raster: rle counts sum to %d, size %dx%d needs %d", total, rle.H, rle.W, uint64(rle.H)*uint64(rle.W))
+	if total != size {
+		return fmt.Errorf("raster: rle counts sum to %d, size %dx%d needs %d", total, rle.H, rle.W, size)
 	}
-	if !on {
-		return nil
+	if maxX < 0 {
+		return nil // no ON pixel
+	}
+	// Decode columns minX..maxX, where every ON run lies.
+	base := minX * rle.H
+	n := (maxX - minX + 1) * rle.H
+	if cap(z.bits) < n {
+		z.bits = make([]uint8, n)
+	}
+	bits := z.bits[:n]
+	clear(bits)
+	ones := z.ensureOnes(rle.H)
+	pos := 0
+	for i, c := range rle.Counts {
+		if i&1 == 1 && c > 0 {
+			for lo, hi := pos-base, pos-base+int(c); lo < hi; {
+				lo += copy(bits[lo:hi], ones)
+			}
+		}
+		pos += int(c)
 	}
 	// Canvas box of the ON pixels' image box, widened by one cell so that
 	// float64 rounding in the inverse map cannot put an ON sample outside it.
@@ -98,20 +114,17 @@ func (z *Rasterizer) rleSpans(g Grid, rle RLE, m geom.Affine) error {
 	s := float64(g.Stride)
 	c0, c1 := firstCell(bx0-s, g.Cols, s), firstCell(bx1+s, g.Cols, s)
 	r0, r1 := firstCell(by0-s, g.Rows, s), firstCell(by1+s, g.Rows, s)
-	h, w := float64(rle.H), float64(rle.W)
-	k := 0 // run cursor: consecutive samples usually fall in the same or next run
+	// Samples outside the ON box are OFF; comparing in float64 before
+	// converting keeps huge or NaN coordinates away from int conversion.
+	fx0, fx1 := float64(minX), float64(maxX+1)
+	fy0, fy1 := float64(minY), float64(maxY+1)
 	for r := r0; r < r1; r++ {
 		py := (float64(r) + 0.5) * s
 		runStart := -1
 		for c := c0; c < c1; c++ {
-			px := (float64(c) + 0.5) * s
-			ix, iy := inv.Apply(px, py)
-			hit := false
-			if ix >= 0 && ix < w && iy >= 0 && iy < h {
-				idx := uint64(int(ix))*uint64(rle.H) + uint64(int(iy))
-				k = findRun(cum, idx, k)
-				hit = k&1 == 1
-			}
+			ix, iy := inv.Apply((float64(c)+0.5)*s, py)
+			hit := ix >= fx0 && ix < fx1 && iy >= fy0 && iy < fy1 &&
+				bits[(int(ix)-minX)*rle.H+int(iy)] == 1
 			if hit && runStart < 0 {
 				runStart = c
 			} else if !hit && runStart >= 0 {
@@ -124,25 +137,4 @@ func (z *Rasterizer) rleSpans(g Grid, rle RLE, m geom.Affine) error {
 		}
 	}
 	return nil
-}
-
-// findRun returns the run holding pixel idx: the smallest i with
-// cum[i] > idx. It tries the hint and its successor before a binary search.
-func findRun(cum []uint64, idx uint64, hint int) int {
-	if hint < len(cum) && cum[hint] > idx && (hint == 0 || cum[hint-1] <= idx) {
-		return hint
-	}
-	if h := hint + 1; h < len(cum) && cum[h] > idx && cum[h-1] <= idx {
-		return h
-	}
-	lo, hi := 0, len(cum)
-	for lo < hi {
-		mid := int(uint(lo+hi) >> 1)
-		if cum[mid] > idx {
-			hi = mid
-		} else {
-			lo = mid + 1
-		}
-	}
-	return lo
 }

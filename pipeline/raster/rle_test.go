@@ -137,3 +137,45 @@ func TestRLESteadyStateAllocatesNothing(t *testing.T) {
 		t.Fatal("differs from the oracle")
 	}
 }
+
+// FuzzRasterizeRLE compares DenseRLE and AppendWindowRLE with the oracle
+// for bitmaps and placements decoded from the fuzz input.
+func FuzzRasterizeRLE(f *testing.F) {
+	f.Add([]byte{0xff, 0x0f, 0xf0, 0x00}, uint8(4), uint8(8), 1.5, 0.25, 3.0, -2.0, 0.0)
+	f.Add([]byte{0xaa, 0x55}, uint8(3), uint8(5), -2.0, 0.5, 40.0, 7.0, 0.7)
+	var z Rasterizer
+	f.Fuzz(func(t *testing.T, bits []byte, h, w uint8, sx, sy, tx, ty, theta float64) {
+		H, W := int(h%24), int(w%24)
+		bitmap := make([]uint8, H*W)
+		for i := range bitmap {
+			if i/8 < len(bits) {
+				bitmap[i] = bits[i/8] >> (i % 8) & 1
+			}
+		}
+		m := geom.Translate(tx, ty).Mul(geom.Rotate(theta)).Mul(geom.Scale(sx, sy))
+		if _, ok := m.Invert(); !ok {
+			if err := z.DenseRLE(make([]uint8, 16), Grid{Rows: 4, Cols: 4, Stride: 1}, encodeRLE(H, W, bitmap), m); err == nil {
+				t.Fatal("singular affine accepted")
+			}
+			return
+		}
+		g := Grid{Rows: 1 + int(h)%20, Cols: 1 + int(w)%20, Stride: 1 + int(h^w)%4}
+		rle := encodeRLE(H, W, bitmap)
+		want := bruteRLE(g, H, W, bitmap, m)
+		got := make([]uint8, g.Cells())
+		if err := z.DenseRLE(got, g, rle, m); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("grid %+v rle %dx%d affine %v\n%s", g, H, W, m, diffPicture(g, got, want))
+		}
+		wins, data, err := z.AppendWindowRLE(nil, nil, g, rle, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ww, wb := tightWindow(g, want)
+		if wins[0] != ww || !bytes.Equal(data, wb) {
+			t.Fatalf("window %+v want %+v", wins[0], ww)
+		}
+	})
+}
