@@ -81,7 +81,7 @@ func synthetic(tb testing.TB, images, detsPerImage int) *synthScene {
 			}
 			dets = append(dets, Detection{
 				ID: int64(len(dets) + 1), ImageID: id, CategoryID: in.cat,
-				Score: float64(r.IntN(1000)) / 1000, Bbox: m.Bbox(), Area: float64(m.Area()), Mask: &m,
+				Score: float64(r.IntN(1000)) / 1000, Bbox: m.Bbox(), Area: float64(m.Area()), Mask: NewMask(m),
 			})
 		}
 	}

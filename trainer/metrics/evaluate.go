@@ -41,7 +41,9 @@ func Evaluate(ds *Dataset, dets []Detection, typ IoUType) (*Result, error) {
 	}
 	var w cocoWork
 	for ii := range ds.Images {
-		w.image(c, ds, dets, ds.byImage[ii], detsByImage[ii], typ)
+		if err := w.image(c, ds, dets, ds.byImage[ii], detsByImage[ii], typ); err != nil {
+			return nil, fmt.Errorf("image %d: %w", ds.Images[ii].ID, err)
+		}
 	}
 	names := make(map[int64]string, len(ds.Categories))
 	for _, cat := range ds.Categories {
@@ -61,12 +63,13 @@ type cocoWork struct {
 	scores   []float64
 	order    []int
 	dtMasks  []rle.RLE
+	arena    []uint32
 	gtMasks  []rle.RLE
 	gtBoxes  [][4]float64
 	dtBoxes  [][4]float64
 }
 
-func (w *cocoWork) image(c *core, ds *Dataset, dets []Detection, gtIdx, dtIdx []int32, typ IoUType) {
+func (w *cocoWork) image(c *core, ds *Dataset, dets []Detection, gtIdx, dtIdx []int32, typ IoUType) error {
 	// Group by category, keeping file order inside a category (COCO's
 	// imgToAnns order), which is what the stable sorts below rely on.
 	w.gts = append(w.gts[:0], gtIdx...)
@@ -95,11 +98,14 @@ func (w *cocoWork) image(c *core, ds *Dataset, dets []Detection, gtIdx, dtIdx []
 		for di < len(w.dts) && dets[w.dts[di]].CategoryID == cat {
 			di++
 		}
-		w.cell(c, ds, dets, cat, w.gts[g0:gi], w.dts[d0:di], typ)
+		if err := w.cell(c, ds, dets, cat, w.gts[g0:gi], w.dts[d0:di], typ); err != nil {
+			return err
+		}
 	}
+	return nil
 }
 
-func (w *cocoWork) cell(c *core, ds *Dataset, dets []Detection, cat int64, gts, dts []int32, typ IoUType) {
+func (w *cocoWork) cell(c *core, ds *Dataset, dets []Detection, cat int64, gts, dts []int32, typ IoUType) error {
 	in := &w.in
 	in.gtArea, in.gtCrowd, in.gtID = in.gtArea[:0], in.gtCrowd[:0], in.gtID[:0]
 	for _, g := range gts {
@@ -138,11 +144,19 @@ func (w *cocoWork) cell(c *core, ds *Dataset, dets []Detection, cat int64, gts, 
 		for _, g := range gts {
 			w.gtMasks = append(w.gtMasks, ds.masks[g])
 		}
-		w.dtMasks = w.dtMasks[:0]
+		w.dtMasks, w.arena = w.dtMasks[:0], w.arena[:0]
 		for _, o := range w.order {
-			w.dtMasks = append(w.dtMasks, *dets[dts[o]].Mask)
+			// Earlier masks keep pointing into the old array when the
+			// arena grows; it is only reused once the cell is scored.
+			r, arena, err := dets[dts[o]].Mask.appendRLE(w.arena)
+			if err != nil {
+				return fmt.Errorf("detection %d: %w", dts[o], err)
+			}
+			w.arena = arena
+			w.dtMasks = append(w.dtMasks, r)
 		}
 		maskIoUMatrix(in.iou, w.dtMasks, w.gtMasks, in.gtCrowd)
 	}
 	c.add(cat, in)
+	return nil
 }

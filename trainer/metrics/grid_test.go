@@ -336,7 +336,11 @@ func TestEpochMetricMatchesEvaluate(t *testing.T) {
 			// the reference with the grid metric's definition.
 			if c.typ == Segm {
 				for i := range dets {
-					dets[i].Area = float64(dets[i].Mask.Area() * stride * stride)
+					r, err := dets[i].Mask.RLE()
+					if err != nil {
+						t.Fatal(err)
+					}
+					dets[i].Area = float64(r.Area() * stride * stride)
 				}
 			}
 			want, err := Evaluate(ds, dets, c.typ)
