@@ -8,10 +8,12 @@ import (
 	"image"
 	"image/color"
 	"image/png"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // run executes the command line in-process and returns its exit code and
@@ -192,6 +194,56 @@ func TestParseSize(t *testing.T) {
 		}
 		if err != nil || got != tc.want {
 			t.Errorf("parseSize(%q) = %d, %v; want %d", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func TestConvertSkipSummaryAndStrict(t *testing.T) {
+	tmp := t.TempDir()
+	ann, imgs := writeMiniCOCO(t, tmp, 6)
+	if err := os.Remove(filepath.Join(imgs, "img002.png")); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(tmp, "out")
+	code, stdout, errs := run(t, "convert", "coco", "--annotations", ann, "--images", imgs, "--out", out)
+	if code != ExitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if !strings.Contains(stdout, "skipped 1 items") || !strings.Contains(stdout, "missing_image_file") || !strings.Contains(stdout, "wrote 5 images") {
+		t.Fatalf("summary:\n%s", stdout)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct{ Skipped map[string]int64 }
+	if err := json.Unmarshal(b, &m); err != nil || m.Skipped["missing_image_file"] != 1 {
+		t.Fatalf("manifest skipped = %v (%v)", m.Skipped, err)
+	}
+	code, _, errs = run(t, "convert", "coco", "--annotations", ann, "--images", imgs, "--out", filepath.Join(tmp, "strict"), "--strict")
+	if code != ExitFailure || !strings.Contains(errs, "img002.png") || !strings.Contains(errs, "missing_image_file") {
+		t.Fatalf("--strict: exit %d: %s", code, errs)
+	}
+	if _, err := os.Stat(filepath.Join(tmp, "strict", "manifest.json")); err == nil {
+		t.Fatal("--strict failure left a manifest")
+	}
+}
+
+func TestProgressLogsWhenNotATerminal(t *testing.T) {
+	var logs bytes.Buffer
+	defer slog.SetDefault(slog.Default())
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	defer func(d time.Duration) { progressInterval = d }(progressInterval)
+	progressInterval = 0
+
+	p := newProgress(&bytes.Buffer{}, "convert", 4, 1)
+	p.add(1, 1000)
+	p.add(2, 3000)
+	p.finish()
+	out := logs.String()
+	for _, want := range []string{"convert progress", "done=2", "done=4", "total=4", "percent=100", "convert finished"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("logs lack %q:\n%s", want, out)
 		}
 	}
 }
