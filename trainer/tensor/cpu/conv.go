@@ -24,37 +24,136 @@ func (be *Backend) Conv2d(p backend.Conv, x, w, y []float32) {
 		be.dwForward(p, x, w, y)
 		return
 	}
+	be.convGemm(p, x, w, y, 0)
+}
+
+// convGemm computes y = conv(x, w) + beta·y by implicit-im2col GEMM.
+func (be *Backend) convGemm(p backend.Conv, x, w, y []float32, beta float32) {
 	oh, ow := p.OutH(), p.OutW()
 	cg, og := p.InC/p.Groups, p.OutC/p.Groups
 	kk := cg * p.KH * p.KW
 	L := oh * ow
 	inner, outer := be.split(p.N)
 	parallelFor(outer, p.N, func(lo, hi int) {
-		var col []float32
-		if !isPointwise(p) {
-			col = getBuf(kk * L)
-			defer putBuf(col)
-		}
+		sub := &Backend{Workers: inner}
 		for n := lo; n < hi; n++ {
 			for g := 0; g < p.Groups; g++ {
 				xs := x[(n*p.InC+g*cg)*p.InH*p.InW:]
-				src := xs
-				if col != nil {
-					im2col(p, xs, col)
-					src = col
+				gm := backend.Gemm{M: og, N: L, K: kk, Alpha: 1, Beta: beta}
+				if isPointwise(p) {
+					sub.Sgemm(gm, w[g*og*kk:], xs, y[(n*p.OutC+g*og)*L:])
+					continue
 				}
-				be.gemmWith(inner, backend.Gemm{M: og, N: L, K: kk, Alpha: 1},
-					w[g*og*kk:], src, y[(n*p.OutC+g*og)*L:])
+				// Implicit im2col: B's panels are gathered straight from x.
+				sub.sgemmPacked(gm, w[g*og*kk:], func(bp []float32, j0, p0, nc, kc, NR int) {
+					var row [gemmNC]float32
+					for q := 0; q < kc; q++ {
+						colRow(p, xs, p0+q, j0, row[:nc])
+						scatterRow(bp, row[:nc], q, kc, NR)
+					}
+				}, y[(n*p.OutC+g*og)*L:])
 			}
 		}
 	})
 }
 
-// Conv2dBackwardData accumulates dx += W^T·dy scattered back through col2im.
+// scatterRow stores row (columns j0.. of one k) into the NR-wide slivers of
+// a packed panel at depth q, zero-padding the last sliver.
+func scatterRow(bp, row []float32, q, kc, NR int) {
+	nc := len(row)
+	full := nc / NR * NR
+	jr := 0
+	if NR == 16 {
+		for ; jr < full; jr += 16 {
+			o := jr*kc + q*16
+			*(*[16]float32)(bp[o : o+16]) = [16]float32(row[jr : jr+16])
+		}
+	} else {
+		for ; jr < full; jr += NR {
+			o := jr*kc + q*NR
+			copy(bp[o:o+NR], row[jr:jr+NR])
+		}
+	}
+	if jr < nc {
+		o := jr*kc + q*NR
+		d := bp[o : o+NR]
+		clear(d[copy(d, row[jr:]):])
+	}
+}
+
+// colRow writes entries [l0, l0+len(dst)) of im2col row r (channel, tap)
+// of one group of one sample: the input value under tap r for each output
+// position, 0 over padding.
+func colRow(p backend.Conv, x []float32, r, l0 int, dst []float32) {
+	oh, ow := p.OutH(), p.OutW()
+	_ = oh
+	H, W, S := p.InH, p.InW, p.Stride
+	kk := p.KH * p.KW
+	c, t := r/kk, r%kk
+	ki, kj := t/p.KW, t%p.KW
+	plane := x[c*H*W : (c+1)*H*W]
+	lo, hi := validRange(ow, W, S, p.Pad, kj)
+	oy, ox := l0/ow, l0%ow
+	for len(dst) > 0 {
+		seg := dst[:min(len(dst), ow-ox)]
+		dst = dst[len(seg):]
+		iy := oy*S - p.Pad + ki
+		if iy < 0 || iy >= H || lo >= hi {
+			clear(seg)
+		} else {
+			// seg covers output columns [ox, ox+len(seg)).
+			a, b := max(lo, ox), min(hi, ox+len(seg))
+			if a >= b {
+				clear(seg)
+			} else {
+				clear(seg[:a-ox])
+				clear(seg[b-ox:])
+				ix0 := a*S - p.Pad + kj
+				d := seg[a-ox : b-ox]
+				row := plane[iy*W:]
+				if S == 1 {
+					copy(d, row[ix0:ix0+len(d)])
+				} else {
+					src := row[ix0 : ix0+(len(d)-1)*S+1]
+					for i := range d {
+						d[i] = src[i*S]
+					}
+				}
+			}
+		}
+		oy, ox = oy+1, 0
+	}
+}
+
+// Conv2dBackwardData accumulates dx += W^T·dy scattered back through
+// col2im. At stride 1 it is instead a forward convolution of dy with the
+// flipped, in/out-transposed filter ("full" padding KH−1−Pad), which runs
+// as an implicit GEMM and needs no column buffer.
 func (be *Backend) Conv2dBackwardData(p backend.Conv, dy, w, dx []float32) {
 	p = p.Norm()
 	if isDepthwise(p) {
 		be.dwBackwardData(p, dy, w, dx)
+		return
+	}
+	if p.Stride == 1 && p.KH == p.KW && p.Pad <= p.KH-1 && !isPointwise(p) {
+		cg, og := p.InC/p.Groups, p.OutC/p.Groups
+		kh, kw := p.KH, p.KW
+		wt := getBuf(len(w[:p.OutC*cg*kh*kw]))
+		for g := 0; g < p.Groups; g++ {
+			for o := 0; o < og; o++ {
+				for c := 0; c < cg; c++ {
+					src := w[(((g*og+o)*cg)+c)*kh*kw:]
+					dst := wt[(((g*cg+c)*og)+o)*kh*kw:]
+					for i := 0; i < kh*kw; i++ {
+						dst[kh*kw-1-i] = src[i]
+					}
+				}
+			}
+		}
+		q := backend.Conv{N: p.N, InC: p.OutC, InH: p.OutH(), InW: p.OutW(), OutC: p.InC,
+			KH: kh, KW: kw, Stride: 1, Pad: kh - 1 - p.Pad, Groups: p.Groups}
+		be.convGemm(q, dy, wt, dx, 1)
+		putBuf(wt)
 		return
 	}
 	oh, ow := p.OutH(), p.OutW()
@@ -110,24 +209,36 @@ func (be *Backend) Conv2dBackwardFilter(p backend.Conv, x, dy, dw []float32) {
 				zero(acc)
 				parts[wi] = acc
 			}
-			var col []float32
-			if !isPointwise(p) {
-				col = getBuf(kk * L)
-			}
+			sub := &Backend{Workers: inner}
 			for n := n0; n < n1; n++ {
 				for g := 0; g < p.Groups; g++ {
 					xs := x[(n*p.InC+g*cg)*p.InH*p.InW:]
-					src := xs
-					if col != nil {
-						im2col(p, xs, col)
-						src = col
+					gm := backend.Gemm{TransB: true, M: og, N: kk, K: L, Alpha: 1, Beta: 1}
+					if isPointwise(p) {
+						sub.Sgemm(gm, dy[(n*p.OutC+g*og)*L:], xs, acc[g*og*kk:])
+						continue
 					}
-					be.gemmWith(inner, backend.Gemm{TransB: true, M: og, N: kk, K: L, Alpha: 1, Beta: 1},
-						dy[(n*p.OutC+g*og)*L:], src, acc[g*og*kk:])
+					// op(B) = col^T: sliver column j is im2col row j0+j over
+					// output positions p0..p0+kc, gathered straight from x.
+					sub.sgemmPacked(gm, dy[(n*p.OutC+g*og)*L:], func(bp []float32, j0, p0, nc, kc, NR int) {
+						var row [gemmKC]float32
+						for jr := 0; jr < nc; jr += NR {
+							s := bp[jr*kc : (jr+NR)*kc]
+							for j := 0; j < NR; j++ {
+								if jr+j >= nc {
+									for q := 0; q < kc; q++ {
+										s[q*NR+j] = 0
+									}
+									continue
+								}
+								colRow(p, xs, j0+jr+j, p0, row[:kc])
+								for q, v := range row[:kc] {
+									s[q*NR+j] = v
+								}
+							}
+						}
+					}, acc[g*og*kk:])
 				}
-			}
-			if col != nil {
-				putBuf(col)
 			}
 		}
 	})

@@ -66,7 +66,44 @@ func (be *Backend) Sgemm(g backend.Gemm, a, b, c []float32) {
 		j0 := (r % tn) * gemmNC
 		mc := min(gemmMC, m-i0)
 		nc := min(gemmNC, n-j0)
-		gemmTile(mk, g, a[bi*g.StrideA:], b[bi*g.StrideB:], c[bi*g.StrideC:], i0, j0, mc, nc)
+		bb := b[bi*g.StrideB:]
+		gemmTile(mk, g, a[bi*g.StrideA:], func(bp []float32, j0, p0, nc, kc, NR int) {
+			packB(g, bb, bp, j0, p0, nc, kc, NR)
+		}, c[bi*g.StrideC:], i0, j0, mc, nc)
+	})
+}
+
+// bPacker packs op(B)[p0:p0+kc, j0:j0+nc] into NR-wide k-major slivers,
+// zero-padding the last; it lets a GEMM read B from a virtual matrix
+// (an implicit im2col) without materialising it.
+type bPacker func(bp []float32, j0, p0, nc, kc, NR int)
+
+// sgemmPacked is Sgemm for a single product whose B comes from pack.
+func (be *Backend) sgemmPacked(g backend.Gemm, a []float32, pack bPacker, c []float32) {
+	m, n, k := g.M, g.N, g.K
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 || g.Alpha == 0 {
+		if g.Beta != 1 {
+			scaleC(g, 1, c)
+		}
+		return
+	}
+	if g.Beta != 1 && g.Beta != 0 {
+		scaleC(g, 1, c)
+	}
+	mk := kern
+	tm := (m + gemmMC - 1) / gemmMC
+	tn := (n + gemmNC - 1) / gemmNC
+	w := be.workers()
+	if 2*m*n*k < 1<<17 {
+		w = 1
+	}
+	parallelTasks(w, tm*tn, func(_, t int) {
+		i0 := (t / tn) * gemmMC
+		j0 := (t % tn) * gemmNC
+		gemmTile(mk, g, a, pack, c, i0, j0, min(gemmMC, m-i0), min(gemmNC, n-j0))
 	})
 }
 
@@ -89,7 +126,7 @@ func scaleC(g backend.Gemm, batch int, c []float32) {
 }
 
 // gemmTile accumulates alpha·op(A)[i0:i0+mc, :]·op(B)[:, j0:j0+nc] into C.
-func gemmTile(mk microKernel, g backend.Gemm, a, b, c []float32, i0, j0, mc, nc int) {
+func gemmTile(mk microKernel, g backend.Gemm, a []float32, pack bPacker, c []float32, i0, j0, mc, nc int) {
 	k := g.K
 	MR, NR := mk.mr, mk.nr
 	mcp := (mc + MR - 1) / MR * MR
@@ -102,7 +139,7 @@ func gemmTile(mk microKernel, g backend.Gemm, a, b, c []float32, i0, j0, mc, nc 
 		kc := min(gemmKC, k-p0)
 		overwrite := p0 == 0 && g.Beta == 0
 		packA(g, a, ap, i0, p0, mc, kc, MR)
-		packB(g, b, bp, j0, p0, nc, kc, NR)
+		pack(bp, j0, p0, nc, kc, NR)
 		for jr := 0; jr < nc; jr += NR {
 			bs := bp[jr*kc : (jr+NR)*kc]
 			nr := min(NR, nc-jr)
@@ -172,24 +209,36 @@ func packA(g backend.Gemm, a, ap []float32, i0, p0, mc, kc, MR int) {
 // packB copies op(B)[p0:p0+kc, j0:j0+nc] into NR-column slivers stored
 // k-major (sliver[p*NR+j]), zero-padding the last sliver.
 func packB(g backend.Gemm, b, bp []float32, j0, p0, nc, kc, NR int) {
+	if !g.TransB {
+		// B stored K×N: walk it row by row so the reads stream through
+		// memory, scattering each row's NR-wide pieces to their slivers.
+		full := nc / NR * NR
+		for p := 0; p < kc; p++ {
+			src := b[(p0+p)*g.N+j0 : (p0+p)*g.N+j0+nc]
+			jr := 0
+			if NR == 16 {
+				for ; jr < full; jr += 16 {
+					o := jr*kc + p*16
+					*(*[16]float32)(bp[o : o+16]) = [16]float32(src[jr : jr+16])
+				}
+			} else {
+				for ; jr < full; jr += NR {
+					o := jr*kc + p*NR
+					copy(bp[o:o+NR], src[jr:jr+NR])
+				}
+			}
+			if jr < nc {
+				o := jr*kc + p*NR
+				d := bp[o : o+NR]
+				n := copy(d, src[jr:])
+				clear(d[n:])
+			}
+		}
+		return
+	}
 	for jr := 0; jr < nc; jr += NR {
 		s := bp[jr*kc : (jr+NR)*kc]
 		nr := min(NR, nc-jr)
-		if !g.TransB { // B stored K×N: each k gives NR contiguous values
-			for p := 0; p < kc; p++ {
-				src := b[(p0+p)*g.N+j0+jr:]
-				d := s[p*NR : p*NR+NR]
-				if nr == 16 && NR == 16 { // avoid a memmove call per 64 bytes
-					*(*[16]float32)(d) = [16]float32(src[:16])
-					continue
-				}
-				copy(d[:nr], src[:nr])
-				for j := nr; j < NR; j++ {
-					d[j] = 0
-				}
-			}
-			continue
-		}
 		for j := 0; j < NR; j++ { // B stored N×K
 			if j >= nr {
 				for p := 0; p < kc; p++ {

@@ -87,6 +87,37 @@ func testSgemmMatchesNaive(t *testing.T) {
 	}
 }
 
+// TestImplicitColumnsMatchIm2col checks the implicit-GEMM gatherer against
+// the explicit im2col it replaces, row by row and from odd offsets.
+func TestImplicitColumnsMatchIm2col(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 9))
+	for _, p := range []backend.Conv{
+		{N: 1, InC: 3, InH: 7, InW: 6, OutC: 1, KH: 3, KW: 3, Stride: 1, Pad: 1, Groups: 1},
+		{N: 1, InC: 2, InH: 9, InW: 8, OutC: 1, KH: 3, KW: 3, Stride: 2, Pad: 1, Groups: 1},
+		{N: 1, InC: 2, InH: 5, InW: 7, OutC: 1, KH: 5, KW: 5, Stride: 1, Pad: 2, Groups: 1},
+		{N: 1, InC: 1, InH: 6, InW: 6, OutC: 1, KH: 2, KW: 2, Stride: 2, Pad: 0, Groups: 1},
+		{N: 1, InC: 1, InH: 3, InW: 4, OutC: 1, KH: 3, KW: 3, Stride: 3, Pad: 2, Groups: 1},
+	} {
+		L := p.OutH() * p.OutW()
+		kk := p.InC * p.KH * p.KW
+		x := randSlice(r, p.InC*p.InH*p.InW)
+		col := make([]float32, kk*L)
+		im2col(p, x, col)
+		for row := 0; row < kk; row++ {
+			for l0 := 0; l0 < L; l0 += 1 + l0%3 {
+				n := min(L-l0, 1+(row+l0)%11)
+				got := make([]float32, n)
+				colRow(p, x, row, l0, got)
+				for i, v := range got {
+					if v != col[row*L+l0+i] {
+						t.Fatalf("%+v row %d from %d: [%d] = %v, want %v", p, row, l0, i, v, col[row*L+l0+i])
+					}
+				}
+			}
+		}
+	}
+}
+
 // TestConvBackwardIsAdjoint checks <conv(x), dy> = <x, BackwardData(dy)>
 // and = <w, BackwardFilter(x, dy)> on shapes that take each code path
 // (im2col, pointwise, depthwise, grouped, parallel samples).
@@ -97,6 +128,10 @@ func TestConvBackwardIsAdjoint(t *testing.T) {
 		{N: 1, InC: 6, InH: 9, InW: 9, OutC: 6, KH: 3, KW: 3, Stride: 2, Pad: 1, Groups: 6},
 		{N: 4, InC: 8, InH: 5, InW: 5, OutC: 16, KH: 1, KW: 1, Stride: 1, Pad: 0, Groups: 1},
 		{N: 2, InC: 8, InH: 6, InW: 7, OutC: 4, KH: 3, KW: 3, Stride: 2, Pad: 1, Groups: 2},
+		{N: 2, InC: 6, InH: 6, InW: 7, OutC: 4, KH: 3, KW: 3, Stride: 1, Pad: 1, Groups: 2},
+		{N: 1, InC: 3, InH: 6, InW: 5, OutC: 5, KH: 3, KW: 3, Stride: 1, Pad: 0, Groups: 1},
+		{N: 1, InC: 3, InH: 5, InW: 5, OutC: 2, KH: 2, KW: 2, Stride: 1, Pad: 0, Groups: 1},
+		{N: 1, InC: 40, InH: 9, InW: 8, OutC: 100, KH: 3, KW: 3, Stride: 1, Pad: 1, Groups: 1},
 	} {
 		t.Run(fmt.Sprintf("%+v", p), func(t *testing.T) {
 			be := &Backend{Workers: 2}
@@ -138,6 +173,7 @@ func BenchmarkSgemm(b *testing.B) {
 		report := func(b *testing.B) {
 			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 		}
+		_ = report
 		b.Run(fmt.Sprintf("blocked-parallel/%d", n), func(b *testing.B) {
 			be := New()
 			for b.Loop() {
@@ -196,18 +232,33 @@ func BenchmarkConv(b *testing.B) {
 		dx, dw := make([]float32, len(x)), make([]float32, len(w))
 		flops := 2 * float64(p.N*p.OutC*L) * float64(p.InC/p.Groups*p.KH*p.KW)
 		be := New()
+		col := make([]float32, p.InC/p.Groups*p.KH*p.KW*L)
 		for _, k := range []struct {
 			name string
 			fn   func()
 		}{
 			{"fwd", func() { be.Conv2d(p, x, w, y) }},
+			// Baseline: the same forward through an explicit im2col buffer.
+			{"fwd-explicit-im2col", func() {
+				if p.Groups != 1 {
+					be.Conv2d(p, x, w, y)
+					return
+				}
+				kk := p.InC * p.KH * p.KW
+				for n := 0; n < p.N; n++ {
+					im2col(p, x[n*p.InC*p.InH*p.InW:], col)
+					be.Sgemm(backend.Gemm{M: p.OutC, N: L, K: kk, Alpha: 1}, w, col, y[n*p.OutC*L:])
+				}
+			}},
 			{"bwd-data", func() { be.Conv2dBackwardData(p, y, w, dx) }},
 			{"bwd-filter", func() { be.Conv2dBackwardFilter(p, x, y, dw) }},
 		} {
 			b.Run(c.name+"/"+k.name, func(b *testing.B) {
+				done := cpuMeter(b)
 				for b.Loop() {
 					k.fn()
 				}
+				done()
 				b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 			})
 		}
