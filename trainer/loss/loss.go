@@ -306,6 +306,7 @@ type branchScratch struct {
 	pdPx             []float32 // [B,A,4]
 	probs            []float32 // [B,NC,A]
 	scoreSum         float64
+	clsPart          []float64 // per (image, class) BCE sums
 	mask             maskScratch
 	sem              semScratch
 }
@@ -337,9 +338,12 @@ func (c *Criterion) branch(which int, out *Outputs, br *Branch, t *Targets, bg *
 			p[0], p[1], p[2], p[3] = (ax-l)*st, (ay-tp)*st, (ax+r)*st, (ay+bt)*st
 		}
 	}
-	for i, x := range br.Scores {
-		s.probs[i] = float32(sigmoid(float64(x)))
-	}
+	forEach(B, func(_, b int) {
+		row := b * NC * A
+		for i, x := range br.Scores[row : row+NC*A] {
+			s.probs[row+i] = float32(sigmoid(float64(x)))
+		}
+	})
 	tg := &c.tg
 	asg, err := c.asg[which].Assign(&AssignInput{
 		B: B, A: A, NC: NC, M: tg.M,
@@ -362,24 +366,29 @@ func (c *Criterion) branch(which int, out *Outputs, br *Branch, t *Targets, bg *
 
 	// Classification: BCE over every (image, class, anchor), target score
 	// only on the positive's label channel.
-	cls := 0.0
 	gc := scale * c.cfg.ClsGain / S
-	for b := 0; b < B; b++ {
-		for k := 0; k < NC; k++ {
-			row := (b*NC + k) * A
-			for a := 0; a < A; a++ {
-				x := float64(br.Scores[row+a])
-				tv := 0.0
-				if ba := b*A + a; asg.FG[ba] && int(asg.Labels[ba]) == k {
-					tv = float64(asg.ScoreValue[ba])
-				}
-				l, p := bceSigmoid(x, tv)
-				cls += l
-				if bg != nil {
-					bg.Scores[row+a] += float32(gc * (p - tv))
-				}
+	s.clsPart = growF64(s.clsPart, B*NC)
+	forEach(B*NC, func(_, bk int) {
+		b, k := bk/NC, bk%NC
+		row := bk * A
+		sum := 0.0
+		for a := 0; a < A; a++ {
+			x := float64(br.Scores[row+a])
+			tv := 0.0
+			if ba := b*A + a; asg.FG[ba] && int(asg.Labels[ba]) == k {
+				tv = float64(asg.ScoreValue[ba])
+			}
+			l, p := bceSigmoid(x, tv)
+			sum += l
+			if bg != nil {
+				bg.Scores[row+a] += float32(gc * (p - tv))
 			}
 		}
+		s.clsPart[bk] = sum
+	})
+	cls := 0.0
+	for _, v := range s.clsPart {
+		cls += v
 	}
 	vec[Cls] = c.cfg.ClsGain * cls / S
 	if asg.NumFG == 0 {
@@ -464,7 +473,10 @@ func sigmoid(x float64) float64 {
 // exponential.
 func bceSigmoid(x, t float64) (loss, p float64) {
 	e := math.Exp(-math.Abs(x))
-	loss = max(x, 0) - x*t + math.Log1p(e)
+	// log(1+e) rather than log1p(e): e ≤ 1, and where 1+e rounds the term
+	// is below 1e-16 in absolute value, far under the sums' float32 target,
+	// while math.Log has an assembly kernel and Log1p does not.
+	loss = max(x, 0) - x*t + math.Log(1+e)
 	if x >= 0 {
 		return loss, 1 / (1 + e)
 	}

@@ -12,9 +12,9 @@ const cropRoundBelow = 50
 type maskScratch struct {
 	pmax   int
 	count  []int
-	anchor []int32 // [B, Pmax], -1 on padding rows
-	gt     []int32 // [B, Pmax], -1 (the unassigned sentinel) on padding rows
-	z      []float64
+	anchor []int32     // [B, Pmax], -1 on padding rows
+	gt     []int32     // [B, Pmax], -1 (the unassigned sentinel) on padding rows
+	z      [][]float64 // per-worker logit scratch
 	perImg []float64
 }
 
@@ -62,106 +62,123 @@ func (m *maskScratch) gather(asg *Assignment) {
 // (or protoG) is non-nil, scale·dL/dcoef (dL/dproto) is added into it.
 func (m *maskScratch) loss(g *Geometry, asg *Assignment, tg *padded, coef, proto, coefG, protoG []float32, scale float64) float64 {
 	m.gather(asg)
-	B, A, NM, M := g.B, asg.A, g.NM, asg.M
-	H, W := g.ProtoH, g.ProtoW
-	hw := H * W
-	imgH, imgW := g.ImageSize()
+	B, hw := g.B, g.ProtoH*g.ProtoW
 	m.perImg = growF64(m.perImg, B)
-	if cap(m.z) < hw {
-		m.z = make([]float64, hw)
+	nw := workers(B)
+	for len(m.z) < nw {
+		m.z = append(m.z, nil)
 	}
-	z := m.z[:hw]
+	for w := range nw {
+		if cap(m.z[w]) < hw {
+			m.z[w] = make([]float64, hw)
+		}
+	}
 	grad := coefG != nil || protoG != nil
 	kGrad := scale / (float64(hw) * float64(asg.NumFG))
-	for row := 0; row < B*m.pmax; row++ {
-		b := row / m.pmax
-		a, j := int(m.anchor[row]), int(m.gt[row])
-		// Padding rows carry the sentinel -1; used as an index it would read
-		// another image's data (or GT slot -1 would match background in the
-		// owner map), so they are skipped before any gather.
-		if j < 0 || a < 0 {
-			continue
+	// Images run in parallel: every write below (perImg[b], the
+	// coefficients of image b's anchors, image b's prototypes) belongs to
+	// one image.
+	forEach(B, func(w, b int) {
+		z := m.z[w][:hw]
+		for row := b * m.pmax; row < (b+1)*m.pmax; row++ {
+			m.row(g, asg, tg, coef, proto, coefG, protoG, z, b, row, grad, kGrad)
 		}
-		box := tg.boxes[(b*M+j)*4 : (b*M+j)*4+4]
-		nx1, ny1, nx2, ny2 := box[0]/imgW, box[1]/imgH, box[2]/imgW, box[3]/imgH
-		area := float64((nx2 - nx1) * (ny2 - ny1))
-		mx1, my1 := nx1*float32(W), ny1*float32(H)
-		mx2, my2 := nx2*float32(W), ny2*float32(H)
-		var c0, c1, r0, r1 int
-		if m.count[b] < cropRoundBelow {
-			c0, c1 = int(math.RoundToEven(float64(mx1))), int(math.RoundToEven(float64(mx2)))
-			r0, r1 = int(math.RoundToEven(float64(my1))), int(math.RoundToEven(float64(my2)))
-		} else {
-			// Keep x1 ≤ c < x2 for fractional bounds: first integer ≥ x1,
-			// first integer ≥ x2.
-			c0, c1 = int(math.Ceil(float64(mx1))), int(math.Ceil(float64(mx2)))
-			r0, r1 = int(math.Ceil(float64(my1))), int(math.Ceil(float64(my2)))
-		}
-		c0, c1 = min(max(c0, 0), W), min(max(c1, 0), W)
-		r0, r1 = min(max(r0, 0), H), min(max(r1, 0), H)
-		if c0 >= c1 || r0 >= r1 {
-			continue
-		}
-		cw := c1 - c0
-		zz := z[:(r1-r0)*cw]
-		clear(zz)
-		for n := 0; n < NM; n++ {
-			cn := float64(coef[(b*NM+n)*A+a])
-			pr := proto[(b*NM+n)*hw : (b*NM+n+1)*hw]
-			for r := r0; r < r1; r++ {
-				zr := zz[(r-r0)*cw : (r-r0+1)*cw]
-				for c, pv := range pr[r*W+c0 : r*W+c1] {
-					zr[c] += cn * float64(pv)
-				}
-			}
-		}
-		own := tg.owner[b*hw : (b+1)*hw]
-		sum := 0.0
-		kp := kGrad / area
-		for r := r0; r < r1; r++ {
-			for c := c0; c < c1; c++ {
-				zi := &zz[(r-r0)*cw+c-c0]
-				gtv := 0.0
-				if own[r*W+c] == int32(j+1) {
-					gtv = 1
-				}
-				l, p := bceSigmoid(*zi, gtv)
-				sum += l
-				*zi = kp * (p - gtv) // reuse as dL/dz
-			}
-		}
-		m.perImg[b] += sum / float64(hw) / area
-		if !grad {
-			continue
-		}
-		for n := 0; n < NM; n++ {
-			ci := (b*NM+n)*A + a
-			cn := float64(coef[ci])
-			pr := proto[(b*NM+n)*hw : (b*NM+n+1)*hw]
-			var pg []float32
-			if protoG != nil {
-				pg = protoG[(b*NM+n)*hw : (b*NM+n+1)*hw]
-			}
-			dc := 0.0
-			for r := r0; r < r1; r++ {
-				zr := zz[(r-r0)*cw : (r-r0+1)*cw]
-				for c, pv := range pr[r*W+c0 : r*W+c1] {
-					dc += zr[c] * float64(pv)
-				}
-				if pg != nil {
-					for c, dz := range zr {
-						pg[r*W+c0+c] += float32(dz * cn)
-					}
-				}
-			}
-			if coefG != nil {
-				coefG[ci] += float32(dc)
-			}
-		}
-	}
+	})
 	total := 0.0
 	for _, v := range m.perImg {
 		total += v
 	}
 	return total / float64(asg.NumFG)
+}
+
+// row adds the loss of one gathered positive (and its gradient) into
+// m.perImg[b], coefG and protoG, using z as scratch.
+func (m *maskScratch) row(g *Geometry, asg *Assignment, tg *padded, coef, proto, coefG, protoG []float32, z []float64, b, row int, grad bool, kGrad float64) {
+	A, NM, M := asg.A, g.NM, asg.M
+	H, W := g.ProtoH, g.ProtoW
+	hw := H * W
+	imgH, imgW := g.ImageSize()
+	a, j := int(m.anchor[row]), int(m.gt[row])
+	// Padding rows carry the sentinel -1; used as an index it would read
+	// another image's data (or GT slot -1 would match background in the
+	// owner map), so they are skipped before any gather.
+	if j < 0 || a < 0 {
+		return
+	}
+	box := tg.boxes[(b*M+j)*4 : (b*M+j)*4+4]
+	nx1, ny1, nx2, ny2 := box[0]/imgW, box[1]/imgH, box[2]/imgW, box[3]/imgH
+	area := float64((nx2 - nx1) * (ny2 - ny1))
+	mx1, my1 := nx1*float32(W), ny1*float32(H)
+	mx2, my2 := nx2*float32(W), ny2*float32(H)
+	var c0, c1, r0, r1 int
+	if m.count[b] < cropRoundBelow {
+		c0, c1 = int(math.RoundToEven(float64(mx1))), int(math.RoundToEven(float64(mx2)))
+		r0, r1 = int(math.RoundToEven(float64(my1))), int(math.RoundToEven(float64(my2)))
+	} else {
+		// Keep x1 ≤ c < x2 for fractional bounds: first integer ≥ x1,
+		// first integer ≥ x2.
+		c0, c1 = int(math.Ceil(float64(mx1))), int(math.Ceil(float64(mx2)))
+		r0, r1 = int(math.Ceil(float64(my1))), int(math.Ceil(float64(my2)))
+	}
+	c0, c1 = min(max(c0, 0), W), min(max(c1, 0), W)
+	r0, r1 = min(max(r0, 0), H), min(max(r1, 0), H)
+	if c0 >= c1 || r0 >= r1 {
+		return
+	}
+	cw := c1 - c0
+	zz := z[:(r1-r0)*cw]
+	clear(zz)
+	for n := 0; n < NM; n++ {
+		cn := float64(coef[(b*NM+n)*A+a])
+		pr := proto[(b*NM+n)*hw : (b*NM+n+1)*hw]
+		for r := r0; r < r1; r++ {
+			zr := zz[(r-r0)*cw : (r-r0+1)*cw]
+			for c, pv := range pr[r*W+c0 : r*W+c1] {
+				zr[c] += cn * float64(pv)
+			}
+		}
+	}
+	own := tg.owner[b*hw : (b+1)*hw]
+	sum := 0.0
+	kp := kGrad / area
+	for r := r0; r < r1; r++ {
+		for c := c0; c < c1; c++ {
+			zi := &zz[(r-r0)*cw+c-c0]
+			gtv := 0.0
+			if own[r*W+c] == int32(j+1) {
+				gtv = 1
+			}
+			l, p := bceSigmoid(*zi, gtv)
+			sum += l
+			*zi = kp * (p - gtv) // reuse as dL/dz
+		}
+	}
+	m.perImg[b] += sum / float64(hw) / area
+	if !grad {
+		return
+	}
+	for n := 0; n < NM; n++ {
+		ci := (b*NM+n)*A + a
+		cn := float64(coef[ci])
+		pr := proto[(b*NM+n)*hw : (b*NM+n+1)*hw]
+		var pg []float32
+		if protoG != nil {
+			pg = protoG[(b*NM+n)*hw : (b*NM+n+1)*hw]
+		}
+		dc := 0.0
+		for r := r0; r < r1; r++ {
+			zr := zz[(r-r0)*cw : (r-r0+1)*cw]
+			for c, pv := range pr[r*W+c0 : r*W+c1] {
+				dc += zr[c] * float64(pv)
+			}
+			if pg != nil {
+				for c, dz := range zr {
+					pg[r*W+c0+c] += float32(dz * cn)
+				}
+			}
+		}
+		if coefG != nil {
+			coefG[ci] += float32(dc)
+		}
+	}
 }
