@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/segpipe/segpipe/formats/shard"
 )
 
 // run executes the command line in-process and returns its exit code and
@@ -168,7 +170,7 @@ func TestExitCodes(t *testing.T) {
 }
 
 func TestHelpHasDescriptionAndExample(t *testing.T) {
-	for _, args := range [][]string{{"convert"}, {"convert", "coco"}, {"inspect"}} {
+	for _, args := range [][]string{{"convert"}, {"convert", "coco"}, {"convert", "yolo"}, {"inspect"}, {"quickstart"}} {
 		code, out, _ := run(t, append(args, "--help")...)
 		if code != ExitOK || !strings.Contains(out, "Example:") || !strings.Contains(out, "segpipe "+strings.Join(args, " ")) {
 			t.Errorf("%v --help: exit %d, output:\n%s", args, code, out)
@@ -245,5 +247,49 @@ func TestProgressLogsWhenNotATerminal(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Fatalf("logs lack %q:\n%s", want, out)
 		}
+	}
+}
+
+// repoRoot is the directory holding go.mod.
+func repoRoot(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("no go.mod above the test directory")
+		}
+		dir = parent
+	}
+}
+
+func TestConvertYolo(t *testing.T) {
+	data := filepath.Join(repoRoot(t), "testdata", "yolo", "good", "data.yaml")
+	out := filepath.Join(t.TempDir(), "out")
+	code, stdout, errs := run(t, "convert", "yolo", "--data", data, "--split", "train", "--out", out)
+	if code != ExitOK || !strings.Contains(stdout, "wrote 3 images, 3 instances, 3 categories") {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout, errs)
+	}
+	set, err := shard.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if set.Manifest.Source.Kind != "yolo" || set.Manifest.Source.Args["split"] != "train" {
+		t.Errorf("source %+v", set.Manifest.Source)
+	}
+	if err := set.Verify(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := run(t, "convert", "yolo", "--data", data, "--split", "nosuch", "--out", t.TempDir()+"/x"); code != ExitFailure || !strings.Contains(errs, "nosuch") {
+		t.Errorf("unknown split: exit %d: %s", code, errs)
+	}
+	if code, _, _ := run(t, "convert", "yolo", "--split", "train", "--out", t.TempDir()+"/y"); code != ExitUsage {
+		t.Errorf("missing --data: exit %d", code)
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/segpipe/segpipe/datasets"
 	"github.com/segpipe/segpipe/datasets/coco"
+	"github.com/segpipe/segpipe/datasets/yolo"
 	"github.com/segpipe/segpipe/formats/shard"
 )
 
@@ -30,7 +31,7 @@ func convertCommand() *ucli.Command {
 			"polygons and crowd RLE) and a manifest.json that lists them. Bad items are skipped\n" +
 			"and counted by reason (or fail the run with --strict). See the sub-commands.\n\n" +
 			"Example:\n  segpipe convert coco --annotations instances_val2017.json --images val2017 --out shards/val",
-		Commands: []*ucli.Command{convertCocoCommand()},
+		Commands: []*ucli.Command{convertCocoCommand(), convertYoloCommand()},
 	}
 }
 
@@ -71,6 +72,36 @@ func convertCocoCommand() *ucli.Command {
 				"annotations": filepath.Clean(ann), "images": filepath.Clean(imgs)}}
 			return convert(ctx, c, src, opts, func() (imageSource, error) {
 				return coco.Open(ann, imgs, coco.Options{Strict: opts.strict, Workers: opts.workers})
+			})
+		},
+	}
+}
+
+func convertYoloCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "yolo",
+		Usage:     "convert one split of an Ultralytics YOLO dataset",
+		UsageText: "segpipe convert yolo --data data.yaml --split train --out DIR [options]",
+		Description: "Reads an Ultralytics-format dataset: data.yaml (names, and the split's image\n" +
+			"directories or list files) and labels/.../*.txt with 'cls x1 y1 x2 y2 ...' normalised\n" +
+			"polygons or 'cls cx cy w h' boxes. Image sizes come from the image headers and\n" +
+			"coordinates become pixels, so the shards are the same format as from COCO: class ids\n" +
+			"are the category ids and indices. Same bad-input policy, determinism and --resume\n" +
+			"as convert coco.\n\n" +
+			"Example:\n  segpipe convert yolo --data coco8-seg/data.yaml --split train --out shards/coco8-train",
+		Flags: append([]ucli.Flag{
+			&ucli.StringFlag{Name: "data", Usage: "the dataset's data.yaml `FILE`", Required: true},
+			&ucli.StringFlag{Name: "split", Value: "train", Usage: "`SPLIT` key of data.yaml to convert (train, val, test, ...)"},
+		}, convertFlags()...),
+		Action: func(ctx context.Context, c *ucli.Command) error {
+			opts, err := parseConvertFlags(c)
+			if err != nil {
+				return err
+			}
+			data, split := c.String("data"), c.String("split")
+			src := shard.Source{Kind: "yolo", Args: map[string]string{"data": filepath.Clean(data), "split": split}}
+			return convert(ctx, c, src, opts, func() (imageSource, error) {
+				return yolo.Open(data, split, yolo.Options{Strict: opts.strict, Workers: opts.workers})
 			})
 		},
 	}
