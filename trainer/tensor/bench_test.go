@@ -43,6 +43,7 @@ func BenchmarkC3k2Block(b *testing.B) {
 	m2a, m2b := newConvBN(r, 32, 16, 3, 1, 1, true), newConvBN(r, 16, 32, 3, 1, 1, true)
 	cv2 := newConvBN(r, 128, 64, 1, 1, 1, true)
 	dw := newConvBN(r, 64, 64, 3, 1, 64, true)
+	done := cpuMeter(b)
 	for b.Loop() {
 		tp := NewTape(nil)
 		y := tp.Chunk(cv1.forward(tp, x), 2, 1)
@@ -53,4 +54,5 @@ func BenchmarkC3k2Block(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	done()
 }
