@@ -61,7 +61,7 @@ func synthetic(tb testing.TB, images, detsPerImage int) *synthScene {
 			ds.byImage[i] = append(ds.byImage[i], int32(len(ds.Annotations)))
 			ds.Annotations = append(ds.Annotations, Annotation{
 				ID: int64(len(ds.Annotations) + 1), ImageID: id, CategoryID: in.cat,
-				Bbox: m.Bbox(), Area: float64(m.Area()), IsCrowd: r.IntN(30) == 0,
+				Bbox: m.Bbox(), Area: float64(m.Area()), IsCrowd: r.IntN(30) == 0, hasBbox: true,
 			})
 			ds.masks = append(ds.masks, m)
 		}

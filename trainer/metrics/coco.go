@@ -41,6 +41,8 @@ type Annotation struct {
 	// COCO.annToRLE does) only for segm evaluation, so box evaluation works
 	// on files whose masks pycocotools could not read either.
 	Segmentation json.RawMessage
+
+	hasBbox bool
 }
 
 // Dataset is COCO ground truth loaded for evaluation.
@@ -113,7 +115,7 @@ type jsonAnnotation struct {
 	ImageID      int64           `json:"image_id"`
 	CategoryID   int64           `json:"category_id"`
 	Bbox         []float64       `json:"bbox"`
-	Area         float64         `json:"area"`
+	Area         *float64        `json:"area"`
 	IsCrowd      int             `json:"iscrowd"`
 	Segmentation json.RawMessage `json:"segmentation"`
 }
@@ -165,10 +167,16 @@ func ReadDataset(r io.Reader) (*Dataset, error) {
 		if _, ok := ds.catIdx[ja.CategoryID]; !ok {
 			return nil, fmt.Errorf("ground truth: annotation %d (index %d): unknown category id %d", ja.ID, i, ja.CategoryID)
 		}
-		a := Annotation{ID: ja.ID, ImageID: ja.ImageID, CategoryID: ja.CategoryID, Area: ja.Area, IsCrowd: ja.IsCrowd != 0}
-		if len(ja.Bbox) == 4 {
+		if ja.Area == nil {
+			// COCOeval buckets by this field and fails without it.
+			return nil, fmt.Errorf("ground truth: annotation %d (index %d): no area", ja.ID, i)
+		}
+		a := Annotation{ID: ja.ID, ImageID: ja.ImageID, CategoryID: ja.CategoryID, Area: *ja.Area, IsCrowd: ja.IsCrowd != 0}
+		switch {
+		case len(ja.Bbox) == 4:
 			copy(a.Bbox[:], ja.Bbox)
-		} else if ja.Bbox != nil {
+			a.hasBbox = true
+		case ja.Bbox != nil:
 			return nil, fmt.Errorf("ground truth: annotation %d: bbox has %d numbers, want 4", ja.ID, len(ja.Bbox))
 		}
 		a.Segmentation = ja.Segmentation

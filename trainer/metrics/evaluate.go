@@ -19,6 +19,12 @@ func Evaluate(ds *Dataset, dets []Detection, typ IoUType) (*Result, error) {
 		if err := ds.buildMasks(); err != nil {
 			return nil, err
 		}
+	} else {
+		for i := range ds.Annotations {
+			if a := &ds.Annotations[i]; !a.hasBbox {
+				return nil, fmt.Errorf("ground truth: annotation %d: no bbox for bbox evaluation", a.ID)
+			}
+		}
 	}
 	detsByImage := make([][]int32, len(ds.Images))
 	for i := range dets {
