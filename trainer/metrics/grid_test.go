@@ -183,6 +183,7 @@ func TestGridAreasMatchFullResolution(t *testing.T) {
 	if moved < 3 {
 		t.Fatalf("fixture too weak: only %d instances change bucket in grid units", moved)
 	}
+	t.Logf("%d of %d instances change bucket when grid cells are taken as pixels", moved, len(lbTruth))
 
 	m := NewEpochMetric(GridConfig{})
 	if err := m.Add(img); err != nil {
