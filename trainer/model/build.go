@@ -2,14 +2,11 @@ package model
 
 import (
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 )
 
 func itoa(i int) string { return strconv.Itoa(i) }
-
-func math32sqrt(x float64) float64 { return math.Sqrt(x) }
 
 // Layer is one entry of the top-level layer list (the reference's
 // "model.<Index>"): a module, the layers it reads and how it was built.

@@ -1,6 +1,10 @@
 package model
 
-import "github.com/segpipe/segpipe/trainer/tensor"
+import (
+	"math"
+
+	"github.com/segpipe/segpipe/trainer/tensor"
+)
 
 // Param is one named entry of the model's state: a trainable parameter or
 // a BatchNorm running statistic. Name is the flat state-dict key of the
@@ -302,7 +306,7 @@ func newAttention(dim, heads int) *Attention {
 		Proj:  newConv(dim, dim, 1, 1, 1, false),
 		Pe:    newConv(dim, dim, 3, 1, dim, false),
 		Heads: heads, KeyDim: kd, HeadDim: hd,
-		Scale: float32(1 / math32sqrt(float64(kd))),
+		Scale: float32(1 / math.Sqrt(float64(kd))),
 	}
 }
 

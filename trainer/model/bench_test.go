@@ -1,0 +1,91 @@
+package model
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/segpipe/segpipe/trainer/tensor"
+)
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// BenchmarkTrainStep times one train-mode forward and backward (gradient 1
+// on every output) of variant n at SEGPIPE_BENCH_BATCH × 3 ×
+// SEGPIPE_BENCH_IMGSZ² (default 8 × 640², the issue's setting). With
+// SEGPIPE_BENCH_TORCH=/usr/bin/python3 it also times testdata/bench_torch.py
+// with GOMAXPROCS threads in the same run and reports torch-s/op and the
+// ratio go/torch. model-GFLOP/s counts 3 × the forward's 2×MACs (forward,
+// input gradient, weight gradient).
+func BenchmarkTrainStep(b *testing.B) {
+	batch := envInt("SEGPIPE_BENCH_BATCH", 8)
+	imgsz := envInt("SEGPIPE_BENCH_IMGSZ", 640)
+	m, err := New(Config{Variant: "n"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	fl, _, err := m.CountFLOPs(imgsz, true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	x := randomInput(1, batch, 3, imgsz, imgsz)
+	var grads []*tensor.Tensor
+	step := func() {
+		for _, p := range m.Params() {
+			p.Value.ZeroGrad()
+		}
+		tp := tensor.NewTape(nil)
+		out, err := m.Forward(tp, x, Train)
+		if err != nil {
+			b.Fatal(err)
+		}
+		outs := []*tensor.Tensor{out.Proto, out.Semseg,
+			out.One2Many.Boxes, out.One2Many.Scores, out.One2Many.MaskCoefficients,
+			out.One2One.Boxes, out.One2One.Scores, out.One2One.MaskCoefficients}
+		if grads == nil {
+			for _, o := range outs {
+				grads = append(grads, tensor.Full(1, o.Shape...))
+			}
+		}
+		if err := tp.BackwardFrom(outs, grads); err != nil {
+			b.Fatal(err)
+		}
+	}
+	step() // warm the buffer pools
+	b.ResetTimer()
+	start := time.Now()
+	for range b.N {
+		step()
+	}
+	b.StopTimer()
+	perIter := time.Since(start).Seconds() / float64(b.N)
+	b.ReportMetric(3*fl.GFLOPs()*float64(batch)/perIter, "model-GFLOP/s")
+	py := os.Getenv("SEGPIPE_BENCH_TORCH")
+	if py == "" {
+		return
+	}
+	threads := runtime.GOMAXPROCS(0)
+	cmd := exec.Command(py, "testdata/bench_torch.py", "n", strconv.Itoa(batch), strconv.Itoa(imgsz), strconv.Itoa(threads), strconv.Itoa(max(b.N, 1)))
+	outb, err := cmd.Output()
+	if err != nil {
+		b.Fatalf("%s: %v", cmd, err)
+	}
+	var res struct {
+		Sec     float64 `json:"sec_per_iter"`
+		Threads int     `json:"threads"`
+	}
+	if err := json.Unmarshal(outb, &res); err != nil {
+		b.Fatalf("bench_torch.py output %q: %v", outb, err)
+	}
+	b.ReportMetric(res.Sec, "torch-s/op")
+	b.ReportMetric(perIter/res.Sec, "go/torch")
+}
