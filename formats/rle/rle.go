@@ -193,14 +193,19 @@ func merge(rs []RLE, intersect bool) (RLE, error) {
 		if b.H != h || b.W != w {
 			return RLE{}, fmt.Errorf("merge: part %d is %dx%d, part 0 is %dx%d", i, b.H, b.W, h, w)
 		}
-		out = mergeTwo(out[:0], cnts, b.Counts, intersect)
+		var ok bool
+		out, ok = mergeTwo(out[:0], cnts, b.Counts, intersect)
+		if !ok {
+			return RLE{}, fmt.Errorf("%w: merge: part %d covers a different number of pixels than parts 0..%d", ErrMalformed, i, i-1)
+		}
 		cnts, out = out, cnts
 	}
 	return RLE{H: h, W: w, Counts: cnts}, nil
 }
 
-// mergeTwo is the inner loop of rleMerge.
-func mergeTwo(dst, A, B []uint32, intersect bool) []uint32 {
+// mergeTwo is the inner loop of rleMerge. It reports false when A and B
+// cover different pixel counts, where the C loop would never end.
+func mergeTwo(dst, A, B []uint32, intersect bool) ([]uint32, bool) {
 	var ca, cb uint32
 	if len(A) > 0 {
 		ca = A[0]
@@ -229,6 +234,9 @@ func mergeTwo(dst, A, B []uint32, intersect bool) []uint32 {
 			vb = !vb
 		}
 		ct += cb
+		if ct > 0 && (ca == 0 && a >= len(A) || cb == 0 && b >= len(B)) {
+			return dst, false
+		}
 		vp := v
 		if intersect {
 			v = va && vb
@@ -240,12 +248,14 @@ func mergeTwo(dst, A, B []uint32, intersect bool) []uint32 {
 			cc = 0
 		}
 	}
-	return dst
+	return dst, true
 }
 
 // IoU returns the intersection over union of dt and gt as rleIou computes
 // it: 0 when the bounding boxes or the masks do not overlap, -1 when the
-// sizes differ, and for a crowd gt the intersection over dt's area.
+// sizes differ (or, where rleIou would loop forever, when the counts of
+// two overlapping masks cover different pixel counts), and for a crowd gt
+// the intersection over dt's area.
 func IoU(dt, gt RLE, crowd bool) float64 {
 	db, gb := dt.Bbox(), gt.Bbox()
 	if BoxIoU(db, gb, crowd) <= 0 {
@@ -355,6 +365,9 @@ func runIoU(dt, gt RLE, crowd bool) float64 {
 			vb = !vb
 		}
 		ct += cb
+		if ct > 0 && (ca == 0 && a >= len(A) || cb == 0 && b >= len(B)) {
+			return -1 // runs cover different pixel counts
+		}
 	}
 	if i == 0 {
 		u = 1

@@ -379,3 +379,42 @@ func TestIoUMatrixEqualsIoU(t *testing.T) {
 		}
 	}
 }
+
+// TestMismatchedCountsTerminate covers hand-built RLEs whose counts do not
+// cover the same pixels, on which maskApi.c's loops never end.
+func TestMismatchedCountsTerminate(t *testing.T) {
+	a := RLE{H: 4, W: 4, Counts: []uint32{0, 10}}
+	b := RLE{H: 4, W: 4, Counts: []uint32{0, 16}}
+	if got := IoU(a, b, false); got != -1 {
+		t.Errorf("IoU = %v, want -1", got)
+	}
+	out := make([]float64, 1)
+	IoUMatrix(out, []RLE{a}, []RLE{b}, nil)
+	if out[0] != -1 {
+		t.Errorf("IoUMatrix = %v, want -1", out[0])
+	}
+	if _, err := Merge([]RLE{a, b}); !errors.Is(err, ErrMalformed) {
+		t.Errorf("Merge error %v, want ErrMalformed", err)
+	}
+}
+
+func FuzzIoUCounts(f *testing.F) {
+	f.Add([]byte{0, 3, 2, 1}, []byte{1, 1, 4})
+	f.Fuzz(func(t *testing.T, x, y []byte) {
+		if len(x) > 64 || len(y) > 64 {
+			return
+		}
+		toRLE := func(b []byte) RLE {
+			c := make([]uint32, len(b))
+			for i, v := range b {
+				c[i] = uint32(v)
+			}
+			return RLE{H: 1, W: 1 << 16, Counts: c}
+		}
+		a, b := toRLE(x), toRLE(y)
+		_ = IoU(a, b, false)
+		_ = IoU(a, b, true)
+		_, _ = Merge([]RLE{a, b})
+		_, _ = Intersect([]RLE{a, b})
+	})
+}
