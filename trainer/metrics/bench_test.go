@@ -1,6 +1,8 @@
 package metrics
 
 import (
+	"bytes"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"sync"
@@ -265,4 +267,41 @@ func BenchmarkEpochMetricAdd(b *testing.B) {
 			b.Fatal("no foreground")
 		}
 	})
+}
+
+// BenchmarkReadResults parses a results file of 20,000 detections (200
+// images × 100) as compressed-RLE segm results and as boxes.
+func BenchmarkReadResults(b *testing.B) {
+	s := synthetic(b, 200, 100)
+	var segm, box []byte
+	segm, box = append(segm, '['), append(box, '[')
+	for i, d := range s.dets {
+		if i > 0 {
+			segm, box = append(segm, ",\n"...), append(box, ",\n"...)
+		}
+		r, err := d.Mask.RLE()
+		if err != nil {
+			b.Fatal(err)
+		}
+		segm = fmt.Appendf(segm, `{"image_id":%d,"category_id":%d,"segmentation":{"size":[%d,%d],"counts":%q},"score":%v}`,
+			d.ImageID, d.CategoryID, r.H, r.W, r.String(), d.Score)
+		box = fmt.Appendf(box, `{"image_id":%d,"category_id":%d,"bbox":[%v,%v,%v,%v],"score":%v}`,
+			d.ImageID, d.CategoryID, d.Bbox[0], d.Bbox[1], d.Bbox[2], d.Bbox[3], d.Score)
+	}
+	segm, box = append(segm, ']'), append(box, ']')
+	for _, c := range []struct {
+		name string
+		data []byte
+		typ  IoUType
+	}{{"segm", segm, Segm}, {"bbox", box, BBox}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(len(c.data)))
+			for b.Loop() {
+				if _, err := ReadResults(s.ds, bytes.NewReader(c.data), c.typ); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(len(s.dets))*float64(b.N)/b.Elapsed().Seconds(), "dets/s")
+		})
+	}
 }
