@@ -139,6 +139,16 @@ func BenchmarkBatch(b *testing.B) {
 		b.ReportMetric(float64(len(stack)), "dense-bytes/batch")
 		b.ReportMetric(float64(verts)/float64(len(batch)), "vertices/instance")
 	})
+	b.Run("clear+fill", func(b *testing.B) {
+		// The stack zeroed once, then each instance painted into its plane.
+		for b.Loop() {
+			clear(stack)
+			for i, rings := range batch {
+				_ = z.Fill(stack[i*p:(i+1)*p], canvas640, rings)
+			}
+		}
+		perInstance(b)
+	})
 	b.Run("window", func(b *testing.B) {
 		wins := make([]Window, 0, len(batch))
 		data := make([]uint8, 0, len(stack)/8)

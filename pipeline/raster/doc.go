@@ -11,15 +11,18 @@
 //
 // Inside one ring is the classic even-odd crossing test, evaluated in
 // float64 on the float32 vertices exactly as written: over the ring's edges
-// (x0,y0)→(x1,y1), the previous vertex to the current one, closing from
-// the last vertex to the first, count those with
+// (x0,y0)→(x1,y1), each vertex to the next in ring order and the last
+// back to the first (the direction matters only to rounding), count those
+// with
 //
 //	(y0 > py) != (y1 > py)  &&  px < x0 + (py − y0)·(x1 − x0)/(y1 − y0)
 //
-// and the point is inside iff the count is odd. The half-open comparison
-// makes the rule consistent on shared edges and vertices: a centre exactly
-// on a vertex row or on a horizontal edge is decided the same way as by the
-// formula, never by a special case. An instance is the union of its rings,
+// and the point is inside iff the count is odd. A centre exactly on a
+// vertex's row or on a horizontal edge needs no special case: the strict
+// y comparison counts each vertex on one side only, and a horizontal edge
+// never crosses. A centre exactly on an edge is classified like a point
+// just right of it (px < x is strict): inside on a shape's left border,
+// outside on its right border. An instance is the union of its rings,
 // as COCO merges polygon parts: one part never cuts a hole in another.
 //
 // Results are bit-identical to testing every cell against every edge with

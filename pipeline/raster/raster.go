@@ -84,6 +84,20 @@ func (z *Rasterizer) Dense(dst []uint8, g Grid, rings [][]float32) error {
 	return nil
 }
 
+// Fill sets the instance's ON cells to 1 in dst (g.Cells() bytes,
+// row-major) and leaves every other byte as it was. With a stack the caller
+// zeroes once (or gets zeroed from its allocator), Fill into each plane
+// writes the mask bytes once instead of twice; masks of several calls
+// into one plane accumulate as a union.
+func (z *Rasterizer) Fill(dst []uint8, g Grid, rings [][]float32) error {
+	if err := checkDense(dst, g); err != nil {
+		return err
+	}
+	z.polySpans(g, rings)
+	z.paint(dst, g)
+	return nil
+}
+
 // AppendWindow rasterises the instance and appends its Window to wins and
 // the window's W·H row-major bytes to data, returning both extended slices.
 func (z *Rasterizer) AppendWindow(wins []Window, data []uint8, g Grid, rings [][]float32) ([]Window, []uint8, error) {
@@ -117,6 +131,9 @@ func Expand(dst []uint8, g Grid, wins []Window, data []uint8) error {
 	if len(wins) > 0 && p > 0 && len(wins) > math.MaxInt/p || len(dst) != len(wins)*p {
 		return fmt.Errorf("raster: dense stack has %d bytes, %d masks of %dx%d need %d", len(dst), len(wins), g.Rows, g.Cols, len(wins)*p)
 	}
+	// Validate everything first, so that an error leaves dst untouched,
+	// then clear the stack in one call: one large clear is far cheaper than
+	// one per plane.
 	off := 0
 	for i, w := range wins {
 		if w.W < 0 || w.H < 0 || w.X0 < 0 || w.Y0 < 0 ||
@@ -127,17 +144,21 @@ func Expand(dst []uint8, g Grid, wins []Window, data []uint8) error {
 		if n > len(data)-off {
 			return fmt.Errorf("raster: window %d needs %d bytes at offset %d, data has %d", i, n, off, len(data))
 		}
-		plane := dst[i*p : (i+1)*p]
-		clear(plane)
-		src := data[off : off+n]
-		for r := 0; r < int(w.H); r++ {
-			o := (int(w.Y0)+r)*g.Cols + int(w.X0)
-			copy(plane[o:o+int(w.W)], src[r*int(w.W):(r+1)*int(w.W)])
-		}
 		off += n
 	}
 	if off != len(data) {
 		return fmt.Errorf("raster: windows use %d bytes, data has %d", off, len(data))
+	}
+	clear(dst)
+	off = 0
+	for i, w := range wins {
+		plane := dst[i*p : (i+1)*p]
+		ww := int(w.W)
+		for r := 0; r < int(w.H); r++ {
+			o := (int(w.Y0)+r)*g.Cols + int(w.X0)
+			copy(plane[o:o+ww], data[off:off+ww])
+			off += ww
+		}
 	}
 	return nil
 }
@@ -267,6 +288,10 @@ func (z *Rasterizer) ensureOnes(n int) []uint8 {
 
 func (z *Rasterizer) fillDense(dst []uint8, g Grid) {
 	clear(dst)
+	z.paint(dst, g)
+}
+
+func (z *Rasterizer) paint(dst []uint8, g Grid) {
 	ones := z.ensureOnes(g.Cols)
 	for _, sp := range z.spans {
 		o := int(sp.row) * g.Cols

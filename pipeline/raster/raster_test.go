@@ -30,6 +30,18 @@ func checkAgainstBrute(z *Rasterizer, g Grid, rings [][]float32) error {
 			}
 		}
 	}
+	// Fill paints onto whatever is there: a union with the background.
+	for i := range got {
+		got[i] = uint8(i % 3 % 2)
+	}
+	if err := z.Fill(got, g, rings); err != nil {
+		return err
+	}
+	for i := range got {
+		if got[i] != want[i]|uint8(i%3%2) {
+			return fmt.Errorf("fill differs at row %d col %d", i/g.Cols, i%g.Cols)
+		}
+	}
 	wantW, wantB := tightWindow(g, want)
 	prefix := []uint8{9, 9, 9}
 	wins, data, err := z.AppendWindow([]Window{{1, 2, 3, 4}}, prefix, g, rings)
@@ -138,6 +150,9 @@ func TestDenseAndWindowErrors(t *testing.T) {
 	if err := z.Dense(make([]uint8, 15), Grid{Rows: 4, Cols: 4, Stride: 2}, ring); err == nil {
 		t.Fatal("short dst accepted")
 	}
+	if err := z.Fill(make([]uint8, 17), Grid{Rows: 4, Cols: 4, Stride: 2}, ring); err == nil {
+		t.Fatal("long dst accepted")
+	}
 	for _, g := range []Grid{{Rows: 4, Cols: 4}, {Rows: -1, Cols: 4, Stride: 4}, {Rows: 1 << 40, Cols: 4, Stride: 1}} {
 		if err := z.Dense(nil, g, ring); !errors.Is(err, ErrGrid) {
 			t.Fatalf("grid %+v: err %v, want ErrGrid", g, err)
@@ -217,6 +232,9 @@ func TestSteadyStateAllocatesNothing(t *testing.T) {
 		wins, data = wins[:0], data[:0]
 		for _, rings := range inst {
 			if err := z.Dense(dst, g, rings); err != nil {
+				t.Fatal(err)
+			}
+			if err := z.Fill(dst, g, rings); err != nil {
 				t.Fatal(err)
 			}
 			wins, data, _ = z.AppendWindow(wins, data, g, rings)
