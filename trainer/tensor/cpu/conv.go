@@ -63,12 +63,18 @@ func scatterRow(bp, row []float32, q, kc, NR int) {
 	nc := len(row)
 	full := nc / NR * NR
 	jr := 0
-	if NR == 16 {
+	switch NR {
+	case 16:
 		for ; jr < full; jr += 16 {
 			o := jr*kc + q*16
 			*(*[16]float32)(bp[o : o+16]) = [16]float32(row[jr : jr+16])
 		}
-	} else {
+	case 32:
+		for ; jr < full; jr += 32 {
+			o := jr*kc + q*32
+			*(*[32]float32)(bp[o : o+32]) = [32]float32(row[jr : jr+32])
+		}
+	default:
 		for ; jr < full; jr += NR {
 			o := jr*kc + q*NR
 			copy(bp[o:o+NR], row[jr:jr+NR])

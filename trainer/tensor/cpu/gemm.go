@@ -17,17 +17,38 @@ const (
 type microKernel struct {
 	name   string
 	mr, nr int
-	fn     func(kc int, alpha float32, a, b, c []float32, ldc int, overwrite bool)
+	// speed is the kernel's throughput relative to the AVX2 kernel on full
+	// tiles (measured by BenchmarkSgemm), used to trade it against the
+	// padding a larger tile wastes on small matrices.
+	speed float64
+	fn    func(kc int, alpha float32, a, b, c []float32, ldc int, overwrite bool)
 }
 
 // goKernel is the portable 4×4 register-blocked kernel.
-var goKernel = microKernel{name: "go4x4", mr: 4, nr: 4, fn: kernel4x4}
+var goKernel = microKernel{name: "go4x4", mr: 4, nr: 4, speed: 0.06, fn: kernel4x4}
 
-// kern is the kernel Sgemm uses; init code for SIMD-capable CPUs replaces it.
-var kern = goKernel
+// kern, when its fn is set, forces one kernel (tests and benchmarks);
+// otherwise pickKernel chooses per product among simdKernels and the Go one.
+var kern microKernel
 
-// KernelName names the GEMM micro-kernel in use (for benchmark reports).
-func KernelName() string { return kern.name }
+// pickKernel returns the kernel with the least estimated time for an m×n
+// product: padded tile area divided by relative speed.
+func pickKernel(m, n int) microKernel {
+	if kern.fn != nil {
+		return kern
+	}
+	best, bestCost := goKernel, 0.0
+	for i, k := range append(simdKernels(), goKernel) {
+		area := float64((m+k.mr-1)/k.mr*k.mr) * float64((n+k.nr-1)/k.nr*k.nr)
+		if cost := area / k.speed; i == 0 || cost < bestCost {
+			best, bestCost = k, cost
+		}
+	}
+	return best
+}
+
+// KernelName names the GEMM micro-kernel used for large products.
+func KernelName() string { return pickKernel(1<<12, 1<<12).name }
 
 // Sgemm computes the product described by g. Work is split into MC×NC
 // tiles of C per batch entry; each tile packs its own panels, so tiles are
@@ -51,7 +72,7 @@ func (be *Backend) Sgemm(g backend.Gemm, a, b, c []float32) {
 	if g.Beta != 1 && g.Beta != 0 {
 		scaleC(g, batch, c)
 	}
-	mk := kern
+	mk := pickKernel(m, n)
 	tm := (m + gemmMC - 1) / gemmMC
 	tn := (n + gemmNC - 1) / gemmNC
 	tasks := batch * tm * tn
@@ -93,7 +114,7 @@ func (be *Backend) sgemmPacked(g backend.Gemm, a []float32, pack bPacker, c []fl
 	if g.Beta != 1 && g.Beta != 0 {
 		scaleC(g, 1, c)
 	}
-	mk := kern
+	mk := pickKernel(m, n)
 	tm := (m + gemmMC - 1) / gemmMC
 	tn := (n + gemmNC - 1) / gemmNC
 	w := be.workers()
@@ -180,9 +201,15 @@ func packA(g backend.Gemm, a, ap []float32, i0, p0, mc, kc, MR int) {
 			for p := 0; p < kc; p++ {
 				src := a[(p0+p)*g.M+i0+ir:]
 				d := s[p*MR : p*MR+MR]
-				if mr == 6 && MR == 6 { // avoid a memmove call per 24 bytes
-					*(*[6]float32)(d) = [6]float32(src[:6])
-					continue
+				if mr == MR { // fixed-size copies avoid a memmove call per row
+					switch MR {
+					case 6:
+						*(*[6]float32)(d) = [6]float32(src[:6])
+						continue
+					case 12:
+						*(*[12]float32)(d) = [12]float32(src[:12])
+						continue
+					}
 				}
 				copy(d[:mr], src[:mr])
 				for i := mr; i < MR; i++ {
@@ -216,12 +243,18 @@ func packB(g backend.Gemm, b, bp []float32, j0, p0, nc, kc, NR int) {
 		for p := 0; p < kc; p++ {
 			src := b[(p0+p)*g.N+j0 : (p0+p)*g.N+j0+nc]
 			jr := 0
-			if NR == 16 {
+			switch NR {
+			case 16:
 				for ; jr < full; jr += 16 {
 					o := jr*kc + p*16
 					*(*[16]float32)(bp[o : o+16]) = [16]float32(src[jr : jr+16])
 				}
-			} else {
+			case 32:
+				for ; jr < full; jr += 32 {
+					o := jr*kc + p*32
+					*(*[32]float32)(bp[o : o+32]) = [32]float32(src[jr : jr+32])
+				}
+			default:
 				for ; jr < full; jr += NR {
 					o := jr*kc + p*NR
 					copy(bp[o:o+NR], src[jr:jr+NR])

@@ -22,12 +22,8 @@ func randSlice(r *rand.Rand, n int) []float32 {
 // (sizes not multiples of the micro-tile or block), k spanning several KC
 // panels, alpha/beta, batching and a broadcast operand.
 func TestSgemmMatchesNaive(t *testing.T) {
-	kernels := []microKernel{goKernel}
-	if kern.name != goKernel.name {
-		kernels = append(kernels, kern)
-	}
-	saved := kern
-	defer func() { kern = saved }()
+	kernels := append([]microKernel{goKernel}, simdKernels()...)
+	defer func() { kern = microKernel{} }()
 	for _, k := range kernels {
 		kern = k
 		t.Run(k.name, testSgemmMatchesNaive)
@@ -84,6 +80,23 @@ func testSgemmMatchesNaive(t *testing.T) {
 	for i := range c {
 		if math.Abs(float64(c[i]-want[i])) > 1e-5 {
 			t.Fatalf("shared B: element %d = %v, want %v", i, c[i], want[i])
+		}
+	}
+}
+
+func TestPickKernelPrefersLessPadding(t *testing.T) {
+	if kern.fn != nil {
+		t.Fatal("a kernel is forced outside tests")
+	}
+	for _, c := range []struct{ m, n int }{{16, 6400}, {64, 6400}, {1, 1}, {4096, 4096}} {
+		k := pickKernel(c.m, c.n)
+		area := func(k microKernel) float64 {
+			return float64((c.m+k.mr-1)/k.mr*k.mr) * float64((c.n+k.nr-1)/k.nr*k.nr) / k.speed
+		}
+		for _, o := range append(simdKernels(), goKernel) {
+			if area(o) < area(k) {
+				t.Errorf("%dx%d: picked %s, but %s is cheaper", c.m, c.n, k.name, o.name)
+			}
 		}
 	}
 }
@@ -193,17 +206,18 @@ func BenchmarkSgemm(b *testing.B) {
 			}
 			report(b, cpu0)
 		})
-		b.Run(fmt.Sprintf("blocked-1thread-go4x4/%d", n), func(b *testing.B) {
-			saved := kern
-			kern = goKernel
-			defer func() { kern = saved }()
-			be := &Backend{Workers: 1}
-			cpu0 := processCPU()
-			for b.Loop() {
-				be.Sgemm(g, a, bb, c)
-			}
-			report(b, cpu0)
-		})
+		for _, k := range append([]microKernel{goKernel}, simdKernels()...) {
+			b.Run(fmt.Sprintf("blocked-1thread-%s/%d", k.name, n), func(b *testing.B) {
+				kern = k
+				defer func() { kern = microKernel{} }()
+				be := &Backend{Workers: 1}
+				cpu0 := processCPU()
+				for b.Loop() {
+					be.Sgemm(g, a, bb, c)
+				}
+				report(b, cpu0)
+			})
+		}
 		if n <= 256 {
 			b.Run(fmt.Sprintf("naive/%d", n), func(b *testing.B) {
 				cpu0 := processCPU()
