@@ -110,7 +110,11 @@ func BenchmarkAssigner(b *testing.B) {
 		Anchors: append([]float32(nil), c.br.anchorsPx...), GTLabels: c.tg.labels, GTBoxes: c.tg.boxes, MaskGT: c.tg.valid}
 	b.Run("batched", func(b *testing.B) {
 		as, _ := NewAssigner(One2ManyAssigner())
+		if _, err := as.Assign(in); err != nil { // size the buffers
+			b.Fatal(err)
+		}
 		b.ReportAllocs()
+		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
 			if _, err := as.Assign(in); err != nil {
 				b.Fatal(err)
