@@ -16,7 +16,7 @@ func evalCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "eval",
 		Usage:     "score a COCO results file with COCO box and mask mAP",
-		UsageText: "segpipe eval --annotations FILE --detections FILE [--iou-type bbox|segm|both] [--json]",
+		UsageText: "segpipe eval --annotations FILE --detections FILE [--iou-type bbox|segm|both] [--json] [--per-category]",
 		Description: "Scores detections in the COCO results format (a JSON list of {image_id, category_id,\n" +
 			"score, bbox and/or segmentation}) against COCO instances ground truth with the exact\n" +
 			"semantics of pycocotools' COCOeval and its default parameters, and prints the familiar\n" +
@@ -30,6 +30,7 @@ func evalCommand() *ucli.Command {
 			&ucli.StringFlag{Name: "detections", Usage: "COCO results JSON", Required: true},
 			&ucli.StringFlag{Name: "iou-type", Value: "both", Usage: "bbox, segm or both"},
 			&ucli.BoolFlag{Name: "json", Usage: "print results as JSON"},
+			&ucli.BoolFlag{Name: "per-category", Usage: "also print AP, AP50, AP75 and AR100 per category"},
 		},
 		Action: func(ctx context.Context, c *ucli.Command) error {
 			var types []metrics.IoUType
@@ -43,12 +44,12 @@ func evalCommand() *ucli.Command {
 			default:
 				return usagef("--iou-type %q: want bbox, segm or both", t)
 			}
-			return runEval(c.Root().Writer, c.String("annotations"), c.String("detections"), types, c.Bool("json"))
+			return runEval(c.Root().Writer, c.String("annotations"), c.String("detections"), types, c.Bool("json"), c.Bool("per-category"))
 		},
 	}
 }
 
-func runEval(w io.Writer, annPath, detPath string, types []metrics.IoUType, asJSON bool) error {
+func runEval(w io.Writer, annPath, detPath string, types []metrics.IoUType, asJSON, perCategory bool) error {
 	ds, err := metrics.ReadDatasetFile(annPath)
 	if err != nil {
 		return err
@@ -86,6 +87,34 @@ func runEval(w io.Writer, annPath, detPath string, types []metrics.IoUType, asJS
 		}
 		fmt.Fprintf(w, "IoU type: %s (%d images, %d detections)\n", res.IoUType, len(ds.Images), len(dets))
 		if err := res.WriteTable(w); err != nil {
+			return err
+		}
+		if perCategory {
+			if err := writePerCategory(w, res); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// writePerCategory prints one line per category with ground truth; "-"
+// marks a value COCOeval leaves undefined (-1).
+func writePerCategory(w io.Writer, res *metrics.Result) error {
+	if _, err := fmt.Fprintf(w, "\n%8s  %-20s %6s %6s %6s %6s\n", "category", "name", "AP", "AP50", "AP75", "AR100"); err != nil {
+		return err
+	}
+	cell := func(v float64) string {
+		if v < 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.3f", v)
+	}
+	for _, c := range res.PerCategory {
+		if c.Stats[8] < 0 {
+			continue // no ground truth of this category
+		}
+		if _, err := fmt.Fprintf(w, "%8d  %-20s %6s %6s %6s %6s\n", c.ID, c.Name, cell(c.Stats[0]), cell(c.Stats[1]), cell(c.Stats[2]), cell(c.Stats[8])); err != nil {
 			return err
 		}
 	}

@@ -90,8 +90,11 @@ func TestEvalCommandPerfectDetection(t *testing.T) {
 			t.Errorf("%s: stats %v", r.IoUType, r.Stats)
 		}
 	}
-	code, out, _ = runEvalCLI(t, dets, "--iou-type", "segm")
+	code, out, _ = runEvalCLI(t, dets, "--iou-type", "segm", "--per-category")
 	if code != ExitOK || !strings.Contains(out, " Average Precision  (AP) @[ IoU=0.50:0.95 | area=   all | maxDets=100 ] = 1.000") {
 		t.Errorf("table output:\n%s", out)
+	}
+	if !strings.Contains(out, "       3  cat                   1.000  1.000  1.000  1.000") {
+		t.Errorf("per-category output:\n%s", out)
 	}
 }
