@@ -29,8 +29,9 @@ func NewGrid(w, h, stride int) (Grid, error) {
 // Cells returns Rows·Cols, the length of one dense mask.
 func (g Grid) Cells() int { return g.Rows * g.Cols }
 
-// ErrGrid reports a grid with a non-positive stride, a negative size or
-// more cells than an int32 window can address.
+// ErrGrid reports a grid with a non-positive stride, a negative size, more
+// rows or columns than an int32 Window can address, or more cells than an
+// int can count.
 var ErrGrid = errors.New("raster: invalid grid")
 
 func (g Grid) check() error {
@@ -64,7 +65,6 @@ type span struct {
 type Rasterizer struct {
 	spans []span
 	xs    []float64
-	cols  []int
 	ones  []uint8
 	bits  []uint8
 }
