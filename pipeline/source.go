@@ -149,3 +149,31 @@ func (s *ShardSource) Close() error {
 	}
 	return nil
 }
+
+// Repeat returns src with its blocks repeated n times (n ≥ 1): a dataset n
+// times as long whose copies are distinct rows (decoded separately). Used
+// to size benchmarks.
+func Repeat(src Source, n int) Source {
+	if n <= 1 {
+		return src
+	}
+	return &repeatSource{src: src, n: n}
+}
+
+type repeatSource struct {
+	src Source
+	n   int
+}
+
+func (r *repeatSource) BlockRows() []int {
+	b := r.src.BlockRows()
+	out := make([]int, 0, len(b)*r.n)
+	for i := 0; i < r.n; i++ {
+		out = append(out, b...)
+	}
+	return out
+}
+
+func (r *repeatSource) ReadBlock(ctx context.Context, i int) ([]shard.Image, error) {
+	return r.src.ReadBlock(ctx, i%len(r.src.BlockRows()))
+}

@@ -1,6 +1,9 @@
 package augment
 
-import "math"
+import (
+	"math"
+	"sync"
+)
 
 // hsv applies YOLO's HSV jitter: per image, gains g = 1 + U(-1,1)·(h,s,v)
 // give lookup tables hue' = (hue·gh) mod 180, sat' = clip(sat·gs),
@@ -83,4 +86,70 @@ func round8(x float32) uint8 {
 		return 0
 	}
 	return uint8(x + 0.5)
+}
+
+// hsvTable is hsv with the backward conversion precomputed per image: the
+// output is v'·k(h, s) per channel, where v' = lut_v[v] and the three
+// coefficients k depend only on the input hue and saturation. Building it
+// costs 181·256 evaluations per image; each pixel then costs the integer
+// forward conversion, three lookups and three multiplies.
+type hsvTable struct {
+	v [256]uint8
+	k [181 * 256][3]uint16 // 1.15 fixed point coefficients for r, g, b
+}
+
+var hsvTables = sync.Pool{New: func() any { return new(hsvTable) }}
+
+func (t *hsvTable) build(h *hsv) {
+	t.v = h.v
+	for hi := 0; hi <= 180; hi++ {
+		hf := float32(h.h[hi]) * (6.0 / 180)
+		sector := int(hf)
+		hf -= float32(sector)
+		if sector >= 6 {
+			sector, hf = 0, 0
+		}
+		sd := &hsvSectors[sector]
+		for si := 0; si < 256; si++ {
+			ss := h.s[si]
+			k := &t.k[hi*256+si]
+			if ss == 0 {
+				*k = [3]uint16{1 << 15, 1 << 15, 1 << 15}
+				continue
+			}
+			sf := float32(ss) * (1.0 / 255)
+			tab := [4]float32{1, 1 - sf, 1 - sf*hf, 1 - sf*(1-hf)}
+			k[0] = uint16(tab[sd[2]]*(1<<15) + 0.5)
+			k[1] = uint16(tab[sd[1]]*(1<<15) + 0.5)
+			k[2] = uint16(tab[sd[0]]*(1<<15) + 0.5)
+		}
+	}
+}
+
+func (t *hsvTable) apply(r, g, b uint8) (uint8, uint8, uint8) {
+	ri, gi, bi := int32(r), int32(g), int32(b)
+	v := max(ri, gi, bi)
+	vmin := min(ri, gi, bi)
+	vv := uint32(t.v[v])
+	if v == vmin {
+		return uint8(vv), uint8(vv), uint8(vv)
+	}
+	diff := vmin - v
+	diff = -diff
+	s := (diff*sdiv[v] + 1<<(hsvShift-1)) >> hsvShift
+	var h int32
+	switch {
+	case v == ri:
+		h = gi - bi
+	case v == gi:
+		h = bi - ri + 2*diff
+	default:
+		h = ri - gi + 4*diff
+	}
+	h = (h*hdiv[diff] + 1<<(hsvShift-1)) >> hsvShift
+	if h < 0 {
+		h += 180
+	}
+	k := &t.k[int(h)*256+int(s)&255]
+	return uint8((vv*uint32(k[0]) + 1<<14) >> 15), uint8((vv*uint32(k[1]) + 1<<14) >> 15), uint8((vv*uint32(k[2]) + 1<<14) >> 15)
 }

@@ -1,6 +1,9 @@
 package augment
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // Render writes the sample's output image into dst as CHW RGB planes of
 // p.Out×p.Out (len 3·s·s). Every output pixel is computed once: its centre
@@ -42,15 +45,57 @@ func Render(dst []byte, p *Plan, tiles []Tile, fill uint8) error {
 			return fmt.Errorf("augment: tile %d: %d pixel bytes for %dx%d", i, len(t.img.Pix), t.img.W, t.img.H)
 		}
 	}
-	fr, fg, fb := fill, fill, fill
+	var tab *hsvTable
 	if p.hsv.on {
-		fr, fg, fb = p.hsv.apply(fill, fill, fill)
+		tab = hsvTables.Get().(*hsvTable)
+		defer hsvTables.Put(tab)
+		tab.build(&p.hsv)
 	}
+	fr, fg, fb := fill, fill, fill
+	if tab != nil {
+		fr, fg, fb = tab.apply(fill, fill, fill)
+	}
+	R, G, B := dst[:ss], dst[ss:2*ss], dst[2*ss:]
 	mi := p.Minv
 	proj := mi[6] != 0 || mi[7] != 0 || mi[8] != 1
+	if !proj {
+		var spans [4]span
+		for oy := 0; oy < s; oy++ {
+			qy := float64(oy) + 0.5
+			cx0 := mi[0]*0.5 + mi[1]*qy + mi[2]
+			cy0 := mi[3]*0.5 + mi[4]*qy + mi[5]
+			ns := 0
+			for k := 0; k < p.NTiles; k++ {
+				t := &tm[k]
+				if t.img == nil {
+					continue
+				}
+				lo, hi := interval(cx0, mi[0], cy0, mi[3], t.x0, t.x1, t.y0, t.y1, s)
+				if lo < hi {
+					spans[ns] = span{lo, hi, k}
+					ns++
+				}
+			}
+			sortSpans(spans[:ns])
+			row := oy * s
+			x := 0
+			for _, sp := range spans[:ns] {
+				fillRow(R[row+x:row+sp.lo], G[row+x:row+sp.lo], B[row+x:row+sp.lo], fr, fg, fb)
+				t := &tm[sp.tile]
+				// Source position in 48.16 fixed point, stepped per pixel.
+				ux := ((cx0+float64(sp.lo)*mi[0])-float64(t.ox))*float64(t.isx) - 0.5
+				uy := ((cy0+float64(sp.lo)*mi[3])-float64(t.oy))*float64(t.isy) - 0.5
+				U, V := int64(math.Round(ux*65536)), int64(math.Round(uy*65536))
+				dU, dV := int64(math.Round(mi[0]*float64(t.isx)*65536)), int64(math.Round(mi[3]*float64(t.isy)*65536))
+				sampleSpan(R[row+sp.lo:row+sp.hi], G[row+sp.lo:row+sp.hi], B[row+sp.lo:row+sp.hi], t.img.Pix, t.stride, t.maxX, t.maxY, U, V, dU, dV, tab)
+				x = sp.hi
+			}
+			fillRow(R[row+x:row+s], G[row+x:row+s], B[row+x:row+s], fr, fg, fb)
+		}
+		return nil
+	}
 	xc, yc := float32(p.Xc), float32(p.Yc)
 	mosaic := p.NTiles == 4
-	R, G, B := dst[:ss], dst[ss:2*ss], dst[2*ss:]
 	for oy := 0; oy < s; oy++ {
 		qy := float64(oy) + 0.5
 		X := mi[0]*0.5 + mi[1]*qy + mi[2]
@@ -86,8 +131,8 @@ func Render(dst []byte, p *Plan, tiles []Tile, fill uint8) error {
 			fy := (cy-t.oy)*t.isy - 0.5
 			x0 := int(fx+1) - 1 // floor for fx ≥ -1
 			y0 := int(fy+1) - 1
-			wx := fx - float32(x0)
-			wy := fy - float32(y0)
+			wx := uint32((fx - float32(x0)) * 256)
+			wy := uint32((fy - float32(y0)) * 256)
 			x1, y1 := x0+1, y0+1
 			if x0 < 0 {
 				x0 = 0
@@ -113,18 +158,115 @@ func Render(dst []byte, p *Plan, tiles []Tile, fill uint8) error {
 			c := y1*t.stride + 3*x0
 			d := y1*t.stride + 3*x1
 			p00, p01, p10, p11 := pix[a:a+3:a+3], pix[bb:bb+3:bb+3], pix[c:c+3:c+3], pix[d:d+3:d+3]
-			w00 := (1 - wx) * (1 - wy)
-			w01 := wx * (1 - wy)
-			w10 := (1 - wx) * wy
-			w11 := wx * wy
-			r = uint8(float32(p00[0])*w00 + float32(p01[0])*w01 + float32(p10[0])*w10 + float32(p11[0])*w11 + 0.5)
-			g = uint8(float32(p00[1])*w00 + float32(p01[1])*w01 + float32(p10[1])*w10 + float32(p11[1])*w11 + 0.5)
-			b = uint8(float32(p00[2])*w00 + float32(p01[2])*w01 + float32(p10[2])*w10 + float32(p11[2])*w11 + 0.5)
-			if p.hsv.on {
-				r, g, b = p.hsv.apply(r, g, b)
+			ix, iy := 256-wx, 256-wy
+			r = uint8(((uint32(p00[0])*ix+uint32(p01[0])*wx)*iy + (uint32(p10[0])*ix+uint32(p11[0])*wx)*wy + 1<<15) >> 16)
+			g = uint8(((uint32(p00[1])*ix+uint32(p01[1])*wx)*iy + (uint32(p10[1])*ix+uint32(p11[1])*wx)*wy + 1<<15) >> 16)
+			b = uint8(((uint32(p00[2])*ix+uint32(p01[2])*wx)*iy + (uint32(p10[2])*ix+uint32(p11[2])*wx)*wy + 1<<15) >> 16)
+			if tab != nil {
+				r, g, b = tab.apply(r, g, b)
 			}
 			R[row+ox], G[row+ox], B[row+ox] = r, g, b
 		}
 	}
 	return nil
+}
+
+type span struct{ lo, hi, tile int }
+
+func sortSpans(sp []span) {
+	for i := 1; i < len(sp); i++ {
+		for j := i; j > 0 && sp[j].lo < sp[j-1].lo; j-- {
+			sp[j], sp[j-1] = sp[j-1], sp[j]
+		}
+	}
+}
+
+// interval returns the output columns [lo, hi) of a row whose source point
+// (cx0 + ox·dx, cy0 + ox·dy) lies in [x0,x1)×[y0,y1). The bounds are solved
+// in closed form, then settled against that same membership test so that
+// rounding can never misplace a column.
+func interval(cx0, dx, cy0, dy float64, x0, x1, y0, y1 float32, s int) (int, int) {
+	in := func(ox int) bool {
+		cx, cy := float32(cx0+float64(ox)*dx), float32(cy0+float64(ox)*dy)
+		return cx >= x0 && cx < x1 && cy >= y0 && cy < y1
+	}
+	lo, hi := 0.0, float64(s)
+	clip := func(c0, d float64, a, b float32) {
+		if d == 0 {
+			if !(float32(c0) >= a && float32(c0) < b) {
+				lo, hi = 1, 0
+			}
+			return
+		}
+		t0, t1 := (float64(a)-c0)/d, (float64(b)-c0)/d
+		if d < 0 {
+			t0, t1 = t1, t0
+		}
+		lo, hi = math.Max(lo, t0), math.Min(hi, t1)
+	}
+	clip(cx0, dx, x0, x1)
+	clip(cy0, dy, y0, y1)
+	if !(lo < hi) {
+		return 0, 0
+	}
+	l := max(0, min(s, int(math.Ceil(lo))))
+	h := max(l, min(s, int(math.Ceil(hi))))
+	for l > 0 && in(l-1) {
+		l--
+	}
+	for l < h && !in(l) {
+		l++
+	}
+	for h < s && in(h) {
+		h++
+	}
+	for h > l && !in(h-1) {
+		h--
+	}
+	return l, h
+}
+
+func fillRow(r, g, b []byte, fr, fg, fb uint8) {
+	for i := range r {
+		r[i] = fr
+	}
+	for i := range g {
+		g[i] = fg
+	}
+	for i := range b {
+		b[i] = fb
+	}
+}
+
+// sampleSpan samples len(r) pixels bilinearly (8-bit weights) starting at
+// source position (U, V) in 16.16 fixed point, stepping (dU, dV).
+func sampleSpan(r, g, b, pix []byte, stride, maxX, maxY int, U, V, dU, dV int64, tab *hsvTable) {
+	g = g[:len(r)]
+	b = b[:len(r)]
+	for i := range r {
+		x0 := int(U >> 16)
+		y0 := int(V >> 16)
+		wx := uint32(U>>8) & 255
+		wy := uint32(V>>8) & 255
+		U += dU
+		V += dV
+		x1, y1 := x0+1, y0+1
+		x0 = min(max(x0, 0), maxX)
+		y0 = min(max(y0, 0), maxY)
+		x1 = min(max(x1, 0), maxX)
+		y1 = min(max(y1, 0), maxY)
+		a := y0*stride + 3*x0
+		bb := y0*stride + 3*x1
+		c := y1*stride + 3*x0
+		d := y1*stride + 3*x1
+		p00, p01, p10, p11 := pix[a:a+3:a+3], pix[bb:bb+3:bb+3], pix[c:c+3:c+3], pix[d:d+3:d+3]
+		ix, iy := 256-wx, 256-wy
+		rr := uint8(((uint32(p00[0])*ix+uint32(p01[0])*wx)*iy + (uint32(p10[0])*ix+uint32(p11[0])*wx)*wy + 1<<15) >> 16)
+		gg := uint8(((uint32(p00[1])*ix+uint32(p01[1])*wx)*iy + (uint32(p10[1])*ix+uint32(p11[1])*wx)*wy + 1<<15) >> 16)
+		bl := uint8(((uint32(p00[2])*ix+uint32(p01[2])*wx)*iy + (uint32(p10[2])*ix+uint32(p11[2])*wx)*wy + 1<<15) >> 16)
+		if tab != nil {
+			rr, gg, bl = tab.apply(rr, gg, bl)
+		}
+		r[i], g[i], b[i] = rr, gg, bl
+	}
 }

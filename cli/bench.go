@@ -1,0 +1,220 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	ucli "github.com/urfave/cli/v3"
+
+	"github.com/segpipe/segpipe/pipeline"
+	"github.com/segpipe/segpipe/pipeline/augment"
+	"github.com/segpipe/segpipe/pipeline/order"
+)
+
+func benchCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "bench",
+		Usage:     "measure the training loader's throughput on a shard directory",
+		UsageText: "segpipe bench --shards DIR [--batch 32] [--imgsz 640] [--workers N] [--repeat R] [--json]",
+		Description: "Streams training batches (mosaic, random affine, HSV, flip, masks on the stride-4\n" +
+			"grid) from --shards exactly as training would, releases each batch at once, and prints\n" +
+			"images/s, time per stage (summed over workers, per output image), consumer stall,\n" +
+			"decodes per output image, allocations per batch and peak RSS. --repeat lengthens a\n" +
+			"small dataset (the copies are distinct rows, decoded separately).\n\n" +
+			"Example:\n  segpipe bench --shards shards/coco-tiny --repeat 8 --batch 32 --imgsz 640",
+		Flags: []ucli.Flag{
+			&ucli.StringFlag{Name: "shards", Usage: "shard `DIR` (with manifest.json)", Required: true},
+			&ucli.IntFlag{Name: "batch", Value: 32, Usage: "images per batch"},
+			&ucli.IntFlag{Name: "imgsz", Value: 640, Usage: "output image side"},
+			&ucli.IntFlag{Name: "workers", Usage: "worker goroutines (0: GOMAXPROCS)"},
+			&ucli.IntFlag{Name: "repeat", Value: 1, Usage: "repeat the dataset R times"},
+			&ucli.IntFlag{Name: "epochs", Value: 1, Usage: "epochs to stream"},
+			&ucli.FloatFlag{Name: "mosaic", Value: 1, Usage: "mosaic probability"},
+			&ucli.BoolFlag{Name: "val", Usage: "validation mode (letterbox only)"},
+			&ucli.Uint64Flag{Name: "seed", Value: 0, Usage: "shuffle and augmentation seed"},
+			&ucli.StringFlag{Name: "cache", Value: "1GiB", Usage: "decoded-image cache `SIZE`"},
+			&ucli.IntFlag{Name: "window", Value: order.DefaultWindowRows, Usage: "shuffle window rows"},
+			&ucli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
+			&ucli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile to `FILE`"},
+		},
+		Action: func(ctx context.Context, c *ucli.Command) error {
+			cache, err := parseSize(c.String("cache"))
+			if err != nil {
+				return usagef("--cache: %v", err)
+			}
+			a := augment.DefaultConfig()
+			a.ImgSz = int(c.Int("imgsz"))
+			a.Mosaic = c.Float("mosaic")
+			cfg := pipeline.Config{
+				BatchSize: int(c.Int("batch")), Workers: int(c.Int("workers")),
+				Start: order.State{Seed: c.Uint64("seed")}, Epochs: int(c.Int("epochs")),
+				Val: c.Bool("val"), Augment: a, CacheBytes: cache, WindowRows: int(c.Int("window")),
+			}
+			if c.Int("repeat") < 1 || cfg.BatchSize < 1 || cfg.Epochs < 1 {
+				return usagef("--repeat, --batch and --epochs must be at least 1")
+			}
+			src, err := pipeline.OpenShards(c.String("shards"))
+			if err != nil {
+				return err
+			}
+			defer src.Close()
+			if p := c.String("cpuprofile"); p != "" {
+				f, err := os.Create(p)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
+			res, err := runBench(ctx, pipeline.Repeat(src, int(c.Int("repeat"))), cfg)
+			if err != nil {
+				return err
+			}
+			w := c.Root().Writer
+			if c.Bool("json") {
+				enc := json.NewEncoder(w)
+				enc.SetIndent("", "  ")
+				return enc.Encode(res)
+			}
+			return res.table(w)
+		},
+	}
+}
+
+// benchResult is what bench reports. Stage times are milliseconds per
+// output image, summed over workers.
+type benchResult struct {
+	Images          int64            `json:"images"`
+	Batches         int64            `json:"batches"`
+	Workers         int              `json:"workers"`
+	GOMAXPROCS      int              `json:"gomaxprocs"`
+	WallSeconds     float64          `json:"wall_s"`
+	ImagesPerSec    float64          `json:"images_per_s"`
+	ReadMs          float64          `json:"read_ms_per_image"`
+	DecodeMs        float64          `json:"decode_ms_per_image"`
+	AugmentMs       float64          `json:"augment_ms_per_image"`
+	RasterMs        float64          `json:"rasterise_ms_per_image"`
+	CollateMs       float64          `json:"collate_ms_per_image"`
+	RasterCollate   float64          `json:"rasterise_collate_share"`
+	StallSeconds    float64          `json:"consumer_stall_s"`
+	DecodesPerImage float64          `json:"decodes_per_image"`
+	AllocsPerBatch  float64          `json:"allocs_per_batch"`
+	BytesPerBatch   float64          `json:"alloc_bytes_per_batch"`
+	PeakRSSMiB      float64          `json:"peak_rss_mib"`
+	CPUSeconds      float64          `json:"cpu_s"`
+	ImagesPerCPUSec float64          `json:"images_per_cpu_s"`
+	Skipped         map[string]int64 `json:"skipped"`
+}
+
+func runBench(ctx context.Context, src pipeline.Source, cfg pipeline.Config) (*benchResult, error) {
+	l, err := pipeline.New(ctx, src, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	var m0, m1 runtime.MemStats
+	var b0 int64
+	cpu0 := cpuSeconds()
+	for rec, err := range l.All(ctx) {
+		if err != nil {
+			return nil, err
+		}
+		rec.Release()
+		// Allocation counts start after the first batches have filled the
+		// pools: they measure the steady state.
+		if b0 == 0 && l.Stats().Batches >= 3 {
+			runtime.ReadMemStats(&m0)
+			b0 = 3
+		}
+	}
+	runtime.ReadMemStats(&m1)
+	st := l.Stats()
+	n := float64(max(st.Images, 1))
+	ms := func(d time.Duration) float64 { return float64(d) / 1e6 / n }
+	r := &benchResult{
+		Images: st.Images, Batches: st.Batches, Workers: cfg.Workers, GOMAXPROCS: runtime.GOMAXPROCS(0),
+		WallSeconds: st.Wall.Seconds(), ImagesPerSec: st.ImagesPerSec,
+		ReadMs: ms(st.Read), DecodeMs: ms(st.Decode), AugmentMs: ms(st.Augment), RasterMs: ms(st.Raster), CollateMs: ms(st.Collate),
+		StallSeconds: st.Stall.Seconds(), DecodesPerImage: st.DecodesPerImage, PeakRSSMiB: peakRSSMiB(), Skipped: st.Skipped,
+	}
+	r.CPUSeconds = cpuSeconds() - cpu0
+	if r.CPUSeconds > 0 {
+		r.ImagesPerCPUSec = float64(st.Images) / r.CPUSeconds
+	}
+	if r.Workers == 0 {
+		r.Workers = runtime.GOMAXPROCS(0)
+	}
+	if total := st.Read + st.Decode + st.Augment + st.Raster + st.Collate; total > 0 {
+		r.RasterCollate = float64(st.Raster+st.Collate) / float64(total)
+	}
+	if nb := st.Batches - b0; b0 > 0 && nb > 0 {
+		r.AllocsPerBatch = float64(m1.Mallocs-m0.Mallocs) / float64(nb)
+		r.BytesPerBatch = float64(m1.TotalAlloc-m0.TotalAlloc) / float64(nb)
+	}
+	return r, nil
+}
+
+func (r *benchResult) table(w interface{ Write([]byte) (int, error) }) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "images\t%d (%d batches, %d workers, GOMAXPROCS %d)\n", r.Images, r.Batches, r.Workers, r.GOMAXPROCS)
+	fmt.Fprintf(tw, "wall\t%.2f s\n", r.WallSeconds)
+	fmt.Fprintf(tw, "throughput\t%.1f images/s\n", r.ImagesPerSec)
+	fmt.Fprintf(tw, "cpu\t%.2f s (%.1f images per CPU-second)\n", r.CPUSeconds, r.ImagesPerCPUSec)
+	fmt.Fprintf(tw, "stage (ms/image, all workers)\tread %.2f  decode %.2f  augment %.2f  rasterise %.2f  collate %.2f\n", r.ReadMs, r.DecodeMs, r.AugmentMs, r.RasterMs, r.CollateMs)
+	fmt.Fprintf(tw, "rasterise+collate share\t%.1f%%\n", 100*r.RasterCollate)
+	fmt.Fprintf(tw, "consumer stall\t%.2f s\n", r.StallSeconds)
+	fmt.Fprintf(tw, "decodes per output image\t%.3f\n", r.DecodesPerImage)
+	fmt.Fprintf(tw, "allocations per batch\t%.0f (%.1f MiB)\n", r.AllocsPerBatch, r.BytesPerBatch/(1<<20))
+	fmt.Fprintf(tw, "peak RSS\t%.0f MiB\n", r.PeakRSSMiB)
+	if len(r.Skipped) > 0 {
+		keys := make([]string, 0, len(r.Skipped))
+		for k := range r.Skipped {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var parts []string
+		for _, k := range keys {
+			parts = append(parts, fmt.Sprintf("%s=%d", k, r.Skipped[k]))
+		}
+		fmt.Fprintf(tw, "skipped\t%s\n", strings.Join(parts, " "))
+	}
+	return tw.Flush()
+}
+
+// peakRSSMiB reads VmHWM from /proc (Linux); 0 elsewhere.
+func peakRSSMiB() float64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// cpuSeconds is the process's user+system CPU time: on a shared machine it
+// measures the work where wall time measures the neighbours too.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
