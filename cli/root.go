@@ -30,6 +30,7 @@ var Version = "0.1.0-dev"
 // command so Run can be called many times (tests do).
 var commands = []func() *ucli.Command{
 	convertCommand,
+	benchCommand,
 	inspectCommand,
 	quickstartCommand,
 	versionCommand,
