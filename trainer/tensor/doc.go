@@ -22,9 +22,11 @@
 //
 // BackwardFrom seeds output gradients (several outputs at once) and walks
 // the tape in reverse; Backward is the scalar-loss shorthand. Gradients
-// accumulate into Grad — of parameters and of intermediates — and are never
-// cleared by the package: call ZeroGrad between steps. Backward resets the
-// tape, releasing the graph.
+// accumulate into the Grad of leaves (parameters, inputs: tensors no
+// recorded op produced) and are never cleared by the package: call ZeroGrad
+// between steps. As in PyTorch, intermediates do not keep a Grad: each
+// intermediate gradient buffer is recycled once the op that produced the
+// tensor has consumed it. Backward resets the tape, releasing the graph.
 //
 // # Semantics a caller must know
 //

@@ -120,6 +120,14 @@ func (tp *Tape) BackwardFrom(outputs, grads []*Tensor) error {
 		if live {
 			n.backward()
 		}
+		// Every consumer of these outputs was recorded later and has run,
+		// so their gradients are spent: recycle them for the ops below.
+		for _, o := range n.outs {
+			if o.Grad != nil {
+				putBuf(o.Grad)
+				o.Grad = nil
+			}
+		}
 	}
 	tp.Reset()
 	return nil
@@ -149,6 +157,7 @@ func (tp *Tape) wants(ins ...*Tensor) bool {
 func (tp *Tape) push(backward func(), outs ...*Tensor) {
 	for _, o := range outs {
 		o.RequiresGrad = true
+		o.fromOp = true
 	}
 	tp.nodes = append(tp.nodes, node{outs: outs, backward: backward})
 }

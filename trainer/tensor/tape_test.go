@@ -103,3 +103,23 @@ func TestBackwardErrors(t *testing.T) {
 		t.Error("Backward on a nil tape succeeded")
 	}
 }
+
+func TestOnlyLeavesKeepGradients(t *testing.T) {
+	a := New([]float32{1, 2, 3}, 3)
+	a.RequiresGrad = true
+	tp := NewTape(nil)
+	h := tp.Square(a)
+	y := tp.Sum(tp.Mul(h, h))
+	if err := tp.Backward(y); err != nil {
+		t.Fatal(err)
+	}
+	if h.Grad != nil || y.Grad != nil {
+		t.Errorf("intermediate gradients kept: h %v, y %v", h.Grad, y.Grad)
+	}
+	// d/da (a^4) = 4a^3, computed through recycled intermediate buffers.
+	for i, v := range a.Data {
+		if want := 4 * v * v * v; a.Grad[i] != want {
+			t.Errorf("grad[%d] = %v, want %v", i, a.Grad[i], want)
+		}
+	}
+}

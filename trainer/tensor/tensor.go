@@ -13,7 +13,11 @@ import (
 // length and receives gradients during Backward; it is allocated on first
 // use. RequiresGrad marks tensors whose gradient is wanted: parameters set
 // it, and ops set it on their outputs when recording on a Tape and any input
-// requires grad. A Tensor is not safe for concurrent mutation.
+// requires grad. As in PyTorch, only leaves (tensors not produced by a
+// recorded op: parameters, inputs) keep their Grad after Backward; the
+// gradient buffers of intermediates are recycled as soon as the op that
+// produced them has consumed them. A Tensor is not safe for concurrent
+// mutation.
 type Tensor struct {
 	Shape        []int
 	Data         []float32
@@ -21,6 +25,8 @@ type Tensor struct {
 	RequiresGrad bool
 	// Name labels parameters (state-dict key) and appears in panics.
 	Name string
+
+	fromOp bool // produced by a recorded op (not a leaf)
 }
 
 // New wraps data (not copied) as a tensor of the given shape. It panics
@@ -85,7 +91,7 @@ func (t *Tensor) Item() float32 {
 // GradBuf returns Grad, allocating it zeroed on first use.
 func (t *Tensor) GradBuf() []float32 {
 	if t.Grad == nil {
-		t.Grad = make([]float32, len(t.Data))
+		t.Grad = getZeroed(len(t.Data))
 	}
 	return t.Grad
 }
