@@ -19,6 +19,7 @@ const (
 	MetaStep    = "step"
 	MetaConfig  = "config"
 	MetaFormat  = "format" // "pt", so Python readers treat it as PyTorch tensors
+	MetaGraph   = "graph"  // "train", "fused", "deployed" or "deployed+fused"
 )
 
 // Meta is the checkpoint description stored beside the tensors.
@@ -29,6 +30,23 @@ type Meta struct {
 	Step    int64
 	// Config is free-form JSON (the training configuration); empty means {}.
 	Config json.RawMessage
+	// Graph is the model form the checkpoint holds (see Model.Graph); set
+	// by SaveCheckpoint from the model.
+	Graph string
+}
+
+// Graph names the model form: "train", "fused", "deployed" or
+// "deployed+fused". Checkpoints record it so they load into the same form.
+func (m *Model) Graph() string {
+	switch {
+	case m.Deployed && m.Fused:
+		return "deployed+fused"
+	case m.Deployed:
+		return "deployed"
+	case m.Fused:
+		return "fused"
+	}
+	return "train"
 }
 
 // LoadError lists every problem a strict load found.
@@ -234,6 +252,7 @@ func (m *Model) SaveCheckpoint(path string, meta Meta) error {
 		MetaImgsz:   strconv.Itoa(meta.Imgsz),
 		MetaStep:    strconv.FormatInt(meta.Step, 10),
 		MetaConfig:  string(cfg),
+		MetaGraph:   m.Graph(),
 	}
 	if err := safetensors.WriteFile(path, f); err != nil {
 		return fmt.Errorf("model: saving checkpoint: %w", err)
@@ -263,6 +282,14 @@ func ReadMeta(f *safetensors.File) (Meta, error) {
 			return Meta{}, fmt.Errorf("model: checkpoint metadata step %q: %w", s, err)
 		}
 	}
+	meta.Graph = md[MetaGraph]
+	switch meta.Graph {
+	case "":
+		meta.Graph = "train"
+	case "train", "fused", "deployed", "deployed+fused":
+	default:
+		return Meta{}, fmt.Errorf("model: checkpoint metadata graph %q: want train, fused, deployed or deployed+fused", meta.Graph)
+	}
 	if s := md[MetaConfig]; s != "" {
 		if !json.Valid([]byte(s)) {
 			return Meta{}, errors.New("model: checkpoint metadata config is not valid JSON")
@@ -290,13 +317,17 @@ func (m *Model) LoadCheckpoint(path string) (Meta, error) {
 	if meta.Classes != m.Config.Classes {
 		return meta, fmt.Errorf("model: checkpoint %s has %d classes; the model has %d", path, meta.Classes, m.Config.Classes)
 	}
+	if meta.Graph != m.Graph() {
+		return meta, fmt.Errorf("model: checkpoint %s holds the %s graph; the model is the %s graph", path, meta.Graph, m.Graph())
+	}
 	if err := m.LoadState(f, LoadOptions{}); err != nil {
 		return meta, fmt.Errorf("%s: %w", path, err)
 	}
 	return meta, nil
 }
 
-// OpenCheckpoint builds the model a checkpoint describes and loads it.
+// OpenCheckpoint builds the model a checkpoint describes (variant, class
+// count and graph) and loads it strictly.
 func OpenCheckpoint(path string) (*Model, Meta, error) {
 	f, err := safetensors.ReadFile(path)
 	if err != nil {
@@ -307,6 +338,15 @@ func OpenCheckpoint(path string) (*Model, Meta, error) {
 		return nil, Meta{}, fmt.Errorf("%s: %w", path, err)
 	}
 	m, err := New(Config{Variant: meta.Variant, Classes: meta.Classes})
+	if err != nil {
+		return nil, meta, fmt.Errorf("%s: %w", path, err)
+	}
+	switch meta.Graph {
+	case "deployed", "deployed+fused":
+		m, err = m.Deploy(meta.Graph == "deployed+fused")
+	case "fused":
+		m, err = m.Fuse()
+	}
 	if err != nil {
 		return nil, meta, fmt.Errorf("%s: %w", path, err)
 	}

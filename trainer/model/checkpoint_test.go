@@ -120,6 +120,38 @@ func TestStrictLoadListsEveryProblem(t *testing.T) {
 	}
 }
 
+func TestCheckpointGraphs(t *testing.T) {
+	m, _ := New(Config{Variant: "n", Seed: 6})
+	if _, err := m.Forward(nil, randomInput(2, 2, 3, 64, 64), Train); err != nil {
+		t.Fatal(err)
+	}
+	x := randomInput(3, 1, 3, 64, 64)
+	ref, _ := m.Forward(nil, x, Eval)
+	dir := t.TempDir()
+	for _, fuse := range []bool{false, true} {
+		d, _ := m.Deploy(fuse)
+		path := filepath.Join(dir, d.Graph()+".safetensors")
+		if err := d.SaveCheckpoint(path, Meta{}); err != nil {
+			t.Fatal(err)
+		}
+		got, meta, err := OpenCheckpoint(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if meta.Graph != d.Graph() || got.Graph() != d.Graph() || got.NumParams() != d.NumParams() {
+			t.Fatalf("graph %s: reopened as %s / %s with %d params", d.Graph(), meta.Graph, got.Graph(), got.NumParams())
+		}
+		out, err := got.Forward(nil, x, Eval)
+		if err != nil {
+			t.Fatal(err)
+		}
+		compareTensor(t, d.Graph()+" scores", out.One2One.Scores, ref.One2One.Scores, 1e-4)
+		if _, err := m.LoadCheckpoint(path); err == nil || !strings.Contains(err.Error(), "holds the "+d.Graph()+" graph") {
+			t.Errorf("loading a %s checkpoint into the train graph: %v", d.Graph(), err)
+		}
+	}
+}
+
 func TestCheckpointOfAnotherScaleRefused(t *testing.T) {
 	s, _ := New(Config{Variant: "s"})
 	path := filepath.Join(t.TempDir(), "s.safetensors")

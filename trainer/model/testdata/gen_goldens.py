@@ -47,10 +47,15 @@ def st_read(path):
     meta = h.pop("__metadata__", {})
     data = b[8 + n:]
     out = {}
-    for k, v in h.items():
+    # Content digest: sorted names, each as name NUL dtype NUL raw bytes, so
+    # metadata changes do not invalidate the goldens (weights_sha256 in Go).
+    digest = hashlib.sha256()
+    for k in sorted(h):
+        v = h[k]
         s, e = v["data_offsets"]
         out[k] = np.frombuffer(data[s:e], dtype=DT[v["dtype"]]).reshape(v["shape"]).copy()
-    return out, meta, hashlib.sha256(b).hexdigest()
+        digest.update(k.encode() + b"\0" + v["dtype"].encode() + b"\0" + data[s:e])
+    return out, meta, digest.hexdigest()
 
 
 def st_write(path, tensors, meta):
@@ -396,7 +401,7 @@ def main():
             out[k] = v.astype(np.float32)
     top = sorted(worst.items(), key=lambda kv: kv[1])[-1]
     st_write(out_path, out, {
-        "checkpoint_sha256": digest,
+        "weights_sha256": digest,
         "variant": variant, "classes": str(nc), "size": str(SIZE),
         "torch": torch.__version__,
         "reference": "float64 PyTorch",
