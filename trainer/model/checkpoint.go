@@ -58,6 +58,8 @@ type LoadError struct {
 	Hint string
 }
 
+// Error names the scale hint, then every missing, unexpected and
+// mismatched key.
 func (e *LoadError) Error() string {
 	var b strings.Builder
 	b.WriteString("model: checkpoint does not match the model")

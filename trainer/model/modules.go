@@ -115,8 +115,13 @@ func newBatchNorm(c int) *BatchNorm {
 	}
 }
 
-func (*BatchNorm) Type() string      { return "BatchNorm2d" }
+// Type implements Module.
+func (*BatchNorm) Type() string { return "BatchNorm2d" }
+
+// Children implements Module.
 func (*BatchNorm) Children() []Child { return nil }
+
+// LocalParams implements Module.
 func (b *BatchNorm) LocalParams() []NamedParam {
 	return []NamedParam{{"weight", b.Weight}, {"bias", b.Bias}, {"running_mean", b.RunningMean}, {"running_var", b.RunningVar}}
 }
@@ -137,8 +142,13 @@ func newConv2d(c1, c2, k, s, g int, bias bool) *Conv2d {
 	return c
 }
 
-func (*Conv2d) Type() string      { return "Conv2d" }
+// Type implements Module.
+func (*Conv2d) Type() string { return "Conv2d" }
+
+// Children implements Module.
 func (*Conv2d) Children() []Child { return nil }
+
+// LocalParams implements Module.
 func (c *Conv2d) LocalParams() []NamedParam {
 	if c.Bias == nil {
 		return []NamedParam{{"weight", c.Weight}}
@@ -153,8 +163,13 @@ type ConvTranspose2d struct {
 	Weight, Bias      *Param
 }
 
-func (*ConvTranspose2d) Type() string      { return "ConvTranspose2d" }
+// Type implements Module.
+func (*ConvTranspose2d) Type() string { return "ConvTranspose2d" }
+
+// Children implements Module.
 func (*ConvTranspose2d) Children() []Child { return nil }
+
+// LocalParams implements Module.
 func (c *ConvTranspose2d) LocalParams() []NamedParam {
 	return []NamedParam{{"weight", c.Weight}, {"bias", c.Bias}}
 }
@@ -171,13 +186,18 @@ func newConv(c1, c2, k, s, g int, act bool) *Conv {
 	return &Conv{Conv: newConv2d(c1, c2, k, s, g, false), BN: newBatchNorm(c2), Act: act}
 }
 
+// Type implements Module.
 func (*Conv) Type() string { return "Conv" }
+
+// Children implements Module.
 func (c *Conv) Children() []Child {
 	if c.BN == nil {
 		return []Child{{"conv", c.Conv}}
 	}
 	return []Child{{"conv", c.Conv}, {"bn", c.BN}}
 }
+
+// LocalParams implements Module.
 func (*Conv) LocalParams() []NamedParam { return nil }
 
 // Sequential runs its children in order; children are named "0", "1", ...
@@ -185,7 +205,10 @@ type Sequential struct {
 	Items []Module
 }
 
+// Type implements Module.
 func (*Sequential) Type() string { return "Sequential" }
+
+// Children implements Module.
 func (s *Sequential) Children() []Child {
 	out := make([]Child, len(s.Items))
 	for i, m := range s.Items {
@@ -193,15 +216,22 @@ func (s *Sequential) Children() []Child {
 	}
 	return out
 }
+
+// LocalParams implements Module.
 func (*Sequential) LocalParams() []NamedParam { return nil }
 
 // ModuleList holds indexed children that are not run in sequence.
 type ModuleList struct{ Items []Module }
 
+// Type implements Module.
 func (*ModuleList) Type() string { return "ModuleList" }
+
+// Children implements Module.
 func (s *ModuleList) Children() []Child {
 	return (*Sequential)(s).Children()
 }
+
+// LocalParams implements Module.
 func (*ModuleList) LocalParams() []NamedParam { return nil }
 
 // Bottleneck is cv2(cv1(x)), plus x when Add.
@@ -215,10 +245,15 @@ func newBottleneck(c1, c2 int, e float64) *Bottleneck {
 	return &Bottleneck{Cv1: newConv(c1, h, 3, 1, 1, true), Cv2: newConv(h, c2, 3, 1, 1, true), Add: c1 == c2}
 }
 
+// Type implements Module.
 func (*Bottleneck) Type() string { return "Bottleneck" }
+
+// Children implements Module.
 func (b *Bottleneck) Children() []Child {
 	return []Child{{"cv1", b.Cv1}, {"cv2", b.Cv2}}
 }
+
+// LocalParams implements Module.
 func (*Bottleneck) LocalParams() []NamedParam { return nil }
 
 // C3k is cv3(concat[m(cv1(x)), cv2(x)]) with m a chain of Bottlenecks.
@@ -236,10 +271,15 @@ func newC3k(c1, c2, n int) *C3k {
 	return &C3k{Cv1: newConv(c1, c, 1, 1, 1, true), Cv2: newConv(c1, c, 1, 1, 1, true), Cv3: newConv(2*c, c2, 1, 1, 1, true), M: m}
 }
 
+// Type implements Module.
 func (*C3k) Type() string { return "C3k" }
+
+// Children implements Module.
 func (c *C3k) Children() []Child {
 	return []Child{{"cv1", c.Cv1}, {"cv2", c.Cv2}, {"cv3", c.Cv3}, {"m", c.M}}
 }
+
+// LocalParams implements Module.
 func (*C3k) LocalParams() []NamedParam { return nil }
 
 // C3k2 splits cv1's output in halves, chains its blocks from the second
@@ -266,10 +306,15 @@ func newC3k2(c1, c2, n int, c3k bool, e float64, attn bool) *C3k2 {
 	return &C3k2{Cv1: newConv(c1, 2*c, 1, 1, 1, true), Cv2: newConv((2+n)*c, c2, 1, 1, 1, true), M: m, Hidden: c}
 }
 
+// Type implements Module.
 func (*C3k2) Type() string { return "C3k2" }
+
+// Children implements Module.
 func (c *C3k2) Children() []Child {
 	return []Child{{"cv1", c.Cv1}, {"cv2", c.Cv2}, {"m", c.M}}
 }
+
+// LocalParams implements Module.
 func (*C3k2) LocalParams() []NamedParam { return nil }
 
 // SPPF is cv2(concat[y, pool(y), pool²(y), pool³(y)]) + x with y = cv1(x).
@@ -284,10 +329,15 @@ func newSPPF(c1, c2, k, n int, shortcut bool) *SPPF {
 	return &SPPF{Cv1: newConv(c1, h, 1, 1, 1, false), Cv2: newConv(h*(n+1), c2, 1, 1, 1, true), K: k, N: n, Add: shortcut && c1 == c2}
 }
 
+// Type implements Module.
 func (*SPPF) Type() string { return "SPPF" }
+
+// Children implements Module.
 func (s *SPPF) Children() []Child {
 	return []Child{{"cv1", s.Cv1}, {"cv2", s.Cv2}}
 }
+
+// LocalParams implements Module.
 func (*SPPF) LocalParams() []NamedParam { return nil }
 
 // Attention is multi-head self-attention over the spatial positions with a
@@ -310,10 +360,15 @@ func newAttention(dim, heads int) *Attention {
 	}
 }
 
+// Type implements Module.
 func (*Attention) Type() string { return "Attention" }
+
+// Children implements Module.
 func (a *Attention) Children() []Child {
 	return []Child{{"qkv", a.Qkv}, {"proj", a.Proj}, {"pe", a.Pe}}
 }
+
+// LocalParams implements Module.
 func (*Attention) LocalParams() []NamedParam { return nil }
 
 // PSABlock is x + attn(x), then + ffn(x).
@@ -326,10 +381,15 @@ func newPSABlock(c, heads int) *PSABlock {
 	return &PSABlock{Attn: newAttention(c, heads), Ffn: &Sequential{Items: []Module{newConv(c, 2*c, 1, 1, 1, true), newConv(2*c, c, 1, 1, 1, false)}}}
 }
 
+// Type implements Module.
 func (*PSABlock) Type() string { return "PSABlock" }
+
+// Children implements Module.
 func (p *PSABlock) Children() []Child {
 	return []Child{{"attn", p.Attn}, {"ffn", p.Ffn}}
 }
+
+// LocalParams implements Module.
 func (*PSABlock) LocalParams() []NamedParam { return nil }
 
 // C2PSA splits cv1's output into [a, b], runs b through PSABlocks and
@@ -349,24 +409,39 @@ func newC2PSA(c1, n int) *C2PSA {
 	return &C2PSA{Cv1: newConv(c1, 2*c, 1, 1, 1, true), Cv2: newConv(2*c, c1, 1, 1, 1, true), M: m, Hidden: c}
 }
 
+// Type implements Module.
 func (*C2PSA) Type() string { return "C2PSA" }
+
+// Children implements Module.
 func (c *C2PSA) Children() []Child {
 	return []Child{{"cv1", c.Cv1}, {"cv2", c.Cv2}, {"m", c.M}}
 }
+
+// LocalParams implements Module.
 func (*C2PSA) LocalParams() []NamedParam { return nil }
 
 // Upsample is nearest-neighbour upsampling by Factor.
 type Upsample struct{ Factor int }
 
-func (*Upsample) Type() string              { return "Upsample" }
-func (*Upsample) Children() []Child         { return nil }
+// Type implements Module.
+func (*Upsample) Type() string { return "Upsample" }
+
+// Children implements Module.
+func (*Upsample) Children() []Child { return nil }
+
+// LocalParams implements Module.
 func (*Upsample) LocalParams() []NamedParam { return nil }
 
 // Concat joins its inputs along channels in "from" order.
 type Concat struct{}
 
-func (*Concat) Type() string              { return "Concat" }
-func (*Concat) Children() []Child         { return nil }
+// Type implements Module.
+func (*Concat) Type() string { return "Concat" }
+
+// Children implements Module.
+func (*Concat) Children() []Child { return nil }
+
+// LocalParams implements Module.
 func (*Concat) LocalParams() []NamedParam { return nil }
 
 // Proto26 makes the mask prototypes at stride 4 from the three neck maps
@@ -381,7 +456,10 @@ type Proto26 struct {
 	Semseg *Sequential
 }
 
+// Type implements Module.
 func (*Proto26) Type() string { return "Proto26" }
+
+// Children implements Module.
 func (p *Proto26) Children() []Child {
 	c := []Child{{"cv1", p.Cv1}, {"upsample", p.Upsample}, {"cv2", p.Cv2}, {"cv3", p.Cv3}, {"feat_refine", p.FeatRefine}, {"feat_fuse", p.FeatFuse}}
 	if p.Semseg != nil {
@@ -389,6 +467,8 @@ func (p *Proto26) Children() []Child {
 	}
 	return c
 }
+
+// LocalParams implements Module.
 func (*Proto26) LocalParams() []NamedParam { return nil }
 
 // Segment26 is the end-to-end segmentation head: per level, a box, a class
@@ -403,7 +483,10 @@ type Segment26 struct {
 	Proto                  *Proto26
 }
 
+// Type implements Module.
 func (*Segment26) Type() string { return "Segment26" }
+
+// Children implements Module.
 func (h *Segment26) Children() []Child {
 	var c []Child
 	if h.Cv2 != nil {
@@ -415,4 +498,6 @@ func (h *Segment26) Children() []Child {
 	}
 	return append(c, Child{"one2one_cv4", h.O2OCv4})
 }
+
+// LocalParams implements Module.
 func (*Segment26) LocalParams() []NamedParam { return nil }
