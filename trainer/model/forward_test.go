@@ -50,6 +50,12 @@ func TestForwardRejectsBadInput(t *testing.T) {
 			t.Errorf("input %v accepted", shapeOrNil(x))
 		}
 	}
+	if _, err := m.Forward(nil, tensor.Zeros(1, 3, 32, 32), Train); err == nil {
+		t.Error("train mode accepted one value per channel at stride 32")
+	}
+	if _, err := m.Forward(nil, tensor.Zeros(2, 3, 32, 32), Train); err != nil {
+		t.Errorf("train mode with batch 2 at 32x32: %v", err)
+	}
 	d, _ := Describe(Config{Variant: "n"})
 	if _, err := d.Forward(nil, tensor.Zeros(1, 3, 64, 64), Eval); err != ErrNoWeights {
 		t.Errorf("Describe model forward: %v", err)

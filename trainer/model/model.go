@@ -133,10 +133,14 @@ func (m *Model) Forward(tp *tensor.Tape, x *tensor.Tensor, mode Mode) (*Output, 
 	if !m.HasWeights() {
 		return nil, ErrNoWeights
 	}
-	e := &executor{tp: tp, train: mode == Train}
 	if m.Fused && mode == Train {
 		return nil, errors.New("model: a fused model has no BatchNorm and supports only Eval mode")
 	}
+	if mode == Train && x.Shape[0]*(x.Shape[2]/32)*(x.Shape[3]/32) < 2 {
+		// BatchNorm's batch variance at stride 32 needs two values per channel.
+		return nil, fmt.Errorf("model: train mode needs more than one value per channel at stride 32; input %v has one", x.Shape)
+	}
+	e := &executor{tp: tp, train: mode == Train}
 	return m.run(e, x, nil), nil
 }
 
