@@ -62,15 +62,19 @@ func BenchmarkSiLU(b *testing.B) {
 	}
 	y := make([]float32, len(x))
 	b.Run("kernel", func(b *testing.B) {
+		done := cpuMeter(b)
 		for b.Loop() {
 			sigmoidInto(x, y, true)
 		}
+		done()
 		b.SetBytes(int64(4 * len(x)))
 	})
 	b.Run("scalar-go", func(b *testing.B) {
+		done := cpuMeter(b)
 		for b.Loop() {
 			sigmoidGo(x, y, true)
 		}
+		done()
 		b.SetBytes(int64(4 * len(x)))
 	})
 }
