@@ -6,10 +6,10 @@ import "math"
 // kernels do) with four independent partial sums per quantity, so the
 // loops are not serialised on one floating-point add chain.
 
-// sumShift returns Σ(x−k) and Σ(x−k)² in float64. Shifting by a value from
+// sumShiftGo returns Σ(x−k) and Σ(x−k)² in float64. Shifting by a value from
 // the channel keeps the one-pass variance free of cancellation when the
 // mean is large next to the spread.
-func sumShift(x []float32, k float64) (s, ss float64) {
+func sumShiftGo(x []float32, k float64) (s, ss float64) {
 	var s0, s1, s2, s3, q0, q1, q2, q3 float64
 	i := 0
 	for ; i+4 <= len(x); i += 4 {
@@ -32,8 +32,8 @@ func sumShift(x []float32, k float64) (s, ss float64) {
 	return (s0 + s1) + (s2 + s3), (q0 + q1) + (q2 + q3)
 }
 
-// sumDyDyx returns Σdy and Σdy·(x−k) in float64.
-func sumDyDyx(dy, x []float32, k float64) (s, sx float64) {
+// sumDyDyxGo returns Σdy and Σdy·(x−k) in float64.
+func sumDyDyxGo(dy, x []float32, k float64) (s, sx float64) {
 	x = x[:len(dy)]
 	var s0, s1, s2, s3, p0, p1, p2, p3 float64
 	i := 0
@@ -99,10 +99,7 @@ func (be *Backend) BatchNormTrain(n, c, hw int, eps float32, x, gamma, beta, y, 
 			sh := float32(float64(b) - m*float64(g)*is)
 			for i := 0; i < n; i++ {
 				o := (i*c + ch) * hw
-				ys := y[o : o+hw]
-				for j, v := range x[o : o+hw] {
-					ys[j] = v*sc + sh
-				}
+				affine(x[o:o+hw], y[o:o+hw], sc, sh)
 			}
 		}
 	})
@@ -113,11 +110,7 @@ func (be *Backend) ChannelAffine(n, c, hw int, x, scale, shift, y []float32) {
 	parallelFor(be.workers(), n*c, func(lo, hi int) {
 		for nc := lo; nc < hi; nc++ {
 			ch := nc % c
-			sc, sh := scale[ch], shift[ch]
-			ys := y[nc*hw : (nc+1)*hw]
-			for j, v := range x[nc*hw : (nc+1)*hw] {
-				ys[j] = v*sc + sh
-			}
+			affine(x[nc*hw:(nc+1)*hw], y[nc*hw:(nc+1)*hw], scale[ch], shift[ch])
 		}
 	})
 }
@@ -161,12 +154,24 @@ func (be *Backend) BatchNormBackward(n, c, hw int, x, dy, mean, invstd, gamma, d
 			kx := float32(k * float64(is) * sdyx / cnt)
 			for i := 0; i < n; i++ {
 				o := (i*c + ch) * hw
-				d := dy[o : o+hw]
-				dxs := dx[o : o+hw]
-				for j, v := range x[o : o+hw] {
-					dxs[j] += kd*(d[j]-mdy) - kx*(v-m)
-				}
+				bnBack(dy[o:o+hw], x[o:o+hw], dx[o:o+hw], kd, mdy, kx, m)
 			}
 		}
 	})
+}
+
+// affineGo writes y = x·a + b.
+func affineGo(x, y []float32, a, b float32) {
+	y = y[:len(x)]
+	for i, v := range x {
+		y[i] = v*a + b
+	}
+}
+
+// bnBackGo accumulates dx += kd·(dy − mdy) − kx·(x − m).
+func bnBackGo(dy, x, dx []float32, kd, mdy, kx, m float32) {
+	x, dx = x[:len(dy)], dx[:len(dy)]
+	for i, g := range dy {
+		dx[i] += kd*(g-mdy) - kx*(x[i]-m)
+	}
 }
