@@ -11,7 +11,9 @@
 //     l,t,r,b distances in grid units, class logits, mask coefficients; the
 //     prototypes and semantic logits) and the loader's targets (Targets:
 //     xyxy boxes in canvas pixels, classes, boxes_per_image, and the {0,1}
-//     mask stack at prototype resolution).
+//     mask stack at prototype resolution, i.e. canvas stride 4; other mask
+//     sizes are refused). TargetsFromRecord views a formats/batch record as
+//     Targets without copying.
 //   - Overlapping masks: the reference trains on an overlap index map in
 //     which the later instance of an image owns a shared pixel (the
 //     reference orders instances by decreasing area, so the smaller one
