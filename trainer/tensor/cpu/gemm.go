@@ -80,6 +80,10 @@ func (be *Backend) Sgemm(g backend.Gemm, a, b, c []float32) {
 	if 2*m*n*k < 1<<17 {
 		w = 1 // not worth a goroutine
 	}
+	var pa *aPack
+	if batch == 1 && tn > 1 {
+		pa = prepackA(mk, g, a)
+	}
 	parallelTasks(w, tasks, func(_, t int) {
 		bi := t / (tm * tn)
 		r := t % (tm * tn)
@@ -88,10 +92,11 @@ func (be *Backend) Sgemm(g backend.Gemm, a, b, c []float32) {
 		mc := min(gemmMC, m-i0)
 		nc := min(gemmNC, n-j0)
 		bb := b[bi*g.StrideB:]
-		gemmTile(mk, g, a[bi*g.StrideA:], func(bp []float32, j0, p0, nc, kc, NR int) {
+		gemmTile(mk, g, a[bi*g.StrideA:], pa, func(bp []float32, j0, p0, nc, kc, NR int) {
 			packB(g, bb, bp, j0, p0, nc, kc, NR)
 		}, c[bi*g.StrideC:], i0, j0, mc, nc)
 	})
+	pa.release()
 }
 
 // bPacker packs op(B)[p0:p0+kc, j0:j0+nc] into NR-wide k-major slivers,
@@ -121,11 +126,61 @@ func (be *Backend) sgemmPacked(g backend.Gemm, a []float32, pack bPacker, c []fl
 	if 2*m*n*k < 1<<17 {
 		w = 1
 	}
+	var pa *aPack
+	if tn > 1 {
+		pa = prepackA(mk, g, a)
+	}
 	parallelTasks(w, tm*tn, func(_, t int) {
 		i0 := (t / tn) * gemmMC
 		j0 := (t % tn) * gemmNC
-		gemmTile(mk, g, a, pack, c, i0, j0, min(gemmMC, m-i0), min(gemmNC, n-j0))
+		gemmTile(mk, g, a, pa, pack, c, i0, j0, min(gemmMC, m-i0), min(gemmNC, n-j0))
 	})
+	pa.release()
+}
+
+// aPack holds op(A) packed once for every (row block, K panel), so the
+// column tiles of C share it instead of each packing A again (for a
+// convolution, A is the filter and there is one column tile per 256
+// output pixels).
+type aPack struct {
+	buf  []float32
+	offs []int // offset of block (ib, pb) at ib*nk + pb
+	nk   int
+}
+
+func prepackA(mk microKernel, g backend.Gemm, a []float32) *aPack {
+	m, k := g.M, g.K
+	tm := (m + gemmMC - 1) / gemmMC
+	nk := (k + gemmKC - 1) / gemmKC
+	offs := make([]int, tm*nk)
+	size := 0
+	for ib := 0; ib < tm; ib++ {
+		mc := min(gemmMC, m-ib*gemmMC)
+		mcp := (mc + mk.mr - 1) / mk.mr * mk.mr
+		for pb := 0; pb < nk; pb++ {
+			offs[ib*nk+pb] = size
+			size += mcp * min(gemmKC, k-pb*gemmKC)
+		}
+	}
+	pa := &aPack{buf: getBuf(size), offs: offs, nk: nk}
+	for ib := 0; ib < tm; ib++ {
+		mc := min(gemmMC, m-ib*gemmMC)
+		for pb := 0; pb < nk; pb++ {
+			packA(g, a, pa.buf[offs[ib*nk+pb]:], ib*gemmMC, pb*gemmKC, mc, min(gemmKC, k-pb*gemmKC), mk.mr)
+		}
+	}
+	return pa
+}
+
+// block returns the packed block of rows i0.. and panel p0...
+func (pa *aPack) block(i0, p0 int) []float32 {
+	return pa.buf[pa.offs[(i0/gemmMC)*pa.nk+p0/gemmKC]:]
+}
+
+func (pa *aPack) release() {
+	if pa != nil {
+		putBuf(pa.buf)
+	}
 }
 
 // scaleC applies C ← Beta·C to every batch entry (Beta = 0 clears, so NaNs
@@ -147,19 +202,28 @@ func scaleC(g backend.Gemm, batch int, c []float32) {
 }
 
 // gemmTile accumulates alpha·op(A)[i0:i0+mc, :]·op(B)[:, j0:j0+nc] into C.
-func gemmTile(mk microKernel, g backend.Gemm, a []float32, pack bPacker, c []float32, i0, j0, mc, nc int) {
+// gemmTile uses pa's packed A when non-nil and packs A itself otherwise.
+func gemmTile(mk microKernel, g backend.Gemm, a []float32, pa *aPack, pack bPacker, c []float32, i0, j0, mc, nc int) {
 	k := g.K
 	MR, NR := mk.mr, mk.nr
 	mcp := (mc + MR - 1) / MR * MR
 	ncp := (nc + NR - 1) / NR * NR
 	kc0 := min(gemmKC, k)
-	ap := getBuf(mcp * kc0)
+	var ap []float32
+	if pa == nil {
+		ap = getBuf(mcp * kc0)
+		defer putBuf(ap)
+	}
 	bp := getBuf(ncp * kc0)
 	tmp := getBuf(MR * NR)
 	for p0 := 0; p0 < k; p0 += gemmKC {
 		kc := min(gemmKC, k-p0)
 		overwrite := p0 == 0 && g.Beta == 0
-		packA(g, a, ap, i0, p0, mc, kc, MR)
+		if pa != nil {
+			ap = pa.block(i0, p0)
+		} else {
+			packA(g, a, ap, i0, p0, mc, kc, MR)
+		}
 		pack(bp, j0, p0, nc, kc, NR)
 		for jr := 0; jr < nc; jr += NR {
 			bs := bp[jr*kc : (jr+NR)*kc]
@@ -187,7 +251,6 @@ func gemmTile(mk microKernel, g backend.Gemm, a []float32, pack bPacker, c []flo
 		}
 	}
 	putBuf(tmp)
-	putBuf(ap)
 	putBuf(bp)
 }
 

@@ -31,17 +31,21 @@ func TestSgemmMatchesNaive(t *testing.T) {
 }
 
 func testSgemmMatchesNaive(t *testing.T) {
-	shapes := [][3]int{{1, 1, 1}, {3, 5, 2}, {4, 4, 4}, {7, 9, 13}, {65, 257, 3}, {64, 256, 256}, {70, 33, 600}, {130, 300, 77}}
+	shapes := [][3]int{{1, 1, 1}, {3, 5, 2}, {4, 4, 4}, {7, 9, 13}, {65, 257, 3}, {64, 256, 256}, {70, 33, 600}, {130, 300, 77},
+		{100, 290, 270}, {13, 270, 40}}
 	r := rand.New(rand.NewPCG(1, 2))
-	for _, sh := range shapes {
+	for si, sh := range shapes {
+		// Single products take the shared pre-packed A path when C has
+		// several column tiles; batched ones pack per tile.
+		batch := 1 + si%2
 		for _, ta := range []bool{false, true} {
 			for _, tb := range []bool{false, true} {
 				for _, ab := range [][2]float32{{1, 0}, {0.5, 1}, {-2, 0.25}} {
 					g := backend.Gemm{TransA: ta, TransB: tb, M: sh[0], N: sh[1], K: sh[2], Alpha: ab[0], Beta: ab[1],
-						Batch: 2, StrideA: sh[0] * sh[2], StrideB: sh[1] * sh[2], StrideC: sh[0] * sh[1]}
-					a := randSlice(r, 2*sh[0]*sh[2])
-					b := randSlice(r, 2*sh[1]*sh[2])
-					c := randSlice(r, 2*sh[0]*sh[1])
+						Batch: batch, StrideA: sh[0] * sh[2], StrideB: sh[1] * sh[2], StrideC: sh[0] * sh[1]}
+					a := randSlice(r, batch*sh[0]*sh[2])
+					b := randSlice(r, batch*sh[1]*sh[2])
+					c := randSlice(r, batch*sh[0]*sh[1])
 					want := append([]float32(nil), c...)
 					NaiveSgemm(g, a, b, want)
 					(&Backend{Workers: 3}).Sgemm(g, a, b, c)
