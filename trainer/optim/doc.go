@@ -36,6 +36,10 @@
 //     iteration 0 always steps (with lr 0 under auto: parameters unchanged,
 //     buffers filled). Losses are summed over accumulated batches, not
 //     averaged.
+//   - Optimizer.State / LoadState exchange the momentum (and Adam) buffers
+//     as "<param>.<buffer>" float32 slices with the reference's buffer names,
+//     for checkpoints and exact resume; EMA.Values and EMA.Updates hold the
+//     average's state, Accumulator.Last/Restore the accumulation phase.
 //   - Clip at global norm 10 with coefficient min(10/(norm + 1e-6), 1) before
 //     each step; EMA after it: d = 0.9999·(1 − exp(−u/2000)).
 package optim

@@ -365,3 +365,86 @@ func TestEMA(t *testing.T) {
 		t.Error("mismatched state accepted")
 	}
 }
+
+// TestStateRoundTrip checks that an optimiser rebuilt from State continues
+// exactly like the original, for every optimiser.
+func TestStateRoundTrip(t *testing.T) {
+	mk := func() []*Param {
+		rng := rand.New(rand.NewPCG(9, 10))
+		ps := []*Param{
+			{Name: "model.0.conv.weight", Shape: []int{4, 2, 3, 3}},
+			{Name: "model.0.bn.weight", Shape: []int{4}, Norm: true},
+			{Name: "model.0.bn.bias", Shape: []int{4}, Norm: true},
+		}
+		for _, p := range ps {
+			n := 1
+			for _, d := range p.Shape {
+				n *= d
+			}
+			p.Data, p.Grad = make([]float32, n), make([]float32, n)
+			for i := range p.Data {
+				p.Data[i] = float32(rng.NormFloat64())
+			}
+		}
+		return ps
+	}
+	setGrads := func(ps []*Param, seed uint64) {
+		rng := rand.New(rand.NewPCG(seed, 1))
+		for _, p := range ps {
+			for i := range p.Grad {
+				p.Grad[i] = float32(rng.NormFloat64())
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		muon bool
+		mk   func([]*Group) Optimizer
+	}{
+		{"MuSGD", true, func(g []*Group) Optimizer { return NewMuSGD(g, 0.5, 0.5) }},
+		{"SGD", false, func(g []*Group) Optimizer { return NewSGD(g) }},
+		{"AdamW", false, func(g []*Group) Optimizer { return NewAdamW(g, 0.9) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := GroupConfig{LR: 0.01, Momentum: 0.9, WeightDecay: 5e-4, Muon: tc.muon}
+			a := mk()
+			ga, _ := BuildGroups(a, cfg)
+			oa := tc.mk(ga)
+			for s := uint64(0); s < 2; s++ {
+				setGrads(a, s)
+				oa.Step()
+			}
+			b := mk()
+			for i := range b {
+				copy(b[i].Data, a[i].Data)
+			}
+			gb, _ := BuildGroups(b, cfg)
+			ob := tc.mk(gb)
+			if err := ob.LoadState(oa.State()); err != nil {
+				t.Fatal(err)
+			}
+			setGrads(a, 7)
+			setGrads(b, 7)
+			oa.Step()
+			ob.Step()
+			for i := range a {
+				for j := range a[i].Data {
+					if a[i].Data[j] != b[i].Data[j] {
+						t.Fatalf("%s[%d]: %v continued, %v restored", a[i].Name, j, a[i].Data[j], b[i].Data[j])
+					}
+				}
+			}
+			bad := oa.State()
+			for k, v := range bad {
+				bad[k] = v[:0]
+				break
+			}
+			if err := ob.LoadState(bad); err == nil {
+				t.Error("truncated state accepted")
+			}
+			if err := ob.LoadState(map[string][]float32{"nope.momentum_buffer": {1}}); err == nil {
+				t.Error("state of an unknown parameter accepted")
+			}
+		})
+	}
+}

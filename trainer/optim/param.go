@@ -181,4 +181,8 @@ type Optimizer interface {
 	Groups() []*Group
 	// Step applies one update from the current gradients.
 	Step()
+	// State returns copies of the per-parameter buffers, keyed
+	// "<param>.<buffer>", for checkpoints; LoadState restores them.
+	State() map[string][]float32
+	LoadState(map[string][]float32) error
 }
