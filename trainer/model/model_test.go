@@ -44,10 +44,11 @@ var (
 		23: {863656, 2489800, 8137800, 8137800, 18141384},
 	}
 	// GFLOPs at 640 (spec §10).
-	refTrainGFLOPs    = []float64{11.45, 41.21, 147.41, 165.78, 371.25}
-	refThopEvalGFLOPs = []float64{10.51, 37.42, 132.54, 150.94, 337.65}
-	refDeployGFLOPs   = []float64{9.25, 34.46, 121.74, 140.11, 314.04}
-	refDeployThop     = []float64{9.13, 34.22, 121.50, 139.75, 313.49}
+	refTrainGFLOPs      = []float64{11.45, 41.21, 147.41, 165.78, 371.25}
+	refThopEvalGFLOPs   = []float64{10.51, 37.42, 132.54, 150.94, 337.65}
+	refDeployGFLOPs     = []float64{9.25, 34.46, 121.74, 140.11, 314.04}
+	refDeployThop       = []float64{9.13, 34.22, 121.50, 139.75, 313.49}
+	refDeployHeadGFLOPs = []float64{4.37, 15.37, 59.90, 59.90, 134.12}
 )
 
 func describeAll(t *testing.T) []*Model {
@@ -203,7 +204,7 @@ func TestFLOPsMatchReference(t *testing.T) {
 		withO2M := eval
 		withO2M.add(o2m)
 		d, _ := m.Deploy(true)
-		dep, _, _ := d.CountFLOPs(640, false)
+		dep, depLayers, _ := d.CountFLOPs(640, false)
 		for _, c := range []struct {
 			name      string
 			got, want float64
@@ -212,6 +213,7 @@ func TestFLOPsMatchReference(t *testing.T) {
 			{"eval+o2m thop", withO2M.ThopGFLOPs(), refThopEvalGFLOPs[i]},
 			{"deployed 2×MAC", dep.GFLOPs(), refDeployGFLOPs[i]},
 			{"deployed thop", dep.ThopGFLOPs(), refDeployThop[i]},
+			{"deployed layer 23", depLayers[23].GFLOPs(), refDeployHeadGFLOPs[i]},
 		} {
 			if math.Abs(c.got-c.want) > 0.005+1e-9 {
 				t.Errorf("%s %s: %.3f GFLOPs, reference %.2f", m.Config.Variant, c.name, c.got, c.want)
