@@ -137,19 +137,20 @@ func (t *hsvTable) apply(r, g, b uint8) (uint8, uint8, uint8) {
 	diff := vmin - v
 	diff = -diff
 	s := (diff*sdiv[v] + 1<<(hsvShift-1)) >> hsvShift
-	var h int32
-	switch {
-	case v == ri:
-		h = gi - bi
-	case v == gi:
-		h = bi - ri + 2*diff
-	default:
-		h = ri - gi + 4*diff
-	}
+	// OpenCV's branch-free hue selection: masks instead of a switch that
+	// natural images mispredict.
+	vr := -b2i(v == ri)
+	vg := -b2i(v == gi)
+	h := (vr & (gi - bi)) + (^vr & ((vg & (bi - ri + 2*diff)) + (^vg & (ri - gi + 4*diff))))
 	h = (h*hdiv[diff] + 1<<(hsvShift-1)) >> hsvShift
-	if h < 0 {
-		h += 180
-	}
+	h += 180 & (h >> 31)
 	k := &t.k[int(h)*256+int(s)&255]
 	return uint8((vv*uint32(k[0]) + 1<<14) >> 15), uint8((vv*uint32(k[1]) + 1<<14) >> 15), uint8((vv*uint32(k[2]) + 1<<14) >> 15)
+}
+
+func b2i(b bool) int32 {
+	if b {
+		return 1
+	}
+	return 0
 }

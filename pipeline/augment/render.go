@@ -58,7 +58,7 @@ func Render(dst []byte, p *Plan, tiles []Tile, fill uint8) error {
 	R, G, B := dst[:ss], dst[ss:2*ss], dst[2*ss:]
 	mi := p.Minv
 	proj := mi[6] != 0 || mi[7] != 0 || mi[8] != 1
-	if !proj {
+	if !proj && !forcePerPixel {
 		var spans [4]span
 		for oy := 0; oy < s; oy++ {
 			qy := float64(oy) + 0.5
@@ -171,6 +171,10 @@ func Render(dst []byte, p *Plan, tiles []Tile, fill uint8) error {
 	return nil
 }
 
+// forcePerPixel makes Render take the general per-pixel path for affine
+// plans too; tests use that path as the reference for the span path.
+var forcePerPixel bool
+
 type span struct{ lo, hi, tile int }
 
 func sortSpans(sp []span) {
@@ -251,10 +255,12 @@ func sampleSpan(r, g, b, pix []byte, stride, maxX, maxY int, U, V, dU, dV int64,
 		U += dU
 		V += dV
 		x1, y1 := x0+1, y0+1
-		x0 = min(max(x0, 0), maxX)
-		y0 = min(max(y0, 0), maxY)
-		x1 = min(max(x1, 0), maxX)
-		y1 = min(max(y1, 0), maxY)
+		if uint(x0) >= uint(maxX) || uint(y0) >= uint(maxY) { // at an image edge: replicate
+			x0 = min(max(x0, 0), maxX)
+			y0 = min(max(y0, 0), maxY)
+			x1 = min(max(x1, 0), maxX)
+			y1 = min(max(y1, 0), maxY)
+		}
 		a := y0*stride + 3*x0
 		bb := y0*stride + 3*x1
 		c := y1*stride + 3*x0

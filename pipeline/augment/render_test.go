@@ -1,0 +1,79 @@
+package augment
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/segpipe/segpipe/pipeline/order"
+)
+
+// TestSpanRenderMatchesPerPixelReference compares the span path (closed-form
+// tile intervals, fixed-point stepping) with the per-pixel float path on
+// random plans: values may differ by one level from rounding, and only
+// pixels on a tile border may be assigned differently.
+func TestSpanRenderMatchesPerPixelReference(t *testing.T) {
+	tiles := benchTiles()
+	for i := range tiles { // steep ramps: a position error of a pixel shows as 4 levels
+		img := tiles[i].Img
+		for y := 0; y < img.H; y++ {
+			for x := 0; x < img.W; x++ {
+				o := 3 * (y*img.W + x)
+				img.Pix[o], img.Pix[o+1], img.Pix[o+2] = byte(4*x+40*i), byte(4*y), byte(2*(x+y))
+			}
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.ImgSz = 160
+	cfg.Degrees, cfg.Shear = 30, 10
+	s := cfg.ImgSz
+	fast, ref := make([]byte, 3*s*s), make([]byte, 3*s*s)
+	for seed := uint64(0); seed < 60; seed++ {
+		for _, mode := range []Mode{Train, TrainNoMosaic, Val} {
+			rng := order.NewRand(seed, 9, 0, 0)
+			ts := tiles[:1]
+			if WantMosaic(&cfg, mode, rng) {
+				ts = tiles
+			}
+			p := NewPlan(&cfg, mode, rng, ts)
+			if err := Render(fast, &p, ts, 114); err != nil {
+				t.Fatal(err)
+			}
+			forcePerPixel = true
+			err := Render(ref, &p, ts, 114)
+			forcePerPixel = false
+			if err != nil {
+				t.Fatal(err)
+			}
+			bad := 0
+			for i := range fast {
+				if d := int(fast[i]) - int(ref[i]); d > 1 || d < -1 {
+					bad++
+				}
+			}
+			if bad > len(fast)/200 {
+				t.Fatalf("seed %d mode %d: %d of %d values differ by more than 1", seed, mode, bad, len(fast))
+			}
+		}
+	}
+}
+
+// TestHSVTableMatchesDirect checks the per-image coefficient table against
+// the direct OpenCV-style conversion for random colours and gains.
+func TestHSVTableMatchesDirect(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	var h hsv
+	var tab hsvTable
+	for g := 0; g < 20; g++ {
+		h.set(1+0.03*(r.Float64()-0.5), 1+1.4*(r.Float64()-0.5), 1+0.8*(r.Float64()-0.5))
+		tab.build(&h)
+		for i := 0; i < 5000; i++ {
+			c := [3]uint8{uint8(r.IntN(256)), uint8(r.IntN(256)), uint8(r.IntN(256))}
+			a0, a1, a2 := h.apply(c[0], c[1], c[2])
+			b0, b1, b2 := tab.apply(c[0], c[1], c[2])
+			d := func(x, y uint8) int { return max(int(x)-int(y), int(y)-int(x)) }
+			if d(a0, b0) > 1 || d(a1, b1) > 1 || d(a2, b2) > 1 {
+				t.Fatalf("gains %d colour %v: direct %v table %v", g, c, [3]uint8{a0, a1, a2}, [3]uint8{b0, b1, b2})
+			}
+		}
+	}
+}
