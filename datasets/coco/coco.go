@@ -156,7 +156,7 @@ type catEntry struct {
 // the old copies for the collector, raising the peak well above the data.
 func newParser(r io.Reader, file string, strict bool, rep *datasets.Report, sizeHint int64) *parser {
 	p := &parser{
-		s: newScanner(r), file: file, strict: strict, rep: rep,
+		s: newScanner(r, sizeHint), file: file, strict: strict, rep: rep,
 		imgByID: make(map[int64]int32), catSeen: make(map[int32]bool),
 	}
 	if sizeHint > 0 && sizeHint < 1<<40 {

@@ -38,8 +38,15 @@ func (e *syntaxError) Error() string { return e.msg }
 // boundary falls on a buffer boundary somewhere.
 var scanBufferSize = 1 << 20
 
-func newScanner(r io.Reader) *scanner {
-	return &scanner{rd: r, buf: make([]byte, scanBufferSize)}
+// newScanner reads r; sizeHint, the input size when known, keeps the
+// buffer no larger than the input needs.
+func newScanner(r io.Reader, sizeHint int64) *scanner {
+	n := scanBufferSize
+	if sizeHint > 0 && sizeHint < int64(n) {
+		n = max(int(sizeHint)+1, 512)
+		n = min(n, scanBufferSize)
+	}
+	return &scanner{rd: r, buf: make([]byte, n)}
 }
 
 func (s *scanner) offset() int64 { return s.base + int64(s.pos) }
