@@ -114,6 +114,7 @@ func TestConv2dMatchesDirectLoop(t *testing.T) {
 		{1, 3, 20, 18, 7, 2, ConvOptions{Stride: 2}, false},
 		{1, 40, 24, 20, 100, 3, ConvOptions{Padding: 1}, true}, // several row, column and K tiles
 		{1, 20, 30, 30, 16, 3, ConvOptions{Stride: 2, Padding: 1}, false},
+		{2, 4, 19, 37, 4, 3, ConvOptions{Padding: 1, Groups: 4}, true}, // depthwise, vector rows
 	}
 	r := rand.New(rand.NewPCG(3, 4))
 	for _, c := range cases {

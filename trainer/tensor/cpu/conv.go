@@ -501,8 +501,8 @@ func (be *Backend) dwBackwardFilter(p backend.Conv, x, dy, dw []float32) {
 	})
 }
 
-// axpy adds a·x to y (len(x) == len(y)).
-func axpy(a float32, x, y []float32) {
+// axpyGo adds a·x to y (len(x) == len(y)).
+func axpyGo(a float32, x, y []float32) {
 	y = y[:len(x)]
 	i := 0
 	for ; i+4 <= len(x); i += 4 {
@@ -518,8 +518,8 @@ func axpy(a float32, x, y []float32) {
 	}
 }
 
-// dot returns Σ x·y with four partial sums.
-func dot(x, y []float32) float32 {
+// dotGo returns Σ x·y with four partial sums.
+func dotGo(x, y []float32) float32 {
 	y = y[:len(x)]
 	var s0, s1, s2, s3 float32
 	i := 0

@@ -150,6 +150,7 @@ func TestConvBackwardIsAdjoint(t *testing.T) {
 		{N: 1, InC: 3, InH: 6, InW: 5, OutC: 5, KH: 3, KW: 3, Stride: 1, Pad: 0, Groups: 1},
 		{N: 1, InC: 3, InH: 5, InW: 5, OutC: 2, KH: 2, KW: 2, Stride: 1, Pad: 0, Groups: 1},
 		{N: 1, InC: 40, InH: 9, InW: 8, OutC: 100, KH: 3, KW: 3, Stride: 1, Pad: 1, Groups: 1},
+		{N: 2, InC: 5, InH: 7, InW: 45, OutC: 5, KH: 3, KW: 3, Stride: 1, Pad: 1, Groups: 5},
 	} {
 		t.Run(fmt.Sprintf("%+v", p), func(t *testing.T) {
 			be := &Backend{Workers: 2}

@@ -48,3 +48,23 @@ func TestNormKernelsMatchPortableLoops(t *testing.T) {
 		}
 	}
 }
+
+func TestVectorAxpyDotMatchPortableLoops(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 5))
+	for _, n := range []int{0, 1, 15, 16, 17, 33, 80, 161} {
+		x, y := randSlice(r, n), randSlice(r, n)
+		y1, y2 := append([]float32(nil), y...), append([]float32(nil), y...)
+		axpy(0.7, x, y1)
+		axpyGo(0.7, x, y2)
+		var s float64
+		for i := range x {
+			s += float64(x[i]) * float64(y[i])
+			if math.Abs(float64(y1[i]-y2[i])) > 1e-6 {
+				t.Fatalf("n=%d axpy[%d] = %v, want %v", n, i, y1[i], y2[i])
+			}
+		}
+		if d := dot(x, y); math.Abs(float64(d)-s) > 1e-5*(1+float64(n)) {
+			t.Fatalf("n=%d dot = %v, want %v", n, d, s)
+		}
+	}
+}
