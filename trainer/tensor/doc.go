@@ -44,4 +44,7 @@
 //     maximum in a window wins; equal operands share the gradient equally.
 //   - A tensor is not safe for concurrent mutation, and one Tape must not be
 //     used from several goroutines at once; kernels parallelise internally.
+//   - Results are bitwise reproducible for a given CPU and GOMAXPROCS: every
+//     parallel reduction has a fixed split and order. Another CPU (AVX2 vs
+//     AVX-512 vs portable kernels) or worker count may differ in rounding.
 package tensor
