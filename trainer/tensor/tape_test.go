@@ -1,6 +1,7 @@
 package tensor
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 )
@@ -120,6 +121,31 @@ func TestOnlyLeavesKeepGradients(t *testing.T) {
 	for i, v := range a.Data {
 		if want := 4 * v * v * v; a.Grad[i] != want {
 			t.Errorf("grad[%d] = %v, want %v", i, a.Grad[i], want)
+		}
+	}
+}
+
+// TestBackwardIsReproducible runs the same step twice on shapes large
+// enough to take the parallel paths and demands bit-identical gradients.
+func TestBackwardIsReproducible(t *testing.T) {
+	run := func() [][]float32 {
+		r := rand.New(rand.NewPCG(8, 8))
+		x := Rand(r, -1, 1, 4, 8, 20, 20)
+		a := newConvBN(r, 8, 16, 3, 1, 1, true)
+		d := newConvBN(r, 16, 16, 3, 2, 16, true)
+		tp := NewTape(nil)
+		y := d.forward(tp, a.forward(tp, x))
+		if err := tp.Backward(tp.Mean(tp.Mul(y, y))); err != nil {
+			t.Fatal(err)
+		}
+		return [][]float32{a.w.Grad, a.g.Grad, a.b.Grad, d.w.Grad, d.g.Grad}
+	}
+	first, second := run(), run()
+	for i := range first {
+		for j := range first[i] {
+			if math.Float32bits(first[i][j]) != math.Float32bits(second[i][j]) {
+				t.Fatalf("gradient %d element %d differs between runs: %v vs %v", i, j, first[i][j], second[i][j])
+			}
 		}
 	}
 }
