@@ -162,9 +162,10 @@ type BatchNormOptions struct {
 // bias ([C] each; nil means 1 and 0). In training mode it uses the batch
 // mean and biased variance, and when runningMean/runningVar are non-nil
 // updates them in place with the batch mean and the UNBIASED variance
-// (as PyTorch does), even on a non-recording tape. In eval mode it uses
-// the running statistics, which must be non-nil. Running statistics never
-// receive gradients.
+// (as PyTorch does), even on a non-recording tape; like PyTorch it panics
+// when a channel has a single value (N·H·W = 1), which has no batch
+// variance. In eval mode it uses the running statistics, which must be
+// non-nil. Running statistics never receive gradients.
 func (tp *Tape) BatchNorm2d(x, weight, bias, runningMean, runningVar *Tensor, o BatchNormOptions) *Tensor {
 	if x.Dims() != 4 && x.Dims() != 2 {
 		panic(fmt.Sprintf("tensor.BatchNorm2d: want [N,C,H,W] or [N,C], got %s", x.desc()))
@@ -186,6 +187,10 @@ func (tp *Tape) BatchNorm2d(x, weight, bias, runningMean, runningVar *Tensor, o 
 	be := tp.Backend()
 	y := Zeros(x.Shape...)
 	if o.Training {
+		if n*hw < 2 {
+			// As PyTorch: one value per channel has no batch variance.
+			panic(fmt.Sprintf("tensor.BatchNorm2d: training needs more than one value per channel, input %s", x.desc()))
+		}
 		mean := make([]float32, c)
 		invstd := make([]float32, c)
 		varU := make([]float32, c)

@@ -149,3 +149,13 @@ func TestBackwardIsReproducible(t *testing.T) {
 		}
 	}
 }
+
+func TestBatchNormTrainRefusesSingleValueChannels(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Fatal("training batch-norm over one value per channel did not panic")
+		}
+	}()
+	var tp *Tape
+	tp.BatchNorm2d(Zeros(1, 3, 1, 1), nil, nil, Zeros(3), Full(1, 3), BatchNormOptions{Training: true, Momentum: 0.1, Eps: 1e-5})
+}
