@@ -678,6 +678,13 @@ func (p *parser) crowd(where string, a *arena.Ann) (*note, error) {
 		a.Crowd = v
 		return nil, err
 	}
+	if kindOf(c) == kNull {
+		if _, err := s.literal(); err != nil {
+			return nil, err
+		}
+		return &note{off: off, where: p.at(where), reason: datasets.ReasonInvalidField,
+			detail: "is null, want 0 or 1", fatal: true}, nil
+	}
 	v, n, err := p.intValue(where, 0, 1)
 	if n != nil {
 		n.off = off

@@ -89,9 +89,10 @@ func TestMalformedDocuments(t *testing.T) {
 		{`{"images": [], "images": [], "categories": []}`, "byte 15: malformed_json: key \"images\" appears twice"},
 		{`{"images": {}, "categories": []}`, "byte 11 images: invalid_field: \"images\" is a object, want an array"},
 		{`{"annotations": []}`, "missing_field: no \"images\" array"},
-		{`{"images": [], "categories": [{"name": "\ud800"}]}`, ""},
+		{`{"images": [], "categories": [{"id": 1, "name": "\ud800"}]}`, ""},
+		{`{"images": [], "annotations": [{"id": 4, "iscrowd": null}], "categories": []}`, "annotations[0].iscrowd annotation 4: invalid_field: is null, want 0 or 1"},
 	} {
-		_, err := parseBytes([]byte(tc.doc), false)
+		_, err := parseBytes([]byte(tc.doc), true)
 		switch {
 		case tc.msg == "" && err != nil:
 			t.Errorf("%s: %v, want no error", tc.doc, err)

@@ -65,14 +65,6 @@ func (s *Store) Rollback(m Mark) {
 // ring ended.
 func (s *Store) CloseRing() { s.RingEnd = append(s.RingEnd, uint32(len(s.Coords))) }
 
-// DropLastRing removes the ring appended last (closed or still open).
-func (s *Store) DropLastRing(closed bool) {
-	if closed {
-		s.RingEnd = s.RingEnd[:len(s.RingEnd)-1]
-	}
-	s.Coords = s.Coords[:s.RingStart(uint32(len(s.RingEnd)))]
-}
-
 // PolygonBBox is the bounding box (x, y, w, h) of rings [lo, hi).
 func (s *Store) PolygonBBox(lo, hi uint32) [4]float32 {
 	minX, minY := math.Inf(1), math.Inf(1)
