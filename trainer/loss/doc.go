@@ -37,7 +37,10 @@
 //     over images, so padding never changes the value.
 //   - Mask crop follows the reference's CPU path: with fewer than 50
 //     positives in an image the box (in mask pixels) is rounded half to
-//     even; otherwise x1 ≤ c < x2 is tested on the fractional box.
+//     even; otherwise x1 ≤ c < x2 is tested on the fractional box. Boxes
+//     are expected on the canvas; parts outside are clamped (the
+//     reference would read a negative rounded coordinate as a Python
+//     negative index, which no canvas-clipped box produces).
 //   - The vector is [box, seg, cls, dfl, semseg] with gains 7.5, 7.5, 0.5,
 //     1.5, 7.5, times the batch size; Total = o2m·v_o2m + o2o·v_o2o summed.
 //     The ProgLoss weight o2m falls linearly from 0.8 to 0.1 over the run;
