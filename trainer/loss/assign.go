@@ -3,6 +3,7 @@ package loss
 import (
 	"fmt"
 	"math"
+	"slices"
 )
 
 // assignEps is the reference assigner's eps: the candidate-inside test and the
@@ -84,7 +85,8 @@ type Assignment struct {
 type Assigner struct {
 	cfg AssignerConfig
 	res Assignment
-	idx []int32 // top-k scratch
+	idx []int32   // top-k scratch
+	met []float32 // masked-metric scratch
 	mpm []float64
 }
 
@@ -261,33 +263,27 @@ func (as *Assigner) Assign(in *AssignInput) (*Assignment, error) {
 		}
 	}
 
-	// One-to-one narrowing: each GT keeps its TopK2 best remaining anchors.
+	// One-to-one narrowing: each GT keeps its TopK2 best remaining anchors,
+	// ranked over all anchors by the metric masked to its positives.
 	if cfg.TopK2 > 0 && cfg.TopK2 != cfg.TopK {
-		as.mpm = growF64(as.mpm, A)
+		as.met = growF32(as.met, A)
 		k2 := min(cfg.TopK2, A)
 		for bm := 0; bm < B*M; bm++ {
 			row := bm * A
-			met := as.mpm[:A]
-			any := false
+			hasPos := false
 			for a := 0; a < A; a++ {
-				met[a] = 0
+				as.met[a] = 0
 				if r.MaskPos[row+a] {
-					met[a] = float64(r.AlignMetric[row+a])
-					any = true
+					as.met[a] = r.AlignMetric[row+a]
+					hasPos = true
 				}
 			}
-			if !any {
+			if !hasPos {
 				continue
 			}
-			as.idx = topK64(met, k2, as.idx)
+			as.idx = topK(as.met, k2, as.idx)
 			for a := 0; a < A; a++ {
-				keep := false
-				for _, j := range as.idx {
-					if int(j) == a {
-						keep = true
-					}
-				}
-				if !keep {
+				if r.MaskPos[row+a] && !slices.Contains(as.idx, int32(a)) {
 					r.MaskPos[row+a] = false
 				}
 			}
@@ -342,23 +338,6 @@ func (as *Assigner) Assign(in *AssignInput) (*Assignment, error) {
 // first, lower index first among equal values. It is a partial selection,
 // O(len(v)·k), which beats sorting for the small k used here.
 func topK(v []float32, k int, idx []int32) []int32 {
-	idx = idx[:0]
-	for i, x := range v {
-		if len(idx) < k {
-			idx = append(idx, int32(i))
-		} else if x > v[idx[k-1]] {
-			idx[k-1] = int32(i)
-		} else {
-			continue
-		}
-		for j := len(idx) - 1; j > 0 && v[idx[j]] > v[idx[j-1]]; j-- {
-			idx[j], idx[j-1] = idx[j-1], idx[j]
-		}
-	}
-	return idx
-}
-
-func topK64(v []float64, k int, idx []int32) []int32 {
 	idx = idx[:0]
 	for i, x := range v {
 		if len(idx) < k {
