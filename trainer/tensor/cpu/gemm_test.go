@@ -259,26 +259,25 @@ func BenchmarkConv(b *testing.B) {
 		flops := 2 * float64(p.N*p.OutC*L) * float64(p.InC/p.Groups*p.KH*p.KW)
 		be := New()
 		col := make([]float32, p.InC/p.Groups*p.KH*p.KW*L)
-		for _, k := range []struct {
+		type run struct {
 			name string
 			fn   func()
-		}{
-			{"fwd", func() { be.Conv2d(p, x, w, y) }},
+		}
+		runs := []run{{"fwd", func() { be.Conv2d(p, x, w, y) }}}
+		if p.Groups == 1 && p.KH > 1 {
 			// Baseline: the same forward through an explicit im2col buffer.
-			{"fwd-explicit-im2col", func() {
-				if p.Groups != 1 {
-					be.Conv2d(p, x, w, y)
-					return
-				}
+			runs = append(runs, run{"fwd-explicit-im2col", func() {
 				kk := p.InC * p.KH * p.KW
 				for n := 0; n < p.N; n++ {
 					im2col(p, x[n*p.InC*p.InH*p.InW:], col)
 					be.Sgemm(backend.Gemm{M: p.OutC, N: L, K: kk, Alpha: 1}, w, col, y[n*p.OutC*L:])
 				}
-			}},
+			}})
+		}
+		for _, k := range append(runs, []run{
 			{"bwd-data", func() { be.Conv2dBackwardData(p, y, w, dx) }},
 			{"bwd-filter", func() { be.Conv2dBackwardFilter(p, x, y, dw) }},
-		} {
+		}...) {
 			b.Run(c.name+"/"+k.name, func(b *testing.B) {
 				done := cpuMeter(b)
 				for b.Loop() {
