@@ -42,7 +42,7 @@ func benchCommand() *ucli.Command {
 			&ucli.FloatFlag{Name: "mosaic", Value: 1, Usage: "mosaic probability"},
 			&ucli.BoolFlag{Name: "val", Usage: "validation mode (letterbox only)"},
 			&ucli.Uint64Flag{Name: "seed", Value: 0, Usage: "shuffle and augmentation seed"},
-			&ucli.StringFlag{Name: "cache", Value: "1GiB", Usage: "decoded-image cache `SIZE`"},
+			&ucli.StringFlag{Name: "cache", Value: "512MiB", Usage: "decoded-image cache `SIZE`"},
 			&ucli.IntFlag{Name: "window", Value: order.DefaultWindowRows, Usage: "shuffle window rows"},
 			&ucli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 			&ucli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile to `FILE`"},

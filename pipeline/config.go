@@ -34,7 +34,7 @@ type Config struct {
 	Stride  int            // mask grid stride, default 4
 
 	WindowRows int   // shuffle window, default order.DefaultWindowRows
-	CacheBytes int64 // decoded-image cache, default 1 GiB
+	CacheBytes int64 // decoded-image cache, default 512 MiB (a 512-row window of 640×480 images)
 
 	// Strict makes the loader fail on the first skipped sample instead of
 	// counting and logging it.
@@ -69,7 +69,7 @@ func (c *Config) withDefaults() (Config, error) {
 		d.WindowRows = order.DefaultWindowRows
 	}
 	if d.CacheBytes == 0 {
-		d.CacheBytes = 1 << 30
+		d.CacheBytes = 512 << 20
 	}
 	if d.Logger == nil {
 		d.Logger = slog.Default()
