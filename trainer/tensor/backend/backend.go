@@ -18,8 +18,8 @@ package backend
 //	C[b] = Alpha·op(A[b])·op(B[b]) + Beta·C[b]   for b in [0, Batch)
 //
 // where op(A) is M×K and op(B) is K×N. A[b] starts at b·StrideA (and
-// likewise for B and C); a zero stride broadcasts that operand across the
-// batch. Without transposition A is stored M×K and B K×N; with TransA, A is
+// likewise for B and C); a zero StrideA or StrideB shares that operand
+// across the batch, while StrideC must not be zero when Batch > 1. Without transposition A is stored M×K and B K×N; with TransA, A is
 // stored K×M, with TransB, B is stored N×K. Batch 0 means 1.
 type Gemm struct {
 	TransA, TransB            bool
