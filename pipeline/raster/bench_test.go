@@ -16,6 +16,22 @@ import (
 
 var canvas640 = Grid{Rows: 160, Cols: 160, Stride: 4}
 
+// loop runs body b.N times and reports, beside wall-clock ns/op, the
+// process CPU time per op (cpu-ns/op) and, when per > 0, wall-clock ns per
+// item (ns/<unit>).
+func loop(b *testing.B, per int, unit string, body func()) {
+	c0, ok := processCPU()
+	for b.Loop() {
+		body()
+	}
+	if c1, ok1 := processCPU(); ok && ok1 {
+		b.ReportMetric(float64(c1-c0)/float64(b.N), "cpu-ns/op")
+	}
+	if per > 0 {
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(per), "ns/"+unit)
+	}
+}
+
 // cocoLikeRing returns an n-vertex concave outline (radius jittered per
 // vertex, as hand-traced COCO outlines are) whose extent is about span px.
 func cocoLikeRing(rng *rand.Rand, n int, cx, cy, span float64) []float32 {
@@ -59,25 +75,17 @@ func BenchmarkSpan(b *testing.B) {
 		dst := make([]uint8, canvas640.Cells())
 		var z Rasterizer
 		b.Run(fmt.Sprintf("%.0fpx/dense", span), func(b *testing.B) {
-			for b.Loop() {
-				_ = z.Dense(dst, canvas640, rings)
-			}
+			loop(b, 0, "", func() { _ = z.Dense(dst, canvas640, rings) })
 		})
 		b.Run(fmt.Sprintf("%.0fpx/window", span), func(b *testing.B) {
 			wins, data := make([]Window, 0, 1), make([]uint8, 0, canvas640.Cells())
-			for b.Loop() {
-				wins, data, _ = z.AppendWindow(wins[:0], data[:0], canvas640, rings)
-			}
+			loop(b, 0, "", func() { wins, data, _ = z.AppendWindow(wins[:0], data[:0], canvas640, rings) })
 		})
 		b.Run(fmt.Sprintf("%.0fpx/brute-bbox", span), func(b *testing.B) {
-			for b.Loop() {
-				bruteWindow(dst, canvas640, rings)
-			}
+			loop(b, 0, "", func() { bruteWindow(dst, canvas640, rings) })
 		})
 		b.Run(fmt.Sprintf("%.0fpx/brute-full", span), func(b *testing.B) {
-			for b.Loop() {
-				bruteInto(dst, canvas640, rings)
-			}
+			loop(b, 0, "", func() { bruteInto(dst, canvas640, rings) })
 		})
 	}
 }
@@ -117,8 +125,9 @@ func mosaicBatch() [][][]float32 {
 // (2170, 160, 160) stack, and into windows, on one core.
 func BenchmarkBatch(b *testing.B) {
 	batch := mosaicBatch()
+	n := len(batch)
 	p := canvas640.Cells()
-	stack := make([]uint8, len(batch)*p)
+	stack := make([]uint8, n*p)
 	var z Rasterizer
 	verts := 0
 	for _, rings := range batch {
@@ -126,79 +135,66 @@ func BenchmarkBatch(b *testing.B) {
 			verts += len(r) / 2
 		}
 	}
-	perInstance := func(b *testing.B) {
-		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(batch)), "ns/instance")
-	}
 	b.Run("dense", func(b *testing.B) {
-		for b.Loop() {
+		loop(b, n, "instance", func() {
 			for i, rings := range batch {
 				_ = z.Dense(stack[i*p:(i+1)*p], canvas640, rings)
 			}
-		}
-		perInstance(b)
+		})
 		b.ReportMetric(float64(len(stack)), "dense-bytes/batch")
-		b.ReportMetric(float64(verts)/float64(len(batch)), "vertices/instance")
+		b.ReportMetric(float64(verts)/float64(n), "vertices/instance")
 	})
 	b.Run("clear+fill", func(b *testing.B) {
 		// The stack zeroed once, then each instance painted into its plane.
-		for b.Loop() {
+		loop(b, n, "instance", func() {
 			clear(stack)
 			for i, rings := range batch {
 				_ = z.Fill(stack[i*p:(i+1)*p], canvas640, rings)
 			}
-		}
-		perInstance(b)
+		})
 	})
+	wins := make([]Window, 0, n)
+	data := make([]uint8, 0, len(stack)/8)
+	for _, rings := range batch {
+		wins, data, _ = z.AppendWindow(wins, data, canvas640, rings)
+	}
 	b.Run("window", func(b *testing.B) {
-		wins := make([]Window, 0, len(batch))
-		data := make([]uint8, 0, len(stack)/8)
-		for b.Loop() {
+		loop(b, n, "instance", func() {
 			wins, data = wins[:0], data[:0]
 			for _, rings := range batch {
 				wins, data, _ = z.AppendWindow(wins, data, canvas640, rings)
 			}
-		}
-		perInstance(b)
+		})
 		// Window headers travel too: four int32 each.
 		b.ReportMetric(float64(len(data)+16*len(wins)), "window-bytes/batch")
 		b.ReportMetric(float64(len(stack))/float64(len(data)+16*len(wins)), "dense/window")
-		b.ReportMetric(float64(len(data))/float64(len(batch)), "window-cells/instance")
+		b.ReportMetric(float64(len(data))/float64(n), "window-cells/instance")
 	})
-	b.Run("window+expand", func(b *testing.B) {
-		wins := make([]Window, 0, len(batch))
-		data := make([]uint8, 0, len(stack)/8)
-		for b.Loop() {
-			wins, data = wins[:0], data[:0]
-			for _, rings := range batch {
-				wins, data, _ = z.AppendWindow(wins, data, canvas640, rings)
-			}
+	b.Run("expand", func(b *testing.B) {
+		// The receiving side of the windowed form.
+		loop(b, n, "instance", func() {
 			if err := Expand(stack, canvas640, wins, data); err != nil {
 				b.Fatal(err)
 			}
-		}
-		perInstance(b)
+		})
 	})
 	b.Run("clear-only", func(b *testing.B) {
 		// The floor of any dense output: writing the stack's bytes once.
-		for b.Loop() {
-			clear(stack)
-		}
+		loop(b, 0, "", func() { clear(stack) })
 	})
 	b.Run("brute-bbox", func(b *testing.B) {
-		for b.Loop() {
+		loop(b, n, "instance", func() {
 			for i, rings := range batch {
 				bruteWindow(stack[i*p:(i+1)*p], canvas640, rings)
 			}
-		}
-		perInstance(b)
+		})
 	})
 	b.Run("brute-full", func(b *testing.B) {
-		for b.Loop() {
+		loop(b, n, "instance", func() {
 			for i, rings := range batch {
 				bruteInto(stack[i*p:(i+1)*p], canvas640, rings)
 			}
-		}
-		perInstance(b)
+		})
 	})
 }
 
@@ -215,48 +211,58 @@ func BenchmarkCocoTiny(b *testing.B) {
 			insts[i] = append(insts[i], m.AppendRing(nil, r))
 		}
 	}
+	n := len(insts)
 	dst := make([]uint8, canvas640.Cells())
 	var z Rasterizer
-	perInstance := func(b *testing.B) {
-		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(insts))/1e3, "µs/instance")
-	}
 	b.Run("dense", func(b *testing.B) {
-		for b.Loop() {
+		loop(b, n, "instance", func() {
 			for _, rings := range insts {
 				_ = z.Dense(dst, canvas640, rings)
 			}
-		}
-		perInstance(b)
+		})
 	})
 	b.Run("window", func(b *testing.B) {
 		wins, data := make([]Window, 0, 1), make([]uint8, 0, canvas640.Cells())
-		for b.Loop() {
+		loop(b, n, "instance", func() {
 			for _, rings := range insts {
 				wins, data, _ = z.AppendWindow(wins[:0], data[:0], canvas640, rings)
 			}
-		}
-		perInstance(b)
+		})
 	})
 	b.Run("brute-bbox", func(b *testing.B) {
-		for b.Loop() {
+		loop(b, n, "instance", func() {
 			for _, rings := range insts {
 				bruteWindow(dst, canvas640, rings)
 			}
-		}
-		perInstance(b)
+		})
 	})
 	b.Run("brute-full", func(b *testing.B) {
-		for b.Loop() {
+		loop(b, n, "instance", func() {
 			for _, rings := range insts {
 				bruteInto(dst, canvas640, rings)
 			}
-		}
-		perInstance(b)
+		})
 	})
 }
 
-// BenchmarkCrowdRLE maps a 640×480 crowd RLE covering a third of the image
-// onto the 160×160 grid of a letterboxed canvas.
+// decodeBitmap expands column-major RLE counts into a row-major bitmap:
+// the first step of the naive crowd baseline.
+func decodeBitmap(dst []uint8, rle RLE) {
+	clear(dst)
+	pos := 0
+	for i, c := range rle.Counts {
+		if i&1 == 1 {
+			for k := pos; k < pos+int(c); k++ {
+				dst[(k%rle.H)*rle.W+k/rle.H] = 1
+			}
+		}
+		pos += int(c)
+	}
+}
+
+// BenchmarkCrowdRLE maps a 640×480 crowd RLE covering about a third of
+// the image onto the 160×160 grid of a letterboxed canvas. The baseline
+// decodes the whole mask and samples every cell.
 func BenchmarkCrowdRLE(b *testing.B) {
 	h, w := 480, 640
 	bitmap := make([]uint8, h*w)
@@ -274,13 +280,13 @@ func BenchmarkCrowdRLE(b *testing.B) {
 	dst := make([]uint8, canvas640.Cells())
 	var z Rasterizer
 	b.Run("dense", func(b *testing.B) {
-		for b.Loop() {
-			_ = z.DenseRLE(dst, canvas640, rle, m)
-		}
+		loop(b, 0, "", func() { _ = z.DenseRLE(dst, canvas640, rle, m) })
 	})
 	b.Run("brute", func(b *testing.B) {
-		for b.Loop() {
-			_ = bruteRLE(canvas640, h, w, bitmap, m)
-		}
+		scratch := make([]uint8, h*w)
+		loop(b, 0, "", func() {
+			decodeBitmap(scratch, rle)
+			_ = bruteRLE(canvas640, h, w, scratch, m)
+		})
 	})
 }
