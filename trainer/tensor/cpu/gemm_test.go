@@ -152,31 +152,35 @@ func TestConvBackwardIsAdjoint(t *testing.T) {
 		{N: 1, InC: 40, InH: 9, InW: 8, OutC: 100, KH: 3, KW: 3, Stride: 1, Pad: 1, Groups: 1},
 		{N: 2, InC: 5, InH: 7, InW: 45, OutC: 5, KH: 3, KW: 3, Stride: 1, Pad: 1, Groups: 5},
 	} {
-		t.Run(fmt.Sprintf("%+v", p), func(t *testing.T) {
-			be := &Backend{Workers: 2}
-			L := p.OutH() * p.OutW()
-			x := randSlice(r, p.N*p.InC*p.InH*p.InW)
-			w := randSlice(r, p.OutC*p.InC/p.Groups*p.KH*p.KW)
-			dy := randSlice(r, p.N*p.OutC*L)
-			y := make([]float32, len(dy))
-			be.Conv2d(p, x, w, y)
-			dx := make([]float32, len(x))
-			dw := make([]float32, len(w))
-			be.Conv2dBackwardData(p, dy, w, dx)
-			be.Conv2dBackwardFilter(p, x, dy, dw)
-			dot := func(a, b []float32) (s float64) {
-				for i := range a {
-					s += float64(a[i]) * float64(b[i])
+		// Worker counts below, equal to and above the batch cover every
+		// split of samples and GEMM workers.
+		for _, nw := range []int{1, 2, 5} {
+			t.Run(fmt.Sprintf("%+v workers=%d", p, nw), func(t *testing.T) {
+				be := &Backend{Workers: nw}
+				L := p.OutH() * p.OutW()
+				x := randSlice(r, p.N*p.InC*p.InH*p.InW)
+				w := randSlice(r, p.OutC*p.InC/p.Groups*p.KH*p.KW)
+				dy := randSlice(r, p.N*p.OutC*L)
+				y := make([]float32, len(dy))
+				be.Conv2d(p, x, w, y)
+				dx := make([]float32, len(x))
+				dw := make([]float32, len(w))
+				be.Conv2dBackwardData(p, dy, w, dx)
+				be.Conv2dBackwardFilter(p, x, dy, dw)
+				dot := func(a, b []float32) (s float64) {
+					for i := range a {
+						s += float64(a[i]) * float64(b[i])
+					}
+					return s
 				}
-				return s
-			}
-			lhs := dot(y, dy)
-			for name, rhs := range map[string]float64{"data": dot(x, dx), "filter": dot(w, dw)} {
-				if math.Abs(lhs-rhs) > 1e-4*(1+math.Abs(lhs)) {
-					t.Errorf("%s adjoint: <conv x, dy> = %v, <., backward> = %v", name, lhs, rhs)
+				lhs := dot(y, dy)
+				for name, rhs := range map[string]float64{"data": dot(x, dx), "filter": dot(w, dw)} {
+					if math.Abs(lhs-rhs) > 1e-4*(1+math.Abs(lhs)) {
+						t.Errorf("%s adjoint: <conv x, dy> = %v, <., backward> = %v", name, lhs, rhs)
+					}
 				}
-			}
-		})
+			})
+		}
 	}
 }
 
