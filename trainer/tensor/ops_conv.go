@@ -100,12 +100,14 @@ func (tp *Tape) ConvTranspose2d(x, w, b *Tensor, o ConvOptions) *Tensor {
 	if tp.wants(x, w, b) {
 		tp.push(func() {
 			if needs(x) {
-				tmp := make([]float32, x.Numel())
+				// Conv2d overwrites, so its result lands in scratch first.
+				tmp := getZeroed(x.Numel())
 				be.Conv2d(p, y.Grad, w.Data, tmp)
 				gx := x.GradBuf()
 				for i, v := range tmp {
 					gx[i] += v
 				}
+				putBuf(tmp)
 			}
 			if needs(w) {
 				be.Conv2dBackwardFilter(p, y.Grad, x.Data, w.GradBuf())
