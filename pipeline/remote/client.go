@@ -1,0 +1,337 @@
+package remote
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/flight"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/segpipe/segpipe/formats/batch"
+	"github.com/segpipe/segpipe/pipeline"
+	"github.com/segpipe/segpipe/pipeline/order"
+)
+
+// ClientConfig configures a Client. Zero values take the documented
+// defaults.
+type ClientConfig struct {
+	Addr  string      // host:port of a segpipe server
+	Token string      // bearer token, if the server wants one
+	TLS   *tls.Config // nil: plaintext
+	// Retries is how many times in a row a dropped stream is reopened
+	// (from the state last delivered) before Next fails; default 5,
+	// negative for none.
+	Retries int
+	// Backoff is the wait before the first retry, doubled each time up to
+	// MaxBackoff; defaults 100 ms and 5 s.
+	Backoff, MaxBackoff time.Duration
+	// Allocator serves the dense mask stacks of windowed batches; default
+	// the Go allocator.
+	Allocator   memory.Allocator
+	WindowBytes int32        // HTTP/2 window, default DefaultWindowBytes
+	Logger      *slog.Logger // default slog.Default()
+}
+
+// Client is a connection to a segpipe server. It is safe for concurrent
+// use; each Stream is not.
+type Client struct {
+	cfg  ClientConfig
+	conn *grpc.ClientConn
+	fc   flight.FlightServiceClient
+}
+
+// maxMessage bounds one batch message: the protocol's own limit, not a
+// memory policy (a batch of 32 images at 1024² is ~100 MB).
+const maxMessage = 1<<31 - 1
+
+// NewClient prepares a connection to cfg.Addr (made on first use).
+func NewClient(cfg ClientConfig) (*Client, error) {
+	if cfg.Retries == 0 {
+		cfg.Retries = 5
+	}
+	if cfg.Backoff == 0 {
+		cfg.Backoff = 100 * time.Millisecond
+	}
+	if cfg.MaxBackoff == 0 {
+		cfg.MaxBackoff = 5 * time.Second
+	}
+	if cfg.Allocator == nil {
+		cfg.Allocator = memory.NewGoAllocator()
+	}
+	if cfg.WindowBytes == 0 {
+		cfg.WindowBytes = DefaultWindowBytes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	opts := []grpc.DialOption{
+		grpc.WithInitialWindowSize(cfg.WindowBytes),
+		grpc.WithInitialConnWindowSize(cfg.WindowBytes),
+		grpc.WithReadBufferSize(1 << 20),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage), grpc.ForceCodecV2(newCodec())),
+	}
+	if cfg.TLS != nil {
+		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cfg.TLS)))
+	} else {
+		opts = append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}
+	if cfg.Token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(bearer{token: cfg.Token, secure: cfg.TLS != nil}))
+	}
+	conn, err := grpc.NewClient(cfg.Addr, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("remote: client for %s: %w", cfg.Addr, err)
+	}
+	return &Client{cfg: cfg, conn: conn, fc: flight.NewFlightServiceClient(conn)}, nil
+}
+
+// Close closes the connection; open streams fail.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// Info asks the server for a request's schema and endpoint.
+func (c *Client) Info(ctx context.Context, req Request) (*flight.FlightInfo, error) {
+	if req.Version == 0 {
+		req.Version = RequestVersion
+	}
+	info, err := c.fc.GetFlightInfo(ctx, &flight.FlightDescriptor{Type: flight.DescriptorCMD, Cmd: req.Marshal()})
+	if err != nil {
+		return nil, fmt.Errorf("remote: flight info from %s: %w", c.cfg.Addr, err)
+	}
+	return info, nil
+}
+
+// Stream is one rank's batches from a server. It implements
+// pipeline.Batches: a trainer takes batches from it exactly as from a local
+// loader. Next must be called from one goroutine at a time.
+type Stream struct {
+	c         *Client
+	req       Request
+	ctx       context.Context
+	cancel    context.CancelFunc
+	rdr       *flight.Reader
+	mu        sync.Mutex // guards scancel, which a cancelled Next calls from another goroutine
+	scancel   context.CancelFunc
+	exp       *expander
+	state     order.State
+	delivered int64
+	retries   int
+	closed    bool
+	done      bool
+}
+
+var _ pipeline.Batches = (*Stream)(nil)
+
+// Stream opens the stream of req. It fails at once on what the server
+// refuses (bad request, unknown shard set, authentication); dropped
+// connections later are retried by Next.
+func (c *Client) Stream(ctx context.Context, req Request) (*Stream, error) {
+	if req.Version == 0 {
+		req.Version = RequestVersion
+	}
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Stream{c: c, req: req, state: req.Start}
+	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	if err := s.open(); err != nil {
+		s.cancel()
+		return nil, err
+	}
+	return s, nil
+}
+
+// open starts DoGet from the last delivered state and reads the schema.
+func (s *Stream) open() error {
+	req := s.req
+	req.Start = s.state
+	if req.Limit > 0 {
+		req.Limit -= s.delivered
+	}
+	sctx, cancel := context.WithCancel(s.ctx)
+	st, err := s.c.fc.DoGet(sctx, &flight.Ticket{Ticket: req.Marshal()})
+	if err != nil {
+		cancel()
+		return fmt.Errorf("remote: DoGet on %s: %w", s.c.cfg.Addr, err)
+	}
+	rdr, err := flight.NewRecordReader(st, ipc.WithAllocator(s.c.cfg.Allocator))
+	if err != nil {
+		cancel()
+		return fmt.Errorf("remote: stream from %s: %w", s.c.cfg.Addr, err)
+	}
+	if err := checkSchema(rdr.Schema(), req.transport()); err != nil {
+		rdr.Release()
+		cancel()
+		return err
+	}
+	if req.transport() == MasksWindowed && s.exp == nil {
+		if s.exp, err = newExpander(rdr.Schema(), s.c.cfg.Allocator); err != nil {
+			rdr.Release()
+			cancel()
+			return err
+		}
+	}
+	s.rdr = rdr
+	s.mu.Lock()
+	s.scancel = cancel
+	s.mu.Unlock()
+	return nil
+}
+
+func checkSchema(sc *arrow.Schema, transport string) error {
+	names := fieldNames(sc)
+	want := []string{batch.ColImage, batch.ColImageID, batch.ColOrigHeight, batch.ColOrigWidth, batch.ColTransform,
+		batch.ColBoxes, batch.ColClasses, batch.ColBoxesPerImage}
+	if transport == MasksWindowed {
+		want = append(want, ColMaskWindows, ColMaskData)
+	} else {
+		want = append(want, batch.ColMasks)
+	}
+	if len(names) != len(want) {
+		return fmt.Errorf("remote: server sent columns %v, want %v", names, want)
+	}
+	for i := range want {
+		if names[i] != want[i] {
+			return fmt.Errorf("remote: server sent columns %v, want %v", names, want)
+		}
+	}
+	return nil
+}
+
+func (s *Stream) drop() {
+	if s.rdr != nil {
+		s.rdr.Release()
+		s.rdr = nil
+	}
+	s.cancelCurrent()
+}
+
+func (s *Stream) cancelCurrent() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.scancel != nil {
+		s.scancel()
+		s.scancel = nil
+	}
+}
+
+// retryable tells transport failures (reconnect and resume) from answers
+// (bad request, auth, data errors), which a retry would only repeat.
+func retryable(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.Internal, codes.Unknown, codes.Aborted, codes.ResourceExhausted:
+		return true
+	}
+	return false
+}
+
+// Next implements pipeline.Batches. The caller owns the record. After a
+// dropped connection it reopens the stream from the last delivered state,
+// waiting Backoff, 2·Backoff, … between attempts; after Retries failed
+// attempts in a row it returns an error naming the last cause.
+func (s *Stream) Next(ctx context.Context) (arrow.RecordBatch, error) {
+	if s.closed {
+		return nil, errors.New("remote: Next after Close")
+	}
+	if s.done {
+		return nil, io.EOF
+	}
+	// A cancelled call ends the gRPC stream under it; the next call
+	// reopens from the state delivered so far.
+	stop := context.AfterFunc(ctx, s.cancelCurrent)
+	defer stop()
+	wait := s.c.cfg.Backoff
+	for {
+		var err error
+		if s.rdr == nil {
+			err = s.open()
+		}
+		if err == nil {
+			if s.rdr.Next() {
+				return s.deliver()
+			}
+			err = s.rdr.Err()
+			if err == nil || errors.Is(err, io.EOF) {
+				s.done = true
+				s.drop()
+				return nil, io.EOF
+			}
+		}
+		s.drop()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if !retryable(err) {
+			return nil, fmt.Errorf("remote: stream from %s after %d batches: %w", s.c.cfg.Addr, s.delivered, err)
+		}
+		if s.retries >= s.c.cfg.Retries {
+			return nil, fmt.Errorf("remote: stream from %s lost after %d batches; %d reconnect attempts failed, last: %w", s.c.cfg.Addr, s.delivered, s.retries, err)
+		}
+		s.retries++
+		s.c.cfg.Logger.Warn("stream dropped, reconnecting", "addr", s.c.cfg.Addr, "batches", s.delivered, "attempt", s.retries, "wait", wait, "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+		wait = min(2*wait, s.c.cfg.MaxBackoff)
+	}
+}
+
+func (s *Stream) deliver() (arrow.RecordBatch, error) {
+	rec := s.rdr.RecordBatch()
+	var st streamState
+	if err := json.Unmarshal(s.rdr.LatestAppMetadata(), &st); err != nil {
+		s.drop()
+		return nil, fmt.Errorf("remote: batch %d from %s has no resume state: %w", s.delivered, s.c.cfg.Addr, err)
+	}
+	var out arrow.RecordBatch
+	if s.exp != nil {
+		var err error
+		if out, err = s.exp.expand(rec); err != nil {
+			s.drop()
+			return nil, fmt.Errorf("remote: batch %d from %s: %w", s.delivered, s.c.cfg.Addr, err)
+		}
+	} else {
+		rec.Retain()
+		out = rec
+	}
+	s.state = order.State{Seed: st.Seed, Epoch: st.Epoch, Consumed: st.Consumed}
+	s.delivered++
+	s.retries = 0
+	return out, nil
+}
+
+// State implements pipeline.Batches: the state after the last batch Next
+// returned.
+func (s *Stream) State() order.State { return s.state }
+
+// Delivered is the number of batches Next has returned.
+func (s *Stream) Delivered() int64 { return s.delivered }
+
+// Close implements pipeline.Batches; the server frees the stream's loader
+// as soon as it sees the cancellation. Records already returned stay valid.
+func (s *Stream) Close() error {
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	s.drop()
+	s.cancel()
+	return nil
+}

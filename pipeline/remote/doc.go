@@ -1,0 +1,59 @@
+// Package remote serves training batches over Arrow Flight and consumes
+// them: CPU machines run the loader, GPU machines train.
+//
+// # Protocol
+//
+// A client asks for a stream with DoGet and a ticket holding a [Request]
+// as JSON: {"version":1, "shards":"coco/train", "start":{"seed":0,
+// "epoch":0,"consumed":0}, "rank":0, "world_size":8, "batch_size":32,
+// "imgsz":640, "augment":{"mosaic":1.0}, "masks":"windowed"}. Unknown
+// fields, a different version or invalid settings are refused with
+// InvalidArgument naming the problem. The server runs one loader per
+// stream (workers, prefetch and cache are the server's settings) and sends
+// the batches in order as Arrow IPC record batches of the formats/batch
+// schema; each batch carries as Flight app metadata the resume state after
+// it, {"seed","epoch","consumed","batch"}. GetFlightInfo takes a descriptor
+// whose command is a request and answers its schema and one endpoint
+// (located at Peers[rank % len(Peers)] when the server knows its peers).
+//
+// Any Flight client can read a stream (pyarrow.flight.FlightClient.do_get);
+// the data path is plain protobuf on the wire.
+//
+// # Masks on the wire
+//
+// With "masks":"dense" the schema is the batch schema. With "windowed" the
+// masks column is replaced by mask_windows (per instance its tight window
+// x0,y0,w,h on the grid) and mask_data (per image the windows' w·h bytes),
+// see ColMaskWindows; [Stream] expands them back into the dense
+// (sum_N, Hp, Wp) stack, so a consumer of Stream sees batch records either
+// way, byte-identical to the local loader's.
+//
+// # Client
+//
+// [Client.Stream] returns a [Stream], which implements pipeline.Batches.
+// When the connection drops it reopens the stream from the state of the
+// last batch it delivered (the loader is deterministic from that state, so
+// the batches that follow are the ones the broken stream would have sent),
+// retrying with exponential backoff and failing with an error that names
+// the cause after ClientConfig.Retries attempts in a row.
+//
+// # Memory and back-pressure
+//
+// A stream takes the next batch from its loader only after the previous
+// one has been handed to gRPC, and gRPC blocks a stream whose client does
+// not read (HTTP/2 flow control). A slow client therefore holds at most the
+// loader's prefetch plus one or two batches in the transport
+// (Server.TransportBatches); the rest waits in the flow-control window and
+// the kernel. Batch bodies are not copied on the server: the FlightData
+// message references the record's buffers and the record is released once
+// gRPC has written them. When a client disconnects, gRPC cancels the
+// stream's context: the loader stops, its goroutines exit and its buffers
+// are freed before DoGet returns.
+//
+// # Security
+//
+// With a token every call needs "authorization: Bearer <token>" (compared
+// in constant time); with TLS the server presents ServerConfig.TLS. [Listen]
+// refuses non-loopback addresses when no token is set unless allowed
+// explicitly.
+package remote

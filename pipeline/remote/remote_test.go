@@ -1,0 +1,479 @@
+package remote
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"io"
+	"math/big"
+	"net"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/flight"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/segpipe/segpipe/formats/batch"
+	"github.com/segpipe/segpipe/pipeline/order"
+)
+
+func TestParseRequestRejects(t *testing.T) {
+	for _, tc := range []struct {
+		name, ticket, want string
+	}{
+		{"not json", `hello`, "not a version 1"},
+		{"unknown field", `{"version":1,"shards":"s","batchsize":4}`, `unknown field "batchsize"`},
+		{"unknown augment field", `{"version":1,"augment":{"mosaik":1}}`, `unknown field "mosaik"`},
+		{"no version", `{"shards":"s"}`, "version 0"},
+		{"future version", `{"version":2}`, "version 2"},
+		{"trailing data", `{"version":1} {"version":1}`, "trailing data"},
+		{"wrong type", `{"version":1,"batch_size":"32"}`, "batch_size"},
+		{"masks", `{"version":1,"masks":"rle"}`, `masks "rle"`},
+		{"escape root", `{"version":1,"shards":"a/../../etc"}`, "leaves the shard root"},
+		{"absolute", `{"version":1,"shards":"/etc"}`, "relative"},
+		{"rank", `{"version":1,"rank":4,"world_size":4}`, "rank 4 of world size 4"},
+		{"imgsz", `{"version":1,"imgsz":66}`, "not a multiple of the mask stride"},
+		{"augment range", `{"version":1,"augment":{"mosaic":2}}`, "mosaic 2 out of range"},
+		{"negative", `{"version":1,"batch_size":-1}`, "negative"},
+		{"limit", `{"version":1,"limit":-1}`, "limit -1"},
+		{"start", `{"version":1,"start":{"seed":1,"epoch":0,"consumed":-5}}`, "start state"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseRequest([]byte(tc.ticket))
+			if !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want ErrBadRequest mentioning %q", err, tc.want)
+			}
+		})
+	}
+	r, err := ParseRequest(testRequest().Marshal())
+	if err != nil || r.Shards != "synth" || r.Augment == nil || *r.Augment.Degrees != 5 {
+		t.Fatalf("round trip: %+v, %v", r, err)
+	}
+}
+
+func TestMalformedTicketsOverFlight(t *testing.T) {
+	srv := startServer(t, synthRows(t, 8), ServerConfig{})
+	c := client(t, ClientConfig{Addr: srv.addr})
+	for _, tk := range []string{``, `{`, `{"version":1,"shards":"synth","extra":true}`, `{"version":1,"shards":"nope"}`} {
+		st, err := c.fc.DoGet(context.Background(), &flight.Ticket{Ticket: []byte(tk)})
+		if err == nil {
+			_, err = st.Recv()
+		}
+		code := status.Code(err)
+		if code != codes.InvalidArgument && code != codes.NotFound {
+			t.Errorf("ticket %q: %v, want InvalidArgument or NotFound", tk, err)
+		}
+	}
+	if _, err := c.Info(context.Background(), Request{Shards: "synth", ImgSz: 63}); status.Code(errors.Unwrap(err)) != codes.InvalidArgument {
+		t.Errorf("bad descriptor: %v", err)
+	}
+	if srv.ActiveStreams() != 0 {
+		t.Errorf("%d streams active after refusals", srv.ActiveStreams())
+	}
+}
+
+func TestRoundTripByteIdentical(t *testing.T) {
+	rows := synthRows(t, 24)
+	srv := startServer(t, rows, ServerConfig{})
+	c := client(t, ClientConfig{Addr: srv.addr})
+	for _, masks := range []string{MasksDense, MasksWindowed} {
+		t.Run(masks, func(t *testing.T) {
+			req := testRequest()
+			req.Masks = masks
+			want := local(t, rows, req, 1)
+			defer release(want)
+			s, err := c.Stream(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := drain(t, s)
+			defer release(got)
+			if st := s.State(); st != (order.State{Seed: 7, Epoch: 2}) {
+				t.Errorf("final state %+v", st)
+			}
+			s.Close()
+			sameBatches(t, want, got)
+		})
+	}
+}
+
+func TestFlightInfo(t *testing.T) {
+	srv := startServer(t, synthRows(t, 8), ServerConfig{Peers: []string{"grpc://10.0.0.1:8815", "grpc://10.0.0.2:8815"}})
+	c := client(t, ClientConfig{Addr: srv.addr})
+	req := testRequest()
+	req.Rank, req.WorldSize, req.Masks = 3, 4, MasksWindowed
+	info, err := c.Info(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := flight.DeserializeSchema(info.Schema, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkSchema(sc, MasksWindowed); err != nil {
+		t.Error(err)
+	}
+	if len(info.Endpoint) != 1 || info.Endpoint[0].Location[0].Uri != "grpc://10.0.0.2:8815" {
+		t.Errorf("endpoint %v, want rank 3 at the second peer", info.Endpoint)
+	}
+	if r, err := ParseRequest(info.Endpoint[0].Ticket.Ticket); err != nil || r.Rank != 3 {
+		t.Errorf("endpoint ticket %s: %v", info.Endpoint[0].Ticket.Ticket, err)
+	}
+}
+
+func TestAuthRefusal(t *testing.T) {
+	rows := synthRows(t, 8)
+	srv := startServer(t, rows, ServerConfig{Token: "s3cret"})
+	req := testRequest()
+	req.Limit = 1
+	for _, tok := range []string{"", "wrong", "s3cret-but-longer"} {
+		c := client(t, ClientConfig{Addr: srv.addr, Token: tok})
+		if _, err := c.Stream(context.Background(), req); status.Code(errors.Unwrap(err)) != codes.Unauthenticated {
+			t.Errorf("token %q: %v, want Unauthenticated", tok, err)
+		}
+		if _, err := c.Info(context.Background(), req); status.Code(errors.Unwrap(err)) != codes.Unauthenticated {
+			t.Errorf("token %q: info: %v, want Unauthenticated", tok, err)
+		}
+	}
+	c := client(t, ClientConfig{Addr: srv.addr, Token: "s3cret"})
+	s, err := c.Stream(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release(drain(t, s))
+	s.Close()
+}
+
+func TestListenLoopbackOnlyWithoutToken(t *testing.T) {
+	if _, err := Listen("0.0.0.0:0", false, false); err == nil || !strings.Contains(err.Error(), "loopback") {
+		t.Errorf("0.0.0.0 without token: %v", err)
+	}
+	if _, err := Listen(":0", false, false); err == nil {
+		t.Errorf(":0 without token accepted")
+	}
+	for _, addr := range []string{"127.0.0.1:0", "localhost:0"} {
+		l, err := Listen(addr, false, false)
+		if err != nil {
+			t.Errorf("%s: %v", addr, err)
+			continue
+		}
+		l.Close()
+	}
+}
+
+// selfSigned returns a server certificate for 127.0.0.1 and a pool that
+// trusts it.
+func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "segpipe test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IsCA: true, BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, pool
+}
+
+func TestTLS(t *testing.T) {
+	rows := synthRows(t, 8)
+	cert, pool := selfSigned(t)
+	srv := startServer(t, rows, ServerConfig{TLS: &tls.Config{Certificates: []tls.Certificate{cert}}, Token: "t"})
+	req := testRequest()
+	req.Limit = 2
+	want := local(t, rows, req, 1)
+	defer release(want)
+	c := client(t, ClientConfig{Addr: srv.addr, Token: "t", TLS: &tls.Config{RootCAs: pool}})
+	s, err := c.Stream(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := drain(t, s)
+	defer release(got)
+	sameBatches(t, want, got)
+	// A client that does not trust the certificate, or speaks plaintext,
+	// gets nothing.
+	for _, cfg := range []ClientConfig{
+		{Addr: srv.addr, Token: "t", TLS: &tls.Config{}, Retries: -1},
+		{Addr: srv.addr, Token: "t", Retries: -1},
+	} {
+		c := client(t, cfg)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if _, err := c.Stream(ctx, req); err == nil {
+			t.Errorf("TLS=%v: stream opened", cfg.TLS != nil)
+		}
+		cancel()
+	}
+}
+
+func TestDisconnectFreesLoader(t *testing.T) {
+	rows := synthRows(t, 32)
+	srv := startServer(t, rows, ServerConfig{})
+	before := runtime.NumGoroutine()
+	c, err := NewClient(ClientConfig{Addr: srv.addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := testRequest()
+	req.Epochs = 1000 // far more than the test reads
+	s, err := c.Stream(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := s.Next(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Release()
+	if srv.ActiveStreams() != 1 {
+		t.Fatalf("%d active streams, want 1", srv.ActiveStreams())
+	}
+	s.Close()
+	eventually(t, "loader freed after the client left", 5*time.Second, func() bool {
+		return srv.ActiveStreams() == 0 && srv.TransportBatches() == 0
+	})
+	c.Close()
+	eventually(t, "goroutines back to the baseline", 5*time.Second, func() bool {
+		return runtime.NumGoroutine() <= before
+	})
+}
+
+func TestSlowConsumerBounded(t *testing.T) {
+	rows := synthRows(t, 32)
+	// Small windows so that the test reaches the steady state quickly; the
+	// bound does not depend on them.
+	srv := startServer(t, rows, ServerConfig{WindowBytes: 256 << 10, Loader: pipelineConfig(2)})
+	c := client(t, ClientConfig{Addr: srv.addr, WindowBytes: 256 << 10})
+	req := testRequest()
+	req.ImgSz, req.BatchSize, req.Epochs = 256, 4, 100 // 786 KiB of images a batch
+	s, err := c.Stream(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var peak int64
+	for i := 0; i < 12; i++ {
+		time.Sleep(30 * time.Millisecond) // a consumer slower than the server
+		peak = max(peak, srv.TransportBatches())
+		rec, err := s.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.Release()
+	}
+	// One batch being written plus at most one queued behind flow control.
+	if peak > 2 {
+		t.Errorf("server held %d batches in the transport for a slow client, want ≤ 2", peak)
+	}
+}
+
+func TestConcurrentClients(t *testing.T) {
+	rows := synthRows(t, 64)
+	srv := startServer(t, rows, ServerConfig{Loader: pipelineConfig(1)})
+	c := client(t, ClientConfig{Addr: srv.addr})
+	const world = 32
+	var mu sync.Mutex
+	seen := map[int64]int{}
+	var wg sync.WaitGroup
+	errs := make(chan error, world)
+	for r := 0; r < world; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := testRequest()
+			req.Rank, req.WorldSize, req.Epochs, req.BatchSize = r, world, 1, 2
+			req.Augment = &Augment{Mosaic: ptr(0.0)}
+			if r%2 == 1 {
+				req.Masks = MasksWindowed
+			}
+			s, err := c.Stream(context.Background(), req)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer s.Close()
+			for {
+				rec, err := s.Next(context.Background())
+				if err == io.EOF {
+					return
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				ids := rec.Column(1).Data().Buffers()[1].Bytes()
+				mu.Lock()
+				for k := 0; k < int(rec.NumRows()); k++ {
+					seen[int64(ids[8*k])|int64(ids[8*k+1])<<8]++
+				}
+				mu.Unlock()
+				if _, err := batch.MaskStack(rec); err != nil {
+					errs <- err
+				}
+				rec.Release()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if len(seen) != len(rows) {
+		t.Errorf("%d distinct images over %d ranks, want every one of %d once", len(seen), world, len(rows))
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("image %d served %d times", id, n)
+		}
+	}
+}
+
+// proxy forwards loopback TCP connections and can cut them all, as a
+// network failure would.
+type proxy struct {
+	lis    net.Listener
+	target string
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{lis: lis, target: target}
+	go func() {
+		for {
+			a, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			b, err := net.Dial("tcp", target)
+			if err != nil {
+				a.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, a, b)
+			p.mu.Unlock()
+			go func() { io.Copy(a, b); a.Close() }()
+			go func() { io.Copy(b, a); b.Close() }()
+		}
+	}()
+	t.Cleanup(func() { lis.Close(); p.cut() })
+	return p
+}
+
+func (p *proxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+func TestResumeAfterDroppedConnection(t *testing.T) {
+	rows := synthRows(t, 24)
+	srv := startServer(t, rows, ServerConfig{})
+	px := newProxy(t, srv.addr)
+	req := testRequest()
+	req.Masks = MasksWindowed
+	want := local(t, rows, req, 1)
+	defer release(want)
+	c := client(t, ClientConfig{Addr: px.lis.Addr().String(), Backoff: 5 * time.Millisecond})
+	s, err := c.Stream(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var got []arrow.RecordBatch
+	for i := 0; ; i++ {
+		if i == 2 || i == 5 {
+			px.cut()
+		}
+		rec, err := s.Next(context.Background())
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("batch %d: %v", i, err)
+		}
+		got = append(got, rec)
+	}
+	defer release(got)
+	sameBatches(t, want, got)
+}
+
+func TestRetriesExhausted(t *testing.T) {
+	rows := synthRows(t, 8)
+	srv := startServer(t, rows, ServerConfig{})
+	px := newProxy(t, srv.addr)
+	c := client(t, ClientConfig{Addr: px.lis.Addr().String(), Retries: 3, Backoff: time.Millisecond})
+	req := testRequest()
+	s, err := c.Stream(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	rec, err := s.Next(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Release()
+	px.lis.Close()
+	px.cut()
+	_, err = s.Next(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "3 reconnect attempts failed") {
+		t.Fatalf("err = %v, want a clear error after 3 attempts", err)
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	rows := synthRows(t, 8)
+	srv := startServer(t, rows, ServerConfig{})
+	c := client(t, ClientConfig{Addr: srv.addr})
+	req := testRequest()
+	req.Limit = 3
+	s, err := c.Stream(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release(drain(t, s))
+	s.Close()
+	w := httptest.NewRecorder()
+	srv.MetricsHandler().ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
+	body := w.Body.String()
+	for _, want := range []string{"segpipe_serve_batches_total 3", "segpipe_serve_images_total 12",
+		"segpipe_serve_bytes_sent_total", `segpipe_serve_client_stall_seconds_total{client="127.0.0.1 rank 0/1"}`,
+		"segpipe_serve_active_streams 0"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}

@@ -1,0 +1,218 @@
+package remote
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strings"
+
+	"github.com/segpipe/segpipe/pipeline"
+	"github.com/segpipe/segpipe/pipeline/augment"
+	"github.com/segpipe/segpipe/pipeline/order"
+)
+
+// RequestVersion is the ticket format this package writes and accepts.
+const RequestVersion = 1
+
+// Mask transports.
+const (
+	MasksDense    = "dense"    // the batch schema as is: (sum_N, Hp, Wp) bytes
+	MasksWindowed = "windowed" // per instance its window on the grid and w·h bytes
+)
+
+// ErrBadRequest marks a ticket or descriptor the server cannot use: bad
+// JSON, an unknown field, a wrong version or an invalid setting.
+var ErrBadRequest = errors.New("remote: bad request")
+
+// Request is the loader request a ticket carries, as JSON. Fields left out
+// take the loader's defaults; unknown fields are an error, so a client never
+// believes a setting was applied when the server does not know it.
+type Request struct {
+	Version int `json:"version"`
+	// Shards names the shard set: a directory relative to the server's
+	// shard root ("" or "." for the root itself).
+	Shards string `json:"shards"`
+	// Start is the resume state (seed, epoch, consumed); a fresh run has
+	// consumed 0.
+	Start order.State `json:"start"`
+	// Epochs is the schedule's epoch count (default start.epoch+1).
+	Epochs      int  `json:"epochs,omitempty"`
+	CloseMosaic int  `json:"close_mosaic,omitempty"`
+	Rank        int  `json:"rank,omitempty"`
+	WorldSize   int  `json:"world_size,omitempty"`
+	BatchSize   int  `json:"batch_size,omitempty"`
+	ImgSz       int  `json:"imgsz,omitempty"`
+	Val         bool `json:"val,omitempty"`
+	// Augment overrides single augmentation settings of
+	// augment.DefaultConfig; nil keeps them all.
+	Augment *Augment `json:"augment,omitempty"`
+	// Masks is MasksDense (default) or MasksWindowed.
+	Masks string `json:"masks,omitempty"`
+	// Limit stops the stream after this many batches (0: no limit).
+	Limit int64 `json:"limit,omitempty"`
+}
+
+// Augment holds optional overrides of augment.Config; a nil field keeps the
+// default. Names follow the widely used YOLO hyper-parameter names.
+type Augment struct {
+	Mosaic      *float64 `json:"mosaic,omitempty"`
+	Degrees     *float64 `json:"degrees,omitempty"`
+	Translate   *float64 `json:"translate,omitempty"`
+	Scale       *float64 `json:"scale,omitempty"`
+	Shear       *float64 `json:"shear,omitempty"`
+	Perspective *float64 `json:"perspective,omitempty"`
+	HSVH        *float64 `json:"hsv_h,omitempty"`
+	HSVS        *float64 `json:"hsv_s,omitempty"`
+	HSVV        *float64 `json:"hsv_v,omitempty"`
+	FlipLR      *float64 `json:"fliplr,omitempty"`
+	Fill        *uint8   `json:"fill,omitempty"`
+	MinSide     *float64 `json:"min_side,omitempty"`
+	MinArea     *float64 `json:"min_area,omitempty"`
+	MaxAspect   *float64 `json:"max_aspect,omitempty"`
+	KeepCrowd   *bool    `json:"keep_crowd,omitempty"`
+}
+
+// ParseRequest decodes and checks a ticket. Errors wrap ErrBadRequest and
+// name the offending field.
+func ParseRequest(b []byte) (Request, error) {
+	var r Request
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		return Request{}, fmt.Errorf("%w: ticket is not a version %d loader request: %v", ErrBadRequest, RequestVersion, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return Request{}, fmt.Errorf("%w: trailing data after the request object", ErrBadRequest)
+	}
+	if err := r.Validate(); err != nil {
+		return Request{}, err
+	}
+	return r, nil
+}
+
+// Marshal returns the request as ticket bytes (version set when zero).
+func (r Request) Marshal() []byte {
+	if r.Version == 0 {
+		r.Version = RequestVersion
+	}
+	b, _ := json.Marshal(r) // plain data: cannot fail
+	return b
+}
+
+// Validate checks what can be checked without the data: version, shard
+// set name, mask transport and the loader settings.
+func (r Request) Validate() error {
+	if r.Version != RequestVersion {
+		return fmt.Errorf("%w: version %d, this server speaks version %d", ErrBadRequest, r.Version, RequestVersion)
+	}
+	if _, err := cleanSet(r.Shards); err != nil {
+		return err
+	}
+	switch r.Masks {
+	case "", MasksDense, MasksWindowed:
+	default:
+		return fmt.Errorf("%w: masks %q: want %q or %q", ErrBadRequest, r.Masks, MasksDense, MasksWindowed)
+	}
+	if r.Limit < 0 {
+		return fmt.Errorf("%w: limit %d is negative", ErrBadRequest, r.Limit)
+	}
+	if _, err := r.Config(pipeline.Config{}); err != nil {
+		return err
+	}
+	return nil
+}
+
+// cleanSet maps a shard set name to a clean relative path that cannot leave
+// the shard root.
+func cleanSet(name string) (string, error) {
+	if strings.ContainsRune(name, '\\') || strings.HasPrefix(name, "/") {
+		return "", fmt.Errorf("%w: shards %q: want a path relative to the shard root, with forward slashes", ErrBadRequest, name)
+	}
+	c := path.Clean("/" + name)[1:]
+	if c == "" {
+		c = "."
+	}
+	for _, part := range strings.Split(name, "/") {
+		if part == ".." {
+			return "", fmt.Errorf("%w: shards %q leaves the shard root", ErrBadRequest, name)
+		}
+	}
+	return c, nil
+}
+
+// transport returns the mask transport with its default applied.
+func (r Request) transport() string {
+	if r.Masks == "" {
+		return MasksDense
+	}
+	return r.Masks
+}
+
+// Config turns the request into a loader configuration. Resource settings
+// (workers, prefetch, cache, logger) come from base: the server decides
+// those, not the client.
+func (r Request) Config(base pipeline.Config) (pipeline.Config, error) {
+	c := base
+	c.BatchSize, c.Start, c.Epochs, c.CloseMosaic = r.BatchSize, r.Start, r.Epochs, r.CloseMosaic
+	c.Rank, c.WorldSize, c.Val = r.Rank, r.WorldSize, r.Val
+	a := augment.DefaultConfig()
+	if r.ImgSz != 0 {
+		a.ImgSz = r.ImgSz
+	}
+	if o := r.Augment; o != nil {
+		for _, f := range []struct {
+			dst *float64
+			src *float64
+		}{
+			{&a.Mosaic, o.Mosaic}, {&a.Degrees, o.Degrees}, {&a.Translate, o.Translate}, {&a.Scale, o.Scale},
+			{&a.Shear, o.Shear}, {&a.Perspective, o.Perspective}, {&a.HSVH, o.HSVH}, {&a.HSVS, o.HSVS},
+			{&a.HSVV, o.HSVV}, {&a.FlipLR, o.FlipLR}, {&a.MinSide, o.MinSide}, {&a.MinArea, o.MinArea},
+			{&a.MaxAspect, o.MaxAspect},
+		} {
+			if f.src != nil {
+				*f.dst = *f.src
+			}
+		}
+		if o.Fill != nil {
+			a.Fill = *o.Fill
+		}
+		if o.KeepCrowd != nil {
+			a.KeepCrowd = *o.KeepCrowd
+		}
+	}
+	c.Augment = a
+	if r.BatchSize < 0 || r.Epochs < 0 || r.CloseMosaic < 0 || r.ImgSz < 0 || r.WorldSize < 0 {
+		return c, fmt.Errorf("%w: negative batch_size, epochs, close_mosaic, imgsz or world_size", ErrBadRequest)
+	}
+	if err := checkConfig(c); err != nil {
+		return c, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	return c, nil
+}
+
+// checkConfig mirrors the loader's own checks so that a bad request fails
+// when the ticket is read, before any data is opened. (The loader repeats
+// them in pipeline.New; it exports no separate validation.)
+func checkConfig(c pipeline.Config) error {
+	world := max(c.WorldSize, 1)
+	stride := c.Stride
+	if stride == 0 {
+		stride = 4
+	}
+	switch {
+	case c.Rank < 0 || c.Rank >= world:
+		return fmt.Errorf("rank %d of world size %d", c.Rank, world)
+	case c.Start.Epoch < 0 || c.Start.Consumed < 0:
+		return fmt.Errorf("start state %+v", c.Start)
+	case c.Epochs != 0 && c.Epochs <= c.Start.Epoch:
+		return fmt.Errorf("epochs %d leaves nothing after start epoch %d", c.Epochs, c.Start.Epoch)
+	case c.BatchSize > 1<<16:
+		return fmt.Errorf("batch_size %d is more than %d", c.BatchSize, 1<<16)
+	case c.Augment.ImgSz%stride != 0:
+		return fmt.Errorf("imgsz %d is not a multiple of the mask stride %d", c.Augment.ImgSz, stride)
+	}
+	return c.Augment.Validate()
+}

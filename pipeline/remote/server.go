@@ -1,0 +1,367 @@
+package remote
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/flight"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/segpipe/segpipe/formats/batch"
+	"github.com/segpipe/segpipe/formats/shard"
+	"github.com/segpipe/segpipe/pipeline"
+)
+
+// DefaultWindowBytes is the HTTP/2 flow-control window of both ends: large
+// enough that one stream is not throttled by round trips on a fast link,
+// and the most a slow client can have in flight beyond what the transport
+// has already written.
+const DefaultWindowBytes = 16 << 20
+
+// ServerConfig configures a Server. Zero values take the documented
+// defaults.
+type ServerConfig struct {
+	// Root is the shard root: a request's shard set is a directory below it
+	// holding a manifest.json.
+	Root string
+	// Open, when set, replaces Root: it returns the source of a cleaned
+	// shard set name. A returned source that is an io.Closer is closed when
+	// its stream ends.
+	Open func(ctx context.Context, name string) (pipeline.Source, error)
+	// Loader holds the resource settings of every stream's loader
+	// (Workers, Prefetch, CacheBytes, WindowRows, Strict, Logger); the
+	// request supplies the rest.
+	Loader pipeline.Config
+	// Token, when set, is required as "authorization: Bearer <token>" on
+	// every call.
+	Token string
+	// TLS, when set, serves over TLS.
+	TLS *tls.Config
+	// Peers are the locations (grpc://host:port or grpc+tls://...) of the
+	// servers that share the ranks of a run, this one included; rank r is
+	// routed to Peers[r % len(Peers)] by GetFlightInfo. Empty: every
+	// endpoint is this server.
+	Peers []string
+	// WindowBytes is the HTTP/2 stream and connection window, default
+	// DefaultWindowBytes.
+	WindowBytes int32
+	Logger      *slog.Logger // default slog.Default()
+}
+
+// Server serves loader streams over Arrow Flight: DoGet takes a ticket
+// holding a Request and streams that request's batches in order, each
+// with its resume state as app metadata; GetFlightInfo takes a descriptor
+// whose command is a Request and returns its schema and endpoint.
+type Server struct {
+	flight.BaseFlightServer
+	cfg     ServerConfig
+	m       *metrics
+	grpc    *grpc.Server
+	mem     memory.Allocator
+	active  atomic.Int64
+	held    atomic.Int64
+	streams atomic.Int64 // streams ever started
+}
+
+// NewServer returns a server; call Serve to accept connections.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	if cfg.Root == "" && cfg.Open == nil {
+		return nil, errors.New("remote: server needs a shard root or an Open function")
+	}
+	if cfg.WindowBytes == 0 {
+		cfg.WindowBytes = DefaultWindowBytes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Loader.Logger == nil {
+		cfg.Loader.Logger = cfg.Logger
+	}
+	s := &Server{cfg: cfg, m: newMetrics(), mem: memory.NewGoAllocator()}
+	opts := []grpc.ServerOption{
+		grpc.ForceServerCodecV2(newCodec()),
+		grpc.InitialWindowSize(cfg.WindowBytes),
+		grpc.InitialConnWindowSize(cfg.WindowBytes),
+		grpc.WriteBufferSize(1 << 20),
+		grpc.ReadBufferSize(64 << 10),
+		grpc.MaxRecvMsgSize(16 << 20),
+	}
+	if cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	if cfg.Token != "" {
+		opts = append(opts, authInterceptors(cfg.Token, func(r string) { s.m.refused.WithLabelValues(r).Inc() })...)
+	}
+	s.grpc = grpc.NewServer(opts...)
+	flight.RegisterFlightServiceServer(s.grpc, s)
+	return s, nil
+}
+
+// Serve accepts connections on lis until Stop; it returns nil after Stop.
+func (s *Server) Serve(lis net.Listener) error {
+	err := s.grpc.Serve(lis)
+	if errors.Is(err, grpc.ErrServerStopped) {
+		return nil
+	}
+	return err
+}
+
+// Stop closes every connection and stream at once; GracefulStop waits for
+// streams in progress.
+func (s *Server) Stop()         { s.grpc.Stop() }
+func (s *Server) GracefulStop() { s.grpc.GracefulStop() }
+
+// MetricsHandler serves the Prometheus metrics of this server.
+func (s *Server) MetricsHandler() http.Handler {
+	return promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{})
+}
+
+// ActiveStreams is the number of DoGet streams running (each owns a
+// loader and its goroutines).
+func (s *Server) ActiveStreams() int64 { return s.active.Load() }
+
+// TransportBatches is the number of batches taken from loaders whose bytes
+// the transport has not yet finished with: with the loaders' prefetch it
+// bounds the batch memory of the server.
+func (s *Server) TransportBatches() int64 { return s.held.Load() }
+
+// open returns the source of a shard set.
+func (s *Server) open(ctx context.Context, name string) (pipeline.Source, error) {
+	clean, err := cleanSet(name)
+	if err != nil {
+		return nil, err
+	}
+	if s.cfg.Open != nil {
+		return s.cfg.Open(ctx, clean)
+	}
+	dir := filepath.Join(s.cfg.Root, filepath.FromSlash(clean))
+	if _, err := os.Stat(filepath.Join(dir, shard.ManifestName)); err != nil {
+		return nil, fmt.Errorf("shard set %q: %w", name, os.ErrNotExist)
+	}
+	return pipeline.OpenShards(dir)
+}
+
+// schemaOf returns the stream schema of a request (what the loader's
+// records carry, windowed when asked).
+func schemaOf(cfg pipeline.Config, transport string) (*arrow.Schema, int, error) {
+	stride := cfg.Stride
+	if stride == 0 {
+		stride = 4
+	}
+	sz := cfg.Augment.ImgSz
+	b, err := batch.NewBuilder(sz, sz, sz/stride, sz/stride)
+	if err != nil {
+		return nil, 0, err
+	}
+	if transport == MasksWindowed {
+		return windowedSchema(b.Schema(), sz/stride, sz/stride), sz / stride, nil
+	}
+	return b.Schema(), sz / stride, nil
+}
+
+func grpcError(err error) error {
+	switch {
+	case errors.Is(err, ErrBadRequest):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, os.ErrNotExist):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	}
+	return status.Error(codes.FailedPrecondition, err.Error())
+}
+
+// streamState is the app metadata of every batch: the resume state after
+// it and its index in this stream.
+type streamState struct {
+	Seed     uint64 `json:"seed"`
+	Epoch    int    `json:"epoch"`
+	Consumed int64  `json:"consumed"`
+	Batch    int64  `json:"batch"`
+}
+
+// DoGet implements flight.FlightServer.
+func (s *Server) DoGet(t *flight.Ticket, stream flight.FlightService_DoGetServer) error {
+	req, err := ParseRequest(t.GetTicket())
+	if err != nil {
+		s.m.refused.WithLabelValues("bad_request").Inc()
+		return grpcError(err)
+	}
+	ctx := stream.Context()
+	client := "unknown"
+	if p, ok := peer.FromContext(ctx); ok {
+		if h, _, err := net.SplitHostPort(p.Addr.String()); err == nil {
+			client = h
+		}
+	}
+	client = fmt.Sprintf("%s rank %d/%d", client, req.Rank, max(req.WorldSize, 1))
+	log := s.cfg.Logger.With("client", client, "shards", req.Shards, "start", req.Start)
+	cfg, err := req.Config(s.cfg.Loader)
+	if err != nil {
+		return grpcError(err)
+	}
+	schema, grid, err := schemaOf(cfg, req.transport())
+	if err != nil {
+		return grpcError(fmt.Errorf("%w: %v", ErrBadRequest, err))
+	}
+	src, err := s.open(ctx, req.Shards)
+	if err != nil {
+		s.m.refused.WithLabelValues("shards").Inc()
+		return grpcError(err)
+	}
+	if c, ok := src.(io.Closer); ok {
+		defer c.Close()
+	}
+	// The loader lives exactly as long as the stream: when the client goes
+	// away gRPC cancels ctx, the loader's goroutines stop and Close waits
+	// for them.
+	l, err := pipeline.New(ctx, src, cfg)
+	if err != nil {
+		return grpcError(fmt.Errorf("%w: %v", ErrBadRequest, err))
+	}
+	defer l.Close()
+	s.active.Add(1)
+	s.streams.Add(1)
+	s.m.active.Inc()
+	defer func() { s.active.Add(-1); s.m.active.Dec() }()
+	log.Info("stream started", "masks", req.transport(), "batch_size", cfg.BatchSize, "imgsz", cfg.Augment.ImgSz)
+
+	var win *windower
+	if req.transport() == MasksWindowed {
+		win = newWindower(schema, grid, grid, s.mem)
+		win.schema = schema
+	}
+	ps := &payloadSender{send: func(m *outMsg) error { return stream.SendMsg(m) }}
+	if err := ps.sendSchema(schema, s.mem); err != nil {
+		return status.Error(codes.Unavailable, fmt.Sprintf("send schema: %v", err))
+	}
+	w := ipc.NewWriterWithPayloadWriter(ps, ipc.WithSchema(schema), ipc.WithAllocator(s.mem))
+	stall := s.m.stall.WithLabelValues(client)
+	var n int64
+	var bytes int64
+	for req.Limit == 0 || n < req.Limit {
+		t0 := time.Now()
+		rec, err := l.Next(ctx)
+		s.m.loaderWait.Add(time.Since(t0).Seconds())
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				log.Info("stream ended by the client", "batches", n, "reason", context.Cause(ctx))
+				return status.FromContextError(ctx.Err()).Err()
+			}
+			log.Error("loader failed", "batches", n, "err", err)
+			return grpcError(err)
+		}
+		st := l.State()
+		rows := rec.NumRows()
+		out := rec
+		if win != nil {
+			out, err = win.encode(rec)
+			rec.Release()
+			if err != nil {
+				return grpcError(err)
+			}
+		}
+		app, _ := json.Marshal(streamState{Seed: st.Seed, Epoch: st.Epoch, Consumed: st.Consumed, Batch: n})
+		s.held.Add(1)
+		s.m.held.Inc()
+		var once atomic.Bool
+		ps.app = app
+		ps.release = func() {
+			if once.CompareAndSwap(false, true) {
+				out.Release()
+				s.held.Add(-1)
+				s.m.held.Dec()
+			}
+		}
+		t1 := time.Now()
+		err = w.Write(out)
+		stall.Add(time.Since(t1).Seconds())
+		if ps.release != nil { // never reached the transport
+			ps.release()
+			ps.release = nil
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				log.Info("stream ended by the client", "batches", n, "reason", context.Cause(ctx))
+				return status.FromContextError(ctx.Err()).Err()
+			}
+			return status.Error(codes.Unavailable, fmt.Sprintf("send batch %d: %v", n, err))
+		}
+		n++
+		bytes += ps.sent
+		s.m.batches.Inc()
+		s.m.images.Add(float64(rows))
+		s.m.bytes.Add(float64(ps.sent))
+	}
+	if err := w.Close(); err != nil {
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	log.Info("stream finished", "batches", n, "bytes", bytes)
+	return nil
+}
+
+// GetFlightInfo implements flight.FlightServer: the descriptor's command is
+// a Request; the answer holds its schema and one endpoint whose ticket is
+// the normalised request, located at the peer that serves its rank.
+func (s *Server) GetFlightInfo(ctx context.Context, d *flight.FlightDescriptor) (*flight.FlightInfo, error) {
+	if d.GetType() != flight.DescriptorCMD {
+		return nil, status.Error(codes.InvalidArgument, "segpipe serve: the descriptor must be a command holding a loader request")
+	}
+	req, err := ParseRequest(d.GetCmd())
+	if err != nil {
+		s.m.refused.WithLabelValues("bad_request").Inc()
+		return nil, grpcError(err)
+	}
+	cfg, err := req.Config(s.cfg.Loader)
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	schema, _, err := schemaOf(cfg, req.transport())
+	if err != nil {
+		return nil, grpcError(fmt.Errorf("%w: %v", ErrBadRequest, err))
+	}
+	if s.cfg.Open == nil {
+		clean, err := cleanSet(req.Shards)
+		if err != nil {
+			return nil, grpcError(err)
+		}
+		if _, err := os.Stat(filepath.Join(s.cfg.Root, filepath.FromSlash(clean), shard.ManifestName)); err != nil {
+			return nil, grpcError(fmt.Errorf("shard set %q: %w", req.Shards, os.ErrNotExist))
+		}
+	}
+	req.Version = RequestVersion
+	ep := &flight.FlightEndpoint{Ticket: &flight.Ticket{Ticket: req.Marshal()}}
+	if len(s.cfg.Peers) > 0 {
+		ep.Location = []*flight.Location{{Uri: s.cfg.Peers[req.Rank%len(s.cfg.Peers)]}}
+	}
+	return &flight.FlightInfo{
+		Schema:           flight.SerializeSchema(schema, s.mem),
+		FlightDescriptor: d,
+		Endpoint:         []*flight.FlightEndpoint{ep},
+		TotalRecords:     -1,
+		TotalBytes:       -1,
+		Ordered:          true,
+	}, nil
+}
