@@ -1,10 +1,3 @@
-// Package arena stores a whole dataset's annotations compactly and emits
-// them as shard.Image rows with the image files read in parallel.
-//
-// Coordinates of every ring live in one []float32, ring boundaries in one
-// []uint32 and RLE counts in one []uint32, so a COCO-scale dataset (860k
-// annotations) costs a few small allocations rather than millions. Readers
-// append while parsing and roll back what they skip with Mark/Rollback.
 package arena
 
 import (

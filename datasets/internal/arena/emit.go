@@ -39,7 +39,10 @@ type HeaderError struct {
 	Err     error
 }
 
+// Error is the underlying error's message.
 func (e *HeaderError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the underlying error.
 func (e *HeaderError) Unwrap() error { return e.Err }
 
 // DecodeHeader reads the width, height and format of a JPEG or PNG.
