@@ -289,13 +289,14 @@ func (p *parser) array(name string) error {
 	}
 }
 
-// field is one value read from an object with its location.
+// note is one problem found inside an element, with its location. A note
+// returned by a helper skips the whole element; ring-level notes collected
+// in parser.notes drop only their ring.
 type note struct {
 	off    int64
 	where  string
 	reason string
 	detail string
-	fatal  bool // the whole item is skipped
 }
 
 // objectStart checks that an array element is an object. A non-object is
@@ -312,7 +313,7 @@ func (p *parser) objectStart(where string) (*note, error) {
 			return nil, err
 		}
 		return &note{off: off, where: p.at(where), reason: datasets.ReasonInvalidField,
-			detail: fmt.Sprintf("element is a %s, want an object", kindOf(c)), fatal: true}, nil
+			detail: fmt.Sprintf("element is a %s, want an object", kindOf(c))}, nil
 	}
 	s.pos++
 	return nil, nil
@@ -332,7 +333,7 @@ func (p *parser) intValue(where string, lo, hi int64) (int64, *note, error) {
 			return 0, nil, err
 		}
 		return 0, &note{off: off, where: p.at(where), reason: datasets.ReasonInvalidField,
-			detail: fmt.Sprintf("is a %s, want an integer", k), fatal: true}, nil
+			detail: fmt.Sprintf("is a %s, want an integer", k)}, nil
 	}
 	v, raw, err := s.number()
 	if err != nil {
@@ -343,13 +344,13 @@ func (p *parser) intValue(where string, lo, hi int64) (int64, *note, error) {
 		// 3.0 or 1e3 are integers written as floats; accept those.
 		if v != math.Trunc(v) || math.Abs(v) > 1<<53 {
 			return 0, &note{off: off, where: p.at(where), reason: datasets.ReasonInvalidField,
-				detail: fmt.Sprintf("%s is not an integer", raw), fatal: true}, nil
+				detail: fmt.Sprintf("%s is not an integer", raw)}, nil
 		}
 		n = int64(v)
 	}
 	if n < lo || n > hi {
 		return 0, &note{off: off, where: p.at(where), reason: datasets.ReasonInvalidField,
-			detail: fmt.Sprintf("%d outside [%d, %d]", n, lo, hi), fatal: true}, nil
+			detail: fmt.Sprintf("%d outside [%d, %d]", n, lo, hi)}, nil
 	}
 	return n, nil, nil
 }
@@ -367,7 +368,7 @@ func (p *parser) stringValue(where string) (string, *note, error) {
 			return "", nil, err
 		}
 		return "", &note{off: off, where: p.at(where), reason: datasets.ReasonInvalidField,
-			detail: fmt.Sprintf("is a %s, want a string", k), fatal: true}, nil
+			detail: fmt.Sprintf("is a %s, want a string", k)}, nil
 	}
 	b, err := s.str()
 	return string(b), nil, err
@@ -386,7 +387,7 @@ func (p *parser) floatValue(where string) (float64, *note, error) {
 			return 0, nil, err
 		}
 		return 0, &note{off: off, where: p.at(where), reason: datasets.ReasonInvalidField,
-			detail: fmt.Sprintf("is a %s, want a number", k), fatal: true}, nil
+			detail: fmt.Sprintf("is a %s, want a number", k)}, nil
 	}
 	v, raw, err := s.number()
 	if err != nil {
@@ -394,7 +395,7 @@ func (p *parser) floatValue(where string) (float64, *note, error) {
 	}
 	if math.IsNaN(v) || math.IsInf(float64(float32(v)), 0) {
 		return 0, &note{off: off, where: p.at(where), reason: datasets.ReasonNonFinite,
-			detail: fmt.Sprintf("%s is not a finite float32", raw), fatal: true}, nil
+			detail: fmt.Sprintf("%s is not a finite float32", raw)}, nil
 	}
 	return v, nil, nil
 }
@@ -618,7 +619,7 @@ func (p *parser) annotation(idx int32) error {
 			case "segmentation":
 				if have.seg {
 					n = &note{off: s.offset(), where: p.at(where), reason: datasets.ReasonInvalidField,
-						detail: "segmentation given twice", fatal: true}
+						detail: "segmentation given twice"}
 					err = s.skip()
 					break
 				}
@@ -683,7 +684,7 @@ func (p *parser) crowd(where string, a *arena.Ann) (*note, error) {
 			return nil, err
 		}
 		return &note{off: off, where: p.at(where), reason: datasets.ReasonInvalidField,
-			detail: "is null, want 0 or 1", fatal: true}, nil
+			detail: "is null, want 0 or 1"}, nil
 	}
 	v, n, err := p.intValue(where, 0, 1)
 	if n != nil {
@@ -706,7 +707,7 @@ func (p *parser) bbox(where string, a *arena.Ann) (*note, error) {
 			return nil, err
 		}
 		return &note{off: off, where: p.at(where), reason: datasets.ReasonInvalidBBox,
-			detail: fmt.Sprintf("is a %s, want [x, y, w, h]", kindOf(c)), fatal: true}, nil
+			detail: fmt.Sprintf("is a %s, want [x, y, w, h]", kindOf(c))}, nil
 	}
 	s.pos++
 	var bad *note
@@ -741,11 +742,11 @@ func (p *parser) bbox(where string, a *arena.Ann) (*note, error) {
 	}
 	if i != 4 {
 		return &note{off: off, where: p.at(where), reason: datasets.ReasonInvalidBBox,
-			detail: fmt.Sprintf("%d numbers, want 4", i), fatal: true}, nil
+			detail: fmt.Sprintf("%d numbers, want 4", i)}, nil
 	}
 	if a.BBox[2] < 0 || a.BBox[3] < 0 {
 		return &note{off: off, where: p.at(where), reason: datasets.ReasonInvalidBBox,
-			detail: fmt.Sprintf("negative size %gx%g", a.BBox[2], a.BBox[3]), fatal: true}, nil
+			detail: fmt.Sprintf("negative size %gx%g", a.BBox[2], a.BBox[3])}, nil
 	}
 	return nil, nil
 }
@@ -768,7 +769,7 @@ func (p *parser) segmentation(where string, a *arena.Ann) (*note, error) {
 		return nil, err
 	}
 	return &note{off: off, where: p.at(where), reason: datasets.ReasonInvalidField,
-		detail: fmt.Sprintf("is a %s, want a list of polygons or an RLE object", kindOf(c)), fatal: true}, nil
+		detail: fmt.Sprintf("is a %s, want a list of polygons or an RLE object", kindOf(c))}, nil
 }
 
 func (p *parser) polygons(where string, a *arena.Ann) (*note, error) {
@@ -795,7 +796,7 @@ func (p *parser) polygons(where string, a *arena.Ann) (*note, error) {
 			}
 			if bad == nil {
 				bad = &note{off: roff, where: rw(), reason: datasets.ReasonInvalidField,
-					detail: fmt.Sprintf("polygon is a %s, want a list of numbers", kindOf(c)), fatal: true}
+					detail: fmt.Sprintf("polygon is a %s, want a list of numbers", kindOf(c))}
 			}
 			continue
 		}
@@ -817,7 +818,7 @@ func (p *parser) polygons(where string, a *arena.Ann) (*note, error) {
 				}
 				if bad == nil {
 					bad = &note{off: voff, where: rw(), reason: datasets.ReasonInvalidField,
-						detail: fmt.Sprintf("value %d is a %s, want a number", i, kindOf(c)), fatal: true}
+						detail: fmt.Sprintf("value %d is a %s, want a number", i, kindOf(c))}
 				}
 				continue
 			}
@@ -830,7 +831,7 @@ func (p *parser) polygons(where string, a *arena.Ann) (*note, error) {
 			if math.IsNaN(v) || math.IsInf(float64(f), 0) {
 				if bad == nil {
 					bad = &note{off: voff, where: rw(), reason: datasets.ReasonNonFinite,
-						detail: fmt.Sprintf("value %d is %s", i, raw), fatal: true}
+						detail: fmt.Sprintf("value %d is %s", i, raw)}
 				}
 				continue
 			}
@@ -843,7 +844,7 @@ func (p *parser) polygons(where string, a *arena.Ann) (*note, error) {
 		switch {
 		case n%2 == 1:
 			bad = &note{off: roff, where: rw(), reason: datasets.ReasonPolygonOddLength,
-				detail: fmt.Sprintf("%d values", n), fatal: true}
+				detail: fmt.Sprintf("%d values", n)}
 		case n == 4:
 			st.Coords = st.Coords[:c0]
 			p.notes = append(p.notes, note{off: roff, where: rw(), reason: datasets.ReasonPolygonFourNumbers,
@@ -861,7 +862,7 @@ func (p *parser) polygons(where string, a *arena.Ann) (*note, error) {
 	}
 	if rings == 0 {
 		return &note{off: off, where: p.at(where), reason: datasets.ReasonEmptySegmentation,
-			detail: "no polygons", fatal: true}, nil
+			detail: "no polygons"}, nil
 	}
 	a.RingHi = uint32(len(st.RingEnd))
 	return nil, nil
@@ -903,7 +904,7 @@ func (p *parser) rle(where string, a *arena.Ann) (*note, error) {
 				if err := s.skip(); err != nil {
 					return nil, err
 				}
-				fail(&note{off: soff, where: p.at(sw), detail: "want [h, w]", fatal: true})
+				fail(&note{off: soff, where: p.at(sw), detail: "want [h, w]"})
 				continue
 			}
 			s.pos++
@@ -929,7 +930,7 @@ func (p *parser) rle(where string, a *arena.Ann) (*note, error) {
 				}
 			}
 			if i != 2 {
-				fail(&note{off: soff, where: p.at(sw), detail: fmt.Sprintf("%d numbers, want [h, w]", i), fatal: true})
+				fail(&note{off: soff, where: p.at(sw), detail: fmt.Sprintf("%d numbers, want [h, w]", i)})
 			}
 			haveSize = true
 		case "counts":
@@ -945,7 +946,7 @@ func (p *parser) rle(where string, a *arena.Ann) (*note, error) {
 				var derr error
 				st.Counts, derr = rle.AppendDecode(st.Counts, string(str))
 				if derr != nil {
-					fail(&note{off: coff, where: p.at(cw), detail: derr.Error(), fatal: true})
+					fail(&note{off: coff, where: p.at(cw), detail: derr.Error()})
 				}
 			case '[':
 				s.pos++
@@ -968,7 +969,7 @@ func (p *parser) rle(where string, a *arena.Ann) (*note, error) {
 				if err := s.skip(); err != nil {
 					return nil, err
 				}
-				fail(&note{off: coff, where: p.at(cw), detail: fmt.Sprintf("is a %s, want a list or a string", kindOf(c)), fatal: true})
+				fail(&note{off: coff, where: p.at(cw), detail: fmt.Sprintf("is a %s, want a list or a string", kindOf(c))})
 			}
 			haveCounts = true
 		default:
@@ -978,7 +979,7 @@ func (p *parser) rle(where string, a *arena.Ann) (*note, error) {
 		}
 	}
 	if bad == nil && (!haveSize || !haveCounts) {
-		fail(&note{off: off, where: p.at(where), detail: "want both size and counts", fatal: true})
+		fail(&note{off: off, where: p.at(where), detail: "want both size and counts"})
 	}
 	if bad == nil {
 		var sum uint64
@@ -986,7 +987,7 @@ func (p *parser) rle(where string, a *arena.Ann) (*note, error) {
 			sum += uint64(c)
 		}
 		if px := uint64(a.RLEH) * uint64(a.RLEW); sum != px {
-			fail(&note{off: off, where: p.at(where), detail: fmt.Sprintf("counts sum to %d, size [%d, %d] has %d pixels", sum, a.RLEH, a.RLEW, px), fatal: true})
+			fail(&note{off: off, where: p.at(where), detail: fmt.Sprintf("counts sum to %d, size [%d, %d] has %d pixels", sum, a.RLEH, a.RLEW, px)})
 		}
 	}
 	if bad != nil {
