@@ -34,7 +34,8 @@ func (c *convBN) forward(tp *Tape, x *Tensor) *Tensor {
 // BenchmarkC3k2Block runs forward+backward of a C3k2-shaped block (split,
 // two bottlenecks, concat, fuse, plus a depthwise conv) at 64 channels on a
 // 2×64×80×80 input: the mix of GEMM, im2col, batch-norm and elementwise
-// work a YOLO26 layer does.
+// work a YOLO26 layer does, with op outputs freshly allocated each step and
+// with them recycled (Tape.RecycleOutputs).
 func BenchmarkC3k2Block(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 2))
 	x := Rand(r, -1, 1, 2, 64, 80, 80)
@@ -43,16 +44,27 @@ func BenchmarkC3k2Block(b *testing.B) {
 	m2a, m2b := newConvBN(r, 32, 16, 3, 1, 1, true), newConvBN(r, 16, 32, 3, 1, 1, true)
 	cv2 := newConvBN(r, 128, 64, 1, 1, 1, true)
 	dw := newConvBN(r, 64, 64, 3, 1, 64, true)
-	done := cpuMeter(b)
-	for b.Loop() {
-		tp := NewTape(nil)
-		y := tp.Chunk(cv1.forward(tp, x), 2, 1)
-		b1 := tp.Add(y[1], m1b.forward(tp, m1a.forward(tp, y[1])))
-		b2 := tp.Add(b1, m2b.forward(tp, m2a.forward(tp, b1)))
-		out := dw.forward(tp, cv2.forward(tp, tp.Concat(1, y[0], y[1], b1, b2)))
-		if err := tp.Backward(tp.Mean(out)); err != nil {
-			b.Fatal(err)
+	for _, recycle := range []bool{false, true} {
+		name := "fresh-outputs"
+		if recycle {
+			name = "recycled-outputs"
 		}
+		b.Run(name, func(b *testing.B) {
+			done := cpuMeter(b)
+			for b.Loop() {
+				tp := NewTape(nil)
+				y := tp.Chunk(cv1.forward(tp, x), 2, 1)
+				b1 := tp.Add(y[1], m1b.forward(tp, m1a.forward(tp, y[1])))
+				b2 := tp.Add(b1, m2b.forward(tp, m2a.forward(tp, b1)))
+				out := dw.forward(tp, cv2.forward(tp, tp.Concat(1, y[0], y[1], b1, b2)))
+				if recycle {
+					tp.RecycleOutputs()
+				}
+				if err := tp.Backward(tp.Mean(out)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			done()
+		})
 	}
-	done()
 }

@@ -13,7 +13,7 @@ func (tp *Tape) Softmax(x *Tensor, axis int) *Tensor {
 	outer, inner := outerInner(x.Shape, axis)
 	n := x.Shape[axis]
 	be := tp.Backend()
-	y := Zeros(x.Shape...)
+	y := output(x.Shape...)
 	be.Softmax(outer, n, inner, x.Data, y.Data)
 	if tp.wants(x) {
 		tp.push(func() { be.SoftmaxBackward(outer, n, inner, y.Data, y.Grad, x.GradBuf()) }, y)
@@ -60,7 +60,7 @@ func (tp *Tape) SumAxis(x *Tensor, axis int, keepDim bool) *Tensor {
 	} else {
 		shape = slices.Delete(shape, axis, axis+1)
 	}
-	y := Zeros(shape...)
+	y := output(shape...)
 	for o := 0; o < outer; o++ {
 		dst := y.Data[o*inner : (o+1)*inner]
 		for i := 0; i < n; i++ {
@@ -126,7 +126,7 @@ func (tp *Tape) MatMulT(a, b *Tensor, transA, transB bool) *Tensor {
 	}
 	shape := append(slices.Clone(batchA), m, n)
 	be := tp.Backend()
-	y := Zeros(shape...)
+	y := output(shape...)
 	be.Sgemm(backend.Gemm{TransA: transA, TransB: transB, M: m, N: n, K: k, Alpha: 1,
 		Batch: batch, StrideA: m * k, StrideB: strideB, StrideC: m * n}, a.Data, b.Data, y.Data)
 	if tp.wants(a, b) {

@@ -1,6 +1,9 @@
 package tensor
 
-import "sync"
+import (
+	"slices"
+	"sync"
+)
 
 // Gradient buffers of intermediates are recycled through exact-size pools:
 // a model reuses the same few dozen tensor sizes every step, so a backward
@@ -35,4 +38,10 @@ func putBuf(b []float32) {
 		return
 	}
 	poolFor(len(b)).Put(&b)
+}
+
+// output returns a zeroed tensor for an op's result, drawing its buffer
+// from the pools that RecycleOutputs and the gradient recycling feed.
+func output(shape ...int) *Tensor {
+	return &Tensor{Shape: slices.Clone(shape), Data: getZeroed(numel(shape)), owned: true}
 }

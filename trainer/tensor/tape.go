@@ -3,6 +3,7 @@ package tensor
 import (
 	"fmt"
 	"slices"
+	"unsafe"
 
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 	"github.com/segpipe/segpipe/trainer/tensor/cpu"
@@ -23,6 +24,9 @@ type Tape struct {
 	be     backend.Backend
 	record bool
 	nodes  []node
+
+	recycle bool              // set by RecycleOutputs for the next backward
+	keep    map[*float32]bool // backing arrays RecycleOutputs must not take
 }
 
 // node is one recorded op: backward reads its outputs' Grad and
@@ -64,12 +68,63 @@ func (tp *Tape) Len() int {
 	return len(tp.nodes)
 }
 
+// RecycleOutputs opts the next Backward/BackwardFrom into recycling: once
+// the backward pass is done, the data buffers of every tensor produced by
+// an op recorded on this tape go back to a pool that later ops draw their
+// outputs from, saving the allocation, page faults and GC work of a whole
+// step's activations. Tensors in keep — and every tensor sharing a data
+// buffer with one of them (Reshape views, Detach copies) — are left alone.
+//
+// After that backward, a recycled tensor's Data is set to nil so stray use
+// panics; a slice of its Data copied elsewhere, or a Detach of it, must not
+// be used either, because the buffer will hold another step's values. Views
+// of memory no op allocated (a Reshape of a parameter or of the input)
+// lose their Data field but the memory itself is never taken. List in keep every
+// output still needed after backward (predictions for metrics, features).
+// The opt-in lasts for one backward pass.
+func (tp *Tape) RecycleOutputs(keep ...*Tensor) {
+	if tp == nil {
+		return
+	}
+	tp.recycle = true
+	tp.keep = make(map[*float32]bool, len(keep))
+	for _, t := range keep {
+		if t != nil && len(t.Data) > 0 {
+			tp.keep[unsafe.SliceData(t.Data)] = true
+		}
+	}
+}
+
+// recycleOutputs returns the data of every recorded op output not kept.
+func (tp *Tape) recycleOutputs() {
+	done := make(map[*float32]bool)
+	for _, n := range tp.nodes {
+		for _, o := range n.outs {
+			if len(o.Data) == 0 {
+				continue
+			}
+			p := unsafe.SliceData(o.Data)
+			if tp.keep[p] {
+				continue
+			}
+			// Only buffers an op allocated go back: a view (Reshape) may
+			// alias a parameter or a caller's input.
+			if o.owned && !done[p] && len(o.Data) == cap(o.Data) {
+				putBuf(o.Data)
+				done[p] = true
+			}
+			o.Data = nil
+		}
+	}
+}
+
 // Reset forgets every recorded op (and so releases the intermediates they
-// hold) without running backward.
+// hold) without running backward, and cancels RecycleOutputs.
 func (tp *Tape) Reset() {
 	if tp != nil {
 		clear(tp.nodes)
 		tp.nodes = tp.nodes[:0]
+		tp.recycle, tp.keep = false, nil
 	}
 }
 
@@ -128,6 +183,10 @@ func (tp *Tape) BackwardFrom(outputs, grads []*Tensor) error {
 				o.Grad = nil
 			}
 		}
+	}
+	if tp.recycle {
+		tp.recycleOutputs()
+		tp.recycle, tp.keep = false, nil
 	}
 	tp.Reset()
 	return nil

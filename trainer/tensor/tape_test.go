@@ -159,3 +159,56 @@ func TestBatchNormTrainRefusesSingleValueChannels(t *testing.T) {
 	var tp *Tape
 	tp.BatchNorm2d(Zeros(1, 3, 1, 1), nil, nil, Zeros(3), Full(1, 3), BatchNormOptions{Training: true, Momentum: 0.1, Eps: 1e-5})
 }
+
+// TestRecycleOutputs checks that recycling changes no gradient, keeps the
+// listed outputs and their views intact, never takes a parameter's memory
+// through a view, and leaves recycled tensors without Data.
+func TestRecycleOutputs(t *testing.T) {
+	step := func(recycle bool) (grads [][]float32, kept, view, inter, pview *Tensor, param []float32) {
+		r := rand.New(rand.NewPCG(9, 9))
+		x := Rand(r, -1, 1, 2, 4, 9, 9)
+		a := newConvBN(r, 4, 8, 3, 1, 1, true)
+		d := newConvBN(r, 8, 8, 3, 2, 8, true)
+		tp := NewTape(nil)
+		inter = a.forward(tp, x)
+		y := d.forward(tp, inter)
+		view = tp.Reshape(y, 2, -1)
+		pview = tp.Reshape(a.w, -1) // a view of a parameter, recorded because w requires grad
+		loss := tp.Add(tp.Mean(tp.Mul(view, view)), tp.Sum(tp.Square(pview)))
+		if recycle {
+			tp.RecycleOutputs(y)
+		}
+		if err := tp.Backward(loss); err != nil {
+			t.Fatal(err)
+		}
+		return [][]float32{a.w.Grad, a.g.Grad, d.w.Grad, d.b.Grad}, y, view, inter, pview, a.w.Data
+	}
+	wantG, wantY, _, _, _, wantW := step(false)
+	for round := 0; round < 3; round++ { // later rounds draw recycled buffers
+		g, y, view, inter, pview, w := step(true)
+		// Draw and scribble on pooled buffers of the kept output's and the
+		// parameter's sizes: if either had been recycled, this overwrites it.
+		for range 8 {
+			for _, n := range []int{len(wantY.Data), len(wantW)} {
+				b := output(n)
+				for i := range b.Data {
+					b.Data[i] = 7
+				}
+			}
+		}
+		for i := range g {
+			if !AllClose(g[i], wantG[i], 0, 0) {
+				t.Fatalf("round %d: gradient %d changed under recycling", round, i)
+			}
+		}
+		if !AllClose(y.Data, wantY.Data, 0, 0) || !AllClose(view.Data, wantY.Data, 0, 0) {
+			t.Fatalf("round %d: kept output or its view lost its values", round)
+		}
+		if inter.Data != nil || pview.Data != nil {
+			t.Fatalf("round %d: recycled tensors still expose Data", round)
+		}
+		if !AllClose(w, wantW, 0, 0) {
+			t.Fatalf("round %d: a parameter's memory was recycled through a view", round)
+		}
+	}
+}

@@ -27,6 +27,7 @@ type Tensor struct {
 	Name string
 
 	fromOp bool // produced by a recorded op (not a leaf)
+	owned  bool // Data was allocated by an op (not a view of other memory)
 }
 
 // New wraps data (not copied) as a tensor of the given shape. It panics
