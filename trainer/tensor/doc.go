@@ -28,6 +28,11 @@
 // intermediate gradient buffer is recycled once the op that produced the
 // tensor has consumed it. Backward resets the tape, releasing the graph.
 //
+// Op outputs are drawn from internal pools. A training loop that calls
+// RecycleOutputs(keep...) before a backward pass returns every other op
+// output of that step to the pools afterwards (see RecycleOutputs for what
+// must no longer be touched); without it the GC reclaims them.
+//
 // # Semantics a caller must know
 //
 //   - Shape mismatches in an op are programming errors and panic with the
