@@ -276,52 +276,69 @@ func labelPath(root, rel string) (string, bool) {
 
 func (l *loader) problem(pr *datasets.Problem) error { return l.rep.Handle(l.strict, pr) }
 
-// load checks headers, parses labels and lays out the rows.
+// fileInfo is what a worker reads for one image: its header and label file.
+type fileInfo struct {
+	hdr       arena.Header
+	herr      error
+	labelPath string
+	label     []byte
+	lerr      error
+	noImages  bool // the path has no "images" directory
+}
+
+// load reads headers and label files in parallel and parses the labels in
+// path order, laying out the rows.
 func (l *loader) load(rels []string, workers int, d *Dataset) error {
 	d.stats.Images = len(rels)
-	paths := make([]string, len(rels))
-	for i, r := range rels {
-		paths[i] = filepath.Join(l.root, filepath.FromSlash(r))
-	}
-	hdrs, herrs, err := arena.ScanHeaders(context.Background(), paths, workers)
-	if err != nil {
-		return err
-	}
 	st := &l.store
 	var entries []arena.Entry
 	var order []uint32
-	for i, rel := range rels {
+	read := func(i int) fileInfo {
+		var fi fileInfo
+		if otherImageExts[strings.ToLower(filepath.Ext(rels[i]))] {
+			return fi
+		}
+		fi.hdr, fi.herr = arena.ReadHeader(filepath.Join(l.root, filepath.FromSlash(rels[i])))
+		if fi.herr != nil {
+			return fi
+		}
+		lp, ok := labelPath(l.root, rels[i])
+		if !ok {
+			fi.noImages = true
+			return fi
+		}
+		fi.labelPath = lp
+		fi.label, fi.lerr = os.ReadFile(lp)
+		if errors.Is(fi.lerr, fs.ErrNotExist) {
+			fi.label, fi.lerr = nil, nil // a background image
+		}
+		return fi
+	}
+	err := arena.Ordered(context.Background(), len(rels), workers, read, func(i int, fi fileInfo) error {
+		rel := rels[i]
+		path := filepath.Join(l.root, filepath.FromSlash(rel))
 		id := int64(i + 1)
-		pr := &datasets.Problem{File: paths[i], Offset: -1, ImageID: id, AnnID: -1}
-		if ext := strings.ToLower(filepath.Ext(rel)); otherImageExts[ext] {
+		pr := &datasets.Problem{File: path, Offset: -1, ImageID: id, AnnID: -1}
+		if otherImageExts[strings.ToLower(filepath.Ext(rel))] {
 			pr.Reason, pr.Detail = ReasonUnsupportedImageFormat, "only JPEG and PNG can be stored untouched"
-		} else if herr := herrs[i]; herr != nil {
+		} else if fi.herr != nil {
 			var he *arena.HeaderError
-			pr.Reason, pr.Detail = datasets.ReasonCorruptImage, herr.Error()
-			if errors.As(herr, &he) && he.Missing {
+			pr.Reason, pr.Detail = datasets.ReasonCorruptImage, fi.herr.Error()
+			if errors.As(fi.herr, &he) && he.Missing {
 				pr.Reason = datasets.ReasonMissingImageFile
 			}
 		}
 		if pr.Reason != "" {
-			if err := l.problem(pr); err != nil {
-				return err
-			}
-			continue
+			return l.problem(pr)
 		}
-		lp, ok := labelPath(l.root, rel)
-		if !ok {
+		if fi.noImages {
 			return fmt.Errorf("yolo: image %s has no \"images\" directory in its path, so its label file cannot be located", rel)
 		}
-		h := hdrs[i]
-		data, err := os.ReadFile(lp)
-		if errors.Is(err, fs.ErrNotExist) {
-			data, err = nil, nil
-		}
-		if err != nil {
-			return fmt.Errorf("yolo: %w", err)
+		if fi.lerr != nil {
+			return fmt.Errorf("yolo: %w", fi.lerr)
 		}
 		lo := uint32(len(st.Anns))
-		lines, err := parseLabels(lp, data, h.Width, h.Height, id, l.classOf, st, l.problem)
+		lines, err := parseLabels(fi.labelPath, fi.label, fi.hdr.Width, fi.hdr.Height, id, l.classOf, st, l.problem)
 		if err != nil {
 			return err
 		}
@@ -330,14 +347,18 @@ func (l *loader) load(rels []string, workers int, d *Dataset) error {
 		if hi == lo && lines == 0 {
 			d.stats.Backgrounds++
 		}
-		e := arena.Entry{ID: id, FileName: rel, Path: paths[i], Width: h.Width, Height: h.Height,
-			Format: h.Format, AnnLo: uint32(len(order))}
+		e := arena.Entry{ID: id, FileName: rel, Path: path, Width: fi.hdr.Width, Height: fi.hdr.Height,
+			Format: fi.hdr.Format, AnnLo: uint32(len(order))}
 		for a := lo; a < hi; a++ {
 			st.Anns[a].ID = int64(a) + 1
 			order = append(order, a)
 		}
 		e.AnnHi = uint32(len(order))
 		entries = append(entries, e)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	d.src = &arena.Source{Images: entries, Order: order, Store: st, Workers: workers}
 	return nil

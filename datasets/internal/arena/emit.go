@@ -161,69 +161,15 @@ func (s *Source) Each(ctx context.Context, start int, fn func(*shard.Image) erro
 	if start < 0 || start > len(s.Images) {
 		return fmt.Errorf("start %d outside [0, %d]", start, len(s.Images))
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	w := Workers(s.Workers)
-	type job struct {
-		i   int
-		out chan *item
-	}
-	jobs := make(chan job)
-	futures := make(chan chan *item, 2*w)
-	var wg sync.WaitGroup
-	for range w {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range jobs {
-				j.out <- s.load(j.i)
+	return Ordered(ctx, len(s.Images)-start, s.Workers,
+		func(i int) *item { return s.load(start + i) },
+		func(_ int, it *item) error {
+			defer s.put(it)
+			if it.err != nil {
+				return it.err
 			}
-		}()
-	}
-	go func() {
-		defer close(futures)
-		defer close(jobs)
-		for i := start; i < len(s.Images); i++ {
-			out := make(chan *item, 1)
-			select {
-			case futures <- out:
-			case <-ctx.Done():
-				return
-			}
-			select {
-			case jobs <- job{i, out}:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	var err error
-	for out := range futures {
-		var it *item
-		select {
-		case it = <-out:
-		case <-ctx.Done():
-			err = ctx.Err()
-		}
-		if err != nil {
-			break
-		}
-		if it.err != nil {
-			err = it.err
-			s.put(it)
-			break
-		}
-		err = fn(&it.img)
-		s.put(it)
-		if err != nil {
-			break
-		}
-	}
-	cancel()
-	for range futures {
-	}
-	wg.Wait()
-	return err
+			return fn(&it.img)
+		})
 }
 
 // load reads image i's file and assembles its row.
