@@ -30,9 +30,10 @@
 //
 // # Decisions on questionable data
 //
-//   - Points outside the image are kept exactly as given. COCO itself has
-//     coordinates like 640.5 on a 640-wide image; clipping is geometry and
-//     belongs to the pipeline, which clips after augmentation anyway.
+//   - Points outside the image are kept exactly as given: clipping is
+//     geometry and belongs to the pipeline, which must clip after
+//     augmentation anyway, and a reader that clipped would change the
+//     polygon's area and the stored values round-trip tests rely on.
 //   - A ring of exactly 4 numbers is 2 points with no area. pycocotools
 //     reads such a segmentation as a box only when it is the first ring
 //     (and in current versions raises a TypeError for a list); later ones it
