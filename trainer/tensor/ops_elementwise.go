@@ -156,118 +156,44 @@ func sigmoid(v float32) float32 {
 // dimension of size 1 (or a missing one) stretches to match. Gradients of a
 // broadcast operand are summed over the stretched dimensions.
 
-type binOp int
-
-const (
-	opAdd binOp = iota
-	opSub
-	opMul
-	opDiv
-	opMax
-	opMin
-)
-
 // Add returns a + b with broadcasting.
-func (tp *Tape) Add(a, b *Tensor) *Tensor { return tp.binary(opAdd, a, b) }
+func (tp *Tape) Add(a, b *Tensor) *Tensor { return tp.binary(backend.Add, a, b) }
 
 // Sub returns a − b with broadcasting.
-func (tp *Tape) Sub(a, b *Tensor) *Tensor { return tp.binary(opSub, a, b) }
+func (tp *Tape) Sub(a, b *Tensor) *Tensor { return tp.binary(backend.Sub, a, b) }
 
 // Mul returns a·b elementwise with broadcasting.
-func (tp *Tape) Mul(a, b *Tensor) *Tensor { return tp.binary(opMul, a, b) }
+func (tp *Tape) Mul(a, b *Tensor) *Tensor { return tp.binary(backend.Mul, a, b) }
 
 // Div returns a/b elementwise with broadcasting.
-func (tp *Tape) Div(a, b *Tensor) *Tensor { return tp.binary(opDiv, a, b) }
+func (tp *Tape) Div(a, b *Tensor) *Tensor { return tp.binary(backend.Div, a, b) }
 
 // Maximum returns max(a, b) elementwise with broadcasting; on ties the
 // gradient is split equally, as in PyTorch.
-func (tp *Tape) Maximum(a, b *Tensor) *Tensor { return tp.binary(opMax, a, b) }
+func (tp *Tape) Maximum(a, b *Tensor) *Tensor { return tp.binary(backend.Maximum, a, b) }
 
 // Minimum returns min(a, b) elementwise with broadcasting; on ties the
 // gradient is split equally, as in PyTorch.
-func (tp *Tape) Minimum(a, b *Tensor) *Tensor { return tp.binary(opMin, a, b) }
+func (tp *Tape) Minimum(a, b *Tensor) *Tensor { return tp.binary(backend.Minimum, a, b) }
 
-func (tp *Tape) binary(op binOp, a, b *Tensor) *Tensor {
+func (tp *Tape) binary(f backend.Binary, a, b *Tensor) *Tensor {
 	out, sa, sb := broadcastShapes(a, b)
+	s := backend.Broadcast{Shape: out, StrideA: sa, StrideB: sb}
+	be := tp.Backend()
 	y := output(out...)
-	ad, bd, yd := a.Data, b.Data, y.Data
-	bcastRuns(out, sa, sb, true, func(o, ia, ib, n, da, db int) {
-		ys := yd[o : o+n]
-		switch op {
-		case opAdd:
-			for i := range ys {
-				ys[i] = ad[ia+i*da] + bd[ib+i*db]
+	be.Binary(f, s, a.Data, b.Data, y.Data)
+	if tp.wants(a, b) {
+		tp.push(func() {
+			var ga, gb []float32
+			if needs(a) {
+				ga = a.GradBuf()
 			}
-		case opSub:
-			for i := range ys {
-				ys[i] = ad[ia+i*da] - bd[ib+i*db]
+			if needs(b) {
+				gb = b.GradBuf()
 			}
-		case opMul:
-			for i := range ys {
-				ys[i] = ad[ia+i*da] * bd[ib+i*db]
-			}
-		case opDiv:
-			for i := range ys {
-				ys[i] = ad[ia+i*da] / bd[ib+i*db]
-			}
-		case opMax:
-			for i := range ys {
-				ys[i] = max(ad[ia+i*da], bd[ib+i*db])
-			}
-		case opMin:
-			for i := range ys {
-				ys[i] = min(ad[ia+i*da], bd[ib+i*db])
-			}
-		}
-	})
-	if !tp.wants(a, b) {
-		return y
+			be.BinaryBackward(f, s, a.Data, b.Data, y.Grad, ga, gb)
+		}, y)
 	}
-	tp.push(func() {
-		var ga, gb []float32
-		if needs(a) {
-			ga = a.GradBuf()
-		}
-		if needs(b) {
-			gb = b.GradBuf()
-		}
-		gy := y.Grad
-		// Runs may go parallel only if no gradient slot is shared between
-		// runs, i.e. neither operand being differentiated is broadcast.
-		par := (ga == nil || len(ga) == len(gy)) && (gb == nil || len(gb) == len(gy))
-		bcastRuns(out, sa, sb, par, func(o, ia, ib, n, da, db int) {
-			for i := 0; i < n; i++ {
-				g := gy[o+i]
-				x, z := ad[ia+i*da], bd[ib+i*db]
-				var dA, dB float32
-				switch op {
-				case opAdd:
-					dA, dB = g, g
-				case opSub:
-					dA, dB = g, -g
-				case opMul:
-					dA, dB = g*z, g*x
-				case opDiv:
-					dA, dB = g/z, -g*x/(z*z)
-				case opMax, opMin:
-					switch {
-					case x == z:
-						dA, dB = g/2, g/2
-					case (x > z) == (op == opMax):
-						dA = g
-					default:
-						dB = g
-					}
-				}
-				if ga != nil {
-					ga[ia+i*da] += dA
-				}
-				if gb != nil {
-					gb[ib+i*db] += dB
-				}
-			}
-		})
-	}, y)
 	return y
 }
 
@@ -307,68 +233,4 @@ func broadcastShapes(a, b *Tensor) (out, sa, sb []int) {
 		stB *= db
 	}
 	return out, sa, sb
-}
-
-// bcastRuns walks the output in row-major order as runs along the last
-// (merged) axis, calling fn(outOffset, aOffset, bOffset, runLen, aStep,
-// bStep). Adjacent axes whose strides compose are merged first so
-// same-shape and per-channel cases become long runs. With par the runs are
-// split across goroutines; fn must then only write to locations owned by
-// its output range.
-func bcastRuns(out, sa, sb []int, par bool, fn func(o, ia, ib, n, da, db int)) {
-	var shp, as, bs []int
-	for i := range out {
-		if out[i] == 1 {
-			continue
-		}
-		if k := len(shp) - 1; k >= 0 && as[k] == sa[i]*out[i] && bs[k] == sb[i]*out[i] {
-			shp[k] *= out[i]
-			as[k], bs[k] = sa[i], sb[i]
-			continue
-		}
-		shp = append(shp, out[i])
-		as = append(as, sa[i])
-		bs = append(bs, sb[i])
-	}
-	total := numel(out)
-	if total == 0 {
-		return
-	}
-	if len(shp) == 0 {
-		fn(0, 0, 0, 1, 0, 0)
-		return
-	}
-	last := len(shp) - 1
-	n := shp[last]
-	runs := total / n
-	walk := func(r0, r1 int) {
-		idx := make([]int, last)
-		ia, ib := 0, 0
-		rem := r0
-		for k := last - 1; k >= 0; k-- {
-			idx[k] = rem % shp[k]
-			rem /= shp[k]
-			ia += idx[k] * as[k]
-			ib += idx[k] * bs[k]
-		}
-		for r := r0; r < r1; r++ {
-			fn(r*n, ia, ib, n, as[last], bs[last])
-			for k := last - 1; k >= 0; k-- {
-				idx[k]++
-				ia += as[k]
-				ib += bs[k]
-				if idx[k] < shp[k] {
-					break
-				}
-				ia -= as[k] * shp[k]
-				ib -= bs[k] * shp[k]
-				idx[k] = 0
-			}
-		}
-	}
-	if !par {
-		walk(0, runs)
-		return
-	}
-	parallel(runs, total, walk)
 }

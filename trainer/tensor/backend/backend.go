@@ -95,6 +95,28 @@ const (
 	Tanh
 )
 
+// Binary names an elementwise function of two operands.
+type Binary int
+
+// Binary functions. Maximum and Minimum split the gradient equally between
+// equal operands, as PyTorch does.
+const (
+	Add Binary = iota
+	Sub
+	Mul
+	Div
+	Maximum
+	Minimum
+)
+
+// Broadcast describes the operands of a broadcasting binary op: the
+// row-major output Shape and, for every output axis, the element stride of
+// each operand in its own buffer (0 along axes the operand is stretched on).
+type Broadcast struct {
+	Shape            []int
+	StrideA, StrideB []int
+}
+
 // Backend is the set of kernels tensor ops dispatch through.
 //
 // Layout conventions: images are NCHW; a per-channel vector has length C;
@@ -141,4 +163,10 @@ type Backend interface {
 	Unary(f Unary, x, y []float32)
 	// UnaryBackward accumulates dx += f'(x)·dy.
 	UnaryBackward(f Unary, x, y, dy, dx []float32)
+
+	// Binary writes y = f(a, b) over the broadcast shape.
+	Binary(f Binary, s Broadcast, a, b, y []float32)
+	// BinaryBackward accumulates the gradients of f into da and db (either
+	// may be nil), summing over the axes an operand is stretched on.
+	BinaryBackward(f Binary, s Broadcast, a, b, dy, da, db []float32)
 }
