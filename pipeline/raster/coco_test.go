@@ -143,6 +143,7 @@ func TestAgreementWithPycocotools(t *testing.T) {
 	}
 	var z Rasterizer
 	var sumIoU, minIoU float64 = 0, 1
+	var ious, smallIoUs []float64
 	var inter, union, ours, theirs, exact, n int
 	var bitmap []uint8
 	var wins []Window
@@ -210,6 +211,10 @@ func TestAgreementWithPycocotools(t *testing.T) {
 				exact++
 			}
 			sumIoU += iou
+			ious = append(ious, iou)
+			if area < 32*32 {
+				smallIoUs = append(smallIoUs, iou)
+			}
 			minIoU = min(minIoU, iou)
 			inter, union, ours, theirs = inter+i, union+u, ours+a, theirs+area
 			n++
@@ -219,6 +224,13 @@ func TestAgreementWithPycocotools(t *testing.T) {
 	pooled := float64(inter) / float64(union)
 	t.Logf("coco-tiny %d polygon instances at stride 1: mean IoU %.4f, pooled IoU %.4f (intersection %d / union %d), min IoU %.4f, identical masks %d; ON pixels ours %d vs pycocotools %d (%+.2f%%)",
 		n, mean, pooled, inter, union, minIoU, exact, ours, theirs, 100*float64(ours-theirs)/float64(theirs))
+	sort.Float64s(ious)
+	smallMean := 0.0
+	for _, v := range smallIoUs {
+		smallMean += v / float64(len(smallIoUs))
+	}
+	t.Logf("IoU quantiles: p1 %.4f, p5 %.4f, p50 %.4f; small instances (< 32² px, %d): mean IoU %.4f",
+		ious[len(ious)/100], ious[len(ious)/20], ious[len(ious)/2], len(smallIoUs), smallMean)
 	if n < 1000 || mean < 0.9 || pooled < 0.95 {
 		t.Fatalf("agreement too low: %d instances, mean %.4f, pooled %.4f", n, mean, pooled)
 	}
