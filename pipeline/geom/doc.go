@@ -11,10 +11,10 @@
 // its rings. Ring and Instance are aliases, so plain slices work
 // everywhere without conversion.
 //
-// Coordinates are stored as float32 (half the bytes of COCO's float64,
-// exact for any pixel position below 2^24) but every computation here is
-// done in float64, so a transform or clip never loses more than the final
-// rounding to float32.
+// Coordinates are stored as float32: half the bytes of COCO's float64,
+// and still finer than 1/10000 px anywhere on a 2048 px canvas. Every
+// computation here is done in float64, so a transform or clip loses no more
+// than the final rounding to float32.
 //
 // # Buffers
 //
