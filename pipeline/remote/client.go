@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/status"
 
 	"github.com/segpipe/segpipe/formats/batch"
@@ -50,6 +51,7 @@ type ClientConfig struct {
 // use; each Stream is not.
 type Client struct {
 	cfg  ClientConfig
+	recv *recvPool
 	conn *grpc.ClientConn
 	fc   flight.FlightServiceClient
 }
@@ -82,6 +84,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		grpc.WithInitialWindowSize(cfg.WindowBytes),
 		grpc.WithInitialConnWindowSize(cfg.WindowBytes),
 		grpc.WithReadBufferSize(1 << 20),
+		experimental.WithBufferPool(wirePool),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage), grpc.ForceCodecV2(newCodec())),
 	}
 	if cfg.TLS != nil {
@@ -96,7 +99,9 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("remote: client for %s: %w", cfg.Addr, err)
 	}
-	return &Client{cfg: cfg, conn: conn, fc: flight.NewFlightServiceClient(conn)}, nil
+	// Retain enough freed bodies for the batches a trainer typically holds
+	// while the next arrive.
+	return &Client{cfg: cfg, recv: &recvPool{maxBytes: 1 << 30}, conn: conn, fc: flight.NewFlightServiceClient(conn)}, nil
 }
 
 // Close closes the connection; open streams fail.
@@ -122,7 +127,8 @@ type Stream struct {
 	req       Request
 	ctx       context.Context
 	cancel    context.CancelFunc
-	rdr       *flight.Reader
+	rdr       *ipc.Reader
+	msgs      *msgReader
 	mu        sync.Mutex // guards scancel, which a cancelled Next calls from another goroutine
 	scancel   context.CancelFunc
 	exp       *expander
@@ -167,8 +173,10 @@ func (s *Stream) open() error {
 		cancel()
 		return fmt.Errorf("remote: DoGet on %s: %w", s.c.cfg.Addr, err)
 	}
-	rdr, err := flight.NewRecordReader(st, ipc.WithAllocator(s.c.cfg.Allocator))
+	mr := &msgReader{st: st, mem: s.c.recv}
+	rdr, err := ipc.NewReaderFromMessageReader(mr, ipc.WithAllocator(s.c.cfg.Allocator))
 	if err != nil {
+		mr.Release()
 		cancel()
 		return fmt.Errorf("remote: stream from %s: %w", s.c.cfg.Addr, err)
 	}
@@ -184,7 +192,7 @@ func (s *Stream) open() error {
 			return err
 		}
 	}
-	s.rdr = rdr
+	s.rdr, s.msgs = rdr, mr
 	s.mu.Lock()
 	s.scancel = cancel
 	s.mu.Unlock()
@@ -214,7 +222,8 @@ func checkSchema(sc *arrow.Schema, transport string) error {
 func (s *Stream) drop() {
 	if s.rdr != nil {
 		s.rdr.Release()
-		s.rdr = nil
+		s.msgs.Release()
+		s.rdr, s.msgs = nil, nil
 	}
 	s.cancelCurrent()
 }
@@ -296,7 +305,7 @@ func (s *Stream) Next(ctx context.Context) (arrow.RecordBatch, error) {
 func (s *Stream) deliver() (arrow.RecordBatch, error) {
 	rec := s.rdr.RecordBatch()
 	var st streamState
-	if err := json.Unmarshal(s.rdr.LatestAppMetadata(), &st); err != nil {
+	if err := json.Unmarshal(s.msgs.app, &st); err != nil {
 		s.drop()
 		return nil, fmt.Errorf("remote: batch %d from %s has no resume state: %w", s.delivered, s.c.cfg.Addr, err)
 	}

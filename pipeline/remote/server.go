@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
@@ -65,6 +66,9 @@ type ServerConfig struct {
 	// DefaultWindowBytes.
 	WindowBytes int32
 	Logger      *slog.Logger // default slog.Default()
+
+	// newBatches replaces pipeline.New (benchmarks serve prepared batches).
+	newBatches func(ctx context.Context, src pipeline.Source, cfg pipeline.Config) (pipeline.Batches, error)
 }
 
 // Server serves loader streams over Arrow Flight: DoGet takes a ticket
@@ -103,6 +107,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		grpc.InitialConnWindowSize(cfg.WindowBytes),
 		grpc.WriteBufferSize(1 << 20),
 		grpc.ReadBufferSize(64 << 10),
+		experimental.BufferPool(wirePool),
 		grpc.MaxRecvMsgSize(16 << 20),
 	}
 	if cfg.TLS != nil {
@@ -234,7 +239,12 @@ func (s *Server) DoGet(t *flight.Ticket, stream flight.FlightService_DoGetServer
 	// The loader lives exactly as long as the stream: when the client goes
 	// away gRPC cancels ctx, the loader's goroutines stop and Close waits
 	// for them.
-	l, err := pipeline.New(ctx, src, cfg)
+	var l pipeline.Batches
+	if s.cfg.newBatches != nil {
+		l, err = s.cfg.newBatches(ctx, src, cfg)
+	} else {
+		l, err = pipeline.New(ctx, src, cfg)
+	}
 	if err != nil {
 		return grpcError(fmt.Errorf("%w: %v", ErrBadRequest, err))
 	}

@@ -118,9 +118,12 @@ func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
-	fd, ok := v.(*flight.FlightData)
+	var fd *flight.FlightData
+	in, ok := v.(*inMsg)
 	if !ok {
-		return c.proto.Unmarshal(data, v)
+		if fd, ok = v.(*flight.FlightData); !ok {
+			return c.proto.Unmarshal(data, v)
+		}
 	}
 	rd := data.Reader()
 	defer rd.Close()
@@ -156,11 +159,34 @@ func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 		if n > uint64(rd.Remaining()) {
 			return fmt.Errorf("flight data: field %d of %d bytes, %d left", field, n, rd.Remaining())
 		}
+		if in != nil && field == fdBody {
+			if in.body != nil { // a repeated field: the last one wins
+				in.body.Release()
+			}
+			// Allocate and wrap rather than Resize, which would zero
+			// bytes that are overwritten at once.
+			in.body = memory.NewBufferWithAllocator(in.mem.Allocate(int(n)), in.mem)
+			if _, err := io.ReadFull(rd, in.body.Bytes()); err != nil {
+				in.body.Release()
+				in.body = nil
+				return fmt.Errorf("flight data: body: %w", err)
+			}
+			continue
+		}
 		// A fresh allocation per field: the record aliases the body, and
 		// a large Go allocation is aligned for every Arrow type.
 		b := make([]byte, n)
 		if _, err := io.ReadFull(rd, b); err != nil {
 			return fmt.Errorf("flight data: field %d: %w", field, err)
+		}
+		if in != nil {
+			switch field {
+			case fdHeader:
+				in.header = b
+			case fdApp:
+				in.app = b
+			}
+			continue
 		}
 		switch field {
 		case fdDescriptor:

@@ -1,0 +1,132 @@
+package remote
+
+import (
+	"math/bits"
+	"sync"
+
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"google.golang.org/grpc"
+)
+
+// inMsg is one incoming FlightData as the client's codec decodes it: the
+// body lands in a buffer of the stream's allocator, so that the memory of a
+// released batch serves the next one (no zeroing, no garbage).
+type inMsg struct {
+	mem    memory.Allocator
+	header []byte
+	app    []byte
+	body   *memory.Buffer // nil for messages without a body
+}
+
+// msgReader is the ipc.MessageReader of a DoGet stream.
+type msgReader struct {
+	st   grpc.ClientStream
+	mem  memory.Allocator
+	last *ipc.Message
+	app  []byte
+}
+
+func (r *msgReader) Message() (*ipc.Message, error) {
+	if r.last != nil {
+		// The ipc reader never releases messages; by now it has made its
+		// record, which holds its own references to the body.
+		r.last.Release()
+		r.last = nil
+	}
+	m := inMsg{mem: r.mem}
+	if err := r.st.RecvMsg(&m); err != nil {
+		return nil, err
+	}
+	body := m.body
+	if body == nil {
+		body = memory.NewBufferBytes(nil)
+	} else {
+		defer body.Release()
+	}
+	r.app = m.app
+	r.last = ipc.NewMessage(memory.NewBufferBytes(m.header), body)
+	return r.last, nil
+}
+
+func (r *msgReader) Retain() {}
+func (r *msgReader) Release() {
+	if r.last != nil {
+		r.last.Release()
+		r.last = nil
+	}
+}
+
+// recvPool is the client's allocator of message bodies: freed buffers wait
+// by power-of-two size class for the next message of that size, up to
+// maxBytes retained.
+type recvPool struct {
+	mu       sync.Mutex
+	free     [48][][]byte
+	held     int64
+	maxBytes int64
+}
+
+func (p *recvPool) Allocate(n int) []byte {
+	c := bits.Len(uint(max(n, 64) - 1))
+	p.mu.Lock()
+	if l := len(p.free[c]); l > 0 {
+		b := p.free[c][l-1]
+		p.free[c] = p.free[c][:l-1]
+		p.held -= int64(cap(b))
+		p.mu.Unlock()
+		return b[:n]
+	}
+	p.mu.Unlock()
+	return make([]byte, n, 1<<c)
+}
+
+func (p *recvPool) Reallocate(n int, b []byte) []byte {
+	if n <= cap(b) {
+		return b[:n]
+	}
+	nb := p.Allocate(n)
+	copy(nb, b)
+	p.Free(b)
+	return nb
+}
+
+func (p *recvPool) Free(b []byte) {
+	c := cap(b)
+	if c < 64 || c&(c-1) != 0 {
+		return
+	}
+	k := bits.Len(uint(c - 1))
+	p.mu.Lock()
+	if p.held+int64(c) <= p.maxBytes {
+		p.free[k] = append(p.free[k], b[:0])
+		p.held += int64(c)
+	}
+	p.mu.Unlock()
+}
+
+// dirtyPool is the gRPC buffer pool of both ends: gRPC's default pool
+// clears every buffer it hands out, although every byte is then
+// overwritten by a read; at gigabytes per second that clearing is a sixth
+// of the CPU time.
+type dirtyPool struct{ classes [48]sync.Pool }
+
+var wirePool = &dirtyPool{}
+
+func (p *dirtyPool) Get(n int) *[]byte {
+	c := bits.Len(uint(max(n, 1) - 1))
+	if b, ok := p.classes[c].Get().(*[]byte); ok {
+		*b = (*b)[:n]
+		return b
+	}
+	b := make([]byte, n, 1<<c)
+	return &b
+}
+
+func (p *dirtyPool) Put(b *[]byte) {
+	c := cap(*b)
+	if c == 0 || c&(c-1) != 0 {
+		return
+	}
+	p.classes[bits.Len(uint(c-1))].Put(b)
+}
