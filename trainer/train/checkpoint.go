@@ -1,0 +1,159 @@
+package train
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/segpipe/segpipe/formats/safetensors"
+	"github.com/segpipe/segpipe/formats/shard"
+	"github.com/segpipe/segpipe/pipeline/augment"
+	"github.com/segpipe/segpipe/trainer/model"
+)
+
+const (
+	metaState   = "train_state"
+	prefixModel = "model/"
+	prefixOptim = "optim/"
+)
+
+func defaultAug(imgsz int) augment.Config {
+	a := augment.DefaultConfig()
+	a.ImgSz = imgsz
+	return a
+}
+
+// fitness is the reference's segmentation fitness: for boxes and masks,
+// 0.1·mAP50 + 0.9·mAP50-95, summed (an undefined mAP counts as 0).
+func fitness(ep Epoch) float64 {
+	f := func(v float64) float64 { return max(v, 0) }
+	return 0.1*f(ep.BoxMAP50) + 0.9*f(ep.BoxMAP) + 0.1*f(ep.MaskMAP50) + 0.9*f(ep.MaskMAP)
+}
+
+// save writes the run directory after an epoch: last (EMA weights), best
+// when fitness improved, the resumable state, results.csv and the plot.
+func (t *trainer) save(ep Epoch) error {
+	dir := t.opt.Out
+	if err := t.loadEMA(); err != nil {
+		return err
+	}
+	meta := model.Meta{Imgsz: t.cfg.Imgsz, Step: int64(t.st.NI), Config: t.meta}
+	last := filepath.Join(dir, LastFile)
+	if err := t.em.SaveCheckpoint(last, meta); err != nil {
+		return err
+	}
+	validated := ep.BoxMAP >= 0 || ep.MaskMAP >= 0
+	if f := fitness(ep); validated && f >= t.st.Best {
+		t.st.Best = f
+		b, err := os.ReadFile(last)
+		if err != nil {
+			return err
+		}
+		if err := writeAtomic(filepath.Join(dir, BestFile), b); err != nil {
+			return err
+		}
+	}
+	t.st.LastStep = t.acc.Last()
+	t.st.EMAUpdates = t.ema.Updates
+	t.st.Categories = t.opt.Categories
+	f, err := t.m.StateDict()
+	if err != nil {
+		return err
+	}
+	out := safetensors.New()
+	for k, v := range f.Tensors {
+		out.Tensors[prefixModel+k] = v
+	}
+	for k, v := range t.opt_.State() {
+		ts, err := safetensors.FromFloat32(safetensors.F32, []int{len(v)}, v)
+		if err != nil {
+			return err
+		}
+		out.Tensors[prefixOptim+k] = ts
+	}
+	sj, err := json.Marshal(t.st)
+	if err != nil {
+		return err
+	}
+	out.Metadata = map[string]string{metaState: string(sj), "config": string(t.meta)}
+	if err := safetensors.WriteFile(filepath.Join(dir, StateFile), out); err != nil {
+		return err
+	}
+	if err := writeResults(filepath.Join(dir, ResultsFile), t.st.History); err != nil {
+		return err
+	}
+	return writePlot(filepath.Join(dir, PlotFile), t.st.History)
+}
+
+// load restores everything save wrote: raw weights and BatchNorm counters,
+// optimiser buffers, EMA (from last.safetensors), schedule position,
+// ProgLoss updates and the loader position.
+func (t *trainer) load() error {
+	dir := t.opt.Out
+	f, err := safetensors.ReadFile(filepath.Join(dir, StateFile))
+	if err != nil {
+		return fmt.Errorf("resume: %w", err)
+	}
+	if err := json.Unmarshal([]byte(f.Metadata[metaState]), &t.st); err != nil {
+		return fmt.Errorf("resume: %s: %w", StateFile, err)
+	}
+	mf := safetensors.New()
+	ost := map[string][]float32{}
+	for k, v := range f.Tensors {
+		switch {
+		case strings.HasPrefix(k, prefixModel):
+			mf.Tensors[strings.TrimPrefix(k, prefixModel)] = v
+		case strings.HasPrefix(k, prefixOptim):
+			x, err := v.Float32s()
+			if err != nil {
+				return fmt.Errorf("resume: %s: %w", k, err)
+			}
+			ost[strings.TrimPrefix(k, prefixOptim)] = x
+		default:
+			return fmt.Errorf("resume: %s: unexpected tensor %s", StateFile, k)
+		}
+	}
+	if err := t.m.LoadState(mf, model.LoadOptions{}); err != nil {
+		return fmt.Errorf("resume: %w", err)
+	}
+	if err := t.opt_.LoadState(ost); err != nil {
+		return fmt.Errorf("resume: %w", err)
+	}
+	if _, err := t.em.LoadCheckpoint(filepath.Join(dir, LastFile)); err != nil {
+		return fmt.Errorf("resume: %w", err)
+	}
+	vals := t.ema.Values()
+	for i, p := range t.em.State() {
+		copy(vals[i], p.Value.Data)
+	}
+	t.ema.Updates = t.st.EMAUpdates
+	t.acc.Restore(t.st.LastStep)
+	t.crit.SetUpdates(t.st.CritUpdates)
+	t.log.Info("resuming", "run", dir, "epoch", t.st.NextEpoch+1, "iteration", t.st.NI, "loader_epoch", t.st.Loader.Epoch)
+	return nil
+}
+
+func writeAtomic(path string, b []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// CheckpointCategories returns the category table a training run stored
+// in a checkpoint's config metadata (nil when there is none).
+func CheckpointCategories(meta model.Meta) ([]shard.Category, error) {
+	if len(meta.Config) == 0 {
+		return nil, nil
+	}
+	var rm struct {
+		Categories []shard.Category `json:"categories"`
+	}
+	if err := json.Unmarshal(meta.Config, &rm); err != nil {
+		return nil, fmt.Errorf("checkpoint config: %w", err)
+	}
+	return rm.Categories, nil
+}

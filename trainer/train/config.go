@@ -1,0 +1,175 @@
+package train
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Config is the effective configuration of a training run. It is written
+// to RUN_DIR/config.json and into every checkpoint's metadata, so a run
+// can be repeated or resumed from it alone. JSON keys are the flag names
+// of `segpipe train`.
+type Config struct {
+	// Variant is the model scale (n, s, m, l, x). It comes from the
+	// config's content or --variant, never from a file name.
+	Variant string `json:"variant"`
+	// Classes is the class count; 0 takes it from the training shards.
+	Classes int    `json:"classes"`
+	Epochs  int    `json:"epochs"`
+	Batch   int    `json:"batch"`
+	Imgsz   int    `json:"imgsz"`
+	Device  string `json:"device"`
+	Seed    uint64 `json:"seed"`
+	Workers int    `json:"workers"` // loader goroutines; 0 = GOMAXPROCS
+
+	// Optimizer is auto (MuSGD with the reference's automatic lr), musgd,
+	// sgd or adamw. LR0 is ignored under auto.
+	Optimizer      string  `json:"optimizer"`
+	LR0            float64 `json:"lr0"`
+	LRF            float64 `json:"lrf"`
+	Momentum       float64 `json:"momentum"`
+	WeightDecay    float64 `json:"weight_decay"`
+	WarmupEpochs   float64 `json:"warmup_epochs"`
+	WarmupMomentum float64 `json:"warmup_momentum"`
+	WarmupBiasLR   float64 `json:"warmup_bias_lr"`
+	NBS            int     `json:"nbs"` // nominal batch: gradients accumulate to it
+	ClipNorm       float64 `json:"clip_norm"`
+	EMATau         float64 `json:"ema_tau"`
+
+	// Augmentation (the loader's flags).
+	Mosaic      float64 `json:"mosaic"`
+	CloseMosaic int     `json:"close_mosaic"`
+	FlipLR      float64 `json:"fliplr"`
+	HSVH        float64 `json:"hsv_h"`
+	HSVS        float64 `json:"hsv_s"`
+	HSVV        float64 `json:"hsv_v"`
+	Scale       float64 `json:"scale"`
+	Translate   float64 `json:"translate"`
+
+	// Validation: score threshold and detections kept per image.
+	Conf   float64 `json:"conf"`
+	MaxDet int     `json:"max_det"`
+	// ValEvery validates every ValEvery epochs (and always after the
+	// last); 0 means every epoch.
+	ValEvery int `json:"val_every"`
+}
+
+// DefaultConfig returns the reference's defaults (cfg/default.yaml) for a
+// variant-n run at 640.
+func DefaultConfig() Config {
+	return Config{
+		Variant: "n", Epochs: 100, Batch: 16, Imgsz: 640, Device: "cpu",
+		Optimizer: "auto", LR0: 0.01, LRF: 0.01, Momentum: 0.937, WeightDecay: 0.0005,
+		WarmupEpochs: 3, WarmupMomentum: 0.8, WarmupBiasLR: 0.1, NBS: 64, ClipNorm: 10, EMATau: 2000,
+		Mosaic: 1, CloseMosaic: 10, FlipLR: 0.5, HSVH: 0.015, HSVS: 0.7, HSVV: 0.4, Scale: 0.5, Translate: 0.1,
+		Conf: 0.001, MaxDet: 300,
+	}
+}
+
+// LoadConfig reads a JSON config over c: keys present in the file replace
+// c's values, absent keys keep them. Unknown keys are errors (a typo must
+// not silently fall back to a default).
+func (c *Config) LoadConfig(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(c); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	return nil
+}
+
+// Keys lists the settable keys (JSON names = flag names) in field order.
+func Keys() []string {
+	t := reflect.TypeFor[Config]()
+	out := make([]string, 0, t.NumField())
+	for i := range t.NumField() {
+		out = append(out, jsonName(t.Field(i)))
+	}
+	return out
+}
+
+func jsonName(f reflect.StructField) string {
+	return strings.Split(f.Tag.Get("json"), ",")[0]
+}
+
+// Set assigns one key from its text form; flags use it so that a flag
+// given on the command line overrides the config file.
+func (c *Config) Set(key, value string) error {
+	v := reflect.ValueOf(c).Elem()
+	t := v.Type()
+	for i := range t.NumField() {
+		if jsonName(t.Field(i)) != key {
+			continue
+		}
+		f := v.Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString(value)
+		case reflect.Int:
+			n, err := strconv.Atoi(value)
+			if err != nil {
+				return fmt.Errorf("config %s=%q: %w", key, value, err)
+			}
+			f.SetInt(int64(n))
+		case reflect.Uint64:
+			n, err := strconv.ParseUint(value, 10, 64)
+			if err != nil {
+				return fmt.Errorf("config %s=%q: %w", key, value, err)
+			}
+			f.SetUint(n)
+		case reflect.Float64:
+			x, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				return fmt.Errorf("config %s=%q: %w", key, value, err)
+			}
+			f.SetFloat(x)
+		}
+		return nil
+	}
+	return fmt.Errorf("config: unknown key %q (known: %s)", key, strings.Join(Keys(), ", "))
+}
+
+// ErrDevice is returned for a device this build cannot train on.
+var ErrDevice = fmt.Errorf("only --device cpu is available: the CUDA backend is not built into this binary")
+
+// Validate reports a configuration that cannot run.
+func (c *Config) Validate() error {
+	if c.Device != "cpu" {
+		return fmt.Errorf("device %q: %w", c.Device, ErrDevice)
+	}
+	if !slices.Contains([]string{"n", "s", "m", "l", "x"}, c.Variant) {
+		return fmt.Errorf("config: variant %q: want n, s, m, l or x", c.Variant)
+	}
+	if !slices.Contains([]string{"auto", "musgd", "sgd", "adamw"}, c.Optimizer) {
+		return fmt.Errorf("config: optimizer %q: want auto, musgd, sgd or adamw", c.Optimizer)
+	}
+	switch {
+	case c.Epochs < 1:
+		return fmt.Errorf("config: epochs %d: want ≥ 1", c.Epochs)
+	case c.Batch < 1:
+		return fmt.Errorf("config: batch %d: want ≥ 1", c.Batch)
+	case c.Imgsz < 32 || c.Imgsz%32 != 0:
+		return fmt.Errorf("config: imgsz %d: want a positive multiple of 32", c.Imgsz)
+	case c.NBS < 1:
+		return fmt.Errorf("config: nbs %d: want ≥ 1", c.NBS)
+	case c.Classes < 0:
+		return fmt.Errorf("config: classes %d", c.Classes)
+	case c.MaxDet < 1:
+		return fmt.Errorf("config: max_det %d: want ≥ 1", c.MaxDet)
+	case !(c.LR0 >= 0) || !(c.LRF >= 0) || !(c.ClipNorm > 0) || !(c.EMATau > 0):
+		return fmt.Errorf("config: lr0 %v, lrf %v, clip_norm %v, ema_tau %v: want lr0, lrf ≥ 0 and clip_norm, ema_tau > 0", c.LR0, c.LRF, c.ClipNorm, c.EMATau)
+	case c.Workers < 0 || c.ValEvery < 0 || c.CloseMosaic < 0:
+		return fmt.Errorf("config: workers %d, val_every %d, close_mosaic %d: want ≥ 0", c.Workers, c.ValEvery, c.CloseMosaic)
+	}
+	return nil
+}

@@ -1,0 +1,40 @@
+// Package train is segpipe's YOLO26-seg training loop on the CPU backend:
+// loader batches → float [0,1] NCHW input → model forward (train mode) →
+// end-to-end loss → backward → gradient accumulation to the nominal batch
+// → clipping → optimiser step (MuSGD under optimizer=auto) → EMA, with the
+// reference's warmup and linear schedule and the ProgLoss update once per
+// epoch end (before validation).
+//
+// Semantics a user must know:
+//
+//   - Configuration: DefaultConfig (the reference's defaults), then a JSON
+//     file (LoadConfig: present keys replace, unknown keys are errors), then
+//     flags (Set). The model scale is the config's "variant" value; file
+//     names carry no meaning. The effective configuration and the category
+//     table are written to RUN_DIR/config.json and into every checkpoint's
+//     metadata ("config").
+//   - Every epoch writes results.csv (training losses = mean one-to-one
+//     items, box and mask mAP50 / mAP50-95 of the EMA model on the
+//     validation data, learning rate, ProgLoss weight, images/s, loader
+//     stall), results.png (one panel per curve), last.safetensors (EMA
+//     weights, model-checkpoint format: `segpipe predict --weights`),
+//     best.safetensors (highest fitness 0.1·mAP50 + 0.9·mAP50-95 of boxes
+//     plus masks) and state.safetensors (raw weights, optimiser buffers and
+//     the loop state).
+//   - Without validation data the training data is validated (letterboxed,
+//     no augmentation): the curve then measures fitting, not generalisation.
+//   - Resume continues at the epoch after the last completed one with the
+//     same weights, optimiser buffers, EMA, schedule position, accumulation
+//     phase, ProgLoss updates and loader position (the loader is a pure
+//     function of seed, epoch and position, so no other RNG state exists).
+//     Continuing a run this way produces the same bytes as an uninterrupted
+//     run. An epoch interrupted midway is redone from its start.
+//   - Validation follows the reference's segmentation validator on the
+//     prototype grid (package predict): one-to-one outputs, top-k without
+//     NMS, score > conf (0.001), masks sigmoid(coef·proto) cropped to the
+//     box, threshold 0.5; metrics.EpochMetric maps areas to original pixels.
+//     Crowd instances are left out by the loader, so detections on crowd
+//     regions count as false positives (the reference ignores them).
+//   - Only the CPU device exists in this build; other devices are refused
+//     with ErrDevice.
+package train

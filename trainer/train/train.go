@@ -1,0 +1,462 @@
+package train
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/segpipe/segpipe/formats/batch"
+	"github.com/segpipe/segpipe/formats/shard"
+	"github.com/segpipe/segpipe/pipeline"
+	"github.com/segpipe/segpipe/pipeline/augment"
+	"github.com/segpipe/segpipe/pipeline/order"
+	"github.com/segpipe/segpipe/trainer/loss"
+	"github.com/segpipe/segpipe/trainer/model"
+	"github.com/segpipe/segpipe/trainer/optim"
+	"github.com/segpipe/segpipe/trainer/predict"
+	"github.com/segpipe/segpipe/trainer/tensor"
+)
+
+// Files of a run directory.
+const (
+	ConfigFile  = "config.json"
+	LastFile    = "last.safetensors"
+	BestFile    = "best.safetensors"
+	StateFile   = "state.safetensors"
+	ResultsFile = "results.csv"
+	PlotFile    = "results.png"
+)
+
+// Progress shows one epoch's progress (a terminal bar or periodic logs).
+type Progress interface {
+	Add(images int)
+	Finish()
+}
+
+// Options configure Run.
+type Options struct {
+	Config Config
+	// Train is the training data; Val the validation data (nil: validate
+	// on Train, letterboxed without augmentation).
+	Train, Val pipeline.Source
+	// Categories is the dataset's category table (class index order); it
+	// goes into config metadata so predictions carry dataset category ids.
+	Categories []shard.Category
+	// Out is the run directory.
+	Out string
+	// Resume continues the run in Out from its last completed epoch.
+	Resume bool
+	// StopAfter ends this call after that many epochs (0: run to
+	// Config.Epochs); the run stays resumable. Used to split a run.
+	StopAfter int
+	// NewProgress starts an epoch's progress display (nil: none).
+	NewProgress func(what string, total int) Progress
+	Logger      *slog.Logger
+}
+
+// Epoch is one row of results.csv.
+type Epoch struct {
+	Epoch int `json:"epoch"`
+	// Loss is the mean over the epoch's batches of the one-to-one items
+	// (box, seg, cls, dfl, semseg), as the reference logs them.
+	Loss [loss.NumComponents]float64 `json:"loss"`
+	// Box and mask mAP50 and mAP50-95 of the EMA model (-1: not validated).
+	BoxMAP50, BoxMAP, MaskMAP50, MaskMAP float64
+	LR                                   float64 `json:"lr"`
+	O2M                                  float64 `json:"o2m"`
+	ImagesPerSec                         float64 `json:"images_per_s"`
+	StallSec                             float64 `json:"loader_stall_s"`
+	TrainSec, ValSec                     float64
+}
+
+// state is what resume needs beyond the tensors.
+type state struct {
+	NextEpoch   int         `json:"next_epoch"`
+	NI          int         `json:"ni"`
+	LastStep    int         `json:"last_step"`
+	EMAUpdates  int         `json:"ema_updates"`
+	CritUpdates int         `json:"crit_updates"`
+	Loader      order.State `json:"loader"`
+	Best        float64     `json:"best_fitness"`
+	History     []Epoch     `json:"history"`
+	Categories  []shard.Category
+}
+
+// runMeta is the JSON stored as config in checkpoints and config.json.
+type runMeta struct {
+	Config
+	Categories []shard.Category `json:"categories"`
+}
+
+// Summary is what Run reports.
+type Summary struct {
+	Epochs []Epoch
+	Wall   time.Duration
+}
+
+type trainer struct {
+	opt    Options
+	cfg    Config
+	log    *slog.Logger
+	m, em  *model.Model
+	params []*optim.Param
+	state  [][]float32
+	opt_   optim.Optimizer
+	sched  optim.Schedule
+	acc    optim.Accumulator
+	ema    *optim.EMA
+	crit   *loss.Criterion
+	nb, n  int
+	st     state
+	meta   []byte
+}
+
+// Run trains as opt describes, writing the run directory after every
+// epoch (config.json, results.csv, results.png, last/best/state
+// safetensors). Cancelling ctx stops at the next batch; the last
+// completed epoch stays resumable.
+func Run(ctx context.Context, opt Options) (*Summary, error) {
+	t0 := time.Now()
+	t := &trainer{opt: opt, log: opt.Logger}
+	if t.log == nil {
+		t.log = slog.Default()
+	}
+	if err := t.setup(); err != nil {
+		return nil, err
+	}
+	end := t.cfg.Epochs
+	if opt.StopAfter > 0 {
+		end = min(end, t.st.NextEpoch+opt.StopAfter)
+	}
+	sum := &Summary{}
+	if t.st.NextEpoch >= end {
+		sum.Epochs = t.st.History
+		return sum, nil
+	}
+	aug := t.augment()
+	ld, err := pipeline.New(ctx, opt.Train, pipeline.Config{
+		BatchSize: t.cfg.Batch, Workers: t.cfg.Workers, Start: t.st.Loader, Epochs: t.cfg.Epochs,
+		CloseMosaic: t.cfg.CloseMosaic, Augment: aug, Logger: t.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer ld.Close()
+	for e := t.st.NextEpoch; e < end; e++ {
+		ep, err := t.epoch(ctx, ld, e)
+		if err != nil {
+			return nil, fmt.Errorf("epoch %d: %w", e, err)
+		}
+		t.st.History = append(t.st.History, ep)
+		if err := t.save(ep); err != nil {
+			return nil, err
+		}
+		t.log.Info("epoch", "epoch", e+1, "epochs", t.cfg.Epochs,
+			"box_loss", r4(ep.Loss[0]), "seg_loss", r4(ep.Loss[1]), "cls_loss", r4(ep.Loss[2]), "dfl_loss", r4(ep.Loss[3]), "sem_loss", r4(ep.Loss[4]),
+			"box_map50", r4(ep.BoxMAP50), "box_map", r4(ep.BoxMAP), "mask_map50", r4(ep.MaskMAP50), "mask_map", r4(ep.MaskMAP),
+			"lr", ep.LR, "images_per_s", r4(ep.ImagesPerSec), "loader_stall_s", r4(ep.StallSec), "train_s", r4(ep.TrainSec), "val_s", r4(ep.ValSec))
+	}
+	sum.Epochs = t.st.History
+	sum.Wall = time.Since(t0)
+	return sum, nil
+}
+
+func r4(v float64) float64 { return math.Round(v*1e4) / 1e4 }
+
+func (t *trainer) augment() augment.Config {
+	a := augment.DefaultConfig()
+	c := t.cfg
+	a.ImgSz, a.Mosaic, a.FlipLR, a.HSVH, a.HSVS, a.HSVV, a.Scale, a.Translate = c.Imgsz, c.Mosaic, c.FlipLR, c.HSVH, c.HSVS, c.HSVV, c.Scale, c.Translate
+	return a
+}
+
+func rowsOf(src pipeline.Source) int {
+	n := 0
+	for _, r := range src.BlockRows() {
+		n += r
+	}
+	return n
+}
+
+func (t *trainer) setup() error {
+	opt := t.opt
+	if opt.Out == "" {
+		return errors.New("train: no run directory")
+	}
+	if opt.Train == nil {
+		return errors.New("train: no training data")
+	}
+	t.cfg = opt.Config
+	cats := opt.Categories
+	if opt.Resume {
+		b, err := os.ReadFile(filepath.Join(opt.Out, ConfigFile))
+		if err != nil {
+			return fmt.Errorf("resume: %w", err)
+		}
+		var rm runMeta
+		rm.Config = DefaultConfig()
+		if err := json.Unmarshal(b, &rm); err != nil {
+			return fmt.Errorf("resume: %s: %w", filepath.Join(opt.Out, ConfigFile), err)
+		}
+		t.cfg, cats = rm.Config, rm.Categories
+	}
+	if t.cfg.Classes == 0 {
+		t.cfg.Classes = len(cats)
+	}
+	if err := t.cfg.Validate(); err != nil {
+		return err
+	}
+	if t.cfg.Classes < 1 {
+		return errors.New("train: class count unknown: the shards have no categories and the config sets none")
+	}
+	if cats != nil && len(cats) != t.cfg.Classes {
+		return fmt.Errorf("train: config has %d classes, the category table %d", t.cfg.Classes, len(cats))
+	}
+	t.opt.Categories = cats
+	t.n = rowsOf(opt.Train)
+	if t.n == 0 {
+		return errors.New("train: the training data has no images")
+	}
+	t.nb = (t.n + t.cfg.Batch - 1) / t.cfg.Batch
+	var err error
+	mcfg := model.Config{Variant: t.cfg.Variant, Classes: t.cfg.Classes, Seed: t.cfg.Seed}
+	if t.m, err = model.New(mcfg); err != nil {
+		return err
+	}
+	if t.em, err = model.New(mcfg); err != nil {
+		return err
+	}
+	for _, p := range t.m.Params() {
+		p.Value.GradBuf()
+	}
+	norm := map[string]bool{}
+	for _, bn := range t.m.BatchNorms() {
+		norm[bn.Prefix+".weight"] = true
+	}
+	for _, p := range t.m.Params() {
+		t.params = append(t.params, &optim.Param{Name: p.Name, Shape: p.Shape, Data: p.Value.Data, Grad: p.Value.Grad, Norm: norm[p.Name]})
+	}
+	for _, p := range t.m.State() {
+		t.state = append(t.state, p.Value.Data)
+	}
+	if err := t.buildOptimizer(); err != nil {
+		return err
+	}
+	t.ema = optim.NewEMA(t.state)
+	t.ema.Tau = t.cfg.EMATau
+	lc := loss.DefaultConfig(t.cfg.Epochs)
+	if t.crit, err = loss.NewCriterion(lc); err != nil {
+		return err
+	}
+	t.st = state{Loader: order.State{Seed: t.cfg.Seed}, Best: -1}
+	meta, err := json.Marshal(runMeta{Config: t.cfg, Categories: cats})
+	if err != nil {
+		return err
+	}
+	t.meta = meta
+	if err := os.MkdirAll(opt.Out, 0o755); err != nil {
+		return err
+	}
+	if opt.Resume {
+		return t.load()
+	}
+	if _, err := os.Stat(filepath.Join(opt.Out, StateFile)); err == nil {
+		return fmt.Errorf("train: %s already holds a run; use --resume %s or another --out", opt.Out, opt.Out)
+	}
+	pretty, _ := json.MarshalIndent(runMeta{Config: t.cfg, Categories: cats}, "", "  ")
+	return os.WriteFile(filepath.Join(opt.Out, ConfigFile), append(pretty, '\n'), 0o644)
+}
+
+func (t *trainer) buildOptimizer() error {
+	c := t.cfg
+	lr, mom := c.LR0, c.Momentum
+	muonW, sgdW := 0.5, 0.5
+	t.sched = optim.DefaultSchedule(c.Epochs, t.nb, c.Batch)
+	t.sched.NBS, t.sched.LRF, t.sched.WarmupEpochs = c.NBS, c.LRF, c.WarmupEpochs
+	t.sched.WarmupMomentum, t.sched.Momentum, t.sched.WarmupBiasLR = c.WarmupMomentum, c.Momentum, c.WarmupBiasLR
+	if c.Optimizer == "auto" {
+		a, err := optim.Auto(t.n, c.Batch, c.NBS, c.Epochs, c.Classes)
+		if err != nil {
+			return err
+		}
+		lr, mom, muonW, sgdW = a.LR, a.Momentum, a.MuonWeight, a.SGDWeight
+		t.sched.WarmupBiasLR = a.WarmupBiasLR
+	}
+	muon := c.Optimizer == "auto" || c.Optimizer == "musgd"
+	groups, err := optim.BuildGroups(t.params, optim.GroupConfig{LR: lr, Momentum: mom,
+		WeightDecay: optim.ScaledWeightDecay(c.WeightDecay, c.Batch, c.NBS), Muon: muon})
+	if err != nil {
+		return err
+	}
+	switch c.Optimizer {
+	case "auto", "musgd":
+		t.opt_ = optim.NewMuSGD(groups, muonW, sgdW)
+	case "sgd":
+		t.opt_ = optim.NewSGD(groups)
+	case "adamw":
+		t.opt_ = optim.NewAdamW(groups, mom)
+	}
+	return nil
+}
+
+// lr is the learning rate of the last (plain, decayed) group, the one most
+// parameters are in.
+func (t *trainer) lr() float64 {
+	g := t.opt_.Groups()
+	return g[len(g)-1].LR
+}
+
+type gradSet struct {
+	b     int
+	grads *loss.Grads
+}
+
+func (t *trainer) epoch(ctx context.Context, ld *pipeline.Loader, e int) (Epoch, error) {
+	ep := Epoch{Epoch: e + 1, BoxMAP50: -1, BoxMAP: -1, MaskMAP50: -1, MaskMAP: -1}
+	ep.O2M, _ = t.crit.Weights()
+	var prog Progress
+	if t.opt.NewProgress != nil {
+		prog = t.opt.NewProgress(fmt.Sprintf("epoch %d/%d", e+1, t.cfg.Epochs), t.n)
+	}
+	stall0 := ld.Stats().Stall
+	t0 := time.Now()
+	tp := tensor.NewTape(nil)
+	var in []float32
+	var gs gradSet
+	images, batches := 0, 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return ep, err
+		}
+		rec, err := ld.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return ep, err
+		}
+		k, err := t.step(tp, rec, e, &in, &gs, &ep)
+		rec.Release()
+		if err != nil {
+			return ep, err
+		}
+		images += k
+		batches++
+		t.st.NI++
+		if prog != nil {
+			prog.Add(k)
+		}
+		if st := ld.State(); st.Epoch > e {
+			t.st.Loader = st
+			break
+		}
+	}
+	if prog != nil {
+		prog.Finish()
+	}
+	if batches == 0 {
+		return ep, errors.New("the loader returned no batch")
+	}
+	for i := range ep.Loss {
+		ep.Loss[i] /= float64(batches)
+	}
+	ep.TrainSec = time.Since(t0).Seconds()
+	ep.ImagesPerSec = float64(images) / ep.TrainSec
+	ep.StallSec = (ld.Stats().Stall - stall0).Seconds()
+	ep.LR = t.lr()
+	t.crit.Update()
+	t.st.CritUpdates++
+	t.st.NextEpoch = e + 1
+	if t.cfg.ValEvery == 0 || (e+1)%t.cfg.ValEvery == 0 || e+1 == t.cfg.Epochs {
+		v0 := time.Now()
+		box, mask, err := t.validate(ctx)
+		if err != nil {
+			return ep, fmt.Errorf("validation: %w", err)
+		}
+		ep.ValSec = time.Since(v0).Seconds()
+		if box != nil {
+			ep.BoxMAP, ep.BoxMAP50 = box.Stats[0], box.Stats[1]
+		}
+		if mask != nil {
+			ep.MaskMAP, ep.MaskMAP50 = mask.Stats[0], mask.Stats[1]
+		}
+	}
+	return ep, nil
+}
+
+// step trains on one batch and returns its image count.
+func (t *trainer) step(tp *tensor.Tape, r arrow.RecordBatch, e int, in *[]float32, gs *gradSet, ep *Epoch) (int, error) {
+	tg, err := loss.TargetsFromRecord(r)
+	if err != nil {
+		return 0, err
+	}
+	img, err := batch.ImageTensor(r)
+	if err != nil {
+		return 0, err
+	}
+	*in = predict.ToFloat(*in, img.Data)
+	B := img.Count
+	x := tensor.New(*in, B, img.Shape[0], img.Shape[1], img.Shape[2])
+	acc := t.sched.Apply(t.opt_.Groups(), e, t.st.NI)
+	mo, err := t.m.Forward(tp, x, model.Train)
+	if err != nil {
+		return 0, err
+	}
+	out := &loss.Outputs{Geometry: geometry(mo, t.cfg.Classes),
+		One2Many: loss.Branch{Boxes: mo.One2Many.Boxes.Data, Scores: mo.One2Many.Scores.Data, Coef: mo.One2Many.MaskCoefficients.Data},
+		One2One:  loss.Branch{Boxes: mo.One2One.Boxes.Data, Scores: mo.One2One.Scores.Data, Coef: mo.One2One.MaskCoefficients.Data},
+		Proto:    mo.Proto.Data, Semseg: mo.Semseg.Data}
+	if gs.grads == nil || gs.b != B {
+		gs.grads, gs.b = out.Grads(), B
+	}
+	g := gs.grads
+	res, err := t.crit.Forward(out, tg, g)
+	if err != nil {
+		tp.Reset()
+		return 0, err
+	}
+	if math.IsNaN(res.Total) || math.IsInf(res.Total, 0) {
+		tp.Reset()
+		return 0, fmt.Errorf("iteration %d: loss is %v", t.st.NI, res.Total)
+	}
+	outs := []*tensor.Tensor{mo.One2Many.Boxes, mo.One2Many.Scores, mo.One2Many.MaskCoefficients,
+		mo.One2One.Boxes, mo.One2One.Scores, mo.One2One.MaskCoefficients, mo.Proto, mo.Semseg}
+	seeds := make([]*tensor.Tensor, len(outs))
+	for i, s := range [][]float32{g.One2Many.Boxes, g.One2Many.Scores, g.One2Many.Coef,
+		g.One2One.Boxes, g.One2One.Scores, g.One2One.Coef, g.Proto, g.Semseg} {
+		seeds[i] = tensor.New(s, outs[i].Shape...)
+	}
+	if err := tp.BackwardFrom(outs, seeds); err != nil {
+		return 0, err
+	}
+	for i, v := range res.Items {
+		ep.Loss[i] += v
+	}
+	if t.acc.Due(t.st.NI, acc) {
+		optim.ClipGradNorm(t.params, t.cfg.ClipNorm)
+		t.opt_.Step()
+		optim.ZeroGrad(t.params)
+		if err := t.ema.Update(t.state); err != nil {
+			return 0, err
+		}
+	}
+	return B, nil
+}
+
+func geometry(mo *model.Output, nc int) loss.Geometry {
+	g := loss.Geometry{B: mo.Proto.Shape[0], NC: nc, NM: mo.Proto.Shape[1],
+		ProtoH: mo.Proto.Shape[2], ProtoW: mo.Proto.Shape[3], SemH: mo.Semseg.Shape[2], SemW: mo.Semseg.Shape[3]}
+	for i, f := range mo.Feats {
+		g.Levels = append(g.Levels, loss.Level{H: f.Shape[2], W: f.Shape[3], Stride: float32(model.Strides[i])})
+	}
+	return g
+}

@@ -1,0 +1,118 @@
+package train
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/segpipe/segpipe/pipeline"
+	"github.com/segpipe/segpipe/pipeline/order"
+	"github.com/segpipe/segpipe/trainer/loss"
+	"github.com/segpipe/segpipe/trainer/metrics"
+	"github.com/segpipe/segpipe/trainer/model"
+	"github.com/segpipe/segpipe/trainer/predict"
+)
+
+// ValConfig configures Validate.
+type ValConfig struct {
+	Imgsz, Batch, Workers int
+	Conf                  float32 // keep detections with score > Conf (0.001 in the reference)
+	MaxDet                int     // 300
+}
+
+// Validate scores m (eval mode) on src letterboxed at Imgsz with the grid
+// metric: one-to-one outputs, top-k without NMS, score > Conf, masks =
+// sigmoid(coefficients × prototypes) cropped to the box, threshold 0.5,
+// compared on the prototype grid. mask is nil only when no image produced
+// mask predictions and the metric therefore has none (see metrics).
+func Validate(ctx context.Context, m *model.Model, src pipeline.Source, vc ValConfig) (box, mask *metrics.Result, err error) {
+	aug := defaultAug(vc.Imgsz)
+	ld, err := pipeline.New(ctx, src, pipeline.Config{BatchSize: vc.Batch, Workers: vc.Workers, Val: true,
+		Augment: aug, Start: order.State{}})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer ld.Close()
+	em := metrics.NewEpochMetric(metrics.GridConfig{})
+	var in, probs []float32
+	for {
+		rec, err := ld.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		err = func() error {
+			defer rec.Release()
+			dets, protos, err := predict.Infer(m, rec, &in, vc.MaxDet)
+			if err != nil {
+				return err
+			}
+			info, err := predict.ReadImageInfo(rec)
+			if err != nil {
+				return err
+			}
+			tg, err := loss.TargetsFromRecord(rec)
+			if err != nil {
+				return err
+			}
+			off := 0
+			for i, inf := range info {
+				n := tg.BoxesPerImage[i]
+				cells := inf.Hp * inf.Wp
+				d := predict.Filter(dets[i], vc.Conf)
+				probs = predict.GridMasks(probs, d, protos[i], inf.Hp, inf.Wp, inf.Stride)
+				gi := &metrics.GridImage{Affine: inf.Affine, GridH: inf.Hp, GridW: inf.Wp,
+					Truth: metrics.GridTruth{Boxes: tg.Boxes[4*off : 4*(off+n)], Classes: tg.Classes[off : off+n],
+						Masks: tg.Masks[off*cells : (off+n)*cells]},
+					Pred: metrics.GridPredictions{MaskProbs: probs}}
+				for _, x := range d {
+					gi.Pred.Boxes = append(gi.Pred.Boxes, x.Box[:]...)
+					gi.Pred.Classes = append(gi.Pred.Classes, int32(x.Class))
+					gi.Pred.Scores = append(gi.Pred.Scores, x.Score)
+				}
+				if err := em.Add(gi); err != nil {
+					return fmt.Errorf("image %d: %w", inf.ImageID, err)
+				}
+				off += n
+			}
+			return nil
+		}()
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	box, mask = em.Result()
+	return box, mask, nil
+}
+
+func (t *trainer) validate(ctx context.Context) (box, mask *metrics.Result, err error) {
+	if err := t.loadEMA(); err != nil {
+		return nil, nil, err
+	}
+	src := t.opt.Val
+	if src == nil {
+		src = t.opt.Train
+	}
+	return Validate(ctx, t.em, src, ValConfig{Imgsz: t.cfg.Imgsz, Batch: t.cfg.Batch, Workers: t.cfg.Workers,
+		Conf: float32(t.cfg.Conf), MaxDet: t.cfg.MaxDet})
+}
+
+// loadEMA copies the averaged state into the evaluation model.
+func (t *trainer) loadEMA() error {
+	st := t.em.State()
+	vals := t.ema.Values()
+	if len(st) != len(vals) {
+		return fmt.Errorf("ema holds %d tensors, the model %d", len(vals), len(st))
+	}
+	for i, p := range st {
+		copy(p.Value.Data, vals[i])
+	}
+	src := t.m.BatchNorms()
+	for i, bn := range t.em.BatchNorms() {
+		bn.BN.NumBatchesTracked = src[i].BN.NumBatchesTracked
+	}
+	return nil
+}
