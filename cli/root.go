@@ -37,6 +37,8 @@ var commands = []func() *ucli.Command{
 	evalCommand,
 	synthCommand,
 	modelCommand,
+	trainCommand,
+	predictCommand,
 }
 
 // usageError marks errors caused by how the command was invoked.

@@ -16,6 +16,11 @@ import (
 // can be repeated or resumed from it alone. JSON keys are the flag names
 // of `segpipe train`.
 type Config struct {
+	// Shards and ValShards are the data directories (absolute paths once
+	// a run starts). `segpipe train` has its own flags for them.
+	Shards    string `json:"shards,omitempty" cli:"-"`
+	ValShards string `json:"val_shards,omitempty" cli:"-"`
+
 	// Variant is the model scale (n, s, m, l, x). It comes from the
 	// config's content or --variant, never from a file name.
 	Variant string `json:"variant"`
@@ -88,12 +93,15 @@ func (c *Config) LoadConfig(path string) error {
 	return nil
 }
 
-// Keys lists the settable keys (JSON names = flag names) in field order.
+// Keys lists the keys that are also flags (JSON names, '-' for '_' in
+// flags), in field order; Set accepts these and the data paths.
 func Keys() []string {
 	t := reflect.TypeFor[Config]()
 	out := make([]string, 0, t.NumField())
 	for i := range t.NumField() {
-		out = append(out, jsonName(t.Field(i)))
+		if t.Field(i).Tag.Get("cli") != "-" {
+			out = append(out, jsonName(t.Field(i)))
+		}
 	}
 	return out
 }
