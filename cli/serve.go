@@ -1,0 +1,133 @@
+package cli
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	ucli "github.com/urfave/cli/v3"
+
+	"github.com/segpipe/segpipe/pipeline"
+	"github.com/segpipe/segpipe/pipeline/remote"
+)
+
+func serveCommand() *ucli.Command {
+	return &ucli.Command{
+		Name:      "serve",
+		Usage:     "serve training batches to remote trainers over Arrow Flight",
+		UsageText: "segpipe serve --shards DIR [--addr 127.0.0.1:8815] [--token T] [--tls-cert F --tls-key F] [--metrics-addr 127.0.0.1:9815]",
+		Description: "Runs an Arrow Flight server whose DoGet streams training batches: the ticket is a\n" +
+			"JSON loader request (shard set below --shards, seed, epoch, rank/world, resume\n" +
+			"state, batch size, imgsz, augmentation, masks dense|windowed). Each stream has its\n" +
+			"own loader; --workers, --prefetch and --cache size each one. Without a token the\n" +
+			"server listens on loopback only unless --allow-remote is given. --token (or the\n" +
+			"SEGPIPE_TOKEN environment variable) requires \"authorization: Bearer T\" on every\n" +
+			"call. Prometheus metrics are served on --metrics-addr at /metrics. Stops on\n" +
+			"SIGINT/SIGTERM, letting streams in progress finish for --grace.\n\n" +
+			"Example:\n  segpipe serve --shards shards --addr 127.0.0.1:8815 --metrics-addr 127.0.0.1:9815",
+		Flags: []ucli.Flag{
+			&ucli.StringFlag{Name: "shards", Usage: "shard root `DIR`: requests name shard sets below it", Required: true},
+			&ucli.StringFlag{Name: "addr", Value: "127.0.0.1:8815", Usage: "listen `HOST:PORT`"},
+			&ucli.StringFlag{Name: "token", Usage: "bearer `TOKEN` clients must send", Sources: ucli.EnvVars("SEGPIPE_TOKEN")},
+			&ucli.StringFlag{Name: "tls-cert", Usage: "TLS certificate `FILE` (PEM)"},
+			&ucli.StringFlag{Name: "tls-key", Usage: "TLS private key `FILE` (PEM)"},
+			&ucli.BoolFlag{Name: "allow-remote", Usage: "listen on non-loopback addresses without a token"},
+			&ucli.StringFlag{Name: "metrics-addr", Usage: "serve Prometheus /metrics on `HOST:PORT` (off when empty)"},
+			&ucli.StringSliceFlag{Name: "peer", Usage: "Flight `URI` of a server sharing the ranks (repeat, in order, this one included)"},
+			&ucli.IntFlag{Name: "workers", Usage: "loader workers per stream (0: GOMAXPROCS)"},
+			&ucli.IntFlag{Name: "prefetch", Usage: "batches built ahead per stream (0: loader default)"},
+			&ucli.StringFlag{Name: "cache", Value: "1GiB", Usage: "decoded-image cache `SIZE` per stream"},
+			&ucli.DurationFlag{Name: "grace", Value: 10 * time.Second, Usage: "time streams get to finish on shutdown"},
+		},
+		Action: func(ctx context.Context, c *ucli.Command) error {
+			cache, err := parseSize(c.String("cache"))
+			if err != nil {
+				return usagef("--cache: %v", err)
+			}
+			if c.Int("workers") < 0 || c.Int("prefetch") < 0 {
+				return usagef("--workers and --prefetch must not be negative")
+			}
+			cert, key := c.String("tls-cert"), c.String("tls-key")
+			if (cert == "") != (key == "") {
+				return usagef("--tls-cert and --tls-key go together")
+			}
+			if st, err := os.Stat(c.String("shards")); err != nil || !st.IsDir() {
+				return usagef("--shards %q is not a directory", c.String("shards"))
+			}
+			cfg := remote.ServerConfig{
+				Root:  c.String("shards"),
+				Token: c.String("token"),
+				Peers: c.StringSlice("peer"),
+				Loader: pipeline.Config{Workers: int(c.Int("workers")), Prefetch: int(c.Int("prefetch")), CacheBytes: cache},
+			}
+			if cert != "" {
+				pair, err := tls.LoadX509KeyPair(cert, key)
+				if err != nil {
+					return fmt.Errorf("serve: TLS key pair: %w", err)
+				}
+				cfg.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+			}
+			return serve(ctx, c, cfg)
+		},
+	}
+}
+
+func serve(ctx context.Context, c *ucli.Command, cfg remote.ServerConfig) error {
+	lis, err := remote.Listen(c.String("addr"), cfg.Token != "", c.Bool("allow-remote"))
+	if err != nil {
+		return usagef("%v", err)
+	}
+	srv, err := remote.NewServer(cfg)
+	if err != nil {
+		lis.Close()
+		return err
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var metrics *http.Server
+	if a := c.String("metrics-addr"); a != "" {
+		ml, err := net.Listen("tcp", a)
+		if err != nil {
+			lis.Close()
+			return fmt.Errorf("serve: metrics: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", srv.MetricsHandler())
+		metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go metrics.Serve(ml)
+		slog.Info("metrics", "addr", ml.Addr().String(), "path", "/metrics")
+	}
+	scheme := "grpc"
+	if cfg.TLS != nil {
+		scheme = "grpc+tls"
+	}
+	slog.Info("serving", "addr", lis.Addr().String(), "location", scheme+"://"+lis.Addr().String(),
+		"shards", cfg.Root, "auth", cfg.Token != "", "tls", cfg.TLS != nil)
+	fmt.Fprintf(c.Root().Writer, "segpipe serve: %s://%s (shards %s)\n", scheme, lis.Addr(), cfg.Root)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(lis) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	slog.Info("shutting down", "active_streams", srv.ActiveStreams())
+	if metrics != nil {
+		metrics.Close()
+	}
+	grace := time.AfterFunc(c.Duration("grace"), srv.Stop)
+	defer grace.Stop()
+	srv.GracefulStop()
+	if err := <-done; err != nil && !errors.Is(err, net.ErrClosed) {
+		return err
+	}
+	return nil
+}
