@@ -39,6 +39,9 @@ var commands = []func() *ucli.Command{
 	modelCommand,
 	trainCommand,
 	predictCommand,
+	serveCommand,
+	dumpCommand,
+	previewCommand,
 }
 
 // usageError marks errors caused by how the command was invoked.

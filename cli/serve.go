@@ -63,9 +63,9 @@ func serveCommand() *ucli.Command {
 				return usagef("--shards %q is not a directory", c.String("shards"))
 			}
 			cfg := remote.ServerConfig{
-				Root:  c.String("shards"),
-				Token: c.String("token"),
-				Peers: c.StringSlice("peer"),
+				Root:   c.String("shards"),
+				Token:  c.String("token"),
+				Peers:  c.StringSlice("peer"),
 				Loader: pipeline.Config{Workers: int(c.Int("workers")), Prefetch: int(c.Int("prefetch")), CacheBytes: cache},
 			}
 			if cert != "" {
