@@ -37,11 +37,14 @@ type rowBuilder struct {
 	rleCntV   *array.Uint32Builder
 
 	rows int
+	// reserve is the image bytes a row group is expected to hold: claiming
+	// them up front spares the builder its grow-and-copy steps.
+	reserve int
 }
 
-func newRowBuilder(mem memory.Allocator) *rowBuilder {
+func newRowBuilder(mem memory.Allocator, reserve int) *rowBuilder {
 	rb := array.NewRecordBuilder(mem, schema)
-	b := &rowBuilder{rb: rb}
+	b := &rowBuilder{rb: rb, reserve: reserve}
 	b.imageID = rb.Field(colImageID).(*array.Int64Builder)
 	b.fileName = rb.Field(colFileName).(*array.StringBuilder)
 	b.width = rb.Field(colWidth).(*array.Int32Builder)
@@ -69,6 +72,9 @@ func newRowBuilder(mem memory.Allocator) *rowBuilder {
 }
 
 func (b *rowBuilder) append(img *Image) {
+	if b.rows == 0 {
+		b.image.ReserveData(b.reserve)
+	}
 	b.rows++
 	b.imageID.Append(img.ImageID)
 	b.fileName.Append(img.FileName)

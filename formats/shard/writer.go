@@ -1,13 +1,11 @@
 package shard
 
 import (
-	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"os"
 	"path/filepath"
@@ -209,7 +207,11 @@ func Create(dir string, opts WriterOptions) (*Writer, error) {
 			}
 		}
 	}
-	w.rb = newRowBuilder(opts.Allocator)
+	// A row group closes after the row that reaches its target, so it
+	// holds the target plus at most one more image; 1/8 slack covers
+	// COCO-sized images without reserving for outliers.
+	reserve := min(opts.RowGroupBytes, opts.ShardBytes)
+	w.rb = newRowBuilder(opts.Allocator, int(reserve+reserve/8))
 	return w, nil
 }
 
@@ -311,10 +313,11 @@ func (w *Writer) openShard() error {
 		os.Remove(f.Name())
 		return err
 	}
-	sink := &hashSink{bw: bufio.NewWriterSize(f, 1<<20), h: sha256.New()}
+	sink := newHashSink(f)
 	props, aprops := writerProps()
 	fw, err := pqarrow.NewFileWriter(schema, sink, props, aprops)
 	if err != nil {
+		sink.finish()
 		f.Close()
 		os.Remove(f.Name())
 		return fmt.Errorf("shard %s: %w", name, err)
@@ -351,7 +354,7 @@ func (w *Writer) finishShard(journalIt bool) error {
 	if err := s.fw.Close(); err != nil {
 		return fmt.Errorf("shard %s: %w", s.name, err)
 	}
-	err := s.sink.bw.Flush()
+	err := s.sink.finish()
 	if err == nil {
 		err = s.f.Sync()
 	}
@@ -372,7 +375,7 @@ func (w *Writer) finishShard(journalIt bool) error {
 	w.cur = nil
 	js := journalShard{ShardInfo: ShardInfo{
 		File: s.name, Rows: s.rows, Instances: s.instances,
-		Bytes: s.sink.n, SHA256: hex.EncodeToString(s.sink.h.Sum(nil)),
+		Bytes: s.sink.n, SHA256: hex.EncodeToString(s.sink.sum()),
 	}}
 	if journalIt && w.opts.Checkpoint != nil {
 		js.Checkpoint = w.opts.Checkpoint()
@@ -442,28 +445,13 @@ func (w *Writer) Abort() error {
 	w.closed = true
 	w.rb.release()
 	if w.cur != nil {
+		w.cur.sink.finish()
 		w.cur.f.Close()
 		err := os.Remove(w.cur.tmp)
 		w.cur = nil
 		return err
 	}
 	return nil
-}
-
-// hashSink counts and hashes what the Parquet writer emits. It has no
-// Close method on purpose: the writer must not close the file before it is
-// flushed and synced.
-type hashSink struct {
-	bw *bufio.Writer
-	h  hash.Hash
-	n  int64
-}
-
-func (s *hashSink) Write(p []byte) (int, error) {
-	s.h.Write(p)
-	n, err := s.bw.Write(p)
-	s.n += int64(n)
-	return n, err
 }
 
 // checkFile compares a file's size and sha256 with the expected values.
