@@ -120,12 +120,19 @@ func TestInspectVerifyCatchesCorruption(t *testing.T) {
 		t.Fatalf("clean verify: exit %d\n%s", code, stdout)
 	}
 	victim := filepath.Join(out, shard.ShardName(1))
-	b, _ := os.ReadFile(victim)
-	b[len(b)/3] ^= 0x55
-	os.WriteFile(victim, b, 0o644)
-	code, stdout, errs := run(t, "inspect", "--verify", out)
-	if code != ExitFailure || !strings.Contains(stdout, "FAILED") || !strings.Contains(stdout, shard.ShardName(1)+": sha256") {
-		t.Fatalf("corrupted verify: exit %d\nstdout: %s\nstderr: %s", code, stdout, errs)
+	orig, err := os.ReadFile(victim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Magic, page headers, image bytes, annotation pages, footer.
+	for _, at := range []int{2, 40, len(orig) / 3, len(orig) / 2, len(orig) - 200, len(orig) - 6} {
+		b := append([]byte(nil), orig...)
+		b[at] ^= 0x55
+		os.WriteFile(victim, b, 0o644)
+		code, stdout, errs := run(t, "inspect", "--verify", out)
+		if code != ExitFailure || !strings.Contains(stdout, "FAILED") || !strings.Contains(stdout, shard.ShardName(1)+": sha256") {
+			t.Fatalf("byte %d of %d flipped: exit %d\nstdout: %s\nstderr: %s", at, len(orig), code, stdout, errs)
+		}
 	}
 	code, stdout, _ = run(t, "inspect", "--verify", "--json", out)
 	var rep inspectReport

@@ -130,6 +130,18 @@ func inspect(ctx context.Context, dir string, verify bool) (*inspectReport, erro
 		// sqrt(area) in pixels; COCO's small/medium/large split at 32 and 96.
 		InstanceSize: newHistogram("instance size, sqrt(area) px", 0, 8, 16, 32, 64, 96, 128, 256, 512),
 	}
+	if verify {
+		// Verify first: a damaged shard must be reported as such, not
+		// as a failure of the statistics scan below.
+		r.Verify = &verifyReport{OK: true, Problems: []string{}}
+		if err := set.Verify(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			r.Verify.OK = false
+			r.Verify.Problems = append(r.Verify.Problems, strings.Split(err.Error(), "\n")...)
+		}
+	}
 	perCat := make([]int64, len(m.Categories))
 	var unknown int64
 	err = set.Images(ctx, shard.ReadOptions{Columns: []string{shard.ColImageID, shard.ColInstances}}, func(img *shard.Image) error {
@@ -153,26 +165,19 @@ func inspect(ctx context.Context, dir string, verify bool) (*inspectReport, erro
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, err
+	if err == nil && unknown > 0 {
+		err = fmt.Errorf("%s: %d instances have a class outside the manifest's %d categories", dir, unknown, len(perCat))
 	}
-	if unknown > 0 {
-		return nil, fmt.Errorf("%s: %d instances have a class outside the manifest's %d categories", dir, unknown, len(perCat))
+	if err != nil {
+		if r.Verify == nil || ctx.Err() != nil {
+			return nil, err
+		}
+		// Statistics stay partial; the problem is part of the verdict.
+		r.Verify.OK = false
+		r.Verify.Problems = append(r.Verify.Problems, "statistics scan: "+err.Error())
 	}
 	for i, c := range m.Categories {
 		r.PerCategory = append(r.PerCategory, categoryCount{Category: c, Instances: perCat[i]})
-	}
-	if verify {
-		r.Verify = &verifyReport{OK: true, Problems: []string{}}
-		if err := set.Verify(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil, err
-			}
-			r.Verify.OK = false
-			for _, line := range strings.Split(err.Error(), "\n") {
-				r.Verify.Problems = append(r.Verify.Problems, line)
-			}
-		}
 	}
 	return r, nil
 }
