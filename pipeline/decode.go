@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"image"
-	"image/jpeg"
+	_ "image/jpeg" // registers JPEG for image.Decode of unlabelled rows
 	"image/png"
 	"sync"
 
@@ -25,7 +25,7 @@ func decodeImage(format string, data []byte, buf []byte) (augment.Image, error) 
 	)
 	switch format {
 	case "jpeg", "jpg":
-		im, err = jpeg.Decode(bytes.NewReader(data))
+		return decodeJPEG(data, buf)
 	case "png":
 		im, err = png.Decode(bytes.NewReader(data))
 	default:
@@ -34,6 +34,12 @@ func decodeImage(format string, data []byte, buf []byte) (augment.Image, error) 
 	if err != nil {
 		return augment.Image{}, err
 	}
+	return fromImage(im, buf)
+}
+
+// fromImage converts a decoded image.Image to RGB pixels in buf (or a new
+// slice when buf is too small).
+func fromImage(im image.Image, buf []byte) (augment.Image, error) {
 	b := im.Bounds()
 	w, h := b.Dx(), b.Dy()
 	if w <= 0 || h <= 0 {
