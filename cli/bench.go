@@ -97,6 +97,7 @@ func benchCommand() *ucli.Command {
 // benchResult is what bench reports. Stage times are milliseconds per
 // output image, summed over workers.
 type benchResult struct {
+	JPEG            string           `json:"jpeg_decoder"`
 	Images          int64            `json:"images"`
 	Batches         int64            `json:"batches"`
 	Workers         int              `json:"workers"`
@@ -145,6 +146,7 @@ func runBench(ctx context.Context, src pipeline.Source, cfg pipeline.Config) (*b
 	n := float64(max(st.Images, 1))
 	ms := func(d time.Duration) float64 { return float64(d) / 1e6 / n }
 	r := &benchResult{
+		JPEG:   pipeline.JPEGDecoder,
 		Images: st.Images, Batches: st.Batches, Workers: cfg.Workers, GOMAXPROCS: runtime.GOMAXPROCS(0),
 		WallSeconds: st.Wall.Seconds(), ImagesPerSec: st.ImagesPerSec,
 		ReadMs: ms(st.Read), DecodeMs: ms(st.Decode), AugmentMs: ms(st.Augment), RasterMs: ms(st.Raster), CollateMs: ms(st.Collate),
@@ -170,6 +172,7 @@ func runBench(ctx context.Context, src pipeline.Source, cfg pipeline.Config) (*b
 func (r *benchResult) table(w interface{ Write([]byte) (int, error) }) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "images\t%d (%d batches, %d workers, GOMAXPROCS %d)\n", r.Images, r.Batches, r.Workers, r.GOMAXPROCS)
+	fmt.Fprintf(tw, "jpeg decoder\t%s\n", r.JPEG)
 	fmt.Fprintf(tw, "wall\t%.2f s\n", r.WallSeconds)
 	fmt.Fprintf(tw, "throughput\t%.1f images/s\n", r.ImagesPerSec)
 	fmt.Fprintf(tw, "cpu\t%.2f s (%.1f images per CPU-second)\n", r.CPUSeconds, r.ImagesPerCPUSec)
