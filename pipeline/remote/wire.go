@@ -125,6 +125,36 @@ func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 			return c.proto.Unmarshal(data, v)
 		}
 	}
+	if err := c.unmarshal(data, fd, in); err != nil {
+		// Protobuf encodings no Flight implementation writes (groups,
+		// odd wire types): let protobuf itself decide.
+		return c.fallback(data, fd, in, err)
+	}
+	return nil
+}
+
+func (c *codec) fallback(data mem.BufferSlice, fd *flight.FlightData, in *inMsg, cause error) error {
+	var ref flight.FlightData
+	if err := c.proto.Unmarshal(data, &ref); err != nil {
+		return fmt.Errorf("%w (protobuf: %v)", cause, err)
+	}
+	if fd != nil {
+		*fd = flight.FlightData{FlightDescriptor: ref.FlightDescriptor, DataHeader: ref.DataHeader, AppMetadata: ref.AppMetadata, DataBody: ref.DataBody}
+		return nil
+	}
+	if in.body != nil {
+		in.body.Release()
+		in.body = nil
+	}
+	in.header, in.app = ref.DataHeader, ref.AppMetadata
+	if len(ref.DataBody) > 0 {
+		in.body = memory.NewBufferWithAllocator(in.mem.Allocate(len(ref.DataBody)), in.mem)
+		copy(in.body.Bytes(), ref.DataBody)
+	}
+	return nil
+}
+
+func (c *codec) unmarshal(data mem.BufferSlice, fd *flight.FlightData, in *inMsg) error {
 	rd := data.Reader()
 	defer rd.Close()
 	for rd.Remaining() > 0 {

@@ -1,0 +1,187 @@
+package remote
+
+import (
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/segpipe/segpipe/formats/batch"
+	"github.com/segpipe/segpipe/pipeline"
+	"github.com/segpipe/segpipe/pipeline/order"
+)
+
+// bruteWindow is the reference: the bounding box of the non-zero cells by
+// testing every cell.
+func bruteWindow(p []byte, rows, cols int) (x0, y0, w, h int) {
+	x0, y0, x1, y1 := cols, rows, -1, -1
+	for r := 0; r < rows; r++ {
+		for c := 0; c < cols; c++ {
+			if p[r*cols+c] != 0 {
+				x0, y0, x1, y1 = min(x0, c), min(y0, r), max(x1, c), max(y1, r)
+			}
+		}
+	}
+	if x1 < 0 {
+		return 0, 0, 0, 0
+	}
+	return x0, y0, x1 - x0 + 1, y1 - y0 + 1
+}
+
+func TestTightWindowMatchesBruteForce(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := 0; i < 2000; i++ {
+		rows, cols := 1+rng.IntN(70), 1+rng.IntN(70)
+		p := make([]byte, rows*cols)
+		for k := rng.IntN(6); k > 0; k-- {
+			p[rng.IntN(len(p))] = 1
+		}
+		x, y, w, h := tightWindow(p, rows, cols)
+		bx, by, bw, bh := bruteWindow(p, rows, cols)
+		if x != bx || y != by || w != bw || h != bh {
+			t.Fatalf("%dx%d plane: (%d,%d,%d,%d), brute force (%d,%d,%d,%d)", rows, cols, x, y, w, h, bx, by, bw, bh)
+		}
+	}
+}
+
+// TestWindowedRoundTrip encodes random batches, empty masks and images
+// without instances included, and expands them back.
+func TestWindowedRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for trial := 0; trial < 20; trial++ {
+		n := 1 + rng.IntN(5)
+		bpi := make([]int32, n)
+		sumN := 0
+		for i := range bpi {
+			bpi[i] = int32(rng.IntN(4))
+			sumN += int(bpi[i])
+		}
+		rec := randomBatch(t, rng, bpi, 16, 4)
+		w := newWindower(rec.Schema(), 4, 4, memory.NewGoAllocator())
+		win, err := w.encode(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := newExpander(win.Schema(), memory.NewGoAllocator())
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := e.expand(win)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameBatches(t, []arrow.RecordBatch{rec}, []arrow.RecordBatch{back})
+		rec.Release()
+		win.Release()
+		back.Release()
+	}
+}
+
+func randomBatch(t *testing.T, rng *rand.Rand, bpi []int32, s, hp int) arrow.RecordBatch {
+	t.Helper()
+	b, err := batch.NewBuilder(s, s, hp, hp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(bpi)
+	offs := make([]int32, n+1)
+	for i, k := range bpi {
+		offs[i+1] = offs[i] + k
+	}
+	sumN := int(offs[n])
+	bytesOf := func(size int) []byte {
+		out := make([]byte, size)
+		for i := range out {
+			out[i] = byte(rng.Uint32())
+		}
+		return out
+	}
+	masks := make([]byte, sumN*hp*hp)
+	for i := range masks {
+		if rng.IntN(5) == 0 {
+			masks[i] = 1
+		}
+	}
+	buf := memory.NewBufferBytes
+	rec, err := b.Build(&batch.Columns{N: n, SumN: sumN, Images: buf(bytesOf(3 * s * s * n)), ImageIDs: buf(bytesOf(8 * n)),
+		OrigHeight: buf(bytesOf(4 * n)), OrigWidth: buf(bytesOf(4 * n)), Transforms: buf(make([]byte, 48*n)),
+		BoxesPerImage: buf(arrow.Int32Traits.CastToBytes(bpi)), Offsets: buf(arrow.Int32Traits.CastToBytes(offs)),
+		Boxes: buf(make([]byte, 16*sumN)), Classes: buf(make([]byte, 4*sumN)), Masks: buf(masks)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+func TestExpandRejectsBadWindows(t *testing.T) {
+	rec := randomBatch(t, rand.New(rand.NewPCG(1, 1)), []int32{2}, 16, 4)
+	defer rec.Release()
+	w := newWindower(rec.Schema(), 4, 4, memory.NewGoAllocator())
+	win, err := w.encode(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer win.Release()
+	// Corrupt the first window so that it leaves the grid.
+	wins := win.Column(nDense).Data().Children()[0].Children()[0].Buffers()[1].Bytes()
+	copy(wins, arrow.Int32Traits.CastToBytes([]int32{3, 3, 4, 4}))
+	e, _ := newExpander(win.Schema(), memory.NewGoAllocator())
+	if _, err := e.expand(win); err == nil {
+		t.Fatal("a window outside the grid expanded without error")
+	}
+}
+
+// TestWindowedBytesCocoTiny measures wire bytes per batch, dense against
+// windowed, on coco-tiny mosaic batches (batch 32, imgsz 640, stride 4).
+// It checks the round trip; the figures are logged for BENCHMARKS.
+func TestWindowedBytesCocoTiny(t *testing.T) {
+	if testing.Short() {
+		t.Skip("loader on coco-tiny at 640: a few seconds")
+	}
+	rows, _ := cocoTinyRows(t)
+	req := Request{Shards: "coco", BatchSize: 32, ImgSz: 640, Limit: 3, Start: order.State{Seed: 1}}
+	cfg, err := req.Config(pipeline.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := pipeline.New(context.Background(), &pipeline.SliceSource{Rows: rows, BlockSize: 16}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var dense, windowed, masksDense, masksWin int64
+	for i := 0; i < 3; i++ {
+		rec, err := l.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := newWindower(rec.Schema(), 160, 160, memory.NewGoAllocator())
+		win, err := w.encode(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, _ := newExpander(win.Schema(), memory.NewGoAllocator())
+		back, err := e.expand(win)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, _ := batch.MaskStack(rec)
+		b, _ := batch.MaskStack(back)
+		if !bytes.Equal(a.Data, b.Data) {
+			t.Fatalf("batch %d: expanded masks differ", i)
+		}
+		dense += bodyBytes(rec)
+		windowed += bodyBytes(win)
+		masksDense += dataBytes(rec.Column(nDense).Data())
+		masksWin += dataBytes(win.Column(nDense).Data()) + dataBytes(win.Column(nDense+1).Data())
+		rec.Release()
+		win.Release()
+		back.Release()
+	}
+	t.Logf("coco-tiny mosaic, 3 batches of 32 at 640: mask bytes/batch dense %.0f, windowed %.0f (%.1f× fewer); whole batch %.0f vs %.0f (%.2f× fewer)",
+		float64(masksDense)/3, float64(masksWin)/3, float64(masksDense)/float64(masksWin),
+		float64(dense)/3, float64(windowed)/3, float64(dense)/float64(windowed))
+}
