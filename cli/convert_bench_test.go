@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/segpipe/segpipe/datasets/coco"
@@ -24,29 +23,16 @@ import (
 // baselines are memory- rather than disk-bound, which makes the ratio a
 // strict measure of the converter's own CPU cost.
 
-var (
-	synthOnce sync.Once
-	synthDir  string
-	synthErr  error
-)
-
-func benchSynth(b *testing.B) (ann, imgs string) {
-	synthOnce.Do(func() {
-		synthDir, synthErr = os.MkdirTemp("", "segpipe-bench-synth-")
-		if synthErr == nil {
-			synthErr = synth.Generate(synthDir, synth.Config{Images: 500, Seed: 1})
-		}
-	})
-	if synthErr != nil {
-		b.Fatal(synthErr)
-	}
-	cfg := synth.Config{Images: 500, Seed: 1}
-	return synth.AnnotationsPath(synthDir, cfg), synth.ImagesDir(synthDir)
-}
-
+// BenchmarkConvertSynth converts 500 synthetic COCO-like images. A
+// benchmark with sub-benchmarks runs its body once, so the dataset is
+// generated once per invocation.
 func BenchmarkConvertSynth(b *testing.B) {
-	ann, imgs := benchSynth(b)
-	benchConvert(b, ann, imgs)
+	dir := b.TempDir()
+	cfg := synth.Config{Images: 500, Seed: 1}
+	if err := synth.Generate(dir, cfg); err != nil {
+		b.Fatal(err)
+	}
+	benchConvert(b, synth.AnnotationsPath(dir, cfg), synth.ImagesDir(dir))
 }
 
 func BenchmarkConvertCocoTiny(b *testing.B) {
