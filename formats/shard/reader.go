@@ -240,7 +240,9 @@ type RowError struct {
 	Err   error
 }
 
+// Error says where, then what.
 func (e *RowError) Error() string { return fmt.Sprintf("shard %s row %d: %v", e.Shard, e.Row, e.Err) }
+// Unwrap returns the underlying error.
 func (e *RowError) Unwrap() error { return e.Err }
 
 // Images streams every row as a decoded Image. The Image and everything it
