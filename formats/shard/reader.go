@@ -242,6 +242,7 @@ type RowError struct {
 
 // Error says where, then what.
 func (e *RowError) Error() string { return fmt.Sprintf("shard %s row %d: %v", e.Shard, e.Row, e.Err) }
+
 // Unwrap returns the underlying error.
 func (e *RowError) Unwrap() error { return e.Err }
 
