@@ -65,19 +65,29 @@ func toRGB(dst []byte, im image.Image) {
 			ci := m.COffset(b.Min.X, b.Min.Y+y)
 			row := dst[3*w*y : 3*w*(y+1)]
 			Y := m.Y[yi : yi+w]
-			for x := 0; x < w; x++ {
-				var cb, cr uint8
-				switch m.SubsampleRatio {
-				case image.YCbCrSubsampleRatio420, image.YCbCrSubsampleRatio422:
-					cb, cr = m.Cb[ci+x/2], m.Cr[ci+x/2]
-				case image.YCbCrSubsampleRatio444, image.YCbCrSubsampleRatio440:
-					cb, cr = m.Cb[ci+x], m.Cr[ci+x]
-				default:
-					ci2 := m.COffset(b.Min.X+x, b.Min.Y+y)
-					cb, cr = m.Cb[ci2], m.Cr[ci2]
+			sub := m.SubsampleRatio
+			if b.Min.X%2 != 0 && (sub == image.YCbCrSubsampleRatio420 || sub == image.YCbCrSubsampleRatio422) {
+				sub = -1 // chroma pairs straddle the left edge: the general path
+			}
+			switch sub {
+			case image.YCbCrSubsampleRatio420, image.YCbCrSubsampleRatio422:
+				cb, cr := m.Cb[ci:ci+(w+1)/2], m.Cr[ci:ci+(w+1)/2]
+				for x, yy := range Y {
+					r, g, bb := ycc(yy, cb[x/2], cr[x/2])
+					row[3*x], row[3*x+1], row[3*x+2] = r, g, bb
 				}
-				r, g, bb := ycc(Y[x], cb, cr)
-				row[3*x], row[3*x+1], row[3*x+2] = r, g, bb
+			case image.YCbCrSubsampleRatio444, image.YCbCrSubsampleRatio440:
+				cb, cr := m.Cb[ci:ci+w], m.Cr[ci:ci+w]
+				for x, yy := range Y {
+					r, g, bb := ycc(yy, cb[x], cr[x])
+					row[3*x], row[3*x+1], row[3*x+2] = r, g, bb
+				}
+			default:
+				for x, yy := range Y {
+					c := m.COffset(b.Min.X+x, b.Min.Y+y)
+					r, g, bb := ycc(yy, m.Cb[c], m.Cr[c])
+					row[3*x], row[3*x+1], row[3*x+2] = r, g, bb
+				}
 			}
 		}
 	case *image.Gray:

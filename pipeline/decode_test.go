@@ -1,0 +1,41 @@
+package pipeline
+
+import (
+	"image"
+	"image/color"
+	"math/rand/v2"
+	"testing"
+)
+
+// TestToRGBMatchesColorModel checks the fast paths against image.At's
+// colour conversion for every subsampling and odd sizes.
+func TestToRGBMatchesColorModel(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	ratios := []image.YCbCrSubsampleRatio{image.YCbCrSubsampleRatio420, image.YCbCrSubsampleRatio422,
+		image.YCbCrSubsampleRatio444, image.YCbCrSubsampleRatio440, image.YCbCrSubsampleRatio411, image.YCbCrSubsampleRatio410}
+	for _, ratio := range ratios {
+		for _, sz := range [][2]int{{1, 1}, {7, 5}, {16, 9}, {33, 17}} {
+			im := image.NewYCbCr(image.Rect(0, 0, sz[0], sz[1]), ratio)
+			for _, p := range [][]uint8{im.Y, im.Cb, im.Cr} {
+				for i := range p {
+					p[i] = uint8(r.IntN(256))
+				}
+			}
+			for _, src := range []image.Image{im, im.SubImage(image.Rect(sz[0]/3, sz[1]/3, sz[0], sz[1]))} {
+				b := src.Bounds()
+				dst := make([]byte, 3*b.Dx()*b.Dy())
+				toRGB(dst, src)
+				i := 0
+				for y := b.Min.Y; y < b.Max.Y; y++ {
+					for x := b.Min.X; x < b.Max.X; x++ {
+						c := color.RGBAModel.Convert(src.At(x, y)).(color.RGBA)
+						if dst[i] != c.R || dst[i+1] != c.G || dst[i+2] != c.B {
+							t.Fatalf("%v %v at (%d,%d): %v, want %v", ratio, b, x, y, dst[i:i+3], c)
+						}
+						i += 3
+					}
+				}
+			}
+		}
+	}
+}
