@@ -88,20 +88,27 @@ func round8(x float32) uint8 {
 	return uint8(x + 0.5)
 }
 
-// hsvTable is hsv with the backward conversion precomputed per image: the
-// output is v'·k(h, s) per channel, where v' = lut_v[v] and the three
-// coefficients k depend only on the input hue and saturation. Building it
-// costs 181·256 evaluations per image; each pixel then costs the integer
-// forward conversion, three lookups and three multiplies.
+// hsvTable is hsv with the backward conversion precomputed per image. In
+// OpenCV's HSV→RGB one channel gets v', one v'·(1−s') and one v'·(1−s'·f)
+// or v'·(1−s'·(1−f)); which channel gets which depends on the hue alone.
+// So per image: role[h] (per channel: 0 max, 1 min, 2 mid), min[s] and
+// mid[h][s] in 1.15 fixed point, indexed by the input hue and saturation
+// (the LUTs are folded in). 92 KB, so the per-pixel lookups stay in cache.
+// Building it costs 181·256 evaluations per image.
 type hsvTable struct {
-	v [256]uint8
-	k [181 * 256][3]uint16 // 1.15 fixed point coefficients for r, g, b
+	v    [256]uint8
+	role [181][3]uint8
+	min  [256]uint32
+	mid  [181 * 256]uint16
 }
 
 var hsvTables = sync.Pool{New: func() any { return new(hsvTable) }}
 
 func (t *hsvTable) build(h *hsv) {
 	t.v = h.v
+	for si := 0; si < 256; si++ {
+		t.min[si] = uint32((1-float32(h.s[si])*(1.0/255))*(1<<15) + 0.5)
+	}
 	for hi := 0; hi <= 180; hi++ {
 		hf := float32(h.h[hi]) * (6.0 / 180)
 		sector := int(hf)
@@ -110,18 +117,25 @@ func (t *hsvTable) build(h *hsv) {
 			sector, hf = 0, 0
 		}
 		sd := &hsvSectors[sector]
-		for si := 0; si < 256; si++ {
-			ss := h.s[si]
-			k := &t.k[hi*256+si]
-			if ss == 0 {
-				*k = [3]uint16{1 << 15, 1 << 15, 1 << 15}
-				continue
+		midTab := uint8(0)
+		for c, ti := range [3]uint8{sd[2], sd[1], sd[0]} { // r, g, b
+			switch ti {
+			case 0:
+				t.role[hi][c] = 0
+			case 1:
+				t.role[hi][c] = 1
+			default:
+				t.role[hi][c] = 2
+				midTab = ti
 			}
-			sf := float32(ss) * (1.0 / 255)
-			tab := [4]float32{1, 1 - sf, 1 - sf*hf, 1 - sf*(1-hf)}
-			k[0] = uint16(tab[sd[2]]*(1<<15) + 0.5)
-			k[1] = uint16(tab[sd[1]]*(1<<15) + 0.5)
-			k[2] = uint16(tab[sd[0]]*(1<<15) + 0.5)
+		}
+		for si := 0; si < 256; si++ {
+			sf := float32(h.s[si]) * (1.0 / 255)
+			m := 1 - sf*hf
+			if midTab == 3 {
+				m = 1 - sf*(1-hf)
+			}
+			t.mid[hi*256+si] = uint16(m*(1<<15) + 0.5)
 		}
 	}
 }
@@ -144,8 +158,9 @@ func (t *hsvTable) apply(r, g, b uint8) (uint8, uint8, uint8) {
 	h := (vr & (gi - bi)) + (^vr & ((vg & (bi - ri + 2*diff)) + (^vg & (ri - gi + 4*diff))))
 	h = (h*hdiv[diff] + 1<<(hsvShift-1)) >> hsvShift
 	h += 180 & (h >> 31)
-	k := &t.k[int(h)*256+int(s)&255]
-	return uint8((vv*uint32(k[0]) + 1<<14) >> 15), uint8((vv*uint32(k[1]) + 1<<14) >> 15), uint8((vv*uint32(k[2]) + 1<<14) >> 15)
+	coef := [3]uint32{1 << 15, t.min[s&255], uint32(t.mid[int(h)*256+int(s)&255])}
+	ro := &t.role[h]
+	return uint8((vv*coef[ro[0]] + 1<<14) >> 15), uint8((vv*coef[ro[1]] + 1<<14) >> 15), uint8((vv*coef[ro[2]] + 1<<14) >> 15)
 }
 
 func b2i(b bool) int32 {
