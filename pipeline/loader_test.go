@@ -11,8 +11,10 @@ import (
 	"image/jpeg"
 	"image/png"
 	"io"
+	"log/slog"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -325,6 +327,8 @@ func TestCorruptImagesAreSkippedAndCounted(t *testing.T) {
 	cfg := testConfig()
 	cfg.Epochs = 1
 	cfg.Augment.Mosaic = 0
+	var logs bytes.Buffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	l, err := New(context.Background(), src, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -341,6 +345,11 @@ func TestCorruptImagesAreSkippedAndCounted(t *testing.T) {
 	l.Close()
 	if n != 17 || st.Skipped["decode"] != 2 || st.Skipped["bad_row"] != 1 {
 		t.Fatalf("%d images, skipped %v", n, st.Skipped)
+	}
+	for _, want := range []string{"image_id=1003", "image_id=1011", "image_id=1015", "reason=decode", "reason=bad_row"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Fatalf("log lacks %q:\n%s", want, logs.String())
+		}
 	}
 
 	cfg.Strict = true
