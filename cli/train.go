@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
 	ucli "github.com/urfave/cli/v3"
 
@@ -110,6 +112,10 @@ func configStrings(cfg train.Config) map[string]string {
 }
 
 func runTrain(ctx context.Context, c *ucli.Command) error {
+	// Ctrl-C stops at the next batch; the last completed epoch stays
+	// resumable (every run file is written atomically at epoch ends).
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	stderr := c.Root().ErrWriter
 	opt := train.Options{NewProgress: func(what string, total int) train.Progress {
 		return &trainProgress{p: newProgress(stderr, what, int64(total), 0)}

@@ -17,6 +17,7 @@ const (
 	metaState   = "train_state"
 	prefixModel = "model/"
 	prefixOptim = "optim/"
+	prefixEMA   = "ema/"
 )
 
 func defaultAug(imgsz int) augment.Config {
@@ -66,6 +67,15 @@ func (t *trainer) save(ep Epoch) error {
 	for k, v := range f.Tensors {
 		out.Tensors[prefixModel+k] = v
 	}
+	// The EMA is stored here as well as in last.safetensors so that the
+	// state file alone is consistent if the process dies between writes.
+	for i, p := range t.em.State() {
+		ts, err := safetensors.FromFloat32(safetensors.F32, p.Shape, t.ema.Values()[i])
+		if err != nil {
+			return err
+		}
+		out.Tensors[prefixEMA+p.Name] = ts
+	}
 	for k, v := range t.opt_.State() {
 		ts, err := safetensors.FromFloat32(safetensors.F32, []int{len(v)}, v)
 		if err != nil {
@@ -100,11 +110,18 @@ func (t *trainer) load() error {
 		return fmt.Errorf("resume: %s: %w", StateFile, err)
 	}
 	mf := safetensors.New()
+	ef := map[string][]float32{}
 	ost := map[string][]float32{}
 	for k, v := range f.Tensors {
 		switch {
 		case strings.HasPrefix(k, prefixModel):
 			mf.Tensors[strings.TrimPrefix(k, prefixModel)] = v
+		case strings.HasPrefix(k, prefixEMA):
+			x, err := v.Float32s()
+			if err != nil {
+				return fmt.Errorf("resume: %s: %w", k, err)
+			}
+			ef[strings.TrimPrefix(k, prefixEMA)] = x
 		case strings.HasPrefix(k, prefixOptim):
 			x, err := v.Float32s()
 			if err != nil {
@@ -121,12 +138,13 @@ func (t *trainer) load() error {
 	if err := t.opt_.LoadState(ost); err != nil {
 		return fmt.Errorf("resume: %w", err)
 	}
-	if _, err := t.em.LoadCheckpoint(filepath.Join(dir, LastFile)); err != nil {
-		return fmt.Errorf("resume: %w", err)
-	}
 	vals := t.ema.Values()
 	for i, p := range t.em.State() {
-		copy(vals[i], p.Value.Data)
+		x, ok := ef[p.Name]
+		if !ok || len(x) != len(vals[i]) {
+			return fmt.Errorf("resume: %s: EMA tensor %s missing or mis-sized", StateFile, p.Name)
+		}
+		copy(vals[i], x)
 	}
 	t.ema.Updates = t.st.EMAUpdates
 	t.acc.Restore(t.st.LastStep)
