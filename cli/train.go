@@ -28,6 +28,7 @@ var trainFlagUsage = map[string]string{
 	"device":          "cpu (the only backend in this build)",
 	"seed":            "model-initialisation, shuffle and augmentation seed",
 	"workers":         "loader goroutines (0: GOMAXPROCS)",
+	"weights":         "initial weights: a checkpoint of the same variant and class count (default: random init)",
 	"optimizer":       "auto (MuSGD, reference lr), musgd, sgd or adamw",
 	"lr0":             "initial learning rate (ignored by auto)",
 	"lrf":             "final learning rate as a fraction of lr0",
@@ -190,7 +191,7 @@ func runTrain(ctx context.Context, c *ucli.Command) error {
 		defer vs.Close()
 		opt.Val = vs
 	}
-	cfg.Shards, cfg.ValShards = absPath(shards), absPath(valShards)
+	cfg.Shards, cfg.ValShards, cfg.Weights = absPath(shards), absPath(valShards), absPath(cfg.Weights)
 	opt.Config = cfg
 	sum, err := train.Run(ctx, opt)
 	if err != nil {

@@ -32,6 +32,9 @@ type Config struct {
 	Device  string `json:"device"`
 	Seed    uint64 `json:"seed"`
 	Workers int    `json:"workers"` // loader goroutines; 0 = GOMAXPROCS
+	// Weights initialises the model from a checkpoint (same variant and
+	// class count) instead of the reference's random initialisation.
+	Weights string `json:"weights,omitempty"`
 
 	// Optimizer is auto (MuSGD with the reference's automatic lr), musgd,
 	// sgd or adamw. LR0 is ignored under auto.

@@ -235,6 +235,11 @@ func (t *trainer) setup() error {
 	if t.em, err = model.New(mcfg); err != nil {
 		return err
 	}
+	if t.cfg.Weights != "" && !opt.Resume {
+		if _, err := t.m.LoadCheckpoint(t.cfg.Weights); err != nil {
+			return fmt.Errorf("train: initial weights: %w", err)
+		}
+	}
 	for _, p := range t.m.Params() {
 		p.Value.GradBuf()
 	}
