@@ -154,10 +154,14 @@ func BenchmarkFlightStream(b *testing.B) {
 		}
 		defer rdr.Release()
 		b.SetBytes(size)
+		cpu0 := cpuSeconds()
 		for b.Loop() {
 			if !rdr.Next() {
 				b.Fatal(rdr.Err())
 			}
+		}
+		if cpu := cpuSeconds() - cpu0; cpu > 0 {
+			b.ReportMetric(float64(size)*float64(b.N)/cpu/1e6, "MB/cpu-s")
 		}
 	})
 
@@ -173,12 +177,16 @@ func BenchmarkFlightStream(b *testing.B) {
 		}
 		defer s.Close()
 		b.SetBytes(size)
+		cpu0 := cpuSeconds()
 		for b.Loop() {
 			r, err := s.Next(context.Background())
 			if err != nil {
 				b.Fatal(err)
 			}
 			r.Release()
+		}
+		if cpu := cpuSeconds() - cpu0; cpu > 0 {
+			b.ReportMetric(float64(size)*float64(b.N)/cpu/1e6, "MB/cpu-s")
 		}
 	})
 }
@@ -191,8 +199,13 @@ func BenchmarkServeCocoTiny(b *testing.B) {
 	rows, _ := cocoTinyRows(b)
 	src := func() pipeline.Source { return pipeline.Repeat(&pipeline.SliceSource{Rows: rows, BlockSize: 16}, 8) }
 	req := Request{Shards: "coco", BatchSize: 32, ImgSz: 640, Epochs: 1000}
+	var cpu0 float64
+	start := func(b *testing.B) { b.ResetTimer(); cpu0 = cpuSeconds() }
 	report := func(b *testing.B, images int64) {
 		b.ReportMetric(float64(images)/b.Elapsed().Seconds(), "images/s")
+		if cpu := cpuSeconds() - cpu0; cpu > 0 {
+			b.ReportMetric(float64(images)/cpu, "images/cpu-s")
+		}
 	}
 	b.Run("local", func(b *testing.B) {
 		cfg, err := req.Config(pipeline.Config{})
@@ -205,6 +218,7 @@ func BenchmarkServeCocoTiny(b *testing.B) {
 		}
 		defer l.Close()
 		var images int64
+		start(b)
 		for b.Loop() {
 			rec, err := l.Next(context.Background())
 			if err != nil {
@@ -228,6 +242,7 @@ func BenchmarkServeCocoTiny(b *testing.B) {
 			}
 			defer s.Close()
 			var images int64
+			start(b)
 			for b.Loop() {
 				rec, err := s.Next(context.Background())
 				if err == io.EOF {

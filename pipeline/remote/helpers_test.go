@@ -6,6 +6,7 @@ import (
 	"image"
 	"image/color"
 	"image/jpeg"
+	"log/slog"
 	"net"
 	"os"
 	"testing"
@@ -64,6 +65,9 @@ func startServer(t testing.TB, rows []shard.Image, cfg ServerConfig) *testServer
 			}
 			return &pipeline.SliceSource{Rows: rows, BlockSize: 8}, nil
 		}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Loader.Workers == 0 {
 		cfg.Loader.Workers = 2

@@ -32,11 +32,13 @@ import (
 	"github.com/segpipe/segpipe/pipeline"
 )
 
-// DefaultWindowBytes is the HTTP/2 flow-control window of both ends: large
-// enough that one stream is not throttled by round trips on a fast link,
-// and the most a slow client can have in flight beyond what the transport
-// has already written.
-const DefaultWindowBytes = 16 << 20
+// DefaultWindowBytes is the HTTP/2 flow-control window of both ends. gRPC
+// opens the window as the application reads, so the window bounds how much
+// of the next batch travels while the trainer works on the current one:
+// 64 MiB holds a whole batch of 32 images at 640² with dense masks. It is
+// client memory; the server never holds more than the batches described in
+// the package doc.
+const DefaultWindowBytes = 64 << 20
 
 // ServerConfig configures a Server. Zero values take the documented
 // defaults.
