@@ -143,6 +143,15 @@ func inspect(ctx context.Context, dir string, verify bool) (*inspectReport, erro
 		}
 	}
 	perCat := make([]int64, len(m.Categories))
+	if r.Verify != nil && !r.Verify.OK {
+		// Damaged shards are not parsed: the Parquet reader trusts a
+		// file's footer and may crash on one that lies.
+		r.Verify.Problems = append(r.Verify.Problems, "statistics skipped: verify failed")
+		for i, c := range m.Categories {
+			r.PerCategory = append(r.PerCategory, categoryCount{Category: c, Instances: perCat[i]})
+		}
+		return r, nil
+	}
 	var unknown int64
 	err = set.Images(ctx, shard.ReadOptions{Columns: []string{shard.ColImageID, shard.ColInstances}}, func(img *shard.Image) error {
 		r.PerImage.add(int64(len(img.Instances)))

@@ -97,7 +97,14 @@ func (d *Decoder) Len() int {
 
 // Decode fills dst with row i of the current batch. Columns missing from a
 // projected batch leave their fields zero.
-func (d *Decoder) Decode(i int, dst *Image) error {
+func (d *Decoder) Decode(i int, dst *Image) (err error) {
+	// Arrays decoded from a damaged file can be inconsistent in ways the
+	// Parquet reader does not catch.
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("row %d: inconsistent arrays (damaged shard?): %v", i, p)
+		}
+	}()
 	if i < 0 || i >= d.Len() {
 		return fmt.Errorf("row %d out of range [0,%d)", i, d.Len())
 	}

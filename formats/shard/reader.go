@@ -61,25 +61,46 @@ func (s *Set) OpenShard(i int, opts ReadOptions) (*ShardReader, error) {
 	if i < 0 || i >= len(s.Manifest.Shards) {
 		return nil, fmt.Errorf("shard index %d out of range [0,%d)", i, len(s.Manifest.Shards))
 	}
+	// A size check is one stat: it catches truncated and replaced files
+	// before the Parquet reader meets them (Verify also checks sha256).
+	info := s.Manifest.Shards[i]
+	if st, err := os.Stat(s.Path(i)); err != nil {
+		return nil, fmt.Errorf("shard %s: %w", info.File, err)
+	} else if st.Size() != info.Bytes {
+		return nil, fmt.Errorf("shard %s: %d bytes, manifest says %d: the file was changed or damaged after conversion", info.File, st.Size(), info.Bytes)
+	}
 	return OpenShardFile(s.Path(i), opts)
 }
 
 // OpenShardFile opens one shard file directly, without a manifest.
-func OpenShardFile(path string, opts ReadOptions) (*ShardReader, error) {
+func OpenShardFile(path string, opts ReadOptions) (r *ShardReader, err error) {
 	name := filepath.Base(path)
-	mem := opts.Allocator
-	if mem == nil {
-		mem = memory.DefaultAllocator
-	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("shard %s: %w", name, err)
+	}
+	// A damaged file must be an error naming it, even where the Parquet
+	// library would panic on it.
+	defer func() {
+		if p := recover(); p != nil {
+			f.Close()
+			r, err = nil, fmt.Errorf("shard %s: unreadable Parquet footer or schema: %v", name, p)
+		}
+	}()
+	return openShardFile(f, name, opts)
+}
+
+func openShardFile(f *os.File, name string, opts ReadOptions) (*ShardReader, error) {
+	mem := opts.Allocator
+	if mem == nil {
+		mem = memory.DefaultAllocator
 	}
 	r := &ShardReader{name: name, f: f}
 	fail := func(err error) (*ShardReader, error) {
 		f.Close()
 		return nil, fmt.Errorf("shard %s: %w", name, err)
 	}
+	var err error
 	rp := parquet.NewReaderProperties(mem)
 	// Stream pages instead of loading a whole column chunk, so memory
 	// tracks the decoded batch rather than twice the row group.
@@ -87,6 +108,9 @@ func OpenShardFile(path string, opts ReadOptions) (*ShardReader, error) {
 	rp.BufferSize = 1 << 20
 	r.pf, err = file.NewParquetReader(f, file.WithReadProps(rp))
 	if err != nil {
+		return fail(err)
+	}
+	if err := checkChunkBounds(r.pf, f); err != nil {
 		return fail(err)
 	}
 	kv := r.pf.MetaData().KeyValueMetadata()
@@ -123,6 +147,40 @@ func OpenShardFile(path string, opts ReadOptions) (*ShardReader, error) {
 	}
 	r.schema = arrow.NewSchema(fields, nil)
 	return r, nil
+}
+
+// checkChunkBounds refuses footers whose column chunks lie outside the
+// file. arrow-go trusts these numbers and, reading such a chunk, panics in
+// a goroutine of its own where no recover can reach: one flipped footer
+// byte would otherwise take the whole process down.
+func checkChunkBounds(pf *file.Reader, f *os.File) error {
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	size := st.Size()
+	md := pf.MetaData()
+	for g := 0; g < md.NumRowGroups(); g++ {
+		rg := md.RowGroup(g)
+		if rg.NumRows() < 0 {
+			return fmt.Errorf("row group %d: negative row count", g)
+		}
+		for c := 0; c < rg.NumColumns(); c++ {
+			cc, err := rg.ColumnChunk(c)
+			if err != nil {
+				return fmt.Errorf("row group %d column %d: %w", g, c, err)
+			}
+			start := cc.DataPageOffset()
+			if cc.HasDictionaryPage() && cc.DictionaryPageOffset() > 0 && cc.DictionaryPageOffset() < start {
+				start = cc.DictionaryPageOffset()
+			}
+			n := cc.TotalCompressedSize()
+			if start < 4 || n <= 0 || start > size || n > size-start {
+				return fmt.Errorf("row group %d column %d: chunk at %d+%d lies outside the %d-byte file", g, c, start, n, size)
+			}
+		}
+	}
+	return nil
 }
 
 // sameFields compares names, types and nullability, ignoring the field
@@ -168,7 +226,14 @@ func (r *ShardReader) RowGroupRows(i int) int64 { return r.pf.MetaData().RowGrou
 // ReadRowGroup decodes row group i into one record batch. The caller owns
 // the batch and must Release it; its buffers come from the reader's
 // allocator and stay valid after the reader is closed.
-func (r *ShardReader) ReadRowGroup(ctx context.Context, i int) (arrow.RecordBatch, error) {
+func (r *ShardReader) ReadRowGroup(ctx context.Context, i int) (rec arrow.RecordBatch, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			// rec, if any, may not be ours yet: leak it rather than
+			// risk a double release.
+			rec, err = nil, fmt.Errorf("shard %s row group %d: unreadable data: %v", r.name, i, p)
+		}
+	}()
 	if i < 0 || i >= r.NumRowGroups() {
 		return nil, fmt.Errorf("shard %s: row group %d out of range [0,%d)", r.name, i, r.NumRowGroups())
 	}
@@ -177,7 +242,7 @@ func (r *ShardReader) ReadRowGroup(ctx context.Context, i int) (arrow.RecordBatc
 		return nil, fmt.Errorf("shard %s row group %d: %w", r.name, i, err)
 	}
 	defer rr.Release()
-	rec, err := rr.Read()
+	rec, err = rr.Read()
 	if err != nil {
 		return nil, fmt.Errorf("shard %s row group %d: %w", r.name, i, err)
 	}

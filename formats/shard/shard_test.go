@@ -418,3 +418,17 @@ func TestEmptyConversion(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestReadingRefusesResizedShard(t *testing.T) {
+	dir := t.TempDir()
+	writeAll(t, dir, testOpts, testImages(8, 30), -1)
+	os.Truncate(filepath.Join(dir, ShardName(1)), 500)
+	set, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = set.Images(context.Background(), ReadOptions{}, func(*Image) error { return nil })
+	if err == nil || !strings.Contains(err.Error(), ShardName(1)+": 500 bytes, manifest says") {
+		t.Fatalf("Images over a truncated shard: %v", err)
+	}
+}
