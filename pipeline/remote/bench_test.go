@@ -258,3 +258,50 @@ func BenchmarkServeCocoTiny(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkWindowed measures the windowed transport's two CPU steps on a
+// prepared batch (32 images at 640², 256 masks of 160²): the server's
+// encode (find each window, copy its bytes) and the client's expand, with
+// a plain copy of the dense mask stack as the baseline.
+func BenchmarkWindowed(b *testing.B) {
+	rec := preparedBatch(b, 32, 640, 8)
+	defer rec.Release()
+	st, _ := batch.MaskStack(rec)
+	b.Run("copy-dense-baseline", func(b *testing.B) {
+		dst := make([]byte, len(st.Data))
+		b.SetBytes(int64(len(st.Data)))
+		for b.Loop() {
+			copy(dst, st.Data)
+		}
+	})
+	w := newWindower(rec.Schema(), 160, 160, memory.NewGoAllocator())
+	b.Run("encode", func(b *testing.B) {
+		b.SetBytes(int64(len(st.Data)))
+		for b.Loop() {
+			out, err := w.encode(rec)
+			if err != nil {
+				b.Fatal(err)
+			}
+			out.Release()
+		}
+	})
+	win, err := w.encode(rec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer win.Release()
+	e, err := newExpander(win.Schema(), &recvPool{maxBytes: 1 << 30})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("expand", func(b *testing.B) {
+		b.SetBytes(int64(len(st.Data)))
+		for b.Loop() {
+			out, err := e.expand(win)
+			if err != nil {
+				b.Fatal(err)
+			}
+			out.Release()
+		}
+	})
+}

@@ -141,9 +141,11 @@ type Stream struct {
 
 var _ pipeline.Batches = (*Stream)(nil)
 
-// Stream opens the stream of req. It fails at once on what the server
-// refuses (bad request, unknown shard set, authentication); dropped
-// connections later are retried by Next.
+// Stream opens the stream of req and waits for its schema. It fails at
+// once on what the server refuses (bad request, unknown shard set,
+// authentication); dropped connections later are retried by Next. ctx
+// bounds the opening only: the stream lives until Close, and each Next
+// takes its own context.
 func (c *Client) Stream(ctx context.Context, req Request) (*Stream, error) {
 	if req.Version == 0 {
 		req.Version = RequestVersion
@@ -153,8 +155,13 @@ func (c *Client) Stream(ctx context.Context, req Request) (*Stream, error) {
 	}
 	s := &Stream{c: c, req: req, state: req.Start}
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	if err := s.open(); err != nil {
-		s.cancel()
+	stop := context.AfterFunc(ctx, s.cancel)
+	err := s.open()
+	if !stop() {
+		err = errors.Join(ctx.Err(), err)
+	}
+	if err != nil {
+		s.Close()
 		return nil, err
 	}
 	return s, nil

@@ -259,8 +259,7 @@ func (s *Server) DoGet(t *flight.Ticket, stream flight.FlightService_DoGetServer
 
 	var win *windower
 	if req.transport() == MasksWindowed {
-		win = newWindower(schema, grid, grid, s.mem)
-		win.schema = schema
+		win = &windower{mem: s.mem, schema: schema, hp: grid, wp: grid}
 	}
 	ps := &payloadSender{send: func(m *outMsg) error { return stream.SendMsg(m) }}
 	if err := ps.sendSchema(schema, s.mem); err != nil {
