@@ -39,3 +39,22 @@ func TestToRGBMatchesColorModel(t *testing.T) {
 		}
 	}
 }
+
+// FuzzDecodeImage feeds arbitrary bytes to the image decoders of the build
+// (image/jpeg or libjpeg-turbo, image/png): an error or an image whose
+// pixel buffer matches its size, never a panic.
+func FuzzDecodeImage(f *testing.F) {
+	for _, row := range synth(f, 3, 2) {
+		f.Add(row.Format, row.Bytes)
+	}
+	f.Add("jpeg", []byte{0xff, 0xd8, 0xff})
+	f.Fuzz(func(t *testing.T, format string, data []byte) {
+		im, err := decodeImage(format, data, nil)
+		if err != nil {
+			return
+		}
+		if im.W <= 0 || im.H <= 0 || len(im.Pix) != 3*im.W*im.H {
+			t.Fatalf("%s: %dx%d with %d bytes", format, im.W, im.H, len(im.Pix))
+		}
+	})
+}
