@@ -165,6 +165,7 @@ type repeatSource struct {
 	n   int
 }
 
+// BlockRows implements Source: the blocks of src, n times over.
 func (r *repeatSource) BlockRows() []int {
 	b := r.src.BlockRows()
 	out := make([]int, 0, len(b)*r.n)
@@ -174,6 +175,7 @@ func (r *repeatSource) BlockRows() []int {
 	return out
 }
 
+// ReadBlock implements Source by reading the block's original.
 func (r *repeatSource) ReadBlock(ctx context.Context, i int) ([]shard.Image, error) {
 	return r.src.ReadBlock(ctx, i%len(r.src.BlockRows()))
 }

@@ -79,6 +79,7 @@ func (*FixedShapeTensorType) ExtensionName() string { return TensorExtensionName
 // ArrayType implements arrow.ExtensionType.
 func (*FixedShapeTensorType) ArrayType() reflect.Type { return reflect.TypeOf(FixedShapeTensorArray{}) }
 
+// String describes the type with its value type, shape and options.
 func (t *FixedShapeTensorType) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "extension<%s[value_type=%s, shape=%v", TensorExtensionName, t.ValueType(), t.shape)
