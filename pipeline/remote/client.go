@@ -262,7 +262,11 @@ func (s *Stream) Next(ctx context.Context) (arrow.RecordBatch, error) {
 	if s.closed {
 		return nil, errors.New("remote: Next after Close")
 	}
-	if s.done {
+	if s.done || (s.req.Limit > 0 && s.delivered >= s.req.Limit) {
+		// Never reopen for a limit already reached: a reopened request
+		// with limit 0 would mean "no limit".
+		s.done = true
+		s.drop()
 		return nil, io.EOF
 	}
 	// A cancelled call ends the gRPC stream under it; the next call

@@ -132,9 +132,12 @@ func (s *Server) Serve(lis net.Listener) error {
 	return err
 }
 
-// Stop closes every connection and stream at once; GracefulStop waits for
-// streams in progress.
-func (s *Server) Stop()         { s.grpc.Stop() }
+// Stop closes every connection and stream at once; each stream's loader is
+// stopped and freed.
+func (s *Server) Stop() { s.grpc.Stop() }
+
+// GracefulStop stops accepting connections and waits for the streams in
+// progress to finish.
 func (s *Server) GracefulStop() { s.grpc.GracefulStop() }
 
 // MetricsHandler serves the Prometheus metrics of this server.
