@@ -492,3 +492,36 @@ func (s *blockSource) ReadBlock(_ context.Context, i int) ([]shard.Image, error)
 	}
 	return s.rows[lo : lo+s.sizes[i]], nil
 }
+
+func TestTinyDatasetsAndLargeWorlds(t *testing.T) {
+	src := &SliceSource{Rows: synth(t, 3, 0), BlockSize: 2}
+	cfg := testConfig()
+	cfg.BatchSize = 8
+	cfg.Epochs = 2
+	total := 0
+	for r := 0; r < 5; r++ {
+		c := cfg
+		c.Rank, c.WorldSize = r, 5
+		res := run(t, src, c, -1)
+		for _, rec := range res.recs {
+			total += int(rec.NumRows())
+		}
+		if r >= 3 && len(res.recs) != 0 {
+			t.Fatalf("rank %d of 5 over 3 rows got %d batches", r, len(res.recs))
+		}
+		res.release()
+	}
+	if total != 6 {
+		t.Fatalf("%d samples over 2 epochs of 3 rows", total)
+	}
+	empty := run(t, &SliceSource{}, cfg, -1)
+	if len(empty.recs) != 0 {
+		t.Fatal("batches from an empty source")
+	}
+	if _, err := New(context.Background(), src, Config{Rank: 2, WorldSize: 2}); err == nil {
+		t.Fatal("rank 2 of 2 accepted")
+	}
+	if _, err := New(context.Background(), src, Config{Augment: augment.Config{ImgSz: 66}}); err == nil {
+		t.Fatal("imgsz not a multiple of the stride accepted")
+	}
+}
