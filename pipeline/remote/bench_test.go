@@ -255,6 +255,12 @@ func BenchmarkServeCocoTiny(b *testing.B) {
 				rec.Release()
 			}
 			report(b, images)
+			// Where the server's stream spent its time: waiting for the
+			// loader (loader-bound) or handing batches to gRPC (client- or
+			// network-bound).
+			wall := float64(b.Elapsed())
+			b.ReportMetric(100*float64(srv.loaderNanos.Load())/wall, "%loader-wait")
+			b.ReportMetric(100*float64(srv.sendNanos.Load())/wall, "%send")
 		})
 	}
 }
