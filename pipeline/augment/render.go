@@ -51,10 +51,7 @@ func Render(dst []byte, p *Plan, tiles []Tile, fill uint8) error {
 		defer hsvTables.Put(tab)
 		tab.build(&p.hsv)
 	}
-	fr, fg, fb := fill, fill, fill
-	if tab != nil {
-		fr, fg, fb = tab.apply(fill, fill, fill)
-	}
+	fr, fg, fb := fill, fill, fill // HSV is applied per finished row
 	R, G, B := dst[:ss], dst[ss:2*ss], dst[2*ss:]
 	mi := p.Minv
 	proj := mi[6] != 0 || mi[7] != 0 || mi[8] != 1
@@ -87,10 +84,13 @@ func Render(dst []byte, p *Plan, tiles []Tile, fill uint8) error {
 				uy := ((cy0+float64(sp.lo)*mi[3])-float64(t.oy))*float64(t.isy) - 0.5
 				U, V := int64(math.Round(ux*65536)), int64(math.Round(uy*65536))
 				dU, dV := int64(math.Round(mi[0]*float64(t.isx)*65536)), int64(math.Round(mi[3]*float64(t.isy)*65536))
-				sampleSpan(R[row+sp.lo:row+sp.hi], G[row+sp.lo:row+sp.hi], B[row+sp.lo:row+sp.hi], t.img.Pix, t.stride, t.maxX, t.maxY, U, V, dU, dV, tab)
+				sampleSpan(R[row+sp.lo:row+sp.hi], G[row+sp.lo:row+sp.hi], B[row+sp.lo:row+sp.hi], t.img.Pix, t.stride, t.maxX, t.maxY, U, V, dU, dV)
 				x = sp.hi
 			}
 			fillRow(R[row+x:row+s], G[row+x:row+s], B[row+x:row+s], fr, fg, fb)
+			if tab != nil {
+				tab.applyRow(R[row:row+s], G[row:row+s], B[row:row+s])
+			}
 		}
 		return nil
 	}
@@ -162,10 +162,10 @@ func Render(dst []byte, p *Plan, tiles []Tile, fill uint8) error {
 			r = uint8(((uint32(p00[0])*ix+uint32(p01[0])*wx)*iy + (uint32(p10[0])*ix+uint32(p11[0])*wx)*wy + 1<<15) >> 16)
 			g = uint8(((uint32(p00[1])*ix+uint32(p01[1])*wx)*iy + (uint32(p10[1])*ix+uint32(p11[1])*wx)*wy + 1<<15) >> 16)
 			b = uint8(((uint32(p00[2])*ix+uint32(p01[2])*wx)*iy + (uint32(p10[2])*ix+uint32(p11[2])*wx)*wy + 1<<15) >> 16)
-			if tab != nil {
-				r, g, b = tab.apply(r, g, b)
-			}
 			R[row+ox], G[row+ox], B[row+ox] = r, g, b
+		}
+		if tab != nil {
+			tab.applyRow(R[row:row+s], G[row:row+s], B[row:row+s])
 		}
 	}
 	return nil
@@ -244,7 +244,7 @@ func fillRow(r, g, b []byte, fr, fg, fb uint8) {
 
 // sampleSpan samples len(r) pixels bilinearly (8-bit weights) starting at
 // source position (U, V) in 16.16 fixed point, stepping (dU, dV).
-func sampleSpan(r, g, b, pix []byte, stride, maxX, maxY int, U, V, dU, dV int64, tab *hsvTable) {
+func sampleSpan(r, g, b, pix []byte, stride, maxX, maxY int, U, V, dU, dV int64) {
 	g = g[:len(r)]
 	b = b[:len(r)]
 	for i := range r {
@@ -270,9 +270,6 @@ func sampleSpan(r, g, b, pix []byte, stride, maxX, maxY int, U, V, dU, dV int64,
 		rr := uint8(((uint32(p00[0])*ix+uint32(p01[0])*wx)*iy + (uint32(p10[0])*ix+uint32(p11[0])*wx)*wy + 1<<15) >> 16)
 		gg := uint8(((uint32(p00[1])*ix+uint32(p01[1])*wx)*iy + (uint32(p10[1])*ix+uint32(p11[1])*wx)*wy + 1<<15) >> 16)
 		bl := uint8(((uint32(p00[2])*ix+uint32(p01[2])*wx)*iy + (uint32(p10[2])*ix+uint32(p11[2])*wx)*wy + 1<<15) >> 16)
-		if tab != nil {
-			rr, gg, bl = tab.apply(rr, gg, bl)
-		}
 		r[i], g[i], b[i] = rr, gg, bl
 	}
 }
