@@ -71,11 +71,7 @@ func toRGB(dst []byte, im image.Image) {
 			}
 			switch sub {
 			case image.YCbCrSubsampleRatio420, image.YCbCrSubsampleRatio422:
-				cb, cr := m.Cb[ci:ci+(w+1)/2], m.Cr[ci:ci+(w+1)/2]
-				for x, yy := range Y {
-					r, g, bb := ycc(yy, cb[x/2], cr[x/2])
-					row[3*x], row[3*x+1], row[3*x+2] = r, g, bb
-				}
+				yccRowHalf(row, Y, m.Cb[ci:ci+(w+1)/2], m.Cr[ci:ci+(w+1)/2])
 			case image.YCbCrSubsampleRatio444, image.YCbCrSubsampleRatio440:
 				cb, cr := m.Cb[ci:ci+w], m.Cr[ci:ci+w]
 				for x, yy := range Y {
@@ -116,6 +112,42 @@ func toRGB(dst []byte, im image.Image) {
 			}
 		}
 	}
+}
+
+// yccRowHalf converts one row whose chroma is halved horizontally (4:2:0,
+// 4:2:2): the chroma terms are computed once per pixel pair. Integer sums
+// regroup exactly, so the result is bit-identical to ycc per pixel.
+func yccRowHalf(row, Y, cb, cr []byte) {
+	n := len(Y)
+	row = row[:3*n]
+	cb = cb[:(n+1)/2]
+	cr = cr[:len(cb)]
+	x := 0
+	for j := range n / 2 {
+		cb1 := int32(cb[j]) - 128
+		cr1 := int32(cr[j]) - 128
+		dr := 91881 * cr1
+		dg := -22554*cb1 - 46802*cr1
+		db := 116130 * cb1
+		y0 := int32(Y[x]) * 0x10101
+		y1 := int32(Y[x+1]) * 0x10101
+		o := row[3*x : 3*x+6 : 3*x+6]
+		o[0], o[1], o[2] = clamp16(y0+dr), clamp16(y0+dg), clamp16(y0+db)
+		o[3], o[4], o[5] = clamp16(y1+dr), clamp16(y1+dg), clamp16(y1+db)
+		x += 2
+	}
+	if x < n {
+		r, g, b := ycc(Y[x], cb[x/2], cr[x/2])
+		row[3*x], row[3*x+1], row[3*x+2] = r, g, b
+	}
+}
+
+// clamp16 is the 16.16 → 8-bit clamp of color.YCbCrToRGB.
+func clamp16(v int32) uint8 {
+	if uint32(v)&0xff000000 == 0 {
+		return uint8(v >> 16)
+	}
+	return uint8(^(v >> 31))
 }
 
 // ycc is color.YCbCrToRGB (JFIF, 16.16 fixed point), inlined.
