@@ -73,11 +73,7 @@ func toRGB(dst []byte, im image.Image) {
 			case image.YCbCrSubsampleRatio420, image.YCbCrSubsampleRatio422:
 				yccRowHalf(row, Y, m.Cb[ci:ci+(w+1)/2], m.Cr[ci:ci+(w+1)/2])
 			case image.YCbCrSubsampleRatio444, image.YCbCrSubsampleRatio440:
-				cb, cr := m.Cb[ci:ci+w], m.Cr[ci:ci+w]
-				for x, yy := range Y {
-					r, g, bb := ycc(yy, cb[x], cr[x])
-					row[3*x], row[3*x+1], row[3*x+2] = r, g, bb
-				}
+				yccRowFull(row, Y, m.Cb[ci:ci+w], m.Cr[ci:ci+w])
 			default:
 				for x, yy := range Y {
 					c := m.COffset(b.Min.X+x, b.Min.Y+y)
@@ -111,6 +107,23 @@ func toRGB(dst []byte, im image.Image) {
 				i += 3
 			}
 		}
+	}
+}
+
+// yccRowFull converts one row with full-resolution chroma (4:4:4, 4:4:0:
+// what re-encoded datasets such as coco-tiny contain). ycc is too large to
+// inline; the loop body here is ycc by hand.
+func yccRowFull(row, Y, cb, cr []byte) {
+	n := len(Y)
+	row = row[:3*n]
+	cb = cb[:n]
+	cr = cr[:n]
+	for x := range n {
+		cb1 := int32(cb[x]) - 128
+		cr1 := int32(cr[x]) - 128
+		y := int32(Y[x]) * 0x10101
+		o := row[3*x : 3*x+3 : 3*x+3]
+		o[0], o[1], o[2] = clamp16(y+91881*cr1), clamp16(y-22554*cb1-46802*cr1), clamp16(y+116130*cb1)
 	}
 }
 
