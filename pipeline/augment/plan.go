@@ -195,6 +195,16 @@ func inv3(m [9]float64) [9]float64 {
 		return [9]float64{}
 	}
 	r := 1 / det
+	if g == 0 && h == 0 && k == 1 {
+		// Affine: keep the last row exact. Computed, its (a·e−b·d)·(1/det)
+		// is not always 1 in floating point, and Render would then take 14 %
+		// of default plans down the slow projective per-pixel path.
+		return [9]float64{
+			A * r, -(b*k - c*h) * r, (b*f - c*e) * r,
+			B * r, (a*k - c*g) * r, -(a*f - c*d) * r,
+			0, 0, 1,
+		}
+	}
 	return [9]float64{
 		A * r, -(b*k - c*h) * r, (b*f - c*e) * r,
 		B * r, (a*k - c*g) * r, -(a*f - c*d) * r,

@@ -77,3 +77,56 @@ func TestHSVTableMatchesDirect(t *testing.T) {
 		}
 	}
 }
+
+// TestAffinePlansTakeTheSpanPath guards the exact last row of Minv: a
+// rounding error there sends an affine plan down the projective per-pixel
+// path (correct but several times slower).
+func TestAffinePlansTakeTheSpanPath(t *testing.T) {
+	tiles := benchTiles()
+	cfg := DefaultConfig()
+	cfg.Degrees, cfg.Shear = 10, 5
+	for i := uint64(0); i < 500; i++ {
+		rng := order.NewRand(1, 2, 3, i)
+		mode := Train
+		ts := tiles[:1]
+		if WantMosaic(&cfg, mode, rng) {
+			ts = tiles
+		}
+		p := NewPlan(&cfg, mode, rng, ts)
+		if mi := p.Minv; mi[6] != 0 || mi[7] != 0 || mi[8] != 1 {
+			t.Fatalf("plan %d: affine M %v has projective inverse %v", i, p.M, mi)
+		}
+	}
+}
+
+// TestRowSpanMatchesGeneralSpan: with a constant source row per output row
+// (no rotation or shear) sampleSpanRow must give exactly sampleSpan's bytes.
+func TestRowSpanMatchesGeneralSpan(t *testing.T) {
+	tiles := benchTiles()
+	cfg := DefaultConfig()
+	cfg.ImgSz = 320
+	s := cfg.ImgSz
+	a, b := make([]byte, 3*s*s), make([]byte, 3*s*s)
+	for seed := uint64(0); seed < 40; seed++ {
+		rng := order.NewRand(seed, 4, 0, 0)
+		ts := tiles[:1]
+		if WantMosaic(&cfg, Train, rng) {
+			ts = tiles
+		}
+		p := NewPlan(&cfg, Train, rng, ts)
+		if err := Render(a, &p, ts, 114); err != nil {
+			t.Fatal(err)
+		}
+		forceGeneralSpan = true
+		err := Render(b, &p, ts, 114)
+		forceGeneralSpan = false
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range a {
+			if a[i] != b[i] {
+				t.Fatalf("seed %d: byte %d: row span %d, general span %d", seed, i, a[i], b[i])
+			}
+		}
+	}
+}
