@@ -52,11 +52,19 @@ func Render(dst []byte, p *Plan, tiles []Tile, fill uint8) error {
 		defer hsvTables.Put(tab)
 		tab.build(&p.hsv)
 	}
-	fr, fg, fb := fill, fill, fill // HSV is applied per finished row
+	fr, fg, fb := fill, fill, fill
 	R, G, B := dst[:ss], dst[ss:2*ss], dst[2*ss:]
 	mi := p.Minv
 	proj := mi[6] != 0 || mi[7] != 0 || mi[8] != 1
 	if !proj && !forcePerPixel {
+		// The span path jitters each sampled span while it is still in L1
+		// and fills with the jittered fill colour: fill pixels (the mosaic's
+		// borders) skip the per-pixel HSV conversion. Same bytes as
+		// jittering whole rows.
+		hr, hg, hb := fr, fg, fb
+		if tab != nil {
+			hr, hg, hb = tab.apply(fr, fg, fb)
+		}
 		var spans [4]span
 		scp := rowScratch.Get().(*[]uint32)
 		sc := *scp
@@ -81,7 +89,7 @@ func Render(dst []byte, p *Plan, tiles []Tile, fill uint8) error {
 			row := oy * s
 			x := 0
 			for _, sp := range spans[:ns] {
-				fillRow(R[row+x:row+sp.lo], G[row+x:row+sp.lo], B[row+x:row+sp.lo], fr, fg, fb)
+				fillRow(R[row+x:row+sp.lo], G[row+x:row+sp.lo], B[row+x:row+sp.lo], hr, hg, hb)
 				t := &tm[sp.tile]
 				// Source position in 48.16 fixed point, stepped per pixel.
 				ux := ((cx0+float64(sp.lo)*mi[0])-float64(t.ox))*float64(t.isx) - 0.5
@@ -93,12 +101,12 @@ func Render(dst []byte, p *Plan, tiles []Tile, fill uint8) error {
 				} else {
 					sampleSpan(R[row+sp.lo:row+sp.hi], G[row+sp.lo:row+sp.hi], B[row+sp.lo:row+sp.hi], t.img.Pix, t.stride, t.maxX, t.maxY, U, V, dU, dV)
 				}
+				if tab != nil {
+					tab.applyRow(R[row+sp.lo:row+sp.hi], G[row+sp.lo:row+sp.hi], B[row+sp.lo:row+sp.hi])
+				}
 				x = sp.hi
 			}
-			fillRow(R[row+x:row+s], G[row+x:row+s], B[row+x:row+s], fr, fg, fb)
-			if tab != nil {
-				tab.applyRow(R[row:row+s], G[row:row+s], B[row:row+s])
-			}
+			fillRow(R[row+x:row+s], G[row+x:row+s], B[row+x:row+s], hr, hg, hb)
 		}
 		return nil
 	}
@@ -172,7 +180,7 @@ func Render(dst []byte, p *Plan, tiles []Tile, fill uint8) error {
 			b = uint8(((uint32(p00[2])*ix+uint32(p01[2])*wx)*iy + (uint32(p10[2])*ix+uint32(p11[2])*wx)*wy + 1<<15) >> 16)
 			R[row+ox], G[row+ox], B[row+ox] = r, g, b
 		}
-		if tab != nil {
+		if tab != nil { // per finished row, fill pixels included
 			tab.applyRow(R[row:row+s], G[row:row+s], B[row:row+s])
 		}
 	}
