@@ -31,7 +31,9 @@
 // HSV: gains g = 1 + U(−1,1)·(HSVH, HSVS, HSVV) per sample; lookup tables
 // hue' = (hue·gh) mod 180, sat' = clip(sat·gs), val' = clip(val·gv) applied
 // in OpenCV's 8-bit HSV (hue in [0,180)); the conversions follow OpenCV's
-// 8-bit algorithms. The padding colour is jittered like any pixel.
+// 8-bit algorithms (the backward one with per-image 0.12 fixed-point
+// coefficients: within one level of OpenCV's float conversion). The
+// padding colour is jittered like any pixel.
 //
 // # Labels
 //
