@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/segpipe/segpipe/internal/shared"
+
 	"github.com/segpipe/segpipe/formats/shard"
 )
 
@@ -31,25 +33,7 @@ func run(t *testing.T, args ...string) (int, string, string) {
 // directory holding go.mod) and skips the test when it is absent.
 func repoShared(t testing.TB, rel string) string {
 	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Skip("no go.mod above the test directory")
-		}
-		dir = parent
-	}
-	p := filepath.Join(dir, "..", "shared", rel)
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("%s absent: %v", p, err)
-	}
-	return p
+	return shared.Path(t, rel)
 }
 
 // writeMiniCOCO writes a small valid COCO dataset (PNG images drawn here,

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/segpipe/segpipe/internal/shared"
+
 	"github.com/segpipe/segpipe/formats/shard"
 )
 
@@ -14,25 +16,7 @@ import (
 // directory holding go.mod), skipping the test when it is absent.
 func sharedDir(t testing.TB, rel string) string {
 	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Skip("no go.mod above the test directory")
-		}
-		dir = parent
-	}
-	p := filepath.Join(dir, "..", "shared", rel)
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("%s absent: %v", p, err)
-	}
-	return p
+	return shared.Path(t, rel)
 }
 
 // refAnn is the test's own decoding of a COCO annotation with

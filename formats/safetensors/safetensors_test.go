@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/segpipe/segpipe/internal/shared"
 )
 
 func mustF32(t *testing.T, d DType, shape []int, v []float32) Tensor {
@@ -274,22 +276,7 @@ func TestBFloat16Rounding(t *testing.T) {
 // sharedDir finds ../shared relative to the repository root.
 func sharedDir(t *testing.T) string {
 	t.Helper()
-	dir, _ := os.Getwd()
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Skip("go.mod not found")
-		}
-		dir = parent
-	}
-	s := filepath.Join(dir, "..", "shared")
-	if _, err := os.Stat(s); err != nil {
-		t.Skip("shared data absent")
-	}
-	return s
+	return shared.Dir(t)
 }
 
 // TestReadsReferenceFiles reads files written by the Python safetensors

@@ -4,34 +4,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 	"testing"
+
+	"github.com/segpipe/segpipe/internal/shared"
 )
 
 // sharedPath locates ../shared/<rel> relative to the repository root (the
 // directory holding go.mod), skipping the test when it is absent.
 func sharedPath(tb testing.TB, rel string) string {
 	tb.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			tb.Skip("go.mod not found above the test directory")
-		}
-		dir = parent
-	}
-	p := filepath.Join(dir, "..", "shared", rel)
-	if _, err := os.Stat(p); err != nil {
-		tb.Skipf("shared data absent: %v", err)
-	}
-	return p
+	return shared.Path(tb, rel)
 }
 
 // cocoPoly is one non-crowd COCO annotation with its image size.

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"testing"
 
+	"github.com/segpipe/segpipe/internal/shared"
+
 	"github.com/segpipe/segpipe/formats/shard"
 )
 
@@ -14,25 +16,7 @@ import (
 // holding go.mod) and skips when it is absent.
 func sharedDir(tb testing.TB, rel string) string {
 	tb.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			tb.Skip("repository root not found")
-		}
-		dir = parent
-	}
-	p := filepath.Join(dir, "..", "shared", rel)
-	if _, err := os.Stat(p); err != nil {
-		tb.Skipf("%s absent", p)
-	}
-	return p
+	return shared.Path(tb, rel)
 }
 
 // cocoTinyRows reads coco-tiny train and val as loader rows: polygon

@@ -4,8 +4,9 @@ import (
 	"encoding/json"
 	"math"
 	"os"
-	"path/filepath"
 	"testing"
+
+	"github.com/segpipe/segpipe/internal/shared"
 
 	"github.com/segpipe/segpipe/formats/safetensors"
 	"github.com/segpipe/segpipe/trainer/tensor"
@@ -15,22 +16,7 @@ import (
 // skips the test when it is absent.
 func sharedPath(t testing.TB, rel string) string {
 	t.Helper()
-	dir, _ := os.Getwd()
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Skip("go.mod not found")
-		}
-		dir = parent
-	}
-	p := filepath.Join(dir, "..", "shared", rel)
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("shared data %s absent", rel)
-	}
-	return p
+	return shared.Path(t, rel)
 }
 
 func readST(t testing.TB, path string) *safetensors.File {

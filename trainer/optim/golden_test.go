@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/segpipe/segpipe/internal/shared"
+
 	"github.com/segpipe/segpipe/formats/safetensors"
 )
 
@@ -16,25 +18,7 @@ import (
 // and skips when it is absent.
 func goldenDir(t testing.TB) string {
 	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Skip("go.mod not found above the test directory")
-		}
-		dir = parent
-	}
-	g := filepath.Join(dir, "..", "shared", "goldens", "loss")
-	if _, err := os.Stat(filepath.Join(g, "stats.json")); err != nil {
-		t.Skipf("golden fixtures absent: %v", err)
-	}
-	return g
+	return shared.Path(t, "goldens/loss")
 }
 
 type gradStat struct {
