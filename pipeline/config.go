@@ -74,21 +74,44 @@ func (c *Config) withDefaults() (Config, error) {
 	if d.Logger == nil {
 		d.Logger = slog.Default()
 	}
+	return d, d.validate()
+}
+
+// MaxBatchSize is the largest BatchSize a Loader accepts: the loader sizes
+// its queues by the batch size, so an absurd value would exhaust memory
+// before the first image is read.
+const MaxBatchSize = 1 << 16
+
+// Validate reports whether New would accept c, with the documented defaults
+// applied to zero fields, without opening any data. A server checks a
+// client's request with it before it starts a loader.
+func (c Config) Validate() error {
+	_, err := c.withDefaults()
+	return err
+}
+
+// validate checks a configuration whose defaults are already applied.
+func (d Config) validate() error {
 	switch {
-	case d.BatchSize < 1:
-		return d, fmt.Errorf("pipeline: batch size %d", d.BatchSize)
+	case d.BatchSize < 1 || d.BatchSize > MaxBatchSize:
+		return fmt.Errorf("pipeline: batch size %d: want 1 to %d", d.BatchSize, MaxBatchSize)
 	case d.Workers < 1:
-		return d, fmt.Errorf("pipeline: %d workers", d.Workers)
+		return fmt.Errorf("pipeline: %d workers", d.Workers)
 	case d.Prefetch < 1:
-		return d, fmt.Errorf("pipeline: prefetch %d", d.Prefetch)
+		return fmt.Errorf("pipeline: prefetch %d", d.Prefetch)
 	case d.WorldSize < 1 || d.Rank < 0 || d.Rank >= d.WorldSize:
-		return d, fmt.Errorf("pipeline: rank %d of world size %d", d.Rank, d.WorldSize)
+		return fmt.Errorf("pipeline: rank %d of world size %d", d.Rank, d.WorldSize)
 	case d.Start.Epoch < 0 || d.Start.Consumed < 0:
-		return d, fmt.Errorf("pipeline: start state %+v", d.Start)
+		return fmt.Errorf("pipeline: start state %+v", d.Start)
+	case d.Epochs <= d.Start.Epoch:
+		// A schedule that ends before it starts is a mistake, not an empty run.
+		return fmt.Errorf("pipeline: epochs %d leaves nothing after start epoch %d", d.Epochs, d.Start.Epoch)
+	case d.CloseMosaic < 0:
+		return fmt.Errorf("pipeline: close mosaic %d", d.CloseMosaic)
 	case d.Stride < 1 || d.Augment.ImgSz%d.Stride != 0:
-		return d, fmt.Errorf("pipeline: imgsz %d is not a multiple of stride %d", d.Augment.ImgSz, d.Stride)
+		return fmt.Errorf("pipeline: imgsz %d is not a multiple of the mask stride %d", d.Augment.ImgSz, d.Stride)
 	case d.CacheBytes < 0:
-		return d, fmt.Errorf("pipeline: cache bytes %d", d.CacheBytes)
+		return fmt.Errorf("pipeline: cache bytes %d", d.CacheBytes)
 	}
-	return d, d.Augment.Validate()
+	return d.Augment.Validate()
 }

@@ -47,6 +47,8 @@ func TestParseRequestRejects(t *testing.T) {
 		{"augment range", `{"version":1,"augment":{"mosaic":2}}`, "mosaic 2 out of range"},
 		{"negative", `{"version":1,"batch_size":-1}`, "negative"},
 		{"limit", `{"version":1,"limit":-1}`, "limit -1"},
+		{"epochs before start", `{"version":1,"start":{"seed":1,"epoch":3,"consumed":0},"epochs":3}`, "epochs 3 leaves nothing"},
+		{"huge batch", `{"version":1,"batch_size":100000}`, "batch size 100000"},
 		{"start", `{"version":1,"start":{"seed":1,"epoch":0,"consumed":-5}}`, "start state"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

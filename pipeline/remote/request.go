@@ -187,32 +187,10 @@ func (r Request) Config(base pipeline.Config) (pipeline.Config, error) {
 	if r.BatchSize < 0 || r.Epochs < 0 || r.CloseMosaic < 0 || r.ImgSz < 0 || r.WorldSize < 0 {
 		return c, fmt.Errorf("%w: negative batch_size, epochs, close_mosaic, imgsz or world_size", ErrBadRequest)
 	}
-	if err := checkConfig(c); err != nil {
+	// The loader's own validation, so that a bad request fails when the
+	// ticket is read, before any data is opened.
+	if err := c.Validate(); err != nil {
 		return c, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
 	return c, nil
-}
-
-// checkConfig mirrors the loader's own checks so that a bad request fails
-// when the ticket is read, before any data is opened. (The loader repeats
-// them in pipeline.New; it exports no separate validation.)
-func checkConfig(c pipeline.Config) error {
-	world := max(c.WorldSize, 1)
-	stride := c.Stride
-	if stride == 0 {
-		stride = 4
-	}
-	switch {
-	case c.Rank < 0 || c.Rank >= world:
-		return fmt.Errorf("rank %d of world size %d", c.Rank, world)
-	case c.Start.Epoch < 0 || c.Start.Consumed < 0:
-		return fmt.Errorf("start state %+v", c.Start)
-	case c.Epochs != 0 && c.Epochs <= c.Start.Epoch:
-		return fmt.Errorf("epochs %d leaves nothing after start epoch %d", c.Epochs, c.Start.Epoch)
-	case c.BatchSize > 1<<16:
-		return fmt.Errorf("batch_size %d is more than %d", c.BatchSize, 1<<16)
-	case c.Augment.ImgSz%stride != 0:
-		return fmt.Errorf("imgsz %d is not a multiple of the mask stride %d", c.Augment.ImgSz, stride)
-	}
-	return c.Augment.Validate()
 }
