@@ -154,7 +154,7 @@ func Run(ctx context.Context, opt Options) (*Summary, error) {
 	for e := t.st.NextEpoch; e < end; e++ {
 		ep, err := t.epoch(ctx, ld, e)
 		if err != nil {
-			return nil, fmt.Errorf("epoch %d: %w", e, err)
+			return nil, fmt.Errorf("epoch %d: %w", e+1, err)
 		}
 		t.st.History = append(t.st.History, ep)
 		if err := t.save(ep); err != nil {
