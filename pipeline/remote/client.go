@@ -50,10 +50,11 @@ type ClientConfig struct {
 // Client is a connection to a segpipe server. It is safe for concurrent
 // use; each Stream is not.
 type Client struct {
-	cfg  ClientConfig
-	recv *recvPool
-	conn *grpc.ClientConn
-	fc   flight.FlightServiceClient
+	cfg   ClientConfig
+	recv  *recvPool
+	arena *arenaPool
+	conn  *grpc.ClientConn
+	fc    flight.FlightServiceClient
 }
 
 // maxMessage bounds one batch message: the protocol's own limit, not a
@@ -80,12 +81,13 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	arena := newArenaPool()
 	opts := []grpc.DialOption{
 		grpc.WithInitialWindowSize(cfg.WindowBytes),
 		grpc.WithInitialConnWindowSize(cfg.WindowBytes),
 		grpc.WithReadBufferSize(1 << 20),
-		experimental.WithBufferPool(wirePool),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage), grpc.ForceCodecV2(newCodec())),
+		experimental.WithBufferPool(arena),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage), grpc.ForceCodecV2(newCodec(arena))),
 	}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cfg.TLS)))
@@ -101,7 +103,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	}
 	// Retain enough freed bodies for the batches a trainer typically holds
 	// while the next arrive.
-	return &Client{cfg: cfg, recv: &recvPool{maxBytes: 1 << 30}, conn: conn, fc: flight.NewFlightServiceClient(conn)}, nil
+	return &Client{cfg: cfg, recv: &recvPool{maxBytes: 1 << 30}, arena: arena, conn: conn, fc: flight.NewFlightServiceClient(conn)}, nil
 }
 
 // Close closes the connection; open streams fail.

@@ -38,7 +38,7 @@ func FuzzUnmarshalFlightData(f *testing.F) {
 	seed, _ := proto.Marshal(&flight.FlightData{DataHeader: []byte("hdr"), AppMetadata: []byte(`{"seed":1}`), DataBody: bytes.Repeat([]byte{7}, 100)})
 	f.Add(seed)
 	f.Add([]byte{0x12, 0x80})
-	c := newCodec()
+	c := newCodec(nil)
 	pool := &recvPool{maxBytes: 1 << 20}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var fd flight.FlightData

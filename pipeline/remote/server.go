@@ -107,7 +107,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, m: newMetrics(), mem: memory.NewGoAllocator()}
 	opts := []grpc.ServerOption{
-		grpc.ForceServerCodecV2(newCodec()),
+		grpc.ForceServerCodecV2(newCodec(nil)),
 		grpc.InitialWindowSize(cfg.WindowBytes),
 		grpc.InitialConnWindowSize(cfg.WindowBytes),
 		grpc.WriteBufferSize(1 << 20),

@@ -47,9 +47,15 @@ type outMsg struct {
 	encoded bool // Marshal ran: gRPC owns the release from then on
 }
 
-type codec struct{ proto encoding.CodecV2 }
+type codec struct {
+	proto encoding.CodecV2
+	// arena is the client's frame buffer pool, nil on the server.
+	arena *arenaPool
+}
 
-func newCodec() *codec { return &codec{proto: encoding.GetCodecV2("proto")} }
+func newCodec(arena *arenaPool) *codec {
+	return &codec{proto: encoding.GetCodecV2("proto"), arena: arena}
+}
 
 func (c *codec) Name() string { return "proto" }
 
@@ -72,6 +78,26 @@ func appendField(b []byte, field int, n int) []byte {
 	return binary.AppendUvarint(b, uint64(n))
 }
 
+// grpcPrefix is gRPC's message prefix: compression flag and length.
+const grpcPrefix = 5
+
+// fdHead encodes FlightData's fields up to the body's length prefix, the
+// IPC metadata followed by pad zero bytes.
+func fdHead(header, app []byte, bodyLen, pad int) []byte {
+	head := make([]byte, 0, len(header)+pad+len(app)+32)
+	if len(header) > 0 {
+		head = append(appendField(head, fdHeader, len(header)+pad), header...)
+		head = append(head, make([]byte, pad)...)
+	}
+	if len(app) > 0 {
+		head = append(appendField(head, fdApp, len(app)), app...)
+	}
+	if bodyLen > 0 {
+		head = appendField(head, fdBody, bodyLen)
+	}
+	return head
+}
+
 func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
 	m, ok := v.(*outMsg)
 	if !ok {
@@ -81,15 +107,17 @@ func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
 	for _, s := range m.body {
 		bodyLen += len(s)
 	}
-	head := make([]byte, 0, len(m.header)+len(m.app)+32)
-	if len(m.header) > 0 {
-		head = append(appendField(head, fdHeader, len(m.header)), m.header...)
-	}
-	if len(m.app) > 0 {
-		head = append(appendField(head, fdApp, len(m.app)), m.app...)
-	}
-	if bodyLen > 0 {
-		head = appendField(head, fdBody, bodyLen)
+	head := fdHead(m.header, m.app, bodyLen, 0)
+	if bodyLen >= minRef && len(m.header) > 0 {
+		// Pad the IPC metadata with zeros (readers parse its flatbuffer
+		// and ignore what follows, as with the stream format's own
+		// padding) until the body starts 8-byte aligned relative to the
+		// gRPC message: a receiver that reads the message into aligned
+		// memory can then use the body in place (arena.go).
+		for pad := 0; (grpcPrefix+len(head))%8 != 0 && pad < 16; {
+			pad++
+			head = fdHead(m.header, m.app, bodyLen, pad)
+		}
 	}
 	m.size = len(head) + bodyLen
 	m.encoded = true
@@ -124,6 +152,9 @@ func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 		if fd, ok = v.(*flight.FlightData); !ok {
 			return c.proto.Unmarshal(data, v)
 		}
+	}
+	if in != nil && c.arena != nil {
+		c.arena.noteMessage(data.Len())
 	}
 	if err := c.unmarshal(data, fd, in); err != nil {
 		// Protobuf encodings no Flight implementation writes (groups,
@@ -192,6 +223,17 @@ func (c *codec) unmarshal(data mem.BufferSlice, fd *flight.FlightData, in *inMsg
 		if in != nil && field == fdBody {
 			if in.body != nil { // a repeated field: the last one wins
 				in.body.Release()
+				in.body = nil
+			}
+			if c.arena != nil {
+				at := data.Len() - rd.Remaining()
+				if b, held, ok := c.arena.frameBody(data, at, int(n)); ok {
+					in.body = memory.NewBufferWithAllocator(b, held)
+					if _, err := rd.Discard(int(n)); err != nil {
+						return fmt.Errorf("flight data: body: %w", err)
+					}
+					continue
+				}
 			}
 			// Allocate and wrap rather than Resize, which would zero
 			// bytes that are overwritten at once.
