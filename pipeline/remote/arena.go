@@ -23,8 +23,11 @@ import (
 // aligned, as the Arrow arrays that alias it require.
 const arenaAlign = 64
 
-// Chunk sizes: the chunk grows to arenaMsgs times the largest message seen,
-// so that about one message in arenaMsgs straddles two chunks and is copied.
+// maxFrame is the DATA frame payload gRPC sends and accepts (16 KiB, the
+// HTTP/2 default it does not negotiate up).
+const maxFrame = 16 << 10
+
+// Chunk sizes: the chunk grows to arenaMsgs times the largest message seen.
 const (
 	arenaMinChunk = 32 << 20
 	arenaMaxChunk = 1 << 30
@@ -50,6 +53,7 @@ type arenaPool struct {
 	chunks  []*arenaChunk // every chunk with buffers out, cur included
 	spare   *arenaChunk   // one idle chunk kept for reuse
 	maxMsg  atomic.Int64  // largest message seen by the codec
+	short   bool          // the last frame was shorter than a full one
 	inPlace atomic.Int64  // bodies used where they were read (tests)
 	other   mem.BufferPool
 }
@@ -69,10 +73,14 @@ func (p *arenaPool) Get(n int) *[]byte {
 	if c != nil {
 		off = (c.off + arenaAlign - 1) &^ (arenaAlign - 1)
 	}
-	if c == nil || off+n > len(c.buf) {
+	// After a short frame (most often a message's last) the next frame
+	// probably starts a message: start a new chunk then if the largest
+	// message would not fit, rather than let the message straddle two.
+	if c == nil || off+n > len(c.buf) || p.short && len(c.buf)-off < int(p.maxMsg.Load()) {
 		c = p.next()
 		off = 0
 	}
+	p.short = n < maxFrame
 	c.off = off + n
 	c.refs.Add(1)
 	p.mu.Unlock()

@@ -188,6 +188,7 @@ func BenchmarkFlightStream(b *testing.B) {
 		if cpu := cpuSeconds() - cpu0; cpu > 0 {
 			b.ReportMetric(float64(size)*float64(b.N)/cpu/1e6, "MB/cpu-s")
 		}
+		b.ReportMetric(100*float64(c.arena.inPlace.Load())/float64(b.N), "%in-place")
 	})
 }
 
