@@ -17,7 +17,10 @@
 // (located at Peers[rank % len(Peers)] when the server knows its peers).
 //
 // Any Flight client can read a stream (pyarrow.flight.FlightClient.do_get);
-// the data path is plain protobuf on the wire.
+// the data path is plain protobuf on the wire. The IPC metadata of a batch
+// message may end in up to 15 zero bytes of padding (readers parse its
+// flatbuffer and ignore them): they place the body 8-byte aligned within the
+// gRPC message, which lets this package's client use it in place.
 //
 // # Masks on the wire
 //
@@ -46,7 +49,11 @@
 // (Server.TransportBatches); the rest waits in the flow-control window and
 // the kernel. Batch bodies are not copied on the server: the FlightData
 // message references the record's buffers and the record is released once
-// gRPC has written them. When a client disconnects, gRPC cancels the
+// gRPC has written them. Nor on the client: gRPC reads the HTTP/2 frames
+// into consecutive pieces of a large buffer (up to four times the largest
+// batch message, between 32 MiB and 1 GiB; one spare kept), and a batch
+// record aliases its body there, so a batch the caller holds keeps its
+// piece of that buffer alive until it is released. When a client disconnects, gRPC cancels the
 // stream's context: the loader stops, its goroutines exit and its buffers
 // are freed before DoGet returns.
 //
