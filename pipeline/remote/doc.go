@@ -49,8 +49,8 @@
 // (Server.TransportBatches); the rest waits in the flow-control window and
 // the kernel. Batch bodies are not copied on the server: the FlightData
 // message references the record's buffers and the record is released once
-// gRPC has written them. Nor on the client: gRPC reads the HTTP/2 frames
-// into consecutive pieces of a large buffer (up to four times the largest
+// gRPC has written them. The client does not copy bodies out of gRPC's
+// receive buffers either: gRPC reads the HTTP/2 frames into consecutive pieces of a large buffer (up to four times the largest
 // batch message, between 32 MiB and 1 GiB; one spare kept), and a batch
 // record aliases its body there, so a batch the caller holds keeps its
 // piece of that buffer alive until it is released. When a client disconnects, gRPC cancels the
