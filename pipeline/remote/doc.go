@@ -42,18 +42,19 @@
 //
 // # Memory and back-pressure
 //
-// A stream takes the next batch from its loader only after the previous
-// one has been handed to gRPC, and gRPC blocks a stream whose client does
-// not read (HTTP/2 flow control). A slow client therefore holds at most the
+// A stream takes the next batch from its loader only after the previous one
+// has been handed to gRPC, and gRPC blocks a stream whose client does not
+// read (HTTP/2 flow control). A slow client therefore holds at most the
 // loader's prefetch plus one or two batches in the transport
 // (Server.TransportBatches); the rest waits in the flow-control window and
 // the kernel. Batch bodies are not copied on the server: the FlightData
 // message references the record's buffers and the record is released once
 // gRPC has written them. The client does not copy bodies out of gRPC's
-// receive buffers either: gRPC reads the HTTP/2 frames into consecutive pieces of a large buffer (up to four times the largest
-// batch message, between 32 MiB and 1 GiB; one spare kept), and a batch
-// record aliases its body there, so a batch the caller holds keeps its
-// piece of that buffer alive until it is released. When a client disconnects, gRPC cancels the
+// receive buffers either: gRPC reads the HTTP/2 frames into consecutive
+// pieces of a large buffer (up to four times the largest batch message,
+// between 32 MiB and 1 GiB; one spare kept), and a batch record aliases its
+// body there, so a batch the caller holds keeps its piece of that buffer
+// alive until it is released. When a client disconnects, gRPC cancels the
 // stream's context: the loader stops, its goroutines exit and its buffers
 // are freed before DoGet returns.
 //
