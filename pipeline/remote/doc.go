@@ -47,7 +47,7 @@
 // read (HTTP/2 flow control). A slow client therefore holds at most the
 // loader's prefetch plus one or two batches in the transport
 // (Server.TransportBatches); the rest waits in the flow-control window and
-// the kernel. Batch bodies are not copied on the server: the FlightData
+// the kernel. Batch bodies are not marshalled on the server: the FlightData
 // message references the record's buffers and the record is released once
 // gRPC has written them. The client does not copy bodies out of gRPC's
 // receive buffers either: gRPC reads the HTTP/2 frames into consecutive
