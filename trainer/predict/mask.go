@@ -11,7 +11,8 @@ import (
 const RoundBelow = 50
 
 // CropCells returns the grid rows [r0, r1) and columns [c0, c1) a box in
-// canvas pixels covers on a grid of stride canvas pixels per cell.
+// canvas pixels covers on a grid of stride canvas pixels per cell; an
+// inverted box gives an empty range (r1 == r0 or c1 == c0).
 func CropCells(box [4]float32, stride float32, hp, wp int, round bool) (r0, r1, c0, c1 int) {
 	x1, y1, x2, y2 := float64(box[0]/stride), float64(box[1]/stride), float64(box[2]/stride), float64(box[3]/stride)
 	f := math.Ceil
@@ -22,7 +23,8 @@ func CropCells(box [4]float32, stride float32, hp, wp int, round bool) (r0, r1, 
 	r0, r1 = int(f(y1)), int(f(y2))
 	c0, c1 = min(max(c0, 0), wp), min(max(c1, 0), wp)
 	r0, r1 = min(max(r0, 0), hp), min(max(r1, 0), hp)
-	return r0, r1, c0, c1
+	// A decoded box can be inverted (negative distances): empty crop.
+	return r0, max(r1, r0), c0, max(c1, c0)
 }
 
 // Logits writes coeffs · proto over the cells [r0, r1) × [c0, c1) into

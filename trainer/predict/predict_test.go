@@ -97,3 +97,26 @@ func TestCropCellsRounding(t *testing.T) {
 		t.Errorf("fractional crop %d %d %d %d", r0, r1, c0, c1)
 	}
 }
+
+func TestInvertedBoxGivesEmptyMask(t *testing.T) {
+	proto := make([]float32, 8*8)
+	for i := range proto {
+		proto[i] = 1
+	}
+	det := model.Detection{Box: [4]float32{20, 20, 8, 8}, Coeffs: []float32{1}} // x2 < x1, y2 < y1
+	for _, round := range []bool{true, false} {
+		r0, r1, c0, c1 := CropCells(det.Box, 4, 8, 8, round)
+		if r1 != r0 || c1 != c0 {
+			t.Errorf("round %v: crop %d %d %d %d, want empty", round, r0, r1, c0, c1)
+		}
+	}
+	for _, p := range GridMasks(nil, []model.Detection{det}, proto, 8, 8, 4) {
+		if p != 0 {
+			t.Fatal("inverted box produced mask pixels")
+		}
+	}
+	inf := ImageInfo{OrigH: 32, OrigW: 32, Affine: [6]float64{1, 0, 0, 0, 1, 0}, Hp: 8, Wp: 8, Stride: 4}
+	if _, _, err := nativeResults([]model.Detection{det}, proto, inf, Options{}.withDefaults()); err != nil {
+		t.Fatal(err)
+	}
+}
