@@ -11,16 +11,36 @@ import (
 
 func TestQuickstartRunsAndReruns(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "qs")
-	for i := 0; i < 2; i++ { // the second run replaces the first
-		code, out, errs := run(t, "quickstart", "--dir", dir, "--images", "20")
+	// The first run trains one epoch (the slow part, left out under
+	// -short); the second stops after converting and replaces the first.
+	epochs := []string{"1", "0"}
+	if testing.Short() {
+		epochs[0] = "0"
+	}
+	for i, e := range epochs {
+		code, out, errs := run(t, "quickstart", "--dir", dir, "--images", "20", "--epochs", e)
 		if code != ExitOK {
 			t.Fatalf("run %d: exit %d\nstdout: %s\nstderr: %s", i, code, out, errs)
 		}
-		for _, want := range []string{"verify: ok", "wrote 20 images", "next:", filepath.Join(dir, "shards")} {
-			if !strings.Contains(out, want) {
-				t.Fatalf("run %d: output lacks %q:\n%s", i, want, out)
+		want := []string{"verify: ok", "wrote 20 images", "next:", filepath.Join(dir, "shards")}
+		if e != "0" {
+			want = append(want, "mask mAP50", filepath.Join(dir, "run"), filepath.Join(dir, "preview"))
+		}
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				t.Fatalf("run %d: output lacks %q:\n%s", i, w, out)
 			}
 		}
+		if e != "0" {
+			for _, f := range []string{"run/results.csv", "run/last.safetensors", "preview/results.json"} {
+				if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+					t.Fatalf("run %d: %v", i, err)
+				}
+			}
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "run")); !os.IsNotExist(err) {
+		t.Fatalf("the second run left the first run's training output: %v", err)
 	}
 	set, err := shard.Open(filepath.Join(dir, "shards"))
 	if err != nil || set.Manifest.Rows != 20 {

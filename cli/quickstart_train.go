@@ -24,9 +24,11 @@ func quickstartTrainConfig() train.Config {
 // quickstartTrain continues quickstart after the shards exist: train
 // (validating the EMA model every epoch), then preview predictions on the
 // first images. Steps are numbered from first of total.
-func quickstartTrain(ctx context.Context, w, stderr io.Writer, dir, shards, images string, first, total int) error {
+func quickstartTrain(ctx context.Context, w, stderr io.Writer, dir, shards, images string, epochs, first, total int) error {
 	run, preview := filepath.Join(dir, "run"), filepath.Join(dir, "preview")
 	cfg := quickstartTrainConfig()
+	cfg.Epochs = epochs
+	cfg.CloseMosaic = min(cfg.CloseMosaic, epochs-1)
 	fmt.Fprintf(w, "%d/%d training YOLO26-%s-seg for %d epochs at %d px on the CPU into %s\n", first, total, cfg.Variant, cfg.Epochs, cfg.Imgsz, run)
 	src, err := pipeline.OpenShards(shards)
 	if err != nil {
@@ -42,8 +44,9 @@ func quickstartTrain(ctx context.Context, w, stderr io.Writer, dir, shards, imag
 		return fmt.Errorf("quickstart: train: %w", err)
 	}
 	last := sum.Epochs[len(sum.Epochs)-1]
-	fmt.Fprintf(w, "%d/%d validated the EMA model each epoch: last box mAP50 %.3f, mask mAP50 %.3f (curves: %s)\n",
-		first+1, total, last.BoxMAP50, last.MaskMAP50, filepath.Join(run, train.PlotFile))
+	fmt.Fprintf(w, "%d/%d validated the EMA model each epoch: last box mAP50 %.3f, mask mAP50 %.3f (curves: %s)\n"+
+		"    a %d-epoch smoke run exercises every step but learns little: real runs take hundreds of epochs\n",
+		first+1, total, last.BoxMAP50, last.MaskMAP50, filepath.Join(run, train.PlotFile), cfg.Epochs)
 	m, meta, err := model.OpenCheckpoint(filepath.Join(run, train.LastFile))
 	if err != nil {
 		return fmt.Errorf("quickstart: preview: %w", err)
