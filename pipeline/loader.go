@@ -15,6 +15,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/segpipe/segpipe/formats/batch"
 	"github.com/segpipe/segpipe/formats/shard"
+	"github.com/segpipe/segpipe/internal/bufpool"
 	"github.com/segpipe/segpipe/pipeline/augment"
 	"github.com/segpipe/segpipe/pipeline/geom"
 	"github.com/segpipe/segpipe/pipeline/order"
@@ -43,7 +44,7 @@ type Loader struct {
 	blockRows []int
 	builder   *batch.Builder
 	grid      raster.Grid
-	mem       *pool
+	mem       *bufpool.Pool
 	cache     *cache
 	slotBytes int
 
@@ -161,7 +162,7 @@ func New(ctx context.Context, src Source, cfg Config) (*Loader, error) {
 	}
 	// Enough retained memory for every batch in flight plus the ones the
 	// consumer holds.
-	l.mem = newPool(int64(c.Prefetch+4) * int64(c.BatchSize) * int64(l.slotBytes+g.Cells()*16) * 2)
+	l.mem = bufpool.New(int64(c.Prefetch+4) * int64(c.BatchSize) * int64(l.slotBytes+g.Cells()*16) * 2)
 	l.ctx, l.cancel = context.WithCancel(ctx)
 	l.wg.Add(1 + c.Workers)
 	go l.dispatch()

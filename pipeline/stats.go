@@ -37,13 +37,14 @@ type Stats struct {
 
 // Stats returns a snapshot.
 func (l *Loader) Stats() Stats {
+	allocs, reuses := l.mem.Counts()
 	s := Stats{
 		Batches: l.st.batches.Load(), Images: l.st.images.Load(),
 		Read: time.Duration(l.st.read.Load()), Decode: time.Duration(l.st.decode.Load()),
 		Augment: time.Duration(l.st.augment.Load()), Raster: time.Duration(l.st.raster.Load()),
 		Collate: time.Duration(l.st.collate.Load()), Stall: time.Duration(l.st.stall.Load()),
 		Dropped: l.st.dropped.Load(), CrowdDropped: l.st.crowd.Load(),
-		PoolAllocs: l.mem.allocs.Load(), PoolReuses: l.mem.reuses.Load(),
+		PoolAllocs: allocs, PoolReuses: reuses,
 	}
 	if t := l.start.Load(); t != 0 {
 		s.Wall = time.Since(time.Unix(0, t))

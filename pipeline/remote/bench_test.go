@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/segpipe/segpipe/formats/batch"
+	"github.com/segpipe/segpipe/internal/bufpool"
 	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/pipeline/order"
 )
@@ -297,7 +298,7 @@ func BenchmarkWindowed(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer win.Release()
-	e, err := newExpander(win.Schema(), &recvPool{maxBytes: 1 << 30})
+	e, err := newExpander(win.Schema(), bufpool.New(1<<30))
 	if err != nil {
 		b.Fatal(err)
 	}

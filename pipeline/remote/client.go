@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/segpipe/segpipe/formats/batch"
+	"github.com/segpipe/segpipe/internal/bufpool"
 	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/pipeline/order"
 )
@@ -51,7 +52,7 @@ type ClientConfig struct {
 // use; each Stream is not.
 type Client struct {
 	cfg   ClientConfig
-	recv  *recvPool
+	recv  *bufpool.Pool
 	arena *arenaPool
 	conn  *grpc.ClientConn
 	fc    flight.FlightServiceClient
@@ -103,7 +104,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	}
 	// Retain enough freed bodies for the batches a trainer typically holds
 	// while the next arrive.
-	return &Client{cfg: cfg, recv: &recvPool{maxBytes: 1 << 30}, arena: arena, conn: conn, fc: flight.NewFlightServiceClient(conn)}, nil
+	return &Client{cfg: cfg, recv: bufpool.New(1 << 30), arena: arena, conn: conn, fc: flight.NewFlightServiceClient(conn)}, nil
 }
 
 // Close closes the connection; open streams fail.

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow/flight"
-	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/segpipe/segpipe/internal/bufpool"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 )
@@ -39,7 +39,7 @@ func FuzzUnmarshalFlightData(f *testing.F) {
 	f.Add(seed)
 	f.Add([]byte{0x12, 0x80})
 	c := newCodec(nil)
-	pool := &recvPool{maxBytes: 1 << 20}
+	pool := bufpool.New(1 << 20)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var fd flight.FlightData
 		err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &fd)
@@ -68,5 +68,3 @@ func FuzzUnmarshalFlightData(f *testing.F) {
 		}
 	})
 }
-
-var _ memory.Allocator = (*recvPool)(nil)

@@ -57,54 +57,6 @@ func (r *msgReader) Release() {
 	}
 }
 
-// recvPool is the client's allocator of message bodies: freed buffers wait
-// by power-of-two size class for the next message of that size, up to
-// maxBytes retained.
-type recvPool struct {
-	mu       sync.Mutex
-	free     [48][][]byte
-	held     int64
-	maxBytes int64
-}
-
-func (p *recvPool) Allocate(n int) []byte {
-	c := bits.Len(uint(max(n, 64) - 1))
-	p.mu.Lock()
-	if l := len(p.free[c]); l > 0 {
-		b := p.free[c][l-1]
-		p.free[c] = p.free[c][:l-1]
-		p.held -= int64(cap(b))
-		p.mu.Unlock()
-		return b[:n]
-	}
-	p.mu.Unlock()
-	return make([]byte, n, 1<<c)
-}
-
-func (p *recvPool) Reallocate(n int, b []byte) []byte {
-	if n <= cap(b) {
-		return b[:n]
-	}
-	nb := p.Allocate(n)
-	copy(nb, b)
-	p.Free(b)
-	return nb
-}
-
-func (p *recvPool) Free(b []byte) {
-	c := cap(b)
-	if c < 64 || c&(c-1) != 0 {
-		return
-	}
-	k := bits.Len(uint(c - 1))
-	p.mu.Lock()
-	if p.held+int64(c) <= p.maxBytes {
-		p.free[k] = append(p.free[k], b[:0])
-		p.held += int64(c)
-	}
-	p.mu.Unlock()
-}
-
 // dirtyPool is the gRPC buffer pool of both ends: gRPC's default pool
 // clears every buffer it hands out, although every byte is then
 // overwritten by a read; at gigabytes per second that clearing is a sixth
