@@ -10,9 +10,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
+
+	"github.com/segpipe/segpipe/internal/cputime"
 
 	ucli "github.com/urfave/cli/v3"
 
@@ -212,12 +213,6 @@ func peakRSSMiB() float64 {
 	return 0
 }
 
-// cpuSeconds is the process's user+system CPU time: on a shared machine it
-// measures the work where wall time measures the neighbours too.
-func cpuSeconds() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
-}
+// cpuSeconds is the process's CPU time: on a shared machine it measures the
+// work where wall time measures the neighbours too.
+func cpuSeconds() float64 { return cputime.Seconds() }

@@ -1,8 +1,9 @@
 package augment
 
 import (
-	"syscall"
 	"testing"
+
+	"github.com/segpipe/segpipe/internal/cputime"
 
 	"github.com/segpipe/segpipe/pipeline/order"
 )
@@ -51,12 +52,9 @@ func BenchmarkRender(b *testing.B) {
 	}
 }
 
-// cpuTime is the process's user+system CPU time in ns: on a shared machine
-// it tracks the work done far better than wall time.
+// cpuTime is the process's CPU time in ns: on a shared machine it tracks
+// the work done far better than wall time.
 func cpuTime() int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
+	d, _ := cputime.Process()
+	return int64(d)
 }
