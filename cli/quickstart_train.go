@@ -36,7 +36,7 @@ func quickstartTrain(ctx context.Context, w, stderr io.Writer, dir, shards, imag
 	}
 	defer src.Close()
 	cfg.Shards = absPath(shards)
-	sum, err := train.Run(ctx, train.Options{Config: cfg, Train: src, Categories: src.Manifest().Categories, Out: run,
+	sum, err := train.Run(ctx, train.Options{Config: cfg, Train: train.Local(src), Categories: src.Manifest().Categories, Out: run,
 		NewProgress: func(what string, n int) train.Progress {
 			return &trainProgress{p: newProgress(stderr, what, int64(n), 0)}
 		}})

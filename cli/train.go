@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -51,6 +52,7 @@ var trainFlagUsage = map[string]string{
 	"conf":            "validation score threshold",
 	"max-det":         "validation detections per image",
 	"val-every":       "validate every N epochs and after the last (0: every epoch)",
+	"save-every":      "also save the resumable state every N iterations inside an epoch (0: epoch ends and Ctrl-C only)",
 }
 
 func flagOf(key string) string { return strings.ReplaceAll(key, "_", "-") }
@@ -63,7 +65,11 @@ func trainCommand() *ucli.Command {
 		&ucli.StringFlag{Name: "val-shards", Usage: "validation shard `DIR` (default: validate on the training shards)"},
 		&ucli.StringFlag{Name: "out", Usage: "run `DIR` (config.json, results.csv/png, last/best/state.safetensors)"},
 		&ucli.StringFlag{Name: "config", Usage: "JSON config `FILE` (keys as the flags, '_' for '-'); flags override it"},
-		&ucli.StringFlag{Name: "resume", Usage: "continue the run in `RUN_DIR` exactly where its last epoch ended"},
+		&ucli.StringFlag{Name: "resume", Usage: "continue the run in `RUN_DIR` exactly where it stopped (an epoch end, Ctrl-C or --save-every)"},
+		&ucli.StringFlag{Name: "remote", Usage: "take batches from the segpipe server at `HOST:PORT`; --shards and --val-shards then name shard sets below its root"},
+		&ucli.StringFlag{Name: "remote-token", Usage: "bearer `TOKEN` for --remote", Sources: ucli.EnvVars("SEGPIPE_TOKEN")},
+		&ucli.StringFlag{Name: "remote-ca", Usage: "connect to --remote over TLS, trusting the CA certificates in `FILE` (PEM)"},
+		&ucli.BoolFlag{Name: "remote-tls", Usage: "connect to --remote over TLS with the system's CA certificates"},
 	}
 	for _, k := range train.Keys() {
 		f := flagOf(k)
@@ -72,15 +78,19 @@ func trainCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "train",
 		Usage:     "train a YOLO26-seg model on shards (CPU)",
-		UsageText: "segpipe train --shards DIR [--val-shards DIR] --variant n|s|m|l|x --epochs E --batch B --imgsz S --device cpu --out RUN_DIR [--config FILE]\nsegpipe train --resume RUN_DIR",
+		UsageText: "segpipe train --shards DIR [--val-shards DIR] --variant n|s|m|l|x --epochs E --batch B --imgsz S --device cpu --out RUN_DIR [--config FILE] [--remote HOST:PORT]\nsegpipe train --resume RUN_DIR",
 		Description: "Trains with the reference recipe: MuSGD (optimizer auto), warmup and linear lr decay,\n" +
 			"accumulation to the nominal batch 64, clipping at norm 10, EMA, ProgLoss. Every epoch\n" +
 			"validates the EMA model (box and mask mAP on the prototype grid) and writes\n" +
 			"results.csv, results.png, last.safetensors and best.safetensors into --out.\n" +
 			"Settings: defaults < --config file < flags; the effective configuration is written to\n" +
-			"RUN_DIR/config.json and into every checkpoint. --resume takes everything from the run.\n\n" +
+			"RUN_DIR/config.json and into every checkpoint. --resume takes everything from the run.\n" +
+			"Ctrl-C saves the run between two batches; --resume continues from the next batch.\n" +
+			"With --remote the batches come from `segpipe serve` on another machine (windowed\n" +
+			"masks on the wire); the run directory and the model stay here.\n\n" +
 			"Examples:\n  segpipe train --shards shards/train --config trainer/configs/smoke.json --out runs/smoke\n" +
 			"  segpipe train --shards shards/train --variant n --epochs 100 --batch 8 --imgsz 640 --out runs/n\n" +
+			"  segpipe train --remote loader-host:8815 --shards coco/train --config trainer/configs/long.json --out runs/long\n" +
 			"  segpipe train --resume runs/n",
 		Flags: flags,
 		Action: func(ctx context.Context, c *ucli.Command) error {
@@ -135,6 +145,7 @@ func runTrain(ctx context.Context, c *ucli.Command) error {
 		var saved struct {
 			Shards    string `json:"shards"`
 			ValShards string `json:"val_shards"`
+			Remote    string `json:"remote"`
 		}
 		if err := json.Unmarshal(b, &saved); err != nil {
 			return fmt.Errorf("resume: %s: %w", filepath.Join(dir, train.ConfigFile), err)
@@ -145,6 +156,9 @@ func runTrain(ctx context.Context, c *ucli.Command) error {
 		}
 		if !c.IsSet("val-shards") && saved.ValShards != "" {
 			c.Set("val-shards", saved.ValShards)
+		}
+		if !c.IsSet("remote") && saved.Remote != "" {
+			c.Set("remote", saved.Remote)
 		}
 	} else {
 		if f := c.String("config"); f != "" {
@@ -177,23 +191,45 @@ func runTrain(ctx context.Context, c *ucli.Command) error {
 	if shards == "" {
 		return usagef("--shards DIR is required")
 	}
-	src, err := pipeline.OpenShards(shards)
-	if err != nil {
-		return err
-	}
-	defer src.Close()
-	opt.Train, opt.Categories = src, src.Manifest().Categories
-	if v := valShards; v != "" {
-		vs, err := pipeline.OpenShards(v)
+	if addr := c.String("remote"); addr != "" {
+		cl, err := remoteClient(c)
 		if err != nil {
 			return err
 		}
-		defer vs.Close()
-		opt.Val = vs
+		defer cl.Close()
+		if opt.Train, opt.Categories, err = remoteData(ctx, cl, shards); err != nil {
+			return err
+		}
+		if valShards != "" {
+			if opt.Val, _, err = remoteData(ctx, cl, valShards); err != nil {
+				return err
+			}
+		}
+		cfg.Shards, cfg.ValShards, cfg.Remote = shards, valShards, addr
+	} else {
+		src, err := pipeline.OpenShards(shards)
+		if err != nil {
+			return err
+		}
+		defer src.Close()
+		opt.Train, opt.Categories = train.Local(src), src.Manifest().Categories
+		if v := valShards; v != "" {
+			vs, err := pipeline.OpenShards(v)
+			if err != nil {
+				return err
+			}
+			defer vs.Close()
+			opt.Val = train.Local(vs)
+		}
+		cfg.Shards, cfg.ValShards, cfg.Remote = absPath(shards), absPath(valShards), ""
 	}
-	cfg.Shards, cfg.ValShards, cfg.Weights = absPath(shards), absPath(valShards), absPath(cfg.Weights)
+	cfg.Weights = absPath(cfg.Weights)
 	opt.Config = cfg
 	sum, err := train.Run(ctx, opt)
+	if errors.Is(err, train.ErrInterrupted) {
+		fmt.Fprintf(c.Root().Writer, "stopped between two batches; the run is saved: continue with\n  segpipe train --resume %s\n", opt.Out)
+		return err
+	}
 	if err != nil {
 		return err
 	}

@@ -122,6 +122,34 @@ func (c *Client) Info(ctx context.Context, req Request) (*flight.FlightInfo, err
 	return info, nil
 }
 
+// Dataset asks the server what the shard set shards holds.
+func (c *Client) Dataset(ctx context.Context, shards string) (DatasetInfo, error) {
+	info, err := c.Info(ctx, Request{Shards: shards})
+	if err != nil {
+		return DatasetInfo{}, err
+	}
+	var d DatasetInfo
+	if len(info.AppMetadata) == 0 {
+		return d, fmt.Errorf("remote: %s does not describe shard set %q (a server older than this client)", c.cfg.Addr, shards)
+	}
+	if err := json.Unmarshal(info.AppMetadata, &d); err != nil {
+		return d, fmt.Errorf("remote: %s: shard set %q description: %w", c.cfg.Addr, shards, err)
+	}
+	return d, nil
+}
+
+// Open streams the shard set shards through a server loader configured as
+// cfg (see NewRequest), with windowed masks on the wire. It is what a
+// trainer calls where it would call pipeline.New.
+func (c *Client) Open(ctx context.Context, shards string, cfg pipeline.Config) (*Stream, error) {
+	req, err := NewRequest(shards, cfg)
+	if err != nil {
+		return nil, err
+	}
+	req.Masks = MasksWindowed
+	return c.Stream(ctx, req)
+}
+
 // Stream is one rank's batches from a server. It implements
 // pipeline.Batches: a trainer takes batches from it exactly as from a local
 // loader. Next must be called from one goroutine at a time.

@@ -58,7 +58,7 @@ type testServer struct {
 // startServer serves rows as the shard set "synth" on a loopback port.
 func startServer(t testing.TB, rows []shard.Image, cfg ServerConfig) *testServer {
 	t.Helper()
-	if cfg.Open == nil {
+	if cfg.Open == nil && cfg.Root == "" {
 		cfg.Open = func(_ context.Context, name string) (pipeline.Source, error) {
 			if name != "synth" {
 				return nil, &notFound{name}

@@ -9,6 +9,7 @@ import (
 	"path"
 	"strings"
 
+	"github.com/segpipe/segpipe/formats/shard"
 	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/pipeline/augment"
 	"github.com/segpipe/segpipe/pipeline/order"
@@ -123,6 +124,53 @@ func (r Request) Validate() error {
 		return err
 	}
 	return nil
+}
+
+// NewRequest returns the request that has a server's loader run with cfg
+// over the shard set shards: the inverse of Request.Config for every
+// setting a request carries. The server decides resources (workers,
+// prefetch, cache, shuffle window) and the mask stride, so a Stride other
+// than the default is an error rather than a silent change.
+func NewRequest(shards string, cfg pipeline.Config) (Request, error) {
+	if cfg.Stride != 0 && cfg.Stride != 4 {
+		return Request{}, fmt.Errorf("%w: mask stride %d: a server streams stride 4", ErrBadRequest, cfg.Stride)
+	}
+	a := cfg.Augment
+	if a.ImgSz == 0 {
+		a = augment.DefaultConfig()
+	}
+	r := Request{Version: RequestVersion, Shards: shards, Start: cfg.Start, Epochs: cfg.Epochs,
+		CloseMosaic: cfg.CloseMosaic, Rank: cfg.Rank, WorldSize: cfg.WorldSize, BatchSize: cfg.BatchSize,
+		Val: cfg.Val, ImgSz: a.ImgSz,
+		Augment: &Augment{Mosaic: &a.Mosaic, Degrees: &a.Degrees, Translate: &a.Translate, Scale: &a.Scale,
+			Shear: &a.Shear, Perspective: &a.Perspective, HSVH: &a.HSVH, HSVS: &a.HSVS, HSVV: &a.HSVV,
+			FlipLR: &a.FlipLR, Fill: &a.Fill, MinSide: &a.MinSide, MinArea: &a.MinArea, MaxAspect: &a.MaxAspect,
+			KeepCrowd: &a.KeepCrowd}}
+	return r, r.Validate()
+}
+
+// DatasetInfo describes a shard set. GetFlightInfo returns it as JSON app
+// metadata, so that a trainer sizes its schedule and names its classes
+// without holding the data.
+type DatasetInfo struct {
+	// Images is the number of rows (images) in the set: one epoch of all
+	// ranks together.
+	Images int `json:"images"`
+	// Categories is the set's category table (empty for sources without
+	// a manifest).
+	Categories []shard.Category `json:"categories,omitempty"`
+}
+
+// datasetInfo reads what DatasetInfo reports from an open source.
+func datasetInfo(src pipeline.Source) DatasetInfo {
+	var d DatasetInfo
+	for _, r := range src.BlockRows() {
+		d.Images += r
+	}
+	if m, ok := src.(interface{ Manifest() *shard.Manifest }); ok && m.Manifest() != nil {
+		d.Categories = m.Manifest().Categories
+	}
+	return d
 }
 
 // cleanSet maps a shard set name to a clean relative path that cannot leave

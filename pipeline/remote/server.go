@@ -342,8 +342,9 @@ func (s *Server) DoGet(t *flight.Ticket, stream flight.FlightService_DoGetServer
 }
 
 // GetFlightInfo implements flight.FlightServer: the descriptor's command is
-// a Request; the answer holds its schema and one endpoint whose ticket is
-// the normalised request, located at the peer that serves its rank.
+// a Request; the answer holds its schema, one endpoint whose ticket is the
+// normalised request, located at the peer that serves its rank, and the
+// shard set's DatasetInfo as JSON app metadata.
 func (s *Server) GetFlightInfo(ctx context.Context, d *flight.FlightDescriptor) (*flight.FlightInfo, error) {
 	if d.GetType() != flight.DescriptorCMD {
 		return nil, status.Error(codes.InvalidArgument, "segpipe serve: the descriptor must be a command holding a loader request")
@@ -361,14 +362,17 @@ func (s *Server) GetFlightInfo(ctx context.Context, d *flight.FlightDescriptor) 
 	if err != nil {
 		return nil, grpcError(fmt.Errorf("%w: %v", ErrBadRequest, err))
 	}
-	if s.cfg.Open == nil {
-		clean, err := cleanSet(req.Shards)
-		if err != nil {
-			return nil, grpcError(err)
-		}
-		if _, err := os.Stat(filepath.Join(s.cfg.Root, filepath.FromSlash(clean), shard.ManifestName)); err != nil {
-			return nil, grpcError(fmt.Errorf("shard set %q: %w", req.Shards, os.ErrNotExist))
-		}
+	src, err := s.open(ctx, req.Shards)
+	if err != nil {
+		s.m.refused.WithLabelValues("shards").Inc()
+		return nil, grpcError(err)
+	}
+	app, err := json.Marshal(datasetInfo(src))
+	if c, ok := src.(io.Closer); ok {
+		c.Close()
+	}
+	if err != nil {
+		return nil, grpcError(err)
 	}
 	req.Version = RequestVersion
 	ep := &flight.FlightEndpoint{Ticket: &flight.Ticket{Ticket: req.Marshal()}}
@@ -382,5 +386,6 @@ func (s *Server) GetFlightInfo(ctx context.Context, d *flight.FlightDescriptor) 
 		TotalRecords:     -1,
 		TotalBytes:       -1,
 		Ordered:          true,
+		AppMetadata:      app,
 	}, nil
 }

@@ -55,7 +55,7 @@ func BenchmarkTrainIteration(b *testing.B) {
 	ls := ld.Stats()
 	ld.Close()
 
-	tr := &trainer{opt: Options{Config: cfg, Train: src, Categories: src.Manifest().Categories, Out: b.TempDir()}}
+	tr := &trainer{opt: Options{Config: cfg, Train: Local(src), Categories: src.Manifest().Categories, Out: b.TempDir()}}
 	tr.log = discardLogger()
 	if err := tr.setup(); err != nil {
 		b.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"github.com/segpipe/segpipe/formats/shard"
 	"github.com/segpipe/segpipe/pipeline/augment"
 	"github.com/segpipe/segpipe/trainer/model"
+	"github.com/segpipe/segpipe/trainer/optim"
 )
 
 const (
@@ -18,6 +19,7 @@ const (
 	prefixModel = "model/"
 	prefixOptim = "optim/"
 	prefixEMA   = "ema/"
+	prefixGrad  = "grad/"
 )
 
 func defaultAug(imgsz int) augment.Config {
@@ -56,6 +58,37 @@ func (t *trainer) save(ep Epoch) error {
 			return err
 		}
 	}
+	if err := t.saveState(); err != nil {
+		return err
+	}
+	if err := writeResults(filepath.Join(dir, ResultsFile), t.st.History); err != nil {
+		return err
+	}
+	return writePlot(filepath.Join(dir, PlotFile), t.st.History)
+}
+
+// interrupt saves the run between two batches of an epoch (p is what the
+// epoch has accumulated) and returns ErrInterrupted, wrapping cause when
+// there is one.
+func (t *trainer) interrupt(p *partialEpoch, ep *Epoch, elapsed func(), cause error) error {
+	elapsed()
+	p.Loss = ep.Loss
+	t.st.Partial = p
+	if err := t.saveState(); err != nil {
+		return fmt.Errorf("saving the interrupted run: %w", err)
+	}
+	t.log.Info("run saved mid-epoch", "run", t.opt.Out, "epoch", p.Epoch, "batches_done", p.Batches, "iteration", t.st.NI)
+	if cause != nil {
+		return fmt.Errorf("%w: %w", ErrInterrupted, cause)
+	}
+	return ErrInterrupted
+}
+
+// saveState writes state.safetensors: raw weights and BatchNorm counters,
+// the EMA, optimiser buffers, gradients accumulated towards the next
+// optimiser step, and the loop state.
+func (t *trainer) saveState() error {
+	dir := t.opt.Out
 	t.st.LastStep = t.acc.Last()
 	t.st.EMAUpdates = t.ema.Updates
 	t.st.Categories = t.opt.Categories
@@ -83,18 +116,35 @@ func (t *trainer) save(ep Epoch) error {
 		}
 		out.Tensors[prefixOptim+k] = ts
 	}
+	// Gradients are pending whenever the accumulation to the nominal batch
+	// straddles the save (an epoch end or an interruption); without them
+	// the resumed step would miss those batches.
+	if pendingGrads(t.params) {
+		for _, p := range t.params {
+			ts, err := safetensors.FromFloat32(safetensors.F32, p.Shape, p.Grad)
+			if err != nil {
+				return err
+			}
+			out.Tensors[prefixGrad+p.Name] = ts
+		}
+	}
 	sj, err := json.Marshal(t.st)
 	if err != nil {
 		return err
 	}
 	out.Metadata = map[string]string{metaState: string(sj), "config": string(t.meta)}
-	if err := safetensors.WriteFile(filepath.Join(dir, StateFile), out); err != nil {
-		return err
+	return safetensors.WriteFile(filepath.Join(dir, StateFile), out)
+}
+
+func pendingGrads(ps []*optim.Param) bool {
+	for _, p := range ps {
+		for _, g := range p.Grad {
+			if g != 0 {
+				return true
+			}
+		}
 	}
-	if err := writeResults(filepath.Join(dir, ResultsFile), t.st.History); err != nil {
-		return err
-	}
-	return writePlot(filepath.Join(dir, PlotFile), t.st.History)
+	return false
 }
 
 // load restores everything save wrote: raw weights and BatchNorm counters,
@@ -112,6 +162,7 @@ func (t *trainer) load() error {
 	mf := safetensors.New()
 	ef := map[string][]float32{}
 	ost := map[string][]float32{}
+	grads := map[string][]float32{}
 	for k, v := range f.Tensors {
 		switch {
 		case strings.HasPrefix(k, prefixModel):
@@ -128,6 +179,12 @@ func (t *trainer) load() error {
 				return fmt.Errorf("resume: %s: %w", k, err)
 			}
 			ost[strings.TrimPrefix(k, prefixOptim)] = x
+		case strings.HasPrefix(k, prefixGrad):
+			x, err := v.Float32s()
+			if err != nil {
+				return fmt.Errorf("resume: %s: %w", k, err)
+			}
+			grads[strings.TrimPrefix(k, prefixGrad)] = x
 		default:
 			return fmt.Errorf("resume: %s: unexpected tensor %s", StateFile, k)
 		}
@@ -146,10 +203,20 @@ func (t *trainer) load() error {
 		}
 		copy(vals[i], x)
 	}
+	if len(grads) > 0 {
+		for _, p := range t.params {
+			g, ok := grads[p.Name]
+			if !ok || len(g) != len(p.Grad) {
+				return fmt.Errorf("resume: %s: gradient %s missing or mis-sized", StateFile, p.Name)
+			}
+			copy(p.Grad, g)
+		}
+	}
 	t.ema.Updates = t.st.EMAUpdates
 	t.acc.Restore(t.st.LastStep)
 	t.crit.SetUpdates(t.st.CritUpdates)
-	t.log.Info("resuming", "run", dir, "epoch", t.st.NextEpoch+1, "iteration", t.st.NI, "loader_epoch", t.st.Loader.Epoch)
+	t.log.Info("resuming", "run", dir, "epoch", t.st.NextEpoch+1, "iteration", t.st.NI,
+		"loader_epoch", t.st.Loader.Epoch, "loader_consumed", t.st.Loader.Consumed)
 	return nil
 }
 

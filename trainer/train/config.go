@@ -20,6 +20,9 @@ type Config struct {
 	// a run starts). `segpipe train` has its own flags for them.
 	Shards    string `json:"shards,omitempty" cli:"-"`
 	ValShards string `json:"val_shards,omitempty" cli:"-"`
+	// Remote is the segpipe server (host:port) the batches came from; the
+	// shard paths then name shard sets below the server's root.
+	Remote string `json:"remote,omitempty" cli:"-"`
 
 	// Variant is the model scale (n, s, m, l, x). It comes from the
 	// config's content or --variant, never from a file name.
@@ -66,6 +69,10 @@ type Config struct {
 	// ValEvery validates every ValEvery epochs (and always after the
 	// last); 0 means every epoch.
 	ValEvery int `json:"val_every"`
+	// SaveEvery also saves the resumable state every SaveEvery iterations
+	// within an epoch (0: at epoch ends and on interruption only), so a
+	// crash in a long epoch loses at most that many batches.
+	SaveEvery int `json:"save_every"`
 }
 
 // DefaultConfig returns the reference's defaults (cfg/default.yaml) for a
@@ -179,8 +186,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("config: max_det %d: want ≥ 1", c.MaxDet)
 	case !(c.LR0 >= 0) || !(c.LRF >= 0) || !(c.ClipNorm > 0) || !(c.EMATau > 0):
 		return fmt.Errorf("config: lr0 %v, lrf %v, clip_norm %v, ema_tau %v: want lr0, lrf ≥ 0 and clip_norm, ema_tau > 0", c.LR0, c.LRF, c.ClipNorm, c.EMATau)
-	case c.Workers < 0 || c.ValEvery < 0 || c.CloseMosaic < 0:
-		return fmt.Errorf("config: workers %d, val_every %d, close_mosaic %d: want ≥ 0", c.Workers, c.ValEvery, c.CloseMosaic)
+	case c.Workers < 0 || c.ValEvery < 0 || c.CloseMosaic < 0 || c.SaveEvery < 0:
+		return fmt.Errorf("config: workers %d, val_every %d, close_mosaic %d, save_every %d: want ≥ 0", c.Workers, c.ValEvery, c.CloseMosaic, c.SaveEvery)
 	}
 	return nil
 }

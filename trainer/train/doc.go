@@ -23,12 +23,19 @@
 //     the loop state).
 //   - Without validation data the training data is validated (letterboxed,
 //     no augmentation): the curve then measures fitting, not generalisation.
-//   - Resume continues at the epoch after the last completed one with the
-//     same weights, optimiser buffers, EMA, schedule position, accumulation
-//     phase, ProgLoss updates and loader position (the loader is a pure
-//     function of seed, epoch and position, so no other RNG state exists).
-//     Continuing a run this way produces the same bytes as an uninterrupted
-//     run. An epoch interrupted midway is redone from its start.
+//   - Resume continues where the state was saved — an epoch end, an
+//     interruption (cancelled context: Ctrl-C in `segpipe train`), an
+//     Options.StopAfterIterations split, or every Config.SaveEvery
+//     iterations — with the same weights, optimiser buffers, gradients
+//     accumulated towards the next step, EMA, schedule position,
+//     accumulation phase, ProgLoss updates, loader position and the epoch's
+//     loss sums (the loader is a pure function of seed, epoch and position,
+//     so no other RNG state exists). Continuing a run this way produces the
+//     same weights and loss curve as an uninterrupted run.
+//   - Data is transport-neutral: Local streams shards on this machine;
+//     `segpipe train --remote` streams the same batches from a segpipe
+//     server (pipeline/remote). Loader stall is the time the loop waits in
+//     Next, whichever the transport.
 //   - Validation follows the reference's segmentation validator on the
 //     prototype grid (package predict): one-to-one outputs, top-k without
 //     NMS, score > conf (0.001), masks sigmoid(coef·proto) cropped to the

@@ -46,8 +46,9 @@ type Progress interface {
 type Options struct {
 	Config Config
 	// Train is the training data; Val the validation data (nil: validate
-	// on Train, letterboxed without augmentation).
-	Train, Val pipeline.Source
+	// on Train, letterboxed without augmentation). Local wraps shards on
+	// this machine.
+	Train, Val Data
 	// Categories is the dataset's category table (class index order); it
 	// goes into config metadata so predictions carry dataset category ids.
 	Categories []shard.Category
@@ -58,6 +59,10 @@ type Options struct {
 	// StopAfter ends this call after that many epochs (0: run to
 	// Config.Epochs); the run stays resumable. Used to split a run.
 	StopAfter int
+	// StopAfterIterations ends this call after that many iterations of
+	// this call, saving the resumable state mid-epoch (0: no limit). It
+	// splits a run at a batch, as an interruption does.
+	StopAfterIterations int
 	// NewProgress starts an epoch's progress display (nil: none).
 	NewProgress func(what string, total int) Progress
 	Logger      *slog.Logger
@@ -89,7 +94,26 @@ type state struct {
 	Best        float64     `json:"best_fitness"`
 	History     []Epoch     `json:"history"`
 	Categories  []shard.Category
+	// Partial is the epoch in progress when the state was saved between
+	// two of its batches (nil at an epoch end).
+	Partial *partialEpoch `json:"partial,omitempty"`
 }
+
+// partialEpoch is what an epoch has accumulated so far: resuming adds to
+// it, so the epoch's results.csv row equals an uninterrupted epoch's.
+type partialEpoch struct {
+	Epoch    int                         `json:"epoch"` // 1-based
+	Loss     [loss.NumComponents]float64 `json:"loss"`
+	Images   int                         `json:"images"`
+	Batches  int                         `json:"batches"`
+	TrainSec float64                     `json:"train_s"`
+	StallSec float64                     `json:"stall_s"`
+}
+
+// ErrInterrupted is returned (wrapping the context's error) when a run was
+// cancelled or split at a batch: the state is saved and the run resumes
+// from the next batch.
+var ErrInterrupted = errors.New("train: interrupted; the run resumes from the next batch")
 
 // runMeta is the JSON stored as config in checkpoints and config.json.
 type runMeta struct {
@@ -118,6 +142,7 @@ type trainer struct {
 	nb, n  int
 	st     state
 	meta   []byte
+	iters  int // iterations run by this call
 }
 
 // Run trains as opt describes, writing the run directory after every
@@ -143,7 +168,7 @@ func Run(ctx context.Context, opt Options) (*Summary, error) {
 		return sum, nil
 	}
 	aug := t.augment()
-	ld, err := pipeline.New(ctx, opt.Train, pipeline.Config{
+	ld, err := opt.Train.Open(ctx, pipeline.Config{
 		BatchSize: t.cfg.Batch, Workers: t.cfg.Workers, Start: t.st.Loader, Epochs: t.cfg.Epochs,
 		CloseMosaic: t.cfg.CloseMosaic, Augment: aug, Logger: t.log,
 	})
@@ -153,6 +178,11 @@ func Run(ctx context.Context, opt Options) (*Summary, error) {
 	defer ld.Close()
 	for e := t.st.NextEpoch; e < end; e++ {
 		ep, err := t.epoch(ctx, ld, e)
+		if errors.Is(err, ErrInterrupted) {
+			sum.Epochs = t.st.History
+			sum.Wall = time.Since(t0)
+			return sum, err
+		}
 		if err != nil {
 			return nil, fmt.Errorf("epoch %d: %w", e+1, err)
 		}
@@ -177,14 +207,6 @@ func (t *trainer) augment() augment.Config {
 	c := t.cfg
 	a.ImgSz, a.Mosaic, a.FlipLR, a.HSVH, a.HSVS, a.HSVV, a.Scale, a.Translate = c.Imgsz, c.Mosaic, c.FlipLR, c.HSVH, c.HSVS, c.HSVV, c.Scale, c.Translate
 	return a
-}
-
-func rowsOf(src pipeline.Source) int {
-	n := 0
-	for _, r := range src.BlockRows() {
-		n += r
-	}
-	return n
 }
 
 func (t *trainer) setup() error {
@@ -222,7 +244,7 @@ func (t *trainer) setup() error {
 		return fmt.Errorf("train: config has %d classes, the category table %d", t.cfg.Classes, len(cats))
 	}
 	t.opt.Categories = cats
-	t.n = rowsOf(opt.Train)
+	t.n = opt.Train.Images()
 	if t.n == 0 {
 		return errors.New("train: the training data has no images")
 	}
@@ -325,28 +347,52 @@ type gradSet struct {
 	grads *loss.Grads
 }
 
-func (t *trainer) epoch(ctx context.Context, ld *pipeline.Loader, e int) (Epoch, error) {
+// epoch trains epoch e (0-based) from the batches of ld, continuing a
+// partial epoch the saved state holds. Loader stall is the time spent
+// waiting in Next, whatever the transport.
+func (t *trainer) epoch(ctx context.Context, ld pipeline.Batches, e int) (Epoch, error) {
 	ep := Epoch{Epoch: e + 1, BoxMAP50: -1, BoxMAP: -1, MaskMAP50: -1, MaskMAP: -1}
 	ep.O2M, _ = t.crit.Weights()
+	p := partialEpoch{Epoch: e + 1}
+	if t.st.Partial != nil && t.st.Partial.Epoch == e+1 {
+		p = *t.st.Partial
+	}
+	t.st.Partial = nil
+	ep.Loss = p.Loss
 	var prog Progress
 	if t.opt.NewProgress != nil {
 		prog = t.opt.NewProgress(fmt.Sprintf("epoch %d/%d", e+1, t.cfg.Epochs), t.n)
+		if prog != nil && p.Images > 0 {
+			prog.Add(p.Images)
+		}
 	}
-	stall0 := ld.Stats().Stall
 	t0 := time.Now()
+	var stall time.Duration
+	elapsed := func() { // folds this call's time into p
+		p.TrainSec += time.Since(t0).Seconds()
+		p.StallSec += stall.Seconds()
+		t0, stall = time.Now(), 0
+	}
 	tp := tensor.NewTape(nil)
 	var in []float32
 	var gs gradSet
-	images, batches := 0, 0
 	for {
 		if err := ctx.Err(); err != nil {
-			return ep, err
+			return ep, t.interrupt(&p, &ep, elapsed, err)
 		}
+		if t.opt.StopAfterIterations > 0 && t.iters >= t.opt.StopAfterIterations {
+			return ep, t.interrupt(&p, &ep, elapsed, nil)
+		}
+		w0 := time.Now()
 		rec, err := ld.Next(ctx)
+		stall += time.Since(w0)
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
+			if ctx.Err() != nil {
+				return ep, t.interrupt(&p, &ep, elapsed, ctx.Err())
+			}
 			return ep, err
 		}
 		k, err := t.step(tp, rec, e, &in, &gs, &ep)
@@ -354,29 +400,42 @@ func (t *trainer) epoch(ctx context.Context, ld *pipeline.Loader, e int) (Epoch,
 		if err != nil {
 			return ep, err
 		}
-		images += k
-		batches++
+		p.Images += k
+		p.Batches++
 		t.st.NI++
+		t.iters++
+		t.st.Loader = ld.State()
 		if prog != nil {
 			prog.Add(k)
 		}
-		if st := ld.State(); st.Epoch > e {
-			t.st.Loader = st
+		if t.st.Loader.Epoch > e {
 			break
+		}
+		if t.cfg.SaveEvery > 0 && t.st.NI%t.cfg.SaveEvery == 0 {
+			elapsed()
+			saved := p
+			saved.Loss = ep.Loss
+			t.st.Partial = &saved
+			err := t.saveState()
+			t.st.Partial = nil
+			if err != nil {
+				return ep, fmt.Errorf("saving the state at iteration %d: %w", t.st.NI, err)
+			}
 		}
 	}
 	if prog != nil {
 		prog.Finish()
 	}
-	if batches == 0 {
+	if p.Batches == 0 {
 		return ep, errors.New("the loader returned no batch")
 	}
+	elapsed()
 	for i := range ep.Loss {
-		ep.Loss[i] /= float64(batches)
+		ep.Loss[i] /= float64(p.Batches)
 	}
-	ep.TrainSec = time.Since(t0).Seconds()
-	ep.ImagesPerSec = float64(images) / ep.TrainSec
-	ep.StallSec = (ld.Stats().Stall - stall0).Seconds()
+	ep.TrainSec = p.TrainSec
+	ep.ImagesPerSec = float64(p.Images) / ep.TrainSec
+	ep.StallSec = p.StallSec
 	ep.LR = t.lr()
 	t.crit.Update()
 	t.st.CritUpdates++

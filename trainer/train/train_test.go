@@ -71,7 +71,7 @@ func TestTrainingDecreasesLoss(t *testing.T) {
 	out := t.TempDir()
 	cfg := tinyConfig(6)
 	cfg.ValEvery = 6
-	sum, err := Run(context.Background(), Options{Config: cfg, Train: src, Categories: cats, Out: out})
+	sum, err := Run(context.Background(), Options{Config: cfg, Train: Local(src), Categories: cats, Out: out})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,15 +106,15 @@ func TestResumeIsExact(t *testing.T) {
 	cfg.Mosaic, cfg.FlipLR, cfg.HSVV = 0.5, 0.5, 0.4 // randomness the loader must reproduce
 	cfg.Optimizer, cfg.NBS = "musgd", 8              // accumulation across the epoch boundary
 	a, b := t.TempDir(), t.TempDir()
-	if _, err := Run(context.Background(), Options{Config: cfg, Train: src, Categories: cats, Out: a}); err != nil {
+	if _, err := Run(context.Background(), Options{Config: cfg, Train: Local(src), Categories: cats, Out: a}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Run(context.Background(), Options{Config: cfg, Train: src, Categories: cats, Out: b, StopAfter: 1}); err != nil {
+	if _, err := Run(context.Background(), Options{Config: cfg, Train: Local(src), Categories: cats, Out: b, StopAfter: 1}); err != nil {
 		t.Fatal(err)
 	}
 	other := cfg
 	other.Epochs = 99 // ignored: a resumed run keeps its own configuration
-	if _, err := Run(context.Background(), Options{Config: other, Train: src, Out: b, Resume: true}); err != nil {
+	if _, err := Run(context.Background(), Options{Config: other, Train: Local(src), Out: b, Resume: true}); err != nil {
 		t.Fatal(err)
 	}
 	x, err := os.ReadFile(filepath.Join(a, LastFile))
@@ -216,7 +216,7 @@ func TestPredictWritesReadableResults(t *testing.T) {
 	src, cats := open(t, shards)
 	out := t.TempDir()
 	cfg := tinyConfig(2)
-	if _, err := Run(context.Background(), Options{Config: cfg, Train: src, Categories: cats, Out: out}); err != nil {
+	if _, err := Run(context.Background(), Options{Config: cfg, Train: Local(src), Categories: cats, Out: out}); err != nil {
 		t.Fatal(err)
 	}
 	m, meta, err := model.OpenCheckpoint(filepath.Join(out, LastFile))

@@ -21,14 +21,14 @@ type ValConfig struct {
 	MaxDet                int     // 300
 }
 
-// Validate scores m (eval mode) on src letterboxed at Imgsz with the grid
+// Validate scores m (eval mode) on data letterboxed at Imgsz with the grid
 // metric: one-to-one outputs, top-k without NMS, score > Conf, masks =
 // sigmoid(coefficients × prototypes) cropped to the box, threshold 0.5,
 // compared on the prototype grid. mask is nil only when no image produced
 // mask predictions and the metric therefore has none (see metrics).
-func Validate(ctx context.Context, m *model.Model, src pipeline.Source, vc ValConfig) (box, mask *metrics.Result, err error) {
+func Validate(ctx context.Context, m *model.Model, data Data, vc ValConfig) (box, mask *metrics.Result, err error) {
 	aug := defaultAug(vc.Imgsz)
-	ld, err := pipeline.New(ctx, src, pipeline.Config{BatchSize: vc.Batch, Workers: vc.Workers, Val: true,
+	ld, err := data.Open(ctx, pipeline.Config{BatchSize: vc.Batch, Workers: vc.Workers, Val: true,
 		Augment: aug, Start: order.State{}})
 	if err != nil {
 		return nil, nil, err
@@ -92,11 +92,11 @@ func (t *trainer) validate(ctx context.Context) (box, mask *metrics.Result, err 
 	if err := t.loadEMA(); err != nil {
 		return nil, nil, err
 	}
-	src := t.opt.Val
-	if src == nil {
-		src = t.opt.Train
+	data := t.opt.Val
+	if data == nil {
+		data = t.opt.Train
 	}
-	return Validate(ctx, t.em, src, ValConfig{Imgsz: t.cfg.Imgsz, Batch: t.cfg.Batch, Workers: t.cfg.Workers,
+	return Validate(ctx, t.em, data, ValConfig{Imgsz: t.cfg.Imgsz, Batch: t.cfg.Batch, Workers: t.cfg.Workers,
 		Conf: float32(t.cfg.Conf), MaxDet: t.cfg.MaxDet})
 }
 

@@ -1,0 +1,121 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"os"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/segpipe/segpipe/formats/safetensors"
+	"github.com/segpipe/segpipe/trainer/train"
+)
+
+// Training from a segpipe server gives the same model as training from the
+// same shards on this machine: the loss, validation and weights do not
+// depend on the transport.
+func TestTrainRemoteMatchesLocal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains twice")
+	}
+	dir := miniShards(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errb syncBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- Run(ctx, []string{"segpipe", "--log-level", "warn", "serve", "--shards", filepath.Dir(dir), "--addr", "127.0.0.1:0", "--token", "tk", "--workers", "2"}, &out, &errb)
+	}()
+	re := regexp.MustCompile(`grpc://(127\.0\.0\.1:\d+)`)
+	var addr string
+	for deadline := time.Now().Add(10 * time.Second); addr == ""; time.Sleep(10 * time.Millisecond) {
+		if m := re.FindStringSubmatch(out.String()); m != nil {
+			addr = m[1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server did not start: %s", errb.String())
+		}
+	}
+	args := []string{"train", "--variant", "n", "--epochs", "2", "--batch", "4", "--imgsz", "64", "--workers", "1",
+		"--optimizer", "sgd", "--nbs", "8", "--warmup-epochs", "0", "--mosaic", "0.5", "--close-mosaic", "0", "--max-det", "50"}
+	local, far := filepath.Join(t.TempDir(), "local"), filepath.Join(t.TempDir(), "remote")
+	if code, _, errs := run(t, append(args, "--shards", dir, "--out", local)...); code != ExitOK {
+		t.Fatalf("local train: exit %d: %s", code, errs)
+	}
+	code, _, errs := run(t, append(args, "--remote", addr, "--remote-token", "tk", "--shards", "mini", "--out", far)...)
+	if code != ExitOK {
+		t.Fatalf("remote train: exit %d: %s", code, errs)
+	}
+	sameTensors(t, filepath.Join(local, train.LastFile), filepath.Join(far, train.LastFile))
+	t.Logf("local results %v", lossColumns(t, local))
+	a, b := lossColumns(t, local), lossColumns(t, far)
+	if len(a) != len(b) {
+		t.Fatalf("results rows %d vs %d", len(a), len(b))
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			t.Errorf("results row %d: remote %v, local %v", i, b[i], a[i])
+		}
+	}
+	cfg, err := os.ReadFile(filepath.Join(far, train.ConfigFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(cfg, []byte(`"remote": "`+addr+`"`)) || !bytes.Contains(cfg, []byte(`"shards": "mini"`)) {
+		t.Errorf("config.json does not name the server and shard set:\n%s", cfg)
+	}
+	// A wrong token is refused before any training.
+	if code, _, _ := run(t, append(args, "--remote", addr, "--remote-token", "nope", "--shards", "mini", "--out", filepath.Join(t.TempDir(), "x"))...); code == ExitOK {
+		t.Error("a wrong token trained")
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("serve did not stop")
+	}
+}
+
+func sameTensors(t *testing.T, a, b string) {
+	t.Helper()
+	fa, err := safetensors.ReadFile(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fb, err := safetensors.ReadFile(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fa.Tensors) != len(fb.Tensors) {
+		t.Fatalf("%d vs %d tensors", len(fa.Tensors), len(fb.Tensors))
+	}
+	for k, v := range fa.Tensors {
+		if w, ok := fb.Tensors[k]; !ok || !bytes.Equal(v.Data, w.Data) {
+			t.Errorf("tensor %s differs", k)
+		}
+	}
+}
+
+// lossColumns returns results.csv rows without the timing columns.
+func lossColumns(t *testing.T, run string) [][11]string {
+	t.Helper()
+	f, err := os.Open(filepath.Join(run, train.ResultsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out [][11]string
+	for _, r := range rows[1:] {
+		var x [11]string
+		copy(x[:], r)
+		out = append(out, x)
+	}
+	return out
+}

@@ -1,0 +1,125 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"github.com/segpipe/segpipe/formats/shard"
+	"github.com/segpipe/segpipe/pipeline"
+	"github.com/segpipe/segpipe/pipeline/augment"
+	"github.com/segpipe/segpipe/pipeline/order"
+)
+
+// NewRequest is the inverse of Request.Config for everything a request
+// carries: a loader configured through a server equals the local one.
+func TestNewRequestInvertsConfig(t *testing.T) {
+	a := augment.DefaultConfig()
+	a.ImgSz, a.Mosaic, a.Degrees, a.Translate, a.Scale, a.Shear, a.Perspective = 96, 0.25, 3, 0.2, 0.3, 1, 0.0005
+	a.HSVH, a.HSVS, a.HSVV, a.FlipLR, a.Fill, a.MinSide, a.MinArea, a.MaxAspect, a.KeepCrowd = 0.01, 0.5, 0.2, 0.3, 7, 3, 0.02, 50, true
+	cases := []pipeline.Config{
+		{BatchSize: 4, Start: order.State{Seed: 9, Epoch: 2, Consumed: 12}, Epochs: 5, CloseMosaic: 2, Augment: a},
+		{BatchSize: 2, Rank: 1, WorldSize: 3, Val: true, Augment: a},
+		{BatchSize: 8, Augment: augment.DefaultConfig()},
+	}
+	for i, want := range cases {
+		req, err := NewRequest("set/a", want)
+		if err != nil {
+			t.Fatalf("case %d: %v", i, err)
+		}
+		// Through the wire format, as a server reads it.
+		parsed, err := ParseRequest(req.Marshal())
+		if err != nil {
+			t.Fatalf("case %d: %v", i, err)
+		}
+		got, err := parsed.Config(pipeline.Config{})
+		if err != nil {
+			t.Fatalf("case %d: %v", i, err)
+		}
+		if parsed.Shards != "set/a" {
+			t.Errorf("case %d: shards %q", i, parsed.Shards)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("case %d: config through a request\n%+v\nwant\n%+v", i, got, want)
+		}
+	}
+	if _, err := NewRequest("x", pipeline.Config{Stride: 8}); !errors.Is(err, ErrBadRequest) {
+		t.Errorf("stride 8: %v, want ErrBadRequest", err)
+	}
+	if _, err := NewRequest("../x", pipeline.Config{}); !errors.Is(err, ErrBadRequest) {
+		t.Errorf("shard set outside the root: %v, want ErrBadRequest", err)
+	}
+}
+
+func TestDataset(t *testing.T) {
+	rows := synthRows(t, 10)
+	srv := startServer(t, rows, ServerConfig{})
+	c := client(t, ClientConfig{Addr: srv.addr})
+	d, err := c.Dataset(context.Background(), "synth")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Images != 10 || d.Categories != nil {
+		t.Errorf("dataset %+v, want 10 images and no categories", d)
+	}
+	if _, err := c.Dataset(context.Background(), "nope"); err == nil {
+		t.Error("unknown shard set: no error")
+	}
+
+	// A shard root: images and the manifest's categories.
+	root := t.TempDir()
+	dir := filepath.Join(root, "train")
+	cats := []shard.Category{{ID: 1, Index: 0, Name: "a"}, {ID: 2, Index: 1, Name: "b"}, {ID: 7, Index: 2, Name: "c"}}
+	w, err := shard.Create(dir, shard.WriterOptions{Categories: cats})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows[:6] {
+		if err := w.Write(&r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := w.Close(nil); err != nil {
+		t.Fatal(err)
+	}
+	srv2 := startServer(t, nil, ServerConfig{Root: root, Open: nil})
+	c2 := client(t, ClientConfig{Addr: srv2.addr})
+	d, err = c2.Dataset(context.Background(), "train")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Images != 6 || !reflect.DeepEqual(d.Categories, cats) {
+		t.Errorf("dataset %+v, want 6 images and %v", d, cats)
+	}
+	if _, err := os.Stat(filepath.Join(dir, shard.ManifestName)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Open streams exactly what the local loader yields for the same config.
+func TestOpenMatchesLocal(t *testing.T) {
+	rows := synthRows(t, 12)
+	srv := startServer(t, rows, ServerConfig{})
+	c := client(t, ClientConfig{Addr: srv.addr})
+	a := augment.DefaultConfig()
+	a.ImgSz, a.Degrees = 64, 5
+	cfg := pipeline.Config{BatchSize: 4, Start: order.State{Seed: 3}, Epochs: 2, Augment: a, Workers: 2}
+	l, err := pipeline.New(context.Background(), &pipeline.SliceSource{Rows: rows, BlockSize: 8}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := drain(t, l)
+	l.Close()
+	defer release(want)
+	s, err := c.Open(context.Background(), "synth", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	got := drain(t, s)
+	defer release(got)
+	sameBatches(t, want, got)
+}
