@@ -1,14 +1,13 @@
 package model
 
 import (
-	"encoding/json"
 	"os"
-	"os/exec"
 	"runtime"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/segpipe/segpipe/internal/torchbench"
 	"github.com/segpipe/segpipe/trainer/tensor"
 )
 
@@ -23,8 +22,8 @@ func envInt(name string, def int) int {
 // on every output) of variant n at SEGPIPE_BENCH_BATCH × 3 ×
 // SEGPIPE_BENCH_IMGSZ² (default 8 × 640², the issue's setting). With
 // SEGPIPE_BENCH_TORCH=/usr/bin/python3 it also times testdata/bench_torch.py
-// with GOMAXPROCS threads in the same run and reports torch-s/op and the
-// ratio go/torch. model-GFLOP/s counts 3 × the forward's 2×MACs (forward,
+// with GOMAXPROCS threads in the same run (glibc told to keep memory, PyTorch
+// at its best) and reports torch-s/op and the ratio go/torch. model-GFLOP/s counts 3 × the forward's 2×MACs (forward,
 // input gradient, weight gradient).
 func BenchmarkTrainStep(b *testing.B) {
 	batch := envInt("SEGPIPE_BENCH_BATCH", 8)
@@ -73,19 +72,11 @@ func BenchmarkTrainStep(b *testing.B) {
 	if py == "" {
 		return
 	}
-	threads := runtime.GOMAXPROCS(0)
-	cmd := exec.Command(py, "testdata/bench_torch.py", "n", strconv.Itoa(batch), strconv.Itoa(imgsz), strconv.Itoa(threads), strconv.Itoa(max(b.N, 1)))
-	outb, err := cmd.Output()
+	res, err := torchbench.Run(torchbench.Config{Python: py, Script: "testdata/bench_torch.py", Variant: "n",
+		Batch: batch, Imgsz: imgsz, Threads: runtime.GOMAXPROCS(0), Iters: b.N})
 	if err != nil {
-		b.Fatalf("%s: %v", cmd, err)
+		b.Fatal(err)
 	}
-	var res struct {
-		Sec     float64 `json:"sec_per_iter"`
-		Threads int     `json:"threads"`
-	}
-	if err := json.Unmarshal(outb, &res); err != nil {
-		b.Fatalf("bench_torch.py output %q: %v", outb, err)
-	}
-	b.ReportMetric(res.Sec, "torch-s/op")
-	b.ReportMetric(perIter/res.Sec, "go/torch")
+	b.ReportMetric(res.SecPerIter, "torch-s/op")
+	b.ReportMetric(perIter/res.SecPerIter, "go/torch")
 }

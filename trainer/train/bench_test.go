@@ -5,10 +5,12 @@ import (
 	"errors"
 	"io"
 	"os"
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/segpipe/segpipe/internal/torchbench"
 	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/trainer/tensor"
 )
@@ -24,7 +26,10 @@ func envInt(name string, def int) int {
 // backward, plus the optimiser step amortised over the accumulation) at
 // SEGPIPE_BENCH_IMGSZ (640) and SEGPIPE_BENCH_BATCH (8) with the default
 // augmentation, next to the loader's own throughput on the same data in
-// the same run (the baseline the trainer must not wait for).
+// the same run (the baseline the trainer must not wait for). With
+// SEGPIPE_BENCH_TORCH=/usr/bin/python3 it also times PyTorch's step of the
+// same model in the same run and reports go/torch (per image; below 1 is
+// faster than PyTorch).
 func BenchmarkTrainIteration(b *testing.B) {
 	imgsz, batchSize := envInt("SEGPIPE_BENCH_IMGSZ", 640), envInt("SEGPIPE_BENCH_BATCH", 8)
 	shards := benchShards(b, 16)
@@ -108,4 +113,23 @@ func BenchmarkTrainIteration(b *testing.B) {
 	b.ReportMetric(iter.Seconds(), "iter-s")
 	b.ReportMetric(stepT.Seconds(), "optstep-s")
 	b.ReportMetric(stall.Seconds(), "stall-s/iter")
+	py := os.Getenv("SEGPIPE_BENCH_TORCH")
+	if py == "" {
+		return
+	}
+	// The same model's PyTorch step in the same run: forward + backward of
+	// the trainer-foundation benchmark plus a MuSGD-style step amortised
+	// over the same accumulation. It has no loss, so the ratio is
+	// conservative by the loss's share of segpipe's iteration.
+	res, err := torchbench.Run(torchbench.Config{Python: py, Script: "../model/testdata/bench_torch.py", Variant: cfg.Variant,
+		Batch: batchSize, Imgsz: imgsz, Threads: runtime.GOMAXPROCS(0), Iters: b.N, OptStep: true,
+		DefaultMalloc: os.Getenv("SEGPIPE_BENCH_TORCH_DEFAULT_MALLOC") != ""})
+	if err != nil {
+		b.Fatal(err)
+	}
+	torchPerImage := (res.SecPerIter + res.OptStepSec/float64(acc)) / float64(batchSize)
+	b.ReportMetric(1/torchPerImage, "torch-train-img/s")
+	b.ReportMetric(res.SecPerIter, "torch-iter-s")
+	b.ReportMetric(res.OptStepSec, "torch-optstep-s")
+	b.ReportMetric(perImage/torchPerImage, "go/torch")
 }

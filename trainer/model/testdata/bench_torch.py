@@ -1,10 +1,13 @@
 #!/usr/bin/python3
-"""PyTorch CPU baseline for BenchmarkTrainStep: one train-mode forward and
-backward (gradient 1 on every output) of a YOLO26-seg variant.
+"""PyTorch CPU baseline for the training benchmarks (BenchmarkTrainStep in
+trainer/model, BenchmarkTrainIteration in trainer/train): one train-mode
+forward and backward (gradient 1 on every output) of a YOLO26-seg variant,
+and optionally one MuSGD-style optimiser step.
 
-  /usr/bin/python3 bench_torch.py VARIANT BATCH IMGSZ THREADS ITERS
+  /usr/bin/python3 bench_torch.py VARIANT BATCH IMGSZ THREADS ITERS [optstep]
 
-Prints {"sec_per_iter": ...} (best of ITERS after one warm-up).
+Prints {"sec_per_iter": ..., "opt_step_sec": ...} (best of ITERS after one
+warm-up; opt_step_sec is 0 without "optstep").
 """
 import json
 import os
@@ -36,7 +39,45 @@ def main():
         t0 = time.perf_counter()
         step()
         best = min(best, time.perf_counter() - t0)
-    print(json.dumps({"sec_per_iter": best, "threads": torch.get_num_threads(), "torch": torch.__version__}))
+    opt = 0.0
+    if len(sys.argv) > 6 and sys.argv[6] == "optstep":
+        bufs = {p: torch.zeros_like(p) for p in model.parameters()}
+        opt_step(model, bufs)  # warm-up
+        opt = float("inf")
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            opt_step(model, bufs)
+            opt = min(opt, time.perf_counter() - t0)
+    print(json.dumps({"sec_per_iter": best, "opt_step_sec": opt, "threads": torch.get_num_threads(),
+                      "torch": torch.__version__}))
+
+
+def newton_schulz5(g):
+    """The Muon orthogonalisation (5 quintic iterations, float32)."""
+    a, b, c = 3.4445, -4.7750, 2.0315
+    x = g / (g.norm() + 1e-7)
+    tall = x.size(0) > x.size(1)
+    if tall:
+        x = x.T
+    for _ in range(5):
+        s = x @ x.T
+        x = a * x + (b * s + c * s @ s) @ x
+    return x.T if tall else x
+
+
+@torch.no_grad()
+def opt_step(model, bufs, lr=1e-3, momentum=0.9):
+    """MuSGD's cost: Nesterov momentum SGD on every parameter plus
+    Newton-Schulz on the flattened weights with ndim >= 2."""
+    for p in model.parameters():
+        g = p.grad
+        buf = bufs[p]
+        buf.mul_(momentum).add_(g)
+        upd = g.add(buf, alpha=momentum)
+        if p.ndim >= 2:
+            o = newton_schulz5(upd.reshape(upd.size(0), -1))
+            p.add_(o.reshape(p.shape), alpha=-lr * 0.5)
+        p.add_(upd, alpha=-lr)
 
 
 if __name__ == "__main__":
