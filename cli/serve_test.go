@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -139,25 +140,44 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func TestServeStreamsToClient(t *testing.T) {
-	dir := miniShards(t)
+// serveShards runs `segpipe serve` over the shard root holding dir on a
+// loopback port with token tk; it returns the address and a stop function
+// that checks the server exits cleanly on cancellation.
+func serveShards(t *testing.T, dir string, workers int) (addr string, stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	var out, errb syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- Run(ctx, []string{"segpipe", "--log-level", "warn", "serve", "--shards", filepath.Dir(dir), "--addr", "127.0.0.1:0", "--token", "tk", "--workers", "1"}, &out, &errb)
+		done <- Run(ctx, []string{"segpipe", "--log-level", "warn", "serve", "--shards", filepath.Dir(dir), "--addr", "127.0.0.1:0", "--token", "tk", "--workers", strconv.Itoa(workers)}, &out, &errb)
 	}()
 	re := regexp.MustCompile(`grpc://(127\.0\.0\.1:\d+)`)
-	var addr string
 	for deadline := time.Now().Add(10 * time.Second); addr == ""; time.Sleep(10 * time.Millisecond) {
 		if m := re.FindStringSubmatch(out.String()); m != nil {
 			addr = m[1]
 		}
 		if time.Now().After(deadline) {
+			cancel()
 			t.Fatalf("server did not start: %s", errb.String())
 		}
 	}
+	return addr, func() {
+		cancel()
+		select {
+		case code := <-done:
+			if code != ExitOK {
+				t.Errorf("serve exit %d: %s", code, errb.String())
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatal("serve did not stop on cancellation")
+		}
+	}
+}
+
+func TestServeStreamsToClient(t *testing.T) {
+	dir := miniShards(t)
+	addr, stop := serveShards(t, dir, 1)
+	ctx := context.Background()
 	c, err := remote.NewClient(remote.ClientConfig{Addr: addr, Token: "tk"})
 	if err != nil {
 		t.Fatal(err)
@@ -178,13 +198,5 @@ func TestServeStreamsToClient(t *testing.T) {
 		rec.Release()
 	}
 	s.Close()
-	cancel()
-	select {
-	case code := <-done:
-		if code != ExitOK {
-			t.Errorf("serve exit %d: %s", code, errb.String())
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("serve did not stop on cancellation")
-	}
+	stop()
 }

@@ -2,13 +2,10 @@ package cli
 
 import (
 	"bytes"
-	"context"
 	"encoding/csv"
 	"os"
 	"path/filepath"
-	"regexp"
 	"testing"
-	"time"
 
 	"github.com/segpipe/segpipe/formats/safetensors"
 	"github.com/segpipe/segpipe/trainer/train"
@@ -22,23 +19,7 @@ func TestTrainRemoteMatchesLocal(t *testing.T) {
 		t.Skip("trains twice")
 	}
 	dir := miniShards(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var out, errb syncBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- Run(ctx, []string{"segpipe", "--log-level", "warn", "serve", "--shards", filepath.Dir(dir), "--addr", "127.0.0.1:0", "--token", "tk", "--workers", "2"}, &out, &errb)
-	}()
-	re := regexp.MustCompile(`grpc://(127\.0\.0\.1:\d+)`)
-	var addr string
-	for deadline := time.Now().Add(10 * time.Second); addr == ""; time.Sleep(10 * time.Millisecond) {
-		if m := re.FindStringSubmatch(out.String()); m != nil {
-			addr = m[1]
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server did not start: %s", errb.String())
-		}
-	}
+	addr, stop := serveShards(t, dir, 2)
 	args := []string{"train", "--variant", "n", "--epochs", "2", "--batch", "4", "--imgsz", "64", "--workers", "1",
 		"--optimizer", "sgd", "--nbs", "8", "--warmup-epochs", "0", "--mosaic", "0.5", "--close-mosaic", "0", "--max-det", "50"}
 	local, far := filepath.Join(t.TempDir(), "local"), filepath.Join(t.TempDir(), "remote")
@@ -71,12 +52,7 @@ func TestTrainRemoteMatchesLocal(t *testing.T) {
 	if code, _, _ := run(t, append(args, "--remote", addr, "--remote-token", "nope", "--shards", "mini", "--out", filepath.Join(t.TempDir(), "x"))...); code == ExitOK {
 		t.Error("a wrong token trained")
 	}
-	cancel()
-	select {
-	case <-done:
-	case <-time.After(15 * time.Second):
-		t.Fatal("serve did not stop")
-	}
+	stop()
 }
 
 func sameTensors(t *testing.T, a, b string) {

@@ -75,7 +75,8 @@ func TestMidEpochResumeIsExact(t *testing.T) {
 }
 
 // sameRun compares two run directories: last.safetensors bytes, every
-// tensor of the state, and the loss and learning-rate columns.
+// tensor of the state (its metadata holds wall-clock timings, so not the
+// file's bytes), and the loss, learning-rate and mAP columns.
 func sameRun(t *testing.T, a, b string) {
 	t.Helper()
 	x, err := os.ReadFile(filepath.Join(a, LastFile))

@@ -9,7 +9,6 @@ import (
 
 	"github.com/segpipe/segpipe/datasets/coco"
 	"github.com/segpipe/segpipe/datasets/synth"
-	"github.com/segpipe/segpipe/formats/safetensors"
 	"github.com/segpipe/segpipe/formats/shard"
 	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/trainer/metrics"
@@ -117,35 +116,7 @@ func TestResumeIsExact(t *testing.T) {
 	if _, err := Run(context.Background(), Options{Config: other, Train: Local(src), Out: b, Resume: true}); err != nil {
 		t.Fatal(err)
 	}
-	x, err := os.ReadFile(filepath.Join(a, LastFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	y, err := os.ReadFile(filepath.Join(b, LastFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(x, y) {
-		t.Errorf("%s differs between the uninterrupted and the resumed run", LastFile)
-	}
-	// The raw weights and optimiser buffers too (the state's metadata holds
-	// wall-clock timings, so compare tensors).
-	sa, err := safetensors.ReadFile(filepath.Join(a, StateFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb, err := safetensors.ReadFile(filepath.Join(b, StateFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(sa.Tensors) != len(sb.Tensors) {
-		t.Fatalf("state tensors %d vs %d", len(sa.Tensors), len(sb.Tensors))
-	}
-	for k, v := range sa.Tensors {
-		if !bytes.Equal(v.Data, sb.Tensors[k].Data) {
-			t.Errorf("state tensor %s differs", k)
-		}
-	}
+	sameRun(t, a, b)
 }
 
 func TestConfigPrecedence(t *testing.T) {
