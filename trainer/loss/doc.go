@@ -14,17 +14,17 @@
 //     mask stack at prototype resolution, i.e. canvas stride 4; other mask
 //     sizes are refused). TargetsFromRecord views a formats/batch record as
 //     Targets without copying.
-//   - Overlapping masks: the reference trains on an overlap index map in
-//     which the later instance of an image owns a shared pixel (the
-//     reference orders instances by decreasing area, so the smaller one
-//     wins). Targets are read the same way: instances are painted in order,
-//     later wins, and both the mask term and the semantic target read that
-//     ownership. To reproduce the reference exactly, list each image's
-//     instances by decreasing mask area.
+//   - Overlapping masks: the reference trains on an overlap index map that
+//     it composes after sorting each image's instances by decreasing mask
+//     area, so the smaller instance owns a shared pixel. The loss composes
+//     the same map from the loader's whole per-instance masks: it paints
+//     each image's instances by decreasing mask area (stable for equal
+//     areas), whatever order they are listed in, and both the mask term and
+//     the semantic target read that ownership.
 //   - Semantic target (8.4.2 rule): each pixel reads its owner's class;
-//     background reads the class of the image's last instance; every channel
-//     is zero where that class is 0. Images without instances have an all-zero
-//     target.
+//     background reads the class of the image's last-painted (smallest)
+//     instance; every channel is zero where that class is 0. Images without
+//     instances have an all-zero target.
 //   - Assignment: STAL widens GT sides under 8 px to 16 px for the candidate
 //     test only; CIoU is clamped at 0 in the metric; anchors claimed by
 //     several GTs go to the largest CIoU over all slots; one-to-one keeps

@@ -79,26 +79,37 @@ func goldenCase(t testing.TB) (*Outputs, *Targets, string) {
 	overlap := tn.Data // U8 [B,32,32]
 	hw := g.ProtoH * g.ProtoW
 	tg := &Targets{BoxesPerImage: make([]int, g.B)}
-	local := 0
 	for k := range bidx {
 		b := int(bidx[k])
-		if k > 0 && int(bidx[k-1]) != b {
-			local = 0
-		}
-		local++
 		tg.BoxesPerImage[b]++
 		tg.Classes = append(tg.Classes, int32(cls[k]))
 		cx, cy, w, h := xywh[4*k]*128, xywh[4*k+1]*128, xywh[4*k+2]*128, xywh[4*k+3]*128
 		tg.Boxes = append(tg.Boxes, cx-w/2, cy-h/2, cx+w/2, cy+h/2)
-		// Instance k of its image is where the overlap map holds k (1-based).
-		for _, v := range overlap[b*hw : (b+1)*hw] {
-			var bit uint8
-			if int(v) == local {
-				bit = 1
+		// The loader's layout: each instance's whole mask, overlaps and all
+		// (the README's inscribed ellipse in the mask-space box). The loss
+		// composes them into the reference's overlap map itself.
+		x1, y1, x2, y2 := (cx-w/2)/4, (cy-h/2)/4, (cx+w/2)/4, (cy+h/2)/4
+		ex, ey, ax, ay := (x1+x2)/2, (y1+y2)/2, (x2-x1)/2, (y2-y1)/2
+		for r := range g.ProtoH {
+			for c := range g.ProtoW {
+				dx, dy := (float32(c)+0.5-ex)/ax, (float32(r)+0.5-ey)/ay
+				var bit uint8
+				if dx*dx+dy*dy <= 1 {
+					bit = 1
+				}
+				tg.Masks = append(tg.Masks, bit)
 			}
-			tg.Masks = append(tg.Masks, bit)
 		}
 	}
+	// Composed by the loss's rule, the masks must give the golden map.
+	var p padded
+	p.build(tg, &g)
+	for i, v := range overlap {
+		if p.owner[i] != int32(v) {
+			t.Fatalf("owner map differs from the golden overlap map at image %d cell %d: %d, want %d", i/hw, i%hw, p.owner[i], v)
+		}
+	}
+
 	out := &Outputs{Geometry: g, Proto: of.f32("proto"), Semseg: of.f32("semseg")}
 	out.One2Many = Branch{of.f32("boxes"), of.f32("scores"), of.f32("mask_coefficient")}
 	out.One2One = Branch{of.f32("boxes"), of.f32("scores"), of.f32("mask_coefficient")}

@@ -145,11 +145,18 @@ func refMaskLoss(g *Geometry, asg *Assignment, tg *Targets, coef, proto []float3
 	off := 0
 	for b := 0; b < g.B; b++ {
 		n := tg.BoxesPerImage[b]
-		// Ownership: later instance wins.
-		own := make([]int, hw)
-		for j := 0; j < n; j++ {
+		// Ownership: of the instances covering a pixel, the one with the
+		// smallest mask area; of equal areas, the later one.
+		area := make([]int, n)
+		for j := range n {
 			for p := 0; p < hw; p++ {
-				if tg.Masks[(off+j)*hw+p] != 0 {
+				area[j] += int(tg.Masks[(off+j)*hw+p])
+			}
+		}
+		own := make([]int, hw)
+		for p := 0; p < hw; p++ {
+			for j := 0; j < n; j++ {
+				if tg.Masks[(off+j)*hw+p] != 0 && (own[p] == 0 || area[j] <= area[own[p]-1]) {
 					own[p] = j + 1
 				}
 			}
@@ -337,5 +344,41 @@ func TestProgLossSchedule(t *testing.T) {
 	}
 	if len(v.Sched) != 100 {
 		t.Fatalf("schedule has %d epochs", len(v.Sched))
+	}
+}
+
+// The loader lists instances in annotation order, the reference by
+// decreasing mask area: the loss composes overlapping masks by area, so
+// reversing each image's instances leaves every loss item unchanged.
+func TestLossIndependentOfInstanceOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	out, tg := randomCase(rng, []int{4, 6})
+	hw := out.Geometry.ProtoH * out.Geometry.ProtoW
+	rev := &Targets{BoxesPerImage: tg.BoxesPerImage}
+	off := 0
+	for _, n := range tg.BoxesPerImage {
+		for j := off + n - 1; j >= off; j-- {
+			rev.Classes = append(rev.Classes, tg.Classes[j])
+			rev.Boxes = append(rev.Boxes, tg.Boxes[4*j:4*j+4]...)
+			rev.Masks = append(rev.Masks, tg.Masks[j*hw:(j+1)*hw]...)
+		}
+		off += n
+	}
+	items := func(tg *Targets) Result {
+		c, err := NewCriterion(DefaultConfig(10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.Forward(out, tg, out.Grads())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	a, b := items(tg), items(rev)
+	for i := range a.Items {
+		if math.Abs(a.Items[i]-b.Items[i]) > 1e-6*max(1, math.Abs(a.Items[i])) {
+			t.Errorf("item %d: %.9g with instances reversed, %.9g in order", i, b.Items[i], a.Items[i])
+		}
 	}
 }

@@ -3,6 +3,7 @@ package loss
 import (
 	"fmt"
 	"math"
+	"slices"
 )
 
 // Targets is one batch's ground truth in the loader's layout.
@@ -15,8 +16,9 @@ type Targets struct {
 	// Boxes holds N boxes, xyxy in input-canvas pixels, [N, 4].
 	Boxes []float32
 	// Masks is the {0,1} instance-mask stack at prototype resolution,
-	// [N, ProtoH, ProtoW]. Where masks overlap, the later instance of the
-	// image owns the pixel (see the package doc).
+	// [N, ProtoH, ProtoW], each instance's whole mask. Where masks
+	// overlap, the instance with the smaller mask owns the pixel (see the
+	// package doc).
 	Masks []uint8
 }
 
@@ -75,10 +77,19 @@ type padded struct {
 	owner []int32
 	// sem is the semantic target at semseg resolution, [B, NC, Hs, Ws].
 	sem []float32
+	// last is, per image, the image-local index of the instance painted
+	// last (the smallest), whose class the semantic background reads.
+	last []int
+	// paint and area are scratch: one image's painting order and mask
+	// areas.
+	paint []int
+	area  []int
 }
 
-// build fills p from t. The owner map paints the instances in order, so
-// the later one wins where masks overlap (the reference's overlap map).
+// build fills p from t. The owner map paints each image's instances in
+// order of decreasing mask area (stable), so the smaller one wins where
+// masks overlap whatever order the loader lists them in: the reference's
+// overlap map, which sorts its instances by area before composing it.
 func (p *padded) build(t *Targets, g *Geometry) {
 	B := g.B
 	p.M = 0
@@ -91,8 +102,9 @@ func (p *padded) build(t *Targets, g *Geometry) {
 	p.valid = growBool(p.valid, B*M)
 	if cap(p.offset) < B {
 		p.offset = make([]int, B)
+		p.last = make([]int, B)
 	}
-	p.offset = p.offset[:B]
+	p.offset, p.last = p.offset[:B], p.last[:B]
 	hw := g.ProtoH * g.ProtoW
 	p.owner = growI32(p.owner, B*hw)
 	k := 0
@@ -106,17 +118,39 @@ func (p *padded) build(t *Targets, g *Geometry) {
 			// The reference's mask_gt: a slot is real when its coordinates
 			// do not sum to zero.
 			p.valid[s] = bx[0]+bx[1]+bx[2]+bx[3] > 0
-			m := t.Masks[k*hw : (k+1)*hw]
-			own := p.owner[b*hw : (b+1)*hw]
-			for i, v := range m {
-				if v != 0 {
-					own[i] = int32(j + 1)
-				}
-			}
 			k++
 		}
+		p.paintOwners(t, b, hw)
 	}
 	p.buildSemantic(t, g)
+}
+
+// paintOwners composes image b's owner map, largest mask first.
+func (p *padded) paintOwners(t *Targets, b, hw int) {
+	n, k0 := t.BoxesPerImage[b], p.offset[b]
+	if n == 0 {
+		return
+	}
+	p.paint, p.area = p.paint[:0], p.area[:0]
+	for j := range n {
+		a := 0
+		for _, v := range t.Masks[(k0+j)*hw : (k0+j+1)*hw] {
+			if v != 0 {
+				a++
+			}
+		}
+		p.paint, p.area = append(p.paint, j), append(p.area, a)
+	}
+	slices.SortStableFunc(p.paint, func(x, y int) int { return p.area[y] - p.area[x] })
+	own := p.owner[b*hw : (b+1)*hw]
+	for _, j := range p.paint {
+		for i, v := range t.Masks[(k0+j)*hw : (k0+j+1)*hw] {
+			if v != 0 {
+				own[i] = int32(j + 1)
+			}
+		}
+	}
+	p.last[b] = p.paint[n-1]
 }
 
 // buildSemantic reproduces the 8.4.2 semantic target: the class of the
@@ -133,7 +167,7 @@ func (p *padded) buildSemantic(t *Targets, g *Geometry) {
 			continue
 		}
 		own := p.owner[b*hw : (b+1)*hw]
-		bg := t.Classes[p.offset[b]+n-1]
+		bg := t.Classes[p.offset[b]+p.last[b]]
 		for y := 0; y < Hs; y++ {
 			sy := nearestSrc(y, Hs, g.ProtoH)
 			for x := 0; x < Ws; x++ {
