@@ -14,3 +14,16 @@ func Seconds() float64 {
 	d, _ := process()
 	return d.Seconds()
 }
+
+// Meter starts a measurement: the returned function passes report the CPU
+// seconds used since Meter was called. Where the platform has no process
+// CPU time report is never called, so a benchmark reports no figure rather
+// than a wrong one.
+func Meter(report func(cpuSeconds float64)) func() {
+	start, ok := process()
+	return func() {
+		if end, _ := process(); ok {
+			report((end - start).Seconds())
+		}
+	}
+}

@@ -67,3 +67,17 @@ func Run(c Config) (Result, error) {
 	}
 	return r, nil
 }
+
+// Size is the batch and image size of the training benchmarks:
+// SEGPIPE_BENCH_BATCH and SEGPIPE_BENCH_IMGSZ, default 8 and 640. Both
+// benchmarks read it here so that their figures describe the same step.
+func Size() (batch, imgsz int) {
+	return envInt("SEGPIPE_BENCH_BATCH", 8), envInt("SEGPIPE_BENCH_IMGSZ", 640)
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}

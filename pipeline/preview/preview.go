@@ -181,18 +181,26 @@ func (o Options) origin(i int) image.Point {
 	return image.Pt(pad+(i%o.Columns)*(o.Tile+pad), pad+(i/o.Columns)*(o.Tile+pad))
 }
 
+// start reads a batch for drawing and makes its empty sheet.
+func start(rec arrow.RecordBatch, opt Options) (*view, Options, *image.RGBA, error) {
+	v, err := read(rec)
+	if err != nil {
+		return nil, opt, nil, err
+	}
+	if v.n == 0 {
+		return nil, opt, nil, fmt.Errorf("preview: empty batch")
+	}
+	o := opt.withDefaults(v.n)
+	return v, o, newSheet(o.Max, o), nil
+}
+
 // Sheet draws the batch as a contact sheet of image tiles with mask
 // overlays, outlines, boxes and class names.
 func Sheet(rec arrow.RecordBatch, opt Options) (*image.RGBA, error) {
-	v, err := read(rec)
+	v, o, sheet, err := start(rec, opt)
 	if err != nil {
 		return nil, err
 	}
-	if v.n == 0 {
-		return nil, fmt.Errorf("preview: empty batch")
-	}
-	o := opt.withDefaults(v.n)
-	sheet := newSheet(o.Max, o)
 	cells := v.hp * v.wp
 	s := float64(o.Tile) / float64(max(v.h, v.w)) // tile pixels per canvas pixel
 	tw, th := int(float64(v.w)*s), int(float64(v.h)*s)
@@ -260,15 +268,10 @@ func Sheet(rec arrow.RecordBatch, opt Options) (*image.RGBA, error) {
 // GridSheet draws each image's raw mask grid: one block per cell, each
 // instance in its colour, overlaps in white, boxes at grid scale.
 func GridSheet(rec arrow.RecordBatch, opt Options) (*image.RGBA, error) {
-	v, err := read(rec)
+	v, o, sheet, err := start(rec, opt)
 	if err != nil {
 		return nil, err
 	}
-	if v.n == 0 {
-		return nil, fmt.Errorf("preview: empty batch")
-	}
-	o := opt.withDefaults(v.n)
-	sheet := newSheet(o.Max, o)
 	cells := v.hp * v.wp
 	s := float64(o.Tile) / float64(max(v.hp, v.wp)) // tile pixels per cell
 	tw, th := int(float64(v.wp)*s), int(float64(v.hp)*s)

@@ -3,20 +3,12 @@ package model
 import (
 	"os"
 	"runtime"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/segpipe/segpipe/internal/torchbench"
 	"github.com/segpipe/segpipe/trainer/tensor"
 )
-
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
-		return v
-	}
-	return def
-}
 
 // BenchmarkTrainStep times one train-mode forward and backward (gradient 1
 // on every output) of variant n at SEGPIPE_BENCH_BATCH × 3 ×
@@ -26,8 +18,7 @@ func envInt(name string, def int) int {
 // at its best) and reports torch-s/op and the ratio go/torch. model-GFLOP/s counts 3 × the forward's 2×MACs (forward,
 // input gradient, weight gradient).
 func BenchmarkTrainStep(b *testing.B) {
-	batch := envInt("SEGPIPE_BENCH_BATCH", 8)
-	imgsz := envInt("SEGPIPE_BENCH_IMGSZ", 640)
+	batch, imgsz := torchbench.Size()
 	m, err := New(Config{Variant: "n"})
 	if err != nil {
 		b.Fatal(err)

@@ -1,6 +1,7 @@
 package tensor
 
 import (
+	"github.com/segpipe/segpipe/internal/cputime"
 	"math/rand/v2"
 	"testing"
 )
@@ -50,7 +51,7 @@ func BenchmarkC3k2Block(b *testing.B) {
 			name = "recycled-outputs"
 		}
 		b.Run(name, func(b *testing.B) {
-			done := cpuMeter(b)
+			done := cputime.Meter(func(s float64) { b.ReportMetric(s*1e3/float64(b.N), "cpu-ms/op") })
 			for b.Loop() {
 				tp := NewTape(nil)
 				y := tp.Chunk(cv1.forward(tp, x), 2, 1)

@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"runtime"
-	"strconv"
 	"testing"
 	"time"
 
@@ -14,13 +13,6 @@ import (
 	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/trainer/tensor"
 )
-
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
-		return v
-	}
-	return def
-}
 
 // BenchmarkTrainIteration measures CPU training throughput (forward, loss,
 // backward, plus the optimiser step amortised over the accumulation) at
@@ -31,7 +23,7 @@ func envInt(name string, def int) int {
 // same model in the same run and reports go/torch (per image; below 1 is
 // faster than PyTorch).
 func BenchmarkTrainIteration(b *testing.B) {
-	imgsz, batchSize := envInt("SEGPIPE_BENCH_IMGSZ", 640), envInt("SEGPIPE_BENCH_BATCH", 8)
+	batchSize, imgsz := torchbench.Size()
 	shards := benchShards(b, 16)
 	src, err := pipeline.OpenShards(shards)
 	if err != nil {

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"github.com/segpipe/segpipe/internal/cputime"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -62,7 +63,7 @@ func BenchmarkSiLU(b *testing.B) {
 	}
 	y := make([]float32, len(x))
 	b.Run("kernel", func(b *testing.B) {
-		done := cpuMeter(b)
+		done := cputime.Meter(func(s float64) { b.ReportMetric(s*1e3/float64(b.N), "cpu-ms/op") })
 		for b.Loop() {
 			sigmoidInto(x, y, true)
 		}
@@ -70,7 +71,7 @@ func BenchmarkSiLU(b *testing.B) {
 		b.SetBytes(int64(4 * len(x)))
 	})
 	b.Run("scalar-go", func(b *testing.B) {
-		done := cpuMeter(b)
+		done := cputime.Meter(func(s float64) { b.ReportMetric(s*1e3/float64(b.N), "cpu-ms/op") })
 		for b.Loop() {
 			sigmoidGo(x, y, true)
 		}

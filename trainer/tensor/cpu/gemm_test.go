@@ -2,10 +2,10 @@ package cpu
 
 import (
 	"fmt"
+	"github.com/segpipe/segpipe/internal/cputime"
 	"math"
 	"math/rand/v2"
 	"testing"
-	"time"
 
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
@@ -195,45 +195,48 @@ func BenchmarkSgemm(b *testing.B) {
 		flops := 2 * float64(n) * float64(n) * float64(n)
 		// GFLOP/s per CPU-second is the rate a core achieves while it runs,
 		// which a loaded machine distorts far less than the wall-clock rate.
-		report := func(b *testing.B, cpu0 time.Duration) {
-			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-			b.ReportMetric(flops*float64(b.N)/(processCPU()-cpu0).Seconds()/1e9, "GFLOP/cpu-s")
+		meter := func(b *testing.B) func() {
+			cpu := cputime.Meter(func(s float64) { b.ReportMetric(flops*float64(b.N)/s/1e9, "GFLOP/cpu-s") })
+			return func() {
+				b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				cpu()
+			}
 		}
 		b.Run(fmt.Sprintf("blocked-parallel/%d", n), func(b *testing.B) {
 			be := New()
-			cpu0 := processCPU()
+			done := meter(b)
 			for b.Loop() {
 				be.Sgemm(g, a, bb, c)
 			}
-			report(b, cpu0)
+			done()
 		})
 		b.Run(fmt.Sprintf("blocked-1thread/%d", n), func(b *testing.B) {
 			be := &Backend{Workers: 1}
-			cpu0 := processCPU()
+			done := meter(b)
 			for b.Loop() {
 				be.Sgemm(g, a, bb, c)
 			}
-			report(b, cpu0)
+			done()
 		})
 		for _, k := range append([]microKernel{goKernel}, simdKernels()...) {
 			b.Run(fmt.Sprintf("blocked-1thread-%s/%d", k.name, n), func(b *testing.B) {
 				kern = k
 				defer func() { kern = microKernel{} }()
 				be := &Backend{Workers: 1}
-				cpu0 := processCPU()
+				done := meter(b)
 				for b.Loop() {
 					be.Sgemm(g, a, bb, c)
 				}
-				report(b, cpu0)
+				done()
 			})
 		}
 		if n <= 256 {
 			b.Run(fmt.Sprintf("naive/%d", n), func(b *testing.B) {
-				cpu0 := processCPU()
+				done := meter(b)
 				for b.Loop() {
 					NaiveSgemm(g, a, bb, c)
 				}
-				report(b, cpu0)
+				done()
 			})
 		}
 	}
@@ -283,7 +286,7 @@ func BenchmarkConv(b *testing.B) {
 			{"bwd-filter", func() { be.Conv2dBackwardFilter(p, x, y, dw) }},
 		}...) {
 			b.Run(c.name+"/"+k.name, func(b *testing.B) {
-				done := cpuMeter(b)
+				done := cputime.Meter(func(s float64) { b.ReportMetric(s*1e3/float64(b.N), "cpu-ms/op") })
 				for b.Loop() {
 					k.fn()
 				}
