@@ -2,6 +2,8 @@ package arena
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"image"
 	"image/png"
 	"testing"
@@ -46,5 +48,38 @@ func TestDecodeHeader(t *testing.T) {
 	}
 	if _, err := ReadHeader("/nonexistent/x.png"); err == nil || !err.(*HeaderError).Missing {
 		t.Errorf("missing file: %v", err)
+	}
+}
+
+// A cancelled context must surface as its error whichever goroutine notices
+// it first: the producer closing its queue early is not a clean end.
+func TestOrderedCancel(t *testing.T) {
+	for trial := range 3000 {
+		ctx, cancel := context.WithCancel(context.Background())
+		calls := 0
+		err := Ordered(ctx, 50, 1+trial%4, func(i int) int { return i }, func(i, v int) error {
+			if i != v {
+				t.Fatalf("consume(%d, %d)", i, v)
+			}
+			calls++
+			if calls == 3 {
+				cancel()
+			}
+			return nil
+		})
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("trial %d: %v after %d calls", trial, err, calls)
+		}
+	}
+	// Cancelling after the last item is no error: everything was consumed.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := Ordered(ctx, 3, 2, func(i int) int { return i }, func(i, _ int) error {
+		if i == 2 {
+			cancel()
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("cancel after the last item: %v", err)
 	}
 }

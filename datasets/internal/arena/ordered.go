@@ -63,6 +63,11 @@ func Ordered[T any](ctx context.Context, n, workers int, load func(i int) T, con
 		}
 		i++
 	}
+	// The producer also stops on a cancelled ctx and closes futures, so the
+	// loop can end early without having seen ctx.Done itself.
+	if err == nil && i < n {
+		err = ctx.Err()
+	}
 	cancel()
 	for range futures {
 	}
