@@ -506,6 +506,9 @@ func (l *Loader) assemble(j *job) {
 	c.ImageIDs, c.OrigHeight, c.OrigWidth = own(8*n), own(4*n), own(4*n)
 	c.Transforms, c.BoxesPerImage, c.Offsets = own(48*n), own(4*n), own(4*(n+1))
 	c.Boxes, c.Classes, c.Masks = own(16*sumN), own(4*sumN), own(sumN*l.grid.Cells())
+	c.IsCrowd = own(sumN)
+	crowd := c.IsCrowd.Bytes()
+	clear(crowd) // pooled memory
 	ids, oh, ow := arrow.Int64Traits.CastFromBytes(c.ImageIDs.Bytes()), arrow.Int32Traits.CastFromBytes(c.OrigHeight.Bytes()), arrow.Int32Traits.CastFromBytes(c.OrigWidth.Bytes())
 	xf, bpi, offs := arrow.Float64Traits.CastFromBytes(c.Transforms.Bytes()), arrow.Int32Traits.CastFromBytes(c.BoxesPerImage.Bytes()), arrow.Int32Traits.CastFromBytes(c.Offsets.Bytes())
 	boxes, classes := arrow.Float32Traits.CastFromBytes(c.Boxes.Bytes()), arrow.Int32Traits.CastFromBytes(c.Classes.Bytes())
@@ -521,6 +524,9 @@ func (l *Loader) assemble(j *job) {
 		o := j.instOff[k]
 		copy(boxes[4*o:], s.labels.Boxes)
 		copy(classes[o:], s.labels.Classes)
+		for _, cr := range s.labels.Crowd {
+			crowd[o+cr.Inst] = 1
+		}
 		if nk > 0 {
 			raster++
 		}

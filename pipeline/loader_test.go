@@ -525,3 +525,74 @@ func TestTinyDatasetsAndLargeWorlds(t *testing.T) {
 		t.Fatal("imgsz not a multiple of the stride accepted")
 	}
 }
+
+// Crowd regions reach the batch only when the augmentation keeps them, and
+// then carry iscrowd = 1 and their RLE's mask; everything else reads 0.
+func TestCrowdColumn(t *testing.T) {
+	rows := synth(t, 12, 0)
+	for i := range rows {
+		r := &rows[i]
+		w, h := int(r.Width), int(r.Height)
+		tri := r.Instances[1].Polygons[0]
+		var counts []uint32
+		prev, run := false, uint32(0)
+		for x := 0; x < w; x++ { // column-major, starting with a run of zeros
+			for y := 0; y < h; y++ {
+				on := inside(tri, float64(x)+0.5, float64(y)+0.5)
+				if on != prev {
+					counts, run, prev = append(counts, run), 0, on
+				}
+				run++
+			}
+		}
+		counts = append(counts, run)
+		x0, y0, x1, y1 := float32(w), float32(h), float32(0), float32(0)
+		for k := 0; k < len(tri); k += 2 {
+			x0, y0, x1, y1 = min(x0, tri[k]), min(y0, tri[k+1]), max(x1, tri[k]), max(y1, tri[k+1])
+		}
+		r.Instances[1] = shard.Instance{AnnID: r.Instances[1].AnnID, Class: 2, IsCrowd: true,
+			BBox: [4]float32{x0, y0, x1 - x0, y1 - y0}, RLE: &shard.RLE{Height: int32(h), Width: int32(w), Counts: counts}}
+	}
+	src := &SliceSource{Rows: rows, BlockSize: 4}
+	for _, keep := range []bool{false, true} {
+		cfg := testConfig()
+		cfg.Val, cfg.Epochs, cfg.Stride = true, 1, 1
+		cfg.Augment.HSVH, cfg.Augment.HSVS, cfg.Augment.HSVV = 0, 0, 0
+		cfg.Augment.KeepCrowd = keep
+		res := run(t, src, cfg, -1)
+		crowds, onCells := 0, 0
+		for _, rec := range res.recs {
+			flags, err := batch.CrowdFlags(rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			im, _ := batch.ImageTensor(rec)
+			ms, _ := batch.MaskStack(rec)
+			classes := rec.Column(rec.Schema().FieldIndices(batch.ColClasses)[0]).(*array.List).ListValues().(*array.Int32)
+			for k := range ms.Count {
+				if want := keep && classes.Value(k) == 2; (flags[k] == 1) != want {
+					t.Fatalf("keep=%v instance %d (class %d): iscrowd %d", keep, k, classes.Value(k), flags[k])
+				}
+				if flags[k] == 0 {
+					continue
+				}
+				crowds++
+				// The crowd mask is the green triangle: its ON cells are green.
+				i := 0
+				for int(ms.Offsets[i+1]) <= k {
+					i++
+				}
+				img, m := im.At(i), ms.At(k)
+				for c, v := range m {
+					if v == 1 && img[64*64+c] > 128 && img[c] < 128 {
+						onCells++
+					}
+				}
+			}
+		}
+		res.release()
+		if keep && (crowds != len(rows) || onCells < 100*len(rows)) {
+			t.Fatalf("kept %d crowd regions of %d, %d green ON cells", crowds, len(rows), onCells)
+		}
+	}
+}

@@ -181,3 +181,52 @@ func TestDeserializeRejectsBadMetadata(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+func TestCrowdFlags(t *testing.T) {
+	b, c, _ := sample(t, nil)
+	rec, err := b.Build(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := CrowdFlags(rec)
+	rec.Release()
+	if err != nil || !bytes.Equal(got, []byte{0, 0, 0}) {
+		t.Fatalf("no crowd buffer: %v, %v", got, err)
+	}
+
+	c.IsCrowd = bufOf([]uint8{0, 1, 0})
+	rec, err = b.Build(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Release()
+	var buf bytes.Buffer
+	w := ipc.NewWriter(&buf, ipc.WithSchema(rec.Schema()))
+	if err := w.Write(rec); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	r, err := ipc.NewReader(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Release()
+	if !r.Next() {
+		t.Fatal(r.Err())
+	}
+	got, err = CrowdFlags(r.RecordBatch())
+	if err != nil || !bytes.Equal(got, []byte{0, 1, 0}) {
+		t.Fatalf("after IPC: %v, %v", got, err)
+	}
+
+	c.IsCrowd = bufOf([]uint8{0, 2, 0})
+	if rec, err := b.Build(c); err == nil {
+		rec.Release()
+		t.Fatal("iscrowd 2 accepted")
+	}
+	c.IsCrowd = bufOf([]uint8{0, 1})
+	if rec, err := b.Build(c); err == nil {
+		rec.Release()
+		t.Fatal("2 flags for 3 instances accepted")
+	}
+}

@@ -14,16 +14,19 @@
 //	                                              image (the first of its four tiles)
 //	boxes            list<fixed_size_list<float32>[4]>  x1 y1 x2 y2, canvas pixels
 //	classes          list<int32>                  contiguous class index per box
+//	iscrowd          list<uint8>                  1: a COCO crowd region (only when the
+//	                                              loader keeps crowd instances), to be
+//	                                              ignored, not found; else 0
 //	boxes_per_image  int32                        N_i
 //	masks            list<arrow.fixed_shape_tensor<uint8>{shape:[Hp,Wp]}>  values {0,1}
 //
-// The lists boxes, classes and masks share one offsets buffer: the prefix
+// The lists boxes, classes, iscrowd and masks share one offsets buffer: the prefix
 // sums of boxes_per_image. Instance j of image i is row offsets[i]+j of each
 // list's child. The masks child values are ONE contiguous buffer of
 // sum_N·Hp·Wp bytes, so a consumer sees the whole stack as a (sum_N, Hp, Wp)
 // array and splits it by boxes_per_image (see [MaskStack]). Hp = H/stride,
 // Wp = W/stride; the stride is stored under the schema metadata key
-// [MetaMaskStride].
+// [MetaMaskStride]; the schema version ([Version]) under [MetaVersion].
 //
 // fixed_shape_tensor is Arrow's canonical extension type (arrow-go v18 has
 // none): storage fixed_size_list<value>[prod(shape)], extension metadata

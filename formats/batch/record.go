@@ -19,6 +19,7 @@ const (
 	ColTransform     = "transform"
 	ColBoxes         = "boxes"
 	ColClasses       = "classes"
+	ColIsCrowd       = "iscrowd"
 	ColBoxesPerImage = "boxes_per_image"
 	ColMasks         = "masks"
 )
@@ -28,6 +29,10 @@ const (
 	MetaVersion    = "segpipe.batch.version"
 	MetaMaskStride = "segpipe.mask_stride"
 )
+
+// Version is the schema version written under [MetaVersion]. Version 2 added
+// the iscrowd column.
+const Version = "2"
 
 // Builder makes batch records of one canvas and mask-grid size. It holds the
 // schema so that every record of a run shares it. Safe for concurrent use.
@@ -40,6 +45,7 @@ type Builder struct {
 	xfType       *arrow.FixedSizeListType
 	boxesType    *arrow.ListType
 	classesType  *arrow.ListType
+	crowdType    *arrow.ListType
 	masksType    *arrow.ListType
 }
 
@@ -62,8 +68,9 @@ func NewBuilder(h, w, hp, wp int) (*Builder, error) {
 	b.xfType = arrow.FixedSizeListOfNonNullable(6, arrow.PrimitiveTypes.Float64)
 	b.boxesType = arrow.ListOfNonNullable(b.boxType)
 	b.classesType = arrow.ListOfNonNullable(arrow.PrimitiveTypes.Int32)
+	b.crowdType = arrow.ListOfNonNullable(arrow.PrimitiveTypes.Uint8)
 	b.masksType = arrow.ListOfNonNullable(mt)
-	md := arrow.NewMetadata([]string{MetaVersion, MetaMaskStride}, []string{"1", strconv.Itoa(h / hp)})
+	md := arrow.NewMetadata([]string{MetaVersion, MetaMaskStride}, []string{Version, strconv.Itoa(h / hp)})
 	b.schema = arrow.NewSchema([]arrow.Field{
 		{Name: ColImage, Type: it},
 		{Name: ColImageID, Type: arrow.PrimitiveTypes.Int64},
@@ -72,6 +79,7 @@ func NewBuilder(h, w, hp, wp int) (*Builder, error) {
 		{Name: ColTransform, Type: b.xfType},
 		{Name: ColBoxes, Type: b.boxesType},
 		{Name: ColClasses, Type: b.classesType},
+		{Name: ColIsCrowd, Type: b.crowdType},
 		{Name: ColBoxesPerImage, Type: arrow.PrimitiveTypes.Int32},
 		{Name: ColMasks, Type: b.masksType},
 	}, &md)
@@ -96,6 +104,7 @@ type Columns struct {
 	Offsets       *memory.Buffer // N+1 int32: 0 and the prefix sums of BoxesPerImage
 	Boxes         *memory.Buffer // SumN·4 float32: x1 y1 x2 y2 on the canvas
 	Classes       *memory.Buffer // SumN int32
+	IsCrowd       *memory.Buffer // SumN uint8 in {0,1}; nil: no crowd instance
 	Masks         *memory.Buffer // SumN·Hp·Wp uint8 in {0,1}
 }
 
@@ -109,6 +118,11 @@ func (b *Builder) Build(c *Columns) (arrow.RecordBatch, error) {
 	n, sn := c.N, c.SumN
 	if n < 0 || sn < 0 {
 		return nil, fmt.Errorf("batch: negative count (N=%d, SumN=%d)", n, sn)
+	}
+	crowd := c.IsCrowd
+	if crowd == nil && sn > 0 {
+		// A producer without crowd instances need not keep a zero buffer.
+		crowd = memory.NewBufferBytes(make([]byte, sn))
 	}
 	need := []struct {
 		name string
@@ -124,6 +138,7 @@ func (b *Builder) Build(c *Columns) (arrow.RecordBatch, error) {
 		{"offsets", c.Offsets, (n + 1) * 4},
 		{ColBoxes, c.Boxes, sn * 4 * 4},
 		{ColClasses, c.Classes, sn * 4},
+		{ColIsCrowd, crowd, sn},
 		{ColMasks, c.Masks, sn * b.Hp * b.Wp},
 	}
 	for _, x := range need {
@@ -150,6 +165,13 @@ func (b *Builder) Build(c *Columns) (arrow.RecordBatch, error) {
 	if int(offs[n]) != sn {
 		return nil, fmt.Errorf("batch: boxes_per_image sums to %d, SumN is %d", offs[n], sn)
 	}
+	if sn > 0 {
+		for k, v := range crowd.Bytes()[:sn] {
+			if v > 1 {
+				return nil, fmt.Errorf("batch: instance %d: iscrowd %d, want 0 or 1", k, v)
+			}
+		}
+	}
 
 	prim := func(t arrow.DataType, buf *memory.Buffer, length int) *array.Data {
 		return array.NewData(t, length, []*memory.Buffer{nil, buf}, nil, 0, 0)
@@ -166,7 +188,7 @@ func (b *Builder) Build(c *Columns) (arrow.RecordBatch, error) {
 	}
 	u8, f32, f64, i32, i64 := arrow.PrimitiveTypes.Uint8, arrow.PrimitiveTypes.Float32, arrow.PrimitiveTypes.Float64, arrow.PrimitiveTypes.Int32, arrow.PrimitiveTypes.Int64
 
-	datas := [9]*array.Data{
+	datas := [10]*array.Data{
 		fsl(b.imageType, prim(u8, c.Images, n*3*b.H*b.W), n),
 		prim(i64, c.ImageIDs, n),
 		prim(i32, c.OrigHeight, n),
@@ -174,10 +196,11 @@ func (b *Builder) Build(c *Columns) (arrow.RecordBatch, error) {
 		fsl(b.xfType, prim(f64, c.Transforms, n*6), n),
 		list(b.boxesType, fsl(b.boxType, prim(f32, c.Boxes, sn*4), sn)),
 		list(b.classesType, prim(i32, c.Classes, sn)),
+		list(b.crowdType, prim(u8, crowd, sn)),
 		prim(i32, c.BoxesPerImage, n),
 		list(b.masksType, fsl(b.maskType, prim(u8, c.Masks, sn*b.Hp*b.Wp), sn)),
 	}
-	var cols [9]arrow.Array
+	var cols [10]arrow.Array
 	for i, d := range datas {
 		cols[i] = array.MakeFromData(d)
 		d.Release()

@@ -69,3 +69,22 @@ func column(rec arrow.RecordBatch, name string) (arrow.Array, error) {
 	}
 	return rec.Column(idx[0]), nil
 }
+
+// CrowdFlags returns the iscrowd column's values, one per instance and
+// indexed like [MaskStack]'s tensors: 1 marks a crowd instance, whose box
+// and mask are a region to ignore rather than an object to find.
+func CrowdFlags(rec arrow.RecordBatch) ([]uint8, error) {
+	col, err := column(rec, ColIsCrowd)
+	if err != nil {
+		return nil, err
+	}
+	l, ok := col.(*array.List)
+	if !ok {
+		return nil, fmt.Errorf("batch: column %s is %s, not a list", ColIsCrowd, col.DataType())
+	}
+	v, ok := l.ListValues().(*array.Uint8)
+	if !ok {
+		return nil, fmt.Errorf("batch: column %s holds %s, not uint8", ColIsCrowd, l.ListValues().DataType())
+	}
+	return v.Uint8Values(), nil
+}

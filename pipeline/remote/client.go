@@ -240,7 +240,7 @@ func (s *Stream) open() error {
 func checkSchema(sc *arrow.Schema, transport string) error {
 	names := fieldNames(sc)
 	want := []string{batch.ColImage, batch.ColImageID, batch.ColOrigHeight, batch.ColOrigWidth, batch.ColTransform,
-		batch.ColBoxes, batch.ColClasses, batch.ColBoxesPerImage}
+		batch.ColBoxes, batch.ColClasses, batch.ColIsCrowd, batch.ColBoxesPerImage}
 	if transport == MasksWindowed {
 		want = append(want, ColMaskWindows, ColMaskData)
 	} else {

@@ -30,7 +30,7 @@ const (
 
 // nDense is the number of batch columns before masks: both transports send
 // them unchanged.
-const nDense = 8
+const nDense = 9
 
 var windowType = arrow.ListOfNonNullable(arrow.FixedSizeListOfNonNullable(4, arrow.PrimitiveTypes.Int32))
 
@@ -267,13 +267,14 @@ func (e *expander) expand(rec arrow.RecordBatch) (arrow.RecordBatch, error) {
 	get(&c.Offsets, rec.Column(5).Data(), batch.ColBoxes)
 	get(&c.Boxes, child(child(rec.Column(5).Data())), batch.ColBoxes)
 	get(&c.Classes, child(rec.Column(6).Data()), batch.ColClasses)
-	get(&c.BoxesPerImage, rec.Column(7).Data(), batch.ColBoxesPerImage)
+	get(&c.IsCrowd, child(rec.Column(7).Data()), batch.ColIsCrowd)
+	get(&c.BoxesPerImage, rec.Column(8).Data(), batch.ColBoxesPerImage)
 	var winBuf *memory.Buffer
-	get(&winBuf, child(child(rec.Column(8).Data())), ColMaskWindows)
+	get(&winBuf, child(child(rec.Column(9).Data())), ColMaskWindows)
 	if err != nil {
 		return nil, err
 	}
-	bd := rec.Column(9).Data()
+	bd := rec.Column(10).Data()
 	if bd.Offset() != 0 || len(bd.Buffers()) < 3 {
 		return nil, fmt.Errorf("remote: column %s: unexpected layout", ColMaskData)
 	}

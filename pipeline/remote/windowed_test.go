@@ -105,8 +105,14 @@ func randomBatch(t *testing.T, rng *rand.Rand, bpi []int32, s, hp int) arrow.Rec
 			masks[i] = 1
 		}
 	}
+	crowd := make([]byte, sumN)
+	for i := range crowd {
+		if rng.IntN(4) == 0 {
+			crowd[i] = 1
+		}
+	}
 	buf := memory.NewBufferBytes
-	rec, err := b.Build(&batch.Columns{N: n, SumN: sumN, Images: buf(bytesOf(3 * s * s * n)), ImageIDs: buf(bytesOf(8 * n)),
+	rec, err := b.Build(&batch.Columns{IsCrowd: buf(crowd), N: n, SumN: sumN, Images: buf(bytesOf(3 * s * s * n)), ImageIDs: buf(bytesOf(8 * n)),
 		OrigHeight: buf(bytesOf(4 * n)), OrigWidth: buf(bytesOf(4 * n)), Transforms: buf(make([]byte, 48*n)),
 		BoxesPerImage: buf(arrow.Int32Traits.CastToBytes(bpi)), Offsets: buf(arrow.Int32Traits.CastToBytes(offs)),
 		Boxes: buf(make([]byte, 16*sumN)), Classes: buf(make([]byte, 4*sumN)), Masks: buf(masks)})

@@ -13,7 +13,9 @@
 //     xyxy boxes in canvas pixels, classes, boxes_per_image, and the {0,1}
 //     mask stack at prototype resolution, i.e. canvas stride 4; other mask
 //     sizes are refused). TargetsFromRecord views a formats/batch record as
-//     Targets without copying.
+//     Targets without copying. Instances flagged iscrowd (present only when
+//     the loader keeps crowd regions) are left out of the loss, as the
+//     reference's loader drops them.
 //   - Overlapping masks: the reference trains on an overlap index map that
 //     it composes after sorting each image's instances by decreasing mask
 //     area, so the smaller instance owns a shared pixel. The loss composes

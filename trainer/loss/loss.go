@@ -197,6 +197,7 @@ type Criterion struct {
 	o2m, o2o float64
 	asg      [2]*Assigner
 	tg       padded
+	noCrowd  Targets
 	br       branchScratch
 	last     [2]*Assignment
 	semVal   float64
@@ -250,6 +251,7 @@ func (c *Criterion) Forward(out *Outputs, t *Targets, grads *Grads) (Result, err
 	if err := t.check(&out.Geometry); err != nil {
 		return res, err
 	}
+	t = t.withoutCrowd(&c.noCrowd, out.ProtoH*out.ProtoW)
 	if grads != nil {
 		if err := grads.check(out); err != nil {
 			return res, err

@@ -382,3 +382,65 @@ func TestLossIndependentOfInstanceOrder(t *testing.T) {
 		}
 	}
 }
+
+// Crowd instances are no targets: flagging some must give exactly the loss
+// and gradients of the batch without them.
+func TestCrowdInstancesLeftOut(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	out, tg := randomCase(rng, []int{4, 6})
+	hw := out.Geometry.ProtoH * out.Geometry.ProtoW
+	flagged := *tg
+	flagged.IsCrowd = make([]uint8, len(tg.Classes))
+	kept := &Targets{BoxesPerImage: append([]int(nil), tg.BoxesPerImage...)}
+	off := 0
+	for i, n := range tg.BoxesPerImage {
+		for j := off; j < off+n; j++ {
+			if j%3 == 1 {
+				flagged.IsCrowd[j] = 1
+				kept.BoxesPerImage[i]--
+				continue
+			}
+			kept.Classes = append(kept.Classes, tg.Classes[j])
+			kept.Boxes = append(kept.Boxes, tg.Boxes[4*j:4*j+4]...)
+			kept.Masks = append(kept.Masks, tg.Masks[j*hw:(j+1)*hw]...)
+		}
+		off += n
+	}
+	run := func(tg *Targets) (Result, []float32) {
+		c, err := NewCriterion(DefaultConfig(10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := out.Grads()
+		// Twice: the criterion's reused scratch must not leak between calls.
+		for range 2 {
+			if _, err := c.Forward(out, tg, g); err != nil {
+				t.Fatal(err)
+			}
+		}
+		res, err := c.Forward(out, tg, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res, append(append([]float32(nil), g.One2Many.Coef...), g.Proto...)
+	}
+	a, ga := run(&flagged)
+	b, gb := run(kept)
+	full, _ := run(tg)
+	for i := range a.Items {
+		if a.Items[i] != b.Items[i] {
+			t.Errorf("item %d: %.9g with crowd flags, %.9g without those instances", i, a.Items[i], b.Items[i])
+		}
+	}
+	if a.Items == full.Items {
+		t.Error("flagging crowd instances changed nothing")
+	}
+	for i := range ga {
+		if ga[i] != gb[i] {
+			t.Fatalf("gradient %d: %g vs %g", i, ga[i], gb[i])
+		}
+	}
+	if len(flagged.IsCrowd) != len(tg.Classes) || flagged.BoxesPerImage[1] != 6 {
+		t.Fatal("Forward modified its targets")
+	}
+}

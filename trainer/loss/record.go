@@ -98,5 +98,13 @@ func TargetsFromRecord(rec arrow.RecordBatch) (*Targets, error) {
 		return nil, fmt.Errorf("loss: batch mask stack does not match the box lists")
 	}
 	t.Masks = masks.Data[lo*hw : hi*hw]
+	crowd, err := batch.CrowdFlags(rec)
+	if err != nil {
+		return nil, fmt.Errorf("loss: %w", err)
+	}
+	if hi > len(crowd) {
+		return nil, fmt.Errorf("loss: batch holds %d crowd flags, need %d", len(crowd), hi)
+	}
+	t.IsCrowd = crowd[lo:hi]
 	return t, nil
 }

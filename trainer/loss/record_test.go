@@ -35,6 +35,8 @@ func TestTargetsFromRecordIsTheLoadersBatch(t *testing.T) {
 		bpi[i] = int32(c)
 		offs[i+1] = offs[i] + int32(c)
 	}
+	crowd := make([]uint8, sumN)
+	crowd[sumN-1] = 1
 	rec, err := b.Build(&batch.Columns{
 		N: n, SumN: sumN,
 		Images:   bufOf(make([]byte, n*3*64*64)),
@@ -42,6 +44,7 @@ func TestTargetsFromRecordIsTheLoadersBatch(t *testing.T) {
 		Transforms:    bufOf(make([]float64, 6*n)),
 		BoxesPerImage: bufOf(bpi), Offsets: bufOf(offs),
 		Boxes: bufOf(tg.Boxes), Classes: bufOf(tg.Classes), Masks: bufOf(tg.Masks),
+		IsCrowd: bufOf(crowd),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -54,6 +57,10 @@ func TestTargetsFromRecordIsTheLoadersBatch(t *testing.T) {
 	if len(got.Boxes) != len(tg.Boxes) || &got.Boxes[0] != &tg.Boxes[0] || &got.Masks[0] != &tg.Masks[0] || &got.Classes[0] != &tg.Classes[0] {
 		t.Fatal("targets do not alias the record's buffers")
 	}
+	if len(got.IsCrowd) != sumN || &got.IsCrowd[0] != &crowd[0] {
+		t.Fatalf("crowd flags %v do not alias the record's column", got.IsCrowd)
+	}
+	got.IsCrowd = nil // compare the loss over the same instances below
 	for i := range tg.BoxesPerImage {
 		if got.BoxesPerImage[i] != tg.BoxesPerImage[i] {
 			t.Fatalf("boxes_per_image %v, want %v", got.BoxesPerImage, tg.BoxesPerImage)

@@ -20,6 +20,44 @@ type Targets struct {
 	// overlap, the instance with the smaller mask owns the pixel (see the
 	// package doc).
 	Masks []uint8
+	// IsCrowd, when non-nil, holds N flags; 1 marks a COCO crowd region.
+	// The loss leaves crowd instances out, as the reference's loader drops
+	// them; evaluation reads them as regions to ignore.
+	IsCrowd []uint8
+}
+
+// withoutCrowd returns t itself when it has no crowd instance, else its
+// other instances copied into dst (whose slices are reused).
+func (t *Targets) withoutCrowd(dst *Targets, cells int) *Targets {
+	has := false
+	for _, v := range t.IsCrowd {
+		has = has || v != 0
+	}
+	if !has {
+		return t
+	}
+	if len(t.IsCrowd) != len(t.Classes) {
+		return t // check reports the mismatch
+	}
+	dst.BoxesPerImage = append(dst.BoxesPerImage[:0], t.BoxesPerImage...)
+	dst.Classes, dst.Boxes, dst.Masks, dst.IsCrowd = dst.Classes[:0], dst.Boxes[:0], dst.Masks[:0], nil
+	k := 0
+	for i, n := range t.BoxesPerImage {
+		for range n {
+			if k >= len(t.Classes) {
+				return t // check reports the short arrays
+			}
+			if t.IsCrowd[k] != 0 {
+				dst.BoxesPerImage[i]--
+			} else {
+				dst.Classes = append(dst.Classes, t.Classes[k])
+				dst.Boxes = append(dst.Boxes, t.Boxes[4*k:4*k+4]...)
+				dst.Masks = append(dst.Masks, t.Masks[k*cells:(k+1)*cells]...)
+			}
+			k++
+		}
+	}
+	return dst
 }
 
 // check validates t against the geometry, naming the offending instance.
@@ -36,6 +74,9 @@ func (t *Targets) check(g *Geometry) error {
 	}
 	if len(t.Classes) != n || len(t.Boxes) != 4*n {
 		return fmt.Errorf("targets: %d classes and %d box values for %d instances", len(t.Classes), len(t.Boxes), n)
+	}
+	if t.IsCrowd != nil && len(t.IsCrowd) != n {
+		return fmt.Errorf("targets: %d crowd flags for %d instances", len(t.IsCrowd), n)
 	}
 	if len(t.Masks) != n*g.ProtoH*g.ProtoW {
 		return fmt.Errorf("targets: mask stack has %d bytes, want N×%d×%d = %d", len(t.Masks), g.ProtoH, g.ProtoW, n*g.ProtoH*g.ProtoW)

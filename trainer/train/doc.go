@@ -40,8 +40,9 @@
 //     prototype grid (package predict): one-to-one outputs, top-k without
 //     NMS, score > conf (0.001), masks sigmoid(coef·proto) cropped to the
 //     box, threshold 0.5; metrics.EpochMetric maps areas to original pixels.
-//     Crowd instances are left out by the loader, so detections on crowd
-//     regions count as false positives (the reference ignores them).
+//     Validation loads crowd regions too (the batch's iscrowd column) and
+//     scores them as COCOeval does: ignored truth that absorbs detections.
+//     Training leaves them out (the loss skips flagged instances).
 //   - Only the CPU device exists in this build; other devices are refused
 //     with ErrDevice.
 package train

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/apache/arrow-go/v18/arrow"
+
 	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/pipeline/order"
 	"github.com/segpipe/segpipe/trainer/loss"
@@ -24,10 +26,27 @@ type ValConfig struct {
 // Validate scores m (eval mode) on data letterboxed at Imgsz with the grid
 // metric: one-to-one outputs, top-k without NMS, score > Conf, masks =
 // sigmoid(coefficients × prototypes) cropped to the box, threshold 0.5,
-// compared on the prototype grid. mask is nil only when no image produced
-// mask predictions and the metric therefore has none (see metrics).
+// compared on the prototype grid. Crowd regions are loaded as truth to
+// ignore, as COCOeval does: a detection on one is neither a true nor a
+// false positive. mask is nil only when no image produced mask predictions
+// and the metric therefore has none (see metrics).
 func Validate(ctx context.Context, m *model.Model, data Data, vc ValConfig) (box, mask *metrics.Result, err error) {
+	var in []float32
+	return validate(ctx, data, vc, func(rec arrow.RecordBatch) ([][]model.Detection, [][]float32, error) {
+		return predict.Infer(m, rec, &in, vc.MaxDet)
+	})
+}
+
+// inferFunc returns a batch's detections (score-sorted) and prototypes per
+// image.
+type inferFunc func(rec arrow.RecordBatch) (dets [][]model.Detection, protos [][]float32, err error)
+
+// validate scores infer's output on data with the grid metric.
+func validate(ctx context.Context, data Data, vc ValConfig, infer inferFunc) (box, mask *metrics.Result, err error) {
 	aug := defaultAug(vc.Imgsz)
+	// Crowd regions are truth to ignore, as in COCOeval: detections on
+	// them are neither true nor false positives.
+	aug.KeepCrowd = true
 	ld, err := data.Open(ctx, pipeline.Config{BatchSize: vc.Batch, Workers: vc.Workers, Val: true,
 		Augment: aug, Start: order.State{}})
 	if err != nil {
@@ -35,7 +54,8 @@ func Validate(ctx context.Context, m *model.Model, data Data, vc ValConfig) (box
 	}
 	defer ld.Close()
 	em := metrics.NewEpochMetric(metrics.GridConfig{})
-	var in, probs []float32
+	var probs []float32
+	var crowd []bool
 	for {
 		rec, err := ld.Next(ctx)
 		if errors.Is(err, io.EOF) {
@@ -46,7 +66,7 @@ func Validate(ctx context.Context, m *model.Model, data Data, vc ValConfig) (box
 		}
 		err = func() error {
 			defer rec.Release()
-			dets, protos, err := predict.Infer(m, rec, &in, vc.MaxDet)
+			dets, protos, err := infer(rec)
 			if err != nil {
 				return err
 			}
@@ -66,7 +86,7 @@ func Validate(ctx context.Context, m *model.Model, data Data, vc ValConfig) (box
 				probs = predict.GridMasks(probs, d, protos[i], inf.Hp, inf.Wp, inf.Stride)
 				gi := &metrics.GridImage{Affine: inf.Affine, GridH: inf.Hp, GridW: inf.Wp,
 					Truth: metrics.GridTruth{Boxes: tg.Boxes[4*off : 4*(off+n)], Classes: tg.Classes[off : off+n],
-						Masks: tg.Masks[off*cells : (off+n)*cells]},
+						Masks: tg.Masks[off*cells : (off+n)*cells], IsCrowd: crowdFlags(tg.IsCrowd[off:off+n], &crowd)},
 					Pred: metrics.GridPredictions{MaskProbs: probs}}
 				for _, x := range d {
 					gi.Pred.Boxes = append(gi.Pred.Boxes, x.Box[:]...)
@@ -115,4 +135,13 @@ func (t *trainer) loadEMA() error {
 		bn.BN.NumBatchesTracked = src[i].BN.NumBatchesTracked
 	}
 	return nil
+}
+
+// crowdFlags converts the batch's {0,1} flags into dst's storage.
+func crowdFlags(v []uint8, dst *[]bool) []bool {
+	*dst = (*dst)[:0]
+	for _, x := range v {
+		*dst = append(*dst, x != 0)
+	}
+	return *dst
 }
