@@ -555,9 +555,12 @@ func (l *Loader) rasterise(w *worker, r rtask) {
 	for k := 0; k < s.labels.N(); k++ {
 		dst := masks[(base+k)*cells : (base+k+1)*cells]
 		var err error
+		var cr *augment.Crowd
 		if ci < len(s.labels.Crowd) && s.labels.Crowd[ci].Inst == k {
-			cr := s.labels.Crowd[ci]
+			cr = &s.labels.Crowd[ci]
 			ci++
+		}
+		if cr != nil && cr.RLE != nil {
 			err = w.z.DenseRLE(dst, l.grid, raster.RLE{H: int(cr.RLE.Height), W: int(cr.RLE.Width), Counts: cr.RLE.Counts}, cr.ToCanvas)
 			if err != nil {
 				clear(dst)

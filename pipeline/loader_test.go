@@ -526,8 +526,9 @@ func TestTinyDatasetsAndLargeWorlds(t *testing.T) {
 	}
 }
 
-// Crowd regions reach the batch only when the augmentation keeps them, and
-// then carry iscrowd = 1 and their RLE's mask; everything else reads 0.
+// Crowd regions, as RLE or as polygons, reach the batch only when the
+// augmentation keeps them, and then carry iscrowd = 1 and their mask;
+// everything else reads 0.
 func TestCrowdColumn(t *testing.T) {
 	rows := synth(t, 12, 0)
 	for i := range rows {
@@ -549,6 +550,10 @@ func TestCrowdColumn(t *testing.T) {
 		x0, y0, x1, y1 := float32(w), float32(h), float32(0), float32(0)
 		for k := 0; k < len(tri); k += 2 {
 			x0, y0, x1, y1 = min(x0, tri[k]), min(y0, tri[k+1]), max(x1, tri[k]), max(y1, tri[k+1])
+		}
+		if i%3 == 0 { // a crowd region may also come as polygons
+			r.Instances[1].IsCrowd = true
+			continue
 		}
 		r.Instances[1] = shard.Instance{AnnID: r.Instances[1].AnnID, Class: 2, IsCrowd: true,
 			BBox: [4]float32{x0, y0, x1 - x0, y1 - y0}, RLE: &shard.RLE{Height: int32(h), Width: int32(w), Counts: counts}}

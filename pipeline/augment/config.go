@@ -27,8 +27,9 @@ type Config struct {
 	MinArea   float64 // kept area / area before clipping, default 0.01
 	MaxAspect float64 // default 100
 
-	// KeepCrowd keeps iscrowd instances (rasterised from their RLE) instead
-	// of dropping them as YOLO training does. Default false.
+	// KeepCrowd keeps iscrowd instances (rasterised from their RLE or
+	// polygons, flagged in the batch's iscrowd column) instead of dropping
+	// them as YOLO training does; validation sets it. Default false.
 	KeepCrowd bool
 }
 

@@ -50,8 +50,10 @@
 //	max(w_after/h_after, h_after/w_after) < 100 (MaxAspect)
 //
 // The kept box is the after box. Crowd instances (iscrowd) are dropped, as
-// YOLO training does, unless KeepCrowd is set; then their RLE is carried with
-// its image→canvas affine for the rasteriser (not under a perspective term).
+// YOLO training does, unless KeepCrowd is set; then an RLE region is carried
+// with its image→canvas affine for the rasteriser (not under a perspective
+// term) and a polygon region is transformed like any instance; both are
+// listed in Labels.Crowd so that the batch can flag them.
 //
 // # Randomness
 //

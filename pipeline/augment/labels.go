@@ -15,7 +15,7 @@ type Labels struct {
 	Pts     []float32 // every kept ring's points, flat x,y
 	RingEnd []int32   // per ring: end offset in Pts
 	InstEnd []int32   // per instance: end index in RingEnd
-	Crowd   []Crowd   // instances given as RLE (KeepCrowd only)
+	Crowd   []Crowd   // crowd instances, by increasing Inst (KeepCrowd only)
 
 	Dropped      int // instances removed by the candidate rule or clipped away
 	CrowdSkipped int // crowd instances dropped (KeepCrowd false)
@@ -23,7 +23,9 @@ type Labels struct {
 	a, b []float32
 }
 
-// Crowd is a kept crowd instance: rasterise RLE mapped by ToCanvas.
+// Crowd is a kept crowd instance: rasterise RLE mapped by ToCanvas, or,
+// when RLE is nil (a crowd region given as polygons), its rings like any
+// other instance's.
 type Crowd struct {
 	Inst     int
 	RLE      *shard.RLE
@@ -85,20 +87,24 @@ func BuildLabels(l *Labels, cfg *Config, p *Plan, tiles []Tile) {
 		}
 		for ii := range t.Instances {
 			in := &t.Instances[ii]
-			if in.IsCrowd || in.RLE != nil {
-				if !cfg.KeepCrowd || in.RLE == nil || !isAffine {
-					l.CrowdSkipped++
-					continue
-				}
+			switch {
+			case !in.IsCrowd && in.RLE == nil:
+				l.addPolygon(cfg, p, ti, in, out)
+			case !cfg.KeepCrowd || (in.RLE != nil && !isAffine) || (in.RLE == nil && len(in.Polygons) == 0):
+				l.CrowdSkipped++
+			case in.RLE != nil:
 				l.addCrowd(cfg, p, ti, in, out, aff)
-				continue
+			default: // a crowd region given as polygons
+				if l.addPolygon(cfg, p, ti, in, out) {
+					l.Crowd = append(l.Crowd, Crowd{Inst: l.N() - 1})
+				}
 			}
-			l.addPolygon(cfg, p, ti, in, out)
 		}
 	}
 }
 
-func (l *Labels) addPolygon(cfg *Config, p *Plan, ti int, in *shard.Instance, out geom.Rect) {
+// addPolygon adds in's rings and reports whether it was kept.
+func (l *Labels) addPolygon(cfg *Config, p *Plan, ti int, in *shard.Instance, out geom.Rect) bool {
 	pts0, rings0 := len(l.Pts), len(l.RingEnd)
 	before, after := emptyRect(), emptyRect()
 	for _, ring := range in.Polygons {
@@ -123,11 +129,12 @@ func (l *Labels) addPolygon(cfg *Config, p *Plan, ti int, in *shard.Instance, ou
 	if len(l.RingEnd) == rings0 || !Candidate(cfg, before, after) {
 		l.Pts, l.RingEnd = l.Pts[:pts0], l.RingEnd[:rings0]
 		l.Dropped++
-		return
+		return false
 	}
 	l.InstEnd = append(l.InstEnd, int32(len(l.RingEnd)))
 	l.Boxes = append(l.Boxes, after.X0, after.Y0, after.X1, after.Y1)
 	l.Classes = append(l.Classes, in.Class)
+	return true
 }
 
 func (l *Labels) addCrowd(cfg *Config, p *Plan, ti int, in *shard.Instance, out geom.Rect, m geom.Affine) {
