@@ -46,6 +46,7 @@ func BenchmarkTrainStep(b *testing.B) {
 				grads = append(grads, tensor.Full(1, o.Shape...))
 			}
 		}
+		tp.RecycleOutputs() // as the trainer does: activations feed the next step
 		if err := tp.BackwardFrom(outs, grads); err != nil {
 			b.Fatal(err)
 		}

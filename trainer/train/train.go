@@ -499,6 +499,10 @@ func (t *trainer) step(tp *tensor.Tape, r arrow.RecordBatch, e int, in *[]float3
 		g.One2One.Boxes, g.One2One.Scores, g.One2One.Coef, g.Proto, g.Semseg} {
 		seeds[i] = tensor.New(s, outs[i].Shape...)
 	}
+	// Nothing reads this step's activations after backward: handing them
+	// back lets the next step reuse their memory instead of faulting in
+	// gigabytes of fresh pages every iteration.
+	tp.RecycleOutputs()
 	if err := tp.BackwardFrom(outs, seeds); err != nil {
 		return 0, err
 	}
