@@ -340,11 +340,21 @@ func (c *Criterion) branch(which int, out *Outputs, br *Branch, t *Targets, bg *
 			p[0], p[1], p[2], p[3] = (ax-l)*st, (ay-tp)*st, (ax+r)*st, (ay+bt)*st
 		}
 	}
-	forEach(B, func(_, b int) {
-		row := b * NC * A
-		for i, x := range br.Scores[row : row+NC*A] {
-			s.probs[row+i] = float32(sigmoid(float64(x)))
+	// One exponential per logit serves both the assigner's probabilities
+	// and the class loss: BCE(x, t) = softplus(x) − x·t, and the target t
+	// is non-zero only on a positive's label channel, so each (image,
+	// class) row's softplus sum is formed here and its positives' x·t
+	// subtracted once the assignment is known.
+	s.clsPart = growF64(s.clsPart, B*NC)
+	forEach(B*NC, func(_, bk int) {
+		row := bk * A
+		sum := 0.0
+		for i, x := range br.Scores[row : row+A] {
+			l, p := bceSigmoid(float64(x), 0)
+			sum += l
+			s.probs[row+i] = float32(p)
 		}
+		s.clsPart[bk] = sum
 	})
 	tg := &c.tg
 	asg, err := c.asg[which].Assign(&AssignInput{
@@ -367,26 +377,23 @@ func (c *Criterion) branch(which int, out *Outputs, br *Branch, t *Targets, bg *
 	S := max(sum, 1)
 
 	// Classification: BCE over every (image, class, anchor), target score
-	// only on the positive's label channel.
+	// only on the positive's label channel; d/dx = sigmoid(x) − t.
 	gc := scale * c.cfg.ClsGain / S
-	s.clsPart = growF64(s.clsPart, B*NC)
 	forEach(B*NC, func(_, bk int) {
 		b, k := bk/NC, bk%NC
 		row := bk * A
-		sum := 0.0
+		pos := 0.0
 		for a := 0; a < A; a++ {
-			x := float64(br.Scores[row+a])
 			tv := 0.0
 			if ba := b*A + a; asg.FG[ba] && int(asg.Labels[ba]) == k {
 				tv = float64(asg.ScoreValue[ba])
+				pos += float64(br.Scores[row+a]) * tv
 			}
-			l, p := bceSigmoid(x, tv)
-			sum += l
 			if bg != nil {
-				bg.Scores[row+a] += float32(gc * (p - tv))
+				bg.Scores[row+a] += float32(gc * (float64(s.probs[row+a]) - tv))
 			}
 		}
-		s.clsPart[bk] = sum
+		s.clsPart[bk] -= pos
 	})
 	cls := 0.0
 	for _, v := range s.clsPart {
@@ -461,14 +468,6 @@ func (c *Criterion) branch(which int, out *Outputs, br *Branch, t *Targets, bg *
 	}
 	vec[Semseg] = c.cfg.BoxGain * c.semVal
 	return vec, asg, nil
-}
-
-func sigmoid(x float64) float64 {
-	if x >= 0 {
-		return 1 / (1 + math.Exp(-x))
-	}
-	e := math.Exp(x)
-	return e / (1 + e)
 }
 
 // bceSigmoid returns BCE-with-logits and the sigmoid of x from one

@@ -444,3 +444,11 @@ func TestCrowdInstancesLeftOut(t *testing.T) {
 		t.Fatal("Forward modified its targets")
 	}
 }
+
+func sigmoid(x float64) float64 {
+	if x >= 0 {
+		return 1 / (1 + math.Exp(-x))
+	}
+	e := math.Exp(x)
+	return e / (1 + e)
+}
