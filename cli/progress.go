@@ -24,6 +24,7 @@ type progress struct {
 	mu      sync.Mutex
 	bar     *progressbar.ProgressBar
 	done    int64
+	done0   int64 // done when the progress started (a resumed run)
 	bytes   int64
 	start   time.Time
 	lastLog time.Time
@@ -36,7 +37,7 @@ func isTerminal(w io.Writer) bool {
 }
 
 func newProgress(stderr io.Writer, what string, total, done int64) *progress {
-	p := &progress{what: what, total: total, done: done, start: time.Now()}
+	p := &progress{what: what, total: total, done: done, done0: done, start: time.Now()}
 	p.lastLog = p.start
 	if isTerminal(stderr) {
 		p.bar = progressbar.NewOptions64(total,
@@ -71,11 +72,13 @@ func (p *progress) add(n int, b int64) {
 }
 
 func (p *progress) log(msg string) {
-	secs := time.Since(p.start).Seconds()
-	slog.Info(p.what+" "+msg,
-		"done", p.done, "total", p.total,
-		"percent", percent(p.done, p.total),
-		"mb_per_s", round1(float64(p.bytes)/1e6/max(secs, 1e-9)))
+	secs := max(time.Since(p.start).Seconds(), 1e-9)
+	attrs := []any{"done", p.done, "total", p.total, "percent", percent(p.done, p.total),
+		"per_s", round1(float64(p.done-p.done0) / secs)}
+	if p.bytes > 0 { // work that reads or writes data also reports its rate
+		attrs = append(attrs, "mb_per_s", round1(float64(p.bytes)/1e6/secs))
+	}
+	slog.Info(p.what+" "+msg, attrs...)
 }
 
 func (p *progress) finish() {
