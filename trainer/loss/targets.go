@@ -27,26 +27,17 @@ type Targets struct {
 }
 
 // withoutCrowd returns t itself when it has no crowd instance, else its
-// other instances copied into dst (whose slices are reused).
+// other instances copied into dst (whose slices are reused). t has passed
+// check, so its arrays agree in length.
 func (t *Targets) withoutCrowd(dst *Targets, cells int) *Targets {
-	has := false
-	for _, v := range t.IsCrowd {
-		has = has || v != 0
-	}
-	if !has {
+	if !slices.ContainsFunc(t.IsCrowd, func(v uint8) bool { return v != 0 }) {
 		return t
-	}
-	if len(t.IsCrowd) != len(t.Classes) {
-		return t // check reports the mismatch
 	}
 	dst.BoxesPerImage = append(dst.BoxesPerImage[:0], t.BoxesPerImage...)
 	dst.Classes, dst.Boxes, dst.Masks, dst.IsCrowd = dst.Classes[:0], dst.Boxes[:0], dst.Masks[:0], nil
 	k := 0
 	for i, n := range t.BoxesPerImage {
 		for range n {
-			if k >= len(t.Classes) {
-				return t // check reports the short arrays
-			}
 			if t.IsCrowd[k] != 0 {
 				dst.BoxesPerImage[i]--
 			} else {
