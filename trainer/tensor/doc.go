@@ -31,7 +31,11 @@
 // Op outputs are drawn from internal pools. A training loop that calls
 // RecycleOutputs(keep...) before a backward pass returns every other op
 // output of that step to the pools afterwards (see RecycleOutputs for what
-// must no longer be touched); without it the GC reclaims them.
+// must no longer be touched); without it the GC reclaims them. Ops that
+// write every element of their result take a pooled buffer as it is
+// instead of clearing it first; the segpipe_poison build tag fills such
+// buffers with NaN, so that `go test -tags segpipe_poison ./trainer/...`
+// (run in CI) fails for an op that relied on zeros it was not given.
 //
 // # Semantics a caller must know
 //

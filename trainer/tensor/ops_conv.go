@@ -47,7 +47,7 @@ func (tp *Tape) Conv2d(x, w, b *Tensor, o ConvOptions) *Tensor {
 		panic(fmt.Sprintf("tensor.Conv2d: input %s too small for weight %s", x.desc(), w.desc()))
 	}
 	be := tp.Backend()
-	y := output(p.N, p.OutC, oh, ow)
+	y := outputUninit(p.N, p.OutC, oh, ow)
 	be.Conv2d(p, x.Data, w.Data, y.Data)
 	if b != nil {
 		addChannelBias(y.Data, b.Data, p.N, p.OutC, oh*ow)
@@ -101,7 +101,7 @@ func (tp *Tape) ConvTranspose2d(x, w, b *Tensor, o ConvOptions) *Tensor {
 		tp.push(func() {
 			if needs(x) {
 				// Conv2d overwrites, so its result lands in scratch first.
-				tmp := getZeroed(x.Numel())
+				tmp := getBuf(x.Numel())
 				be.Conv2d(p, y.Grad, w.Data, tmp)
 				gx := x.GradBuf()
 				for i, v := range tmp {
@@ -187,7 +187,7 @@ func (tp *Tape) BatchNorm2d(x, weight, bias, runningMean, runningVar *Tensor, o 
 		bd = bias.Data
 	}
 	be := tp.Backend()
-	y := output(x.Shape...)
+	y := outputUninit(x.Shape...)
 	if o.Training {
 		if n*hw < 2 {
 			// As PyTorch: one value per channel has no batch variance.
@@ -289,7 +289,7 @@ func (tp *Tape) MaxPool2d(x *Tensor, k, stride, padding int) *Tensor {
 	}
 	p := backend.Pool{N: x.Shape[0], C: x.Shape[1], H: x.Shape[2], W: x.Shape[3], K: k, Stride: stride, Pad: padding}
 	be := tp.Backend()
-	y := output(p.N, p.C, p.OutH(), p.OutW())
+	y := outputUninit(p.N, p.C, p.OutH(), p.OutW())
 	arg := make([]int32, y.Numel())
 	be.MaxPool2d(p, x.Data, y.Data, arg)
 	if tp.wants(x) {
@@ -306,7 +306,7 @@ func (tp *Tape) UpsampleNearest(x *Tensor, factor int) *Tensor {
 	}
 	n, c, h, w := x.Shape[0], x.Shape[1], x.Shape[2], x.Shape[3]
 	H, W := h*factor, w*factor
-	y := output(n, c, H, W)
+	y := outputUninit(n, c, H, W)
 	parallel(n*c, y.Numel(), func(lo, hi int) {
 		for pl := lo; pl < hi; pl++ {
 			src := x.Data[pl*h*w : (pl+1)*h*w]

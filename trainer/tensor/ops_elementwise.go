@@ -10,7 +10,7 @@ import (
 // unary runs a backend unary function with its backward.
 func (tp *Tape) unary(f backend.Unary, x *Tensor) *Tensor {
 	be := tp.Backend()
-	y := output(x.Shape...)
+	y := outputUninit(x.Shape...)
 	be.Unary(f, x.Data, y.Data)
 	if tp.wants(x) {
 		tp.push(func() {
@@ -55,7 +55,7 @@ func (tp *Tape) Tanh(x *Tensor) *Tensor { return tp.unary(backend.Tanh, x) }
 
 // Scale returns s·x.
 func (tp *Tape) Scale(x *Tensor, s float32) *Tensor {
-	y := output(x.Shape...)
+	y := outputUninit(x.Shape...)
 	parallel(len(x.Data), len(x.Data), func(lo, hi int) {
 		for i, v := range x.Data[lo:hi] {
 			y.Data[lo+i] = v * s
@@ -76,7 +76,7 @@ func (tp *Tape) Scale(x *Tensor, s float32) *Tensor {
 
 // AddScalar returns x + s.
 func (tp *Tape) AddScalar(x *Tensor, s float32) *Tensor {
-	y := output(x.Shape...)
+	y := outputUninit(x.Shape...)
 	for i, v := range x.Data {
 		y.Data[i] = v + s
 	}
@@ -95,7 +95,7 @@ func (tp *Tape) AddScalar(x *Tensor, s float32) *Tensor {
 // lo ≤ x ≤ hi (boundaries included) and is zero elsewhere. Use ±Inf for an
 // open side.
 func (tp *Tape) Clamp(x *Tensor, lo, hi float32) *Tensor {
-	y := output(x.Shape...)
+	y := outputUninit(x.Shape...)
 	for i, v := range x.Data {
 		y.Data[i] = min(max(v, lo), hi)
 	}
@@ -120,7 +120,7 @@ func (tp *Tape) BCEWithLogits(logits, targets *Tensor) *Tensor {
 	if !SameShape(logits, targets) {
 		panic(fmt.Sprintf("tensor.BCEWithLogits: logits %s vs targets %s", logits.desc(), targets.desc()))
 	}
-	y := output(logits.Shape...)
+	y := outputUninit(logits.Shape...)
 	for i, x := range logits.Data {
 		t := targets.Data[i]
 		y.Data[i] = max(x, 0) - x*t + float32(math.Log1p(math.Exp(-math.Abs(float64(x)))))
@@ -180,7 +180,7 @@ func (tp *Tape) binary(f backend.Binary, a, b *Tensor) *Tensor {
 	out, sa, sb := broadcastShapes(a, b)
 	s := backend.Broadcast{Shape: out, StrideA: sa, StrideB: sb}
 	be := tp.Backend()
-	y := output(out...)
+	y := outputUninit(out...)
 	be.Binary(f, s, a.Data, b.Data, y.Data)
 	if tp.wants(a, b) {
 		tp.push(func() {

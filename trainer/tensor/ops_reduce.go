@@ -13,7 +13,7 @@ func (tp *Tape) Softmax(x *Tensor, axis int) *Tensor {
 	outer, inner := outerInner(x.Shape, axis)
 	n := x.Shape[axis]
 	be := tp.Backend()
-	y := output(x.Shape...)
+	y := outputUninit(x.Shape...)
 	be.Softmax(outer, n, inner, x.Data, y.Data)
 	if tp.wants(x) {
 		tp.push(func() { be.SoftmaxBackward(outer, n, inner, y.Data, y.Grad, x.GradBuf()) }, y)
@@ -126,7 +126,7 @@ func (tp *Tape) MatMulT(a, b *Tensor, transA, transB bool) *Tensor {
 	}
 	shape := append(slices.Clone(batchA), m, n)
 	be := tp.Backend()
-	y := output(shape...)
+	y := outputUninit(shape...)
 	be.Sgemm(backend.Gemm{TransA: transA, TransB: transB, M: m, N: n, K: k, Alpha: 1,
 		Batch: batch, StrideA: m * k, StrideB: strideB, StrideC: m * n}, a.Data, b.Data, y.Data)
 	if tp.wants(a, b) {

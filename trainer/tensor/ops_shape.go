@@ -60,7 +60,7 @@ func (tp *Tape) Permute(x *Tensor, perm ...int) *Tensor {
 		shape[i] = x.Shape[p]
 		str[i] = inStr[p]
 	}
-	y := output(shape...)
+	y := outputUninit(shape...)
 	gather(y.Data, x.Data, shape, str, false)
 	if tp.wants(x) {
 		tp.push(func() { gather(y.Grad, x.GradBuf(), shape, str, true) }, y)
@@ -165,7 +165,7 @@ func (tp *Tape) Concat(axis int, xs ...*Tensor) *Tensor {
 		shape[axis] += x.Shape[axis]
 	}
 	outer, inner := outerInner(shape, axis)
-	y := output(shape...)
+	y := outputUninit(shape...)
 	rowY := shape[axis] * inner
 	off := 0
 	for _, x := range xs {
@@ -223,7 +223,7 @@ func (tp *Tape) Split(x *Tensor, axis int, sizes ...int) []*Tensor {
 	for k, s := range sizes {
 		shape := slices.Clone(x.Shape)
 		shape[axis] = s
-		y := output(shape...)
+		y := outputUninit(shape...)
 		rowY := s * inner
 		parallel(outer, y.Numel(), func(lo, hi int) {
 			for o := lo; o < hi; o++ {
@@ -295,7 +295,7 @@ func (tp *Tape) IndexSelect(x *Tensor, axis int, idx []int) *Tensor {
 	outer, inner := outerInner(x.Shape, axis)
 	shape := slices.Clone(x.Shape)
 	shape[axis] = len(idx)
-	y := output(shape...)
+	y := outputUninit(shape...)
 	for o := 0; o < outer; o++ {
 		for k, i := range idx {
 			copy(y.Data[(o*len(idx)+k)*inner:(o*len(idx)+k+1)*inner], x.Data[(o*d+i)*inner:(o*d+i+1)*inner])
