@@ -79,13 +79,10 @@ func TestBuildIsZeroCopy(t *testing.T) {
 	}
 }
 
-func TestIPCRoundTripKeepsTensorType(t *testing.T) {
-	b, c, masks := sample(t, nil)
-	rec, err := b.Build(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rec.Release()
+// ipcRoundTrip writes rec as an Arrow IPC stream and reads it back; the
+// caller releases the result.
+func ipcRoundTrip(t *testing.T, rec arrow.RecordBatch) arrow.RecordBatch {
+	t.Helper()
 	var buf bytes.Buffer
 	w := ipc.NewWriter(&buf, ipc.WithSchema(rec.Schema()))
 	if err := w.Write(rec); err != nil {
@@ -103,6 +100,19 @@ func TestIPCRoundTripKeepsTensorType(t *testing.T) {
 		t.Fatal("no record read back", r.Err())
 	}
 	got := r.RecordBatch()
+	got.Retain()
+	return got
+}
+
+func TestIPCRoundTripKeepsTensorType(t *testing.T) {
+	b, c, masks := sample(t, nil)
+	rec, err := b.Build(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Release()
+	got := ipcRoundTrip(t, rec)
+	defer got.Release()
 	it, ok := got.Column(0).DataType().(*FixedShapeTensorType)
 	if !ok {
 		t.Fatalf("image column came back as %s", got.Column(0).DataType())
@@ -200,21 +210,9 @@ func TestCrowdFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rec.Release()
-	var buf bytes.Buffer
-	w := ipc.NewWriter(&buf, ipc.WithSchema(rec.Schema()))
-	if err := w.Write(rec); err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
-	r, err := ipc.NewReader(&buf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Release()
-	if !r.Next() {
-		t.Fatal(r.Err())
-	}
-	got, err = CrowdFlags(r.RecordBatch())
+	back := ipcRoundTrip(t, rec)
+	defer back.Release()
+	got, err = CrowdFlags(back)
 	if err != nil || !bytes.Equal(got, []byte{0, 1, 0}) {
 		t.Fatalf("after IPC: %v, %v", got, err)
 	}
