@@ -3,9 +3,12 @@ package remote
 import (
 	"bytes"
 	"errors"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow/flight"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/segpipe/segpipe/formats/batch"
 	"github.com/segpipe/segpipe/internal/bufpool"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
@@ -65,6 +68,73 @@ func FuzzUnmarshalFlightData(f *testing.F) {
 		}
 		if !bytes.Equal(in.header, ref.DataHeader) || !bytes.Equal(in.app, ref.AppMetadata) || !bytes.Equal(body, ref.DataBody) {
 			t.Fatal("pooled fields differ from protobuf's")
+		}
+	})
+}
+
+// FuzzExpand: a windowed record whose windows, crowd flags, mask-data
+// offsets and mask bytes are whatever a server sent either expands into a
+// batch that keeps the contract or fails with an error, never a panic.
+func FuzzExpand(f *testing.F) {
+	f.Add([]byte{0, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0}, uint8(3))
+	f.Add([]byte{2, 1, 255, 255, 255, 127, 9}, uint8(5))
+	f.Add([]byte{}, uint8(0))
+	f.Fuzz(func(t *testing.T, b []byte, k uint8) {
+		rng := rand.New(rand.NewPCG(uint64(k), 1))
+		bpi := []int32{int32(k % 3), int32(k % 5), 1}
+		rec := randomBatch(t, rng, bpi, 16, 4)
+		defer rec.Release()
+		mem := memory.NewGoAllocator()
+		win, err := newWindower(rec.Schema(), 4, 4, mem).encode(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer win.Release()
+		// Overwrite the content, not the layout, of what the wire carries.
+		bufs := []*memory.Buffer{
+			win.Column(nDense).Data().Children()[0].Children()[0].Buffers()[1], // windows
+			win.Column(7).Data().Children()[0].Buffers()[1],                    // iscrowd
+			win.Column(nDense + 1).Data().Buffers()[1],                         // mask_data offsets
+			win.Column(nDense + 1).Data().Buffers()[2],                         // mask bytes
+		}
+		i := 0
+		for _, buf := range bufs {
+			if buf == nil {
+				continue
+			}
+			dst := buf.Bytes()
+			for j := range dst {
+				if len(b) == 0 {
+					break
+				}
+				dst[j] = b[i%len(b)]
+				i++
+			}
+		}
+		e, err := newExpander(win.Schema(), mem)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := e.expand(win)
+		if err != nil {
+			return
+		}
+		defer out.Release()
+		ms, err := batch.MaskStack(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		crowd, err := batch.CrowdFlags(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ms.Data) != ms.Count*16 || len(crowd) < ms.Count {
+			t.Fatalf("%d mask bytes and %d crowd flags for %d instances", len(ms.Data), len(crowd), ms.Count)
+		}
+		for _, v := range crowd[:ms.Count] {
+			if v > 1 {
+				t.Fatalf("iscrowd %d accepted", v)
+			}
 		}
 	})
 }
