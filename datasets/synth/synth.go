@@ -17,6 +17,7 @@ import (
 	"sync"
 
 	"github.com/segpipe/segpipe/formats/rle"
+	"github.com/segpipe/segpipe/internal/atomicfile"
 )
 
 // Config controls Generate. Zero fields take the documented defaults.
@@ -428,11 +429,11 @@ func categoryColor(k int) color.RGBA {
 // annotations interleaved across blocks of 64 images, ids 1.. in write
 // order.
 func writeAnnotations(path string, cfg Config, ids []int64) error {
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
+	f, err := atomicfile.Create(path, 0o644)
 	if err != nil {
 		return fmt.Errorf("synth: %w", err)
 	}
+	defer f.Abort()
 	w := bufio.NewWriterSize(f, 1<<20)
 	var b []byte
 	b = append(b, `{"info": {"description": "segpipe synthetic COCO-like dataset", "seed": `...)
@@ -494,13 +495,9 @@ func writeAnnotations(path string, cfg Config, ids []int64) error {
 	b = append(b, "\n]}\n"...)
 	w.Write(b)
 	if err := w.Flush(); err != nil {
-		f.Close()
-		return fmt.Errorf("synth: %s: %w", tmp, err)
+		return fmt.Errorf("synth: %s: %w", path, err)
 	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("synth: %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := f.Commit(); err != nil {
 		return fmt.Errorf("synth: %w", err)
 	}
 	return nil

@@ -11,6 +11,8 @@ import (
 	"os"
 	"slices"
 	"sort"
+
+	"github.com/segpipe/segpipe/internal/atomicfile"
 )
 
 // DType names an element type as spelled in a safetensors header.
@@ -369,33 +371,21 @@ func Write(w io.Writer, f *File) error {
 	return nil
 }
 
-// WriteFile writes f to path atomically (mode 0644): a temporary file in
-// the same directory renamed over path, so a crash never leaves a
-// truncated file.
-func WriteFile(path string, f *File) (err error) {
-	tmp, err := os.CreateTemp(dirOf(path), ".safetensors-*")
+// WriteFile writes f to path atomically (mode 0644, through
+// internal/atomicfile), so a crash never leaves a truncated file.
+func WriteFile(path string, f *File) error {
+	// A checkpoint is an ordinary data file: 0644.
+	af, err := atomicfile.Create(path, 0o644)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	// CreateTemp makes the file 0600; a checkpoint is an ordinary data file.
-	if err = tmp.Chmod(0o644); err != nil {
+	defer af.Abort()
+	bw := newBufWriter(af)
+	if err := Write(bw, f); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	bw := newBufWriter(tmp)
-	if err = Write(bw, f); err != nil {
+	if err := bw.Flush(); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	if err = bw.Flush(); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	if err = tmp.Close(); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return os.Rename(tmp.Name(), path)
+	return af.Commit()
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"hash"
 	"io"
-	"os"
 )
 
 // sinkChunk is the unit handed from the Parquet encoder to the goroutine
@@ -21,7 +20,7 @@ const (
 // It has no Close method on purpose: pqarrow closes sinks that have one,
 // and the file must be flushed and synced before it is closed.
 type hashSink struct {
-	f   *os.File
+	f   io.Writer
 	h   hash.Hash
 	n   int64
 	buf []byte
@@ -34,7 +33,7 @@ type hashSink struct {
 	finished bool
 }
 
-func newHashSink(f *os.File) *hashSink {
+func newHashSink(f io.Writer) *hashSink {
 	s := &hashSink{
 		f: f, h: sha256.New(),
 		full: make(chan []byte, sinkDepth),

@@ -15,6 +15,8 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+
+	"github.com/segpipe/segpipe/internal/atomicfile"
 )
 
 // Default sizes of WriterOptions.
@@ -94,8 +96,8 @@ type Writer struct {
 }
 
 type openShard struct {
-	name, tmp string
-	f         *os.File
+	name      string
+	f         *atomicfile.File
 	sink      *hashSink
 	fw        *pqarrow.FileWriter
 	rows      int64
@@ -304,13 +306,9 @@ func (w *Writer) Write(img *Image) error {
 
 func (w *Writer) openShard() error {
 	name := ShardName(len(w.shards))
-	f, err := os.CreateTemp(w.dir, "."+name+".tmp-*")
+	// Shards are meant to be shared: 0644.
+	f, err := atomicfile.Create(filepath.Join(w.dir, name), 0o644)
 	if err != nil {
-		return err
-	}
-	if err := f.Chmod(0o644); err != nil {
-		f.Close()
-		os.Remove(f.Name())
 		return err
 	}
 	sink := newHashSink(f)
@@ -318,11 +316,10 @@ func (w *Writer) openShard() error {
 	fw, err := pqarrow.NewFileWriter(schema, sink, props, aprops)
 	if err != nil {
 		sink.finish()
-		f.Close()
-		os.Remove(f.Name())
+		f.Abort()
 		return fmt.Errorf("shard %s: %w", name, err)
 	}
-	w.cur = &openShard{name: name, tmp: f.Name(), f: f, sink: sink, fw: fw}
+	w.cur = &openShard{name: name, f: f, sink: sink, fw: fw}
 	w.rgEst = 0
 	return nil
 }
@@ -340,9 +337,9 @@ func (w *Writer) flushRowGroup() error {
 	return nil
 }
 
-// finishShard completes the open shard: footer, fsync, rename, directory
-// fsync, then the journal, in that order, so a listed shard is always
-// complete on disk.
+// finishShard completes the open shard: footer, then the atomic commit
+// (fsync, rename, directory fsync), then the journal, in that order, so a
+// listed shard is always complete on disk.
 func (w *Writer) finishShard(journalIt bool) error {
 	s := w.cur
 	if err := w.flushRowGroup(); err != nil {
@@ -356,20 +353,10 @@ func (w *Writer) finishShard(journalIt bool) error {
 	}
 	err := s.sink.finish()
 	if err == nil {
-		err = s.f.Sync()
-	}
-	if cerr := s.f.Close(); err == nil {
-		err = cerr
-	}
-	final := filepath.Join(w.dir, s.name)
-	if err == nil {
-		err = os.Rename(s.tmp, final)
-	}
-	if err == nil {
-		err = syncDir(w.dir)
+		err = s.f.Commit()
 	}
 	if err != nil {
-		os.Remove(s.tmp)
+		s.f.Abort()
 		return fmt.Errorf("shard %s: %w", s.name, err)
 	}
 	w.cur = nil
@@ -388,7 +375,7 @@ func (w *Writer) finishShard(journalIt bool) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(w.dir, ProgressName), b)
+	return atomicfile.WriteFile(filepath.Join(w.dir, ProgressName), b, 0o644)
 }
 
 // Close finishes the last shard and writes manifest.json with skipped as
@@ -425,7 +412,7 @@ func (w *Writer) Close(skipped map[string]int64) (*Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := writeFileAtomic(filepath.Join(w.dir, ManifestName), b); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(w.dir, ManifestName), b, 0o644); err != nil {
 		return nil, err
 	}
 	// No directory sync after this removal: a journal that survives a
@@ -446,10 +433,8 @@ func (w *Writer) Abort() error {
 	w.rb.release()
 	if w.cur != nil {
 		w.cur.sink.finish()
-		w.cur.f.Close()
-		err := os.Remove(w.cur.tmp)
+		w.cur.f.Abort()
 		w.cur = nil
-		return err
 	}
 	return nil
 }

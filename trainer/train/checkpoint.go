@@ -9,6 +9,7 @@ import (
 
 	"github.com/segpipe/segpipe/formats/safetensors"
 	"github.com/segpipe/segpipe/formats/shard"
+	"github.com/segpipe/segpipe/internal/atomicfile"
 	"github.com/segpipe/segpipe/pipeline/augment"
 	"github.com/segpipe/segpipe/trainer/model"
 	"github.com/segpipe/segpipe/trainer/optim"
@@ -54,7 +55,7 @@ func (t *trainer) save(ep Epoch) error {
 		if err != nil {
 			return err
 		}
-		if err := writeAtomic(filepath.Join(dir, BestFile), b); err != nil {
+		if err := atomicfile.WriteFile(filepath.Join(dir, BestFile), b, 0o644); err != nil {
 			return err
 		}
 	}
@@ -218,14 +219,6 @@ func (t *trainer) load() error {
 	t.log.Info("resuming", "run", dir, "epoch", t.st.NextEpoch+1, "iteration", t.st.NI,
 		"loader_epoch", t.st.Loader.Epoch, "loader_consumed", t.st.Loader.Consumed)
 	return nil
-}
-
-func writeAtomic(path string, b []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 // CheckpointCategories returns the category table a training run stored

@@ -12,6 +12,8 @@ import (
 	"golang.org/x/image/font"
 	"golang.org/x/image/font/basicfont"
 	"golang.org/x/image/math/fixed"
+
+	"github.com/segpipe/segpipe/internal/atomicfile"
 )
 
 // The curves are drawn with the standard image packages and x/image's
@@ -63,7 +65,7 @@ func writePlot(path string, hist []Epoch) error {
 	if err := png.Encode(&b, im); err != nil {
 		return err
 	}
-	if err := writeAtomic(path, b.Bytes()); err != nil {
+	if err := atomicfile.WriteFile(path, b.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("plot: %w", err)
 	}
 	return nil

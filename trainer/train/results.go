@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"strconv"
+
+	"github.com/segpipe/segpipe/internal/atomicfile"
 )
 
 var resultsHeader = []string{"epoch", "train/box_loss", "train/seg_loss", "train/cls_loss", "train/dfl_loss", "train/sem_loss",
@@ -33,7 +35,7 @@ func writeResults(path string, hist []Epoch) error {
 		}
 		b.WriteByte('\n')
 	}
-	if err := writeAtomic(path, b.Bytes()); err != nil {
+	if err := atomicfile.WriteFile(path, b.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("results: %w", err)
 	}
 	return nil
