@@ -1,0 +1,44 @@
+"""segpipe for PyTorch: training batches from `segpipe serve` over Arrow Flight.
+
+``FlightBatches`` (pyarrow and torch) streams one rank's batches as tensors;
+``segpipe.ultralytics`` feeds an Ultralytics segmentation trainer from it. The
+request, resume-state and rank logic in ``segpipe.request`` and
+``segpipe.dist`` needs neither, so it imports anywhere.
+"""
+
+from .dist import rank_and_world
+from .request import (
+    MASKS_DENSE,
+    MASKS_WINDOWED,
+    REQUEST_VERSION,
+    Request,
+    RequestError,
+    ResumeState,
+    StateError,
+    parse_app_metadata,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "FlightBatches",
+    "MASKS_DENSE",
+    "MASKS_WINDOWED",
+    "REQUEST_VERSION",
+    "Request",
+    "RequestError",
+    "ResumeState",
+    "StateError",
+    "parse_app_metadata",
+    "rank_and_world",
+]
+
+
+def __getattr__(name):
+    # FlightBatches needs pyarrow and torch: import them on first use only,
+    # so that the pure parts work on machines without them.
+    if name == "FlightBatches":
+        from .flight import FlightBatches
+
+        return FlightBatches
+    raise AttributeError(f"module 'segpipe' has no attribute {name!r}")

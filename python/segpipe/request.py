@@ -1,0 +1,347 @@
+"""Loader requests (DoGet tickets) and resume states, as `segpipe serve` reads them.
+
+Pure Python, no third-party import: the ticket is the JSON object that
+pipeline/remote (request.go) parses, and every check here mirrors one the
+server makes, so a bad setting fails in the trainer's process with the name of
+the field instead of as an InvalidArgument from the server. The server stays
+the authority: it re-checks everything.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
+
+#: The ticket format version this package writes (remote.RequestVersion).
+REQUEST_VERSION = 1
+
+MASKS_DENSE = "dense"
+MASKS_WINDOWED = "windowed"
+
+#: Largest batch size a server loader accepts (pipeline.MaxBatchSize).
+MAX_BATCH_SIZE = 1 << 16
+#: The mask grid stride a server streams.
+MASK_STRIDE = 4
+_MAX_UINT64 = (1 << 64) - 1
+
+# Augmentation overrides a request may carry, with the server's accepted
+# range (augment.Config.Validate). fill and keep_crowd are checked apart.
+_AUGMENT_RANGES = {
+    "mosaic": 1.0,
+    "degrees": 180.0,
+    "translate": 1.0,
+    "scale": 0.99,
+    "shear": 89.0,
+    "perspective": 0.01,
+    "hsv_h": 1.0,
+    "hsv_s": 1.0,
+    "hsv_v": 1.0,
+    "fliplr": 1.0,
+    "min_side": math.inf,
+    "min_area": 1.0,
+    "max_aspect": math.inf,
+}
+AUGMENT_KEYS = frozenset(_AUGMENT_RANGES) | {"fill", "keep_crowd"}
+
+_REQUEST_KEYS = frozenset(
+    {
+        "version",
+        "shards",
+        "start",
+        "epochs",
+        "close_mosaic",
+        "rank",
+        "world_size",
+        "batch_size",
+        "imgsz",
+        "val",
+        "augment",
+        "masks",
+        "limit",
+    }
+)
+
+
+class RequestError(ValueError):
+    """A request the server would refuse; the message names the field."""
+
+
+class StateError(ValueError):
+    """A batch whose app metadata is not a segpipe resume state."""
+
+
+def _int(name: str, v: Any, lo: int | None = None, hi: int | None = None) -> int:
+    # bool is an int subclass; the server's JSON decoder refuses true for an int.
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise RequestError(f"{name} {v!r}: want an integer")
+    if lo is not None and v < lo:
+        raise RequestError(f"{name} {v}: must be at least {lo}")
+    if hi is not None and v > hi:
+        raise RequestError(f"{name} {v}: must be at most {hi}")
+    return v
+
+
+@dataclass(frozen=True)
+class ResumeState:
+    """Where a loader stands: the seed, the epoch and the samples of that epoch
+    that all ranks together have consumed (order.State). A fresh run is
+    ``ResumeState(seed)``; every batch of a stream carries the state after it."""
+
+    seed: int = 0
+    epoch: int = 0
+    consumed: int = 0
+
+    def __post_init__(self) -> None:
+        _int("start.seed", self.seed, 0, _MAX_UINT64)
+        _int("start.epoch", self.epoch, 0)
+        _int("start.consumed", self.consumed, 0)
+
+    def to_json(self) -> dict:
+        return {"seed": self.seed, "epoch": self.epoch, "consumed": self.consumed}
+
+    @classmethod
+    def coerce(cls, v: "ResumeState | Mapping | None") -> "ResumeState":
+        """A ResumeState from itself, a mapping with the three keys (a saved
+        ``state().to_json()``), or None for a fresh run with seed 0."""
+        if v is None:
+            return cls()
+        if isinstance(v, cls):
+            return v
+        if isinstance(v, Mapping):
+            extra = set(v) - {"seed", "epoch", "consumed"}
+            if extra:
+                raise RequestError(f"start: unknown keys {sorted(extra)}; want seed, epoch, consumed")
+            return cls(seed=v.get("seed", 0), epoch=v.get("epoch", 0), consumed=v.get("consumed", 0))
+        raise RequestError(f"start {v!r}: want a ResumeState or a mapping of seed, epoch, consumed")
+
+
+def parse_app_metadata(raw: bytes | bytearray | memoryview | None, index: int) -> tuple[ResumeState, int]:
+    """Decode a batch's Flight app metadata, {"seed","epoch","consumed","batch"}.
+
+    Returns the resume state after the batch and its index in its stream.
+    index is the batch's position as the consumer counted it, for the message.
+    """
+    if raw is None or len(raw) == 0:
+        raise StateError(f"batch {index} carries no app metadata: the server is not a segpipe server, or too old")
+    try:
+        d = json.loads(bytes(raw))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise StateError(f"batch {index}: app metadata is not JSON: {e}") from None
+    if not isinstance(d, dict):
+        raise StateError(f"batch {index}: app metadata {d!r} is not an object")
+    missing = [k for k in ("seed", "epoch", "consumed", "batch") if k not in d]
+    if missing:
+        raise StateError(f"batch {index}: app metadata lacks {', '.join(missing)}")
+    try:
+        st = ResumeState(seed=d["seed"], epoch=d["epoch"], consumed=d["consumed"])
+        b = _int("batch", d["batch"], 0)
+    except RequestError as e:
+        raise StateError(f"batch {index}: app metadata: {e}") from None
+    return st, b
+
+
+def check_shards(name: str) -> str:
+    """The shard set name as the server cleans it, or RequestError for a name
+    that could leave the server's shard root (remote.cleanSet)."""
+    if not isinstance(name, str):
+        raise RequestError(f"shards {name!r}: want a string")
+    if "\\" in name or name.startswith("/"):
+        raise RequestError(f"shards {name!r}: want a path relative to the shard root, with forward slashes")
+    if ".." in name.split("/"):
+        raise RequestError(f"shards {name!r} leaves the shard root")
+    parts = [p for p in name.split("/") if p not in ("", ".")]
+    return "/".join(parts) or "."
+
+
+def _check_augment(aug: Mapping) -> dict:
+    if not isinstance(aug, Mapping):
+        raise RequestError(f"augment {aug!r}: want a mapping of setting to value")
+    unknown = set(aug) - AUGMENT_KEYS
+    if unknown:
+        raise RequestError(f"augment: unknown settings {sorted(unknown)}; known: {sorted(AUGMENT_KEYS)}")
+    out = {}
+    for k, v in aug.items():
+        if v is None:
+            continue  # None keeps the server's default, as a missing key does
+        if k == "fill":
+            out[k] = _int("augment.fill", v, 0, 255)
+        elif k == "keep_crowd":
+            if not isinstance(v, bool):
+                raise RequestError(f"augment.keep_crowd {v!r}: want true or false")
+            out[k] = v
+        else:
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise RequestError(f"augment.{k} {v!r}: want a number")
+            hi = _AUGMENT_RANGES[k]
+            if not (0 <= v <= hi):  # also refuses NaN
+                raise RequestError(f"augment.{k} {v}: out of range [0, {hi}]")
+            out[k] = float(v)
+    return out
+
+
+@dataclass(frozen=True)
+class Request:
+    """One rank's loader request. Zero fields take the server's defaults
+    (batch_size 32, imgsz 640, world_size 1, epochs start.epoch+1, the
+    augmentation defaults); ``augment`` overrides single settings by their
+    YOLO hyper-parameter names (mosaic, degrees, translate, scale, shear,
+    perspective, hsv_h, hsv_s, hsv_v, fliplr, fill, min_side, min_area,
+    max_aspect, keep_crowd)."""
+
+    shards: str = ""
+    start: ResumeState = field(default_factory=ResumeState)
+    epochs: int = 0
+    close_mosaic: int = 0
+    rank: int = 0
+    world_size: int = 0
+    batch_size: int = 0
+    imgsz: int = 0
+    val: bool = False
+    augment: Mapping[str, Any] | None = None
+    masks: str = ""
+    limit: int = 0
+    version: int = REQUEST_VERSION
+
+    def validate(self) -> "Request":
+        """Check what the server checks without the data; returns self."""
+        if self.version != REQUEST_VERSION:
+            raise RequestError(f"version {self.version!r}: this package speaks version {REQUEST_VERSION}")
+        check_shards(self.shards)
+        if not isinstance(self.start, ResumeState):
+            raise RequestError(f"start {self.start!r}: want a ResumeState")
+        for name in ("epochs", "close_mosaic", "rank", "world_size", "batch_size", "imgsz", "limit"):
+            _int(name, getattr(self, name), 0)
+        if not isinstance(self.val, bool):
+            raise RequestError(f"val {self.val!r}: want true or false")
+        if self.masks not in ("", MASKS_DENSE, MASKS_WINDOWED):
+            raise RequestError(f"masks {self.masks!r}: want {MASKS_DENSE!r} or {MASKS_WINDOWED!r}")
+        bs = self.batch_size or 32
+        if bs > MAX_BATCH_SIZE:
+            raise RequestError(f"batch_size {bs}: want 1 to {MAX_BATCH_SIZE}")
+        world = self.world_size or 1
+        if self.rank >= world:
+            raise RequestError(f"rank {self.rank} of world_size {world}: want 0 <= rank < world_size")
+        epochs = self.epochs or self.start.epoch + 1
+        if epochs <= self.start.epoch:
+            raise RequestError(f"epochs {epochs} leaves nothing after start epoch {self.start.epoch}")
+        imgsz = self.imgsz or 640
+        if imgsz > 1 << 14:
+            raise RequestError(f"imgsz {imgsz} out of range (1..16384)")
+        if imgsz % MASK_STRIDE:
+            raise RequestError(f"imgsz {imgsz} is not a multiple of the mask stride {MASK_STRIDE}")
+        if self.augment is not None:
+            _check_augment(self.augment)
+        return self
+
+    def to_json(self) -> dict:
+        """The request as the JSON object of a ticket (zero fields left out,
+        as the Go side writes them)."""
+        self.validate()
+        d: dict[str, Any] = {"version": self.version, "shards": self.shards, "start": self.start.to_json()}
+        for name in ("epochs", "close_mosaic", "rank", "world_size", "batch_size", "imgsz", "limit"):
+            if getattr(self, name):
+                d[name] = getattr(self, name)
+        if self.val:
+            d["val"] = True
+        if self.augment is not None:
+            d["augment"] = _check_augment(self.augment)
+        if self.masks:
+            d["masks"] = self.masks
+        return d
+
+    def ticket(self) -> bytes:
+        """The DoGet ticket (and GetFlightInfo command) bytes."""
+        return json.dumps(self.to_json(), separators=(",", ":"), allow_nan=False).encode()
+
+    @property
+    def transport(self) -> str:
+        return self.masks or MASKS_DENSE
+
+    def resumed(self, state: ResumeState, delivered: int) -> "Request":
+        """The request that continues this one after ``delivered`` batches whose
+        last one carried ``state``: same settings, start moved, limit reduced."""
+        limit = self.limit
+        if limit:
+            limit -= delivered
+            if limit <= 0:
+                raise RequestError(f"limit {self.limit} already reached after {delivered} batches")
+        return replace(self, start=state, limit=limit).validate()
+
+    @classmethod
+    def from_ticket(cls, raw: bytes | str) -> "Request":
+        """Parse and check a ticket as the server does (unknown fields refused)."""
+        try:
+            d = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise RequestError(f"ticket is not a version {REQUEST_VERSION} loader request: {e}") from None
+        if not isinstance(d, dict):
+            raise RequestError(f"ticket is not a version {REQUEST_VERSION} loader request: not an object")
+        unknown = set(d) - _REQUEST_KEYS
+        if unknown:
+            raise RequestError(f"ticket: unknown fields {sorted(unknown)}")
+        kw = dict(d)
+        kw["start"] = ResumeState.coerce(d.get("start"))
+        kw.setdefault("version", 0)
+        return cls(**kw).validate()
+
+
+
+def rank_batches(images: int, batch_size: int, rank: int, world_size: int, consumed: int = 0) -> int:
+    """Batches rank gets from an epoch of ``images`` samples started at global
+    position ``consumed`` (pipeline/order): it takes positions consumed+rank,
+    consumed+rank+world_size, ... below images, batch_size at a time, the last
+    batch possibly short."""
+    for name, v in (("images", images), ("batch_size", batch_size), ("world_size", world_size), ("consumed", consumed)):
+        _int(name, v, 1 if name in ("batch_size", "world_size") else 0)
+    _int("rank", rank, 0, world_size - 1)
+    first = consumed + rank
+    count = 0 if first >= images else (images - first + world_size - 1) // world_size
+    return (count + batch_size - 1) // batch_size
+
+
+@dataclass(frozen=True)
+class Source:
+    """A segpipe server and the shard sets a trainer reads, from a data URL:
+    ``segpipe://HOST:PORT/TRAIN[?val=VAL&masks=dense|windowed&tls=1]``.
+
+    TRAIN and VAL are shard sets below the server's root (VAL defaults to
+    TRAIN). The bearer token is never part of the URL (URLs end up in logs
+    and run files): it comes from the SEGPIPE_TOKEN environment variable."""
+
+    addr: str
+    train: str
+    val: str
+    masks: str = MASKS_WINDOWED
+    tls: bool = False
+
+    SCHEME = "segpipe://"
+
+    @classmethod
+    def parse(cls, url: str) -> "Source":
+        from urllib.parse import parse_qs, urlsplit
+
+        if not isinstance(url, str) or not url.startswith(cls.SCHEME):
+            raise RequestError(f"data {url!r}: want {cls.SCHEME}HOST:PORT/SHARDS[?val=SHARDS&masks=windowed]")
+        u = urlsplit(url)
+        if not u.netloc or u.port is None:
+            raise RequestError(f"data {url!r}: no HOST:PORT after {cls.SCHEME}")
+        q = parse_qs(u.query, keep_blank_values=True, strict_parsing=bool(u.query))
+        unknown = set(q) - {"val", "masks", "tls"}
+        if "token" in unknown:
+            raise RequestError("data URL: put the token in the SEGPIPE_TOKEN environment variable, not in the URL")
+        if unknown:
+            raise RequestError(f"data {url!r}: unknown parameters {sorted(unknown)}; known: masks, tls, val")
+        for k, v in q.items():
+            if len(v) != 1:
+                raise RequestError(f"data {url!r}: parameter {k} given {len(v)} times")
+        train = check_shards(u.path[1:] if u.path.startswith("/") else u.path)
+        val = check_shards(q["val"][0]) if "val" in q else train
+        masks = q.get("masks", [MASKS_WINDOWED])[0]
+        if masks not in (MASKS_DENSE, MASKS_WINDOWED):
+            raise RequestError(f"data {url!r}: masks {masks!r}: want {MASKS_DENSE!r} or {MASKS_WINDOWED!r}")
+        tls = q.get("tls", ["0"])[0]
+        if tls not in ("0", "1"):
+            raise RequestError(f"data {url!r}: tls {tls!r}: want 0 or 1")
+        return cls(addr=u.netloc, train=train, val=val, masks=masks, tls=tls == "1")
