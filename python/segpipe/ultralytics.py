@@ -27,14 +27,14 @@ counterpart, and a non-default value is refused rather than silently ignored.
 from __future__ import annotations
 
 import os
+from copy import copy
 from typing import Any, Callable, Iterator
 
 import torch
 from ultralytics import __version__ as _ul_version
-from ultralytics.models.yolo.segment import SegmentationTrainer
+from ultralytics.models.yolo.segment import SegmentationTrainer, SegmentationValidator
 from ultralytics.utils import LOGGER
 
-from .flight import FlightBatches
 from .request import RequestError, ResumeState, Source, rank_batches
 
 #: The Ultralytics release this adapter was written and checked against.
@@ -180,7 +180,10 @@ class SegpipeLoader:
     def reset(self) -> None:
         """Nothing to rebuild: the next epoch's stream reads mosaic_closed."""
 
-    def stream(self, epoch: int) -> FlightBatches:
+    def stream(self, epoch: int) -> Iterator[dict]:
+        """The FlightBatches of one epoch (a subclass may serve others)."""
+        from .flight import FlightBatches  # pyarrow only where a stream is opened
+
         aug = dict(self.augment)
         if self.mosaic_closed:
             aug["mosaic"] = 0.0
@@ -210,7 +213,33 @@ class SegpipeLoader:
                 self.last_state = b["state"]
                 yield ultralytics_batch(b, im_prefix=prefix, semantic=False)
         finally:
-            fb.close()
+            close = getattr(fb, "close", None)
+            if close is not None:
+                close()
+
+
+class SegpipeSegmentationValidator(SegmentationValidator):
+    """Ultralytics' SegmentationValidator with the data dict of the trainer.
+
+    During training the validator takes the trainer's data; the final
+    validation of best.pt runs it stand-alone, where Ultralytics reads the
+    data dict from a dataset YAML, which a segpipe source does not have: the
+    trainer's dict is handed over for that one lookup."""
+
+    segpipe_data: dict | None = None
+
+    def __call__(self, trainer: Any = None, model: Any = None):
+        if trainer is not None or self.segpipe_data is None:
+            return super().__call__(trainer, model)
+        import ultralytics.engine.validator as base
+
+        data, lookup = self.args.data, base.check_det_dataset
+        base.check_det_dataset = lambda *_a, **_k: self.segpipe_data
+        self.args.data = "segpipe.yaml"  # routes the stand-alone path to the lookup above
+        try:
+            return super().__call__(trainer, model)
+        finally:
+            base.check_det_dataset, self.args.data = lookup, data
 
 
 class SegpipeSegmentationTrainer(SegmentationTrainer):
@@ -282,6 +311,12 @@ class SegpipeSegmentationTrainer(SegmentationTrainer):
             batch["sem_masks"] = semantic_masks(batch["masks"], batch["cls"], batch["batch_idx"], batch["img"].shape[0])
         return batch
 
+    def get_validator(self):
+        self.loss_names = "box_loss", "seg_loss", "cls_loss", "dfl_loss", "sem_loss"
+        v = SegpipeSegmentationValidator(self.test_loader, save_dir=self.save_dir, args=copy(self.args), _callbacks=self.callbacks)
+        v.segpipe_data = self.data
+        return v
+
     def plot_training_labels(self) -> None:
         """Ultralytics plots the label statistics of its dataset; the labels
         live in the server here."""
@@ -289,6 +324,8 @@ class SegpipeSegmentationTrainer(SegmentationTrainer):
 
     def dataset_info(self, shards: str) -> dict:
         """The server's description of a shard set (images, categories)."""
+        from .flight import FlightBatches
+
         with FlightBatches(
             self.segpipe_source.addr,
             shards,
