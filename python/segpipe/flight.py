@@ -296,7 +296,7 @@ class FlightBatches(torch.utils.data.IterableDataset):
         req = Request(shards=self.request.shards)
         try:
             info = self.client().get_flight_info(flight.FlightDescriptor.for_command(req.ticket()), self._options())
-        except pa.ArrowException as e:
+        except (pa.ArrowException, flight.FlightError) as e:
             raise StreamError(f"flight info for shard set {self.request.shards!r} from {self.addr}: {e}") from e
         raw = getattr(info, "app_metadata", b"")
         if not raw:
@@ -317,8 +317,8 @@ class FlightBatches(torch.utils.data.IterableDataset):
         if self._reader is not None:
             try:
                 self._reader.cancel()
-            except pa.ArrowException:
-                pass
+            except (pa.ArrowException, flight.FlightError):
+                pass  # the stream is being dropped anyway
             self._reader = None
 
     def close(self) -> None:
@@ -388,13 +388,13 @@ class FlightBatches(torch.utils.data.IterableDataset):
                 attempts += 1
                 time.sleep(wait)
                 wait = min(2 * wait, self.max_backoff)
-            except (pa.ArrowException, RequestError) as e:
+            except (pa.ArrowException, flight.FlightError, RequestError) as e:
                 self._drop()
                 raise StreamError(f"stream from {self.addr} after {self._delivered} batches: {e}") from e
         return self._deliver(chunk)
 
     def _deliver(self, chunk: Any) -> dict:
-        st, idx = parse_app_metadata(
+        st, _ = parse_app_metadata(
             chunk.app_metadata.to_pybytes() if chunk.app_metadata is not None else None, self._delivered
         )
         rb = chunk.data

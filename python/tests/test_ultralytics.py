@@ -43,6 +43,7 @@ if torch is not None:
         _UL_ERR = "no Ultralytics source (.carry/ultralytics, SEGPIPE_ULTRALYTICS_SRC)"
     else:
         os.environ.setdefault("YOLO_CONFIG_DIR", os.path.join(tempfile.gettempdir(), "segpipe-yolo-config"))
+        os.environ.setdefault("YOLO_VERBOSE", "false")  # its training log would drown the test output
         try:
             import vendored_ultralytics
 
