@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
 import torch
+import torch.utils.data
 
 from .dist import rank_and_world
 from .request import MASKS_WINDOWED, Request, RequestError, ResumeState, parse_app_metadata

@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import logging
 import os
 import sys
@@ -103,13 +104,6 @@ def import_ultralytics(src: str):
         src = os.path.dirname(src)
     if not os.path.isfile(os.path.join(src, "ultralytics", "__init__.py")):
         raise ImportError(f"no ultralytics package under {src}")
-    missing = [m for m in REQUIRED if not _installed(m)]
-    if missing:
-        raise ImportError(
-            f"Ultralytics needs {', '.join(missing)} in this Python ({sys.executable}); "
-            "install them (Debian: python3-opencv python3-yaml python3-pil python3-matplotlib python3-psutil "
-            "python3-scipy python3-requests python3-tqdm python3-torchvision)"
-        )
     placeholders = [m for m in PRELOAD if not _installed(m)]
     finder = _Finder(placeholders)
     sys.meta_path.insert(0, finder)
@@ -124,7 +118,13 @@ def import_ultralytics(src: str):
             break
         except ModuleNotFoundError as e:
             root = (e.name or "").split(".")[0]
-            if not root or root == "ultralytics" or root in REQUIRED or root in finder.roots:
+            if root in REQUIRED:
+                raise ImportError(
+                    f"Ultralytics needs {root}, which this Python ({sys.executable}) lacks; on Debian: apt-get install "
+                    "python3-opencv python3-yaml python3-pil python3-matplotlib python3-psutil python3-scipy "
+                    "python3-requests python3-tqdm python3-torchvision"
+                ) from e
+            if not root or root == "ultralytics" or root in finder.roots:
                 raise
             finder.roots.add(root)
             placeholders.append(root)
