@@ -25,22 +25,7 @@ import _path  # noqa: E402,F401
 
 T0 = time.monotonic()
 REPORT: dict = {"checks": {}, "figures": {}, "notes": []}
-
-# Batch fields compared byte for byte with the dump.
-KEYS = (
-    "images",
-    "image_id",
-    "orig_height",
-    "orig_width",
-    "transform",
-    "boxes",
-    "classes",
-    "iscrowd",
-    "boxes_per_image",
-    "offsets",
-    "masks",
-)
-
+KEYS: tuple = ()  # segpipe.flight.TENSOR_KEYS once pyarrow is known to import
 
 def elapsed() -> float:
     return time.monotonic() - T0
@@ -157,6 +142,11 @@ def main() -> int:
 
     import numpy as np
     import torch
+
+    from segpipe.flight import TENSOR_KEYS
+
+    global KEYS
+    KEYS = TENSOR_KEYS  # every tensor of a batch is compared byte for byte with the dump
 
     N, B, S, SEED = 12, 8, 320, 3  # 12 batches of 8 from 64 images: crosses an epoch end
     ref_path = os.path.join(a.work, "ref.arrows")
@@ -295,8 +285,7 @@ def main() -> int:
 
         ul, placeholders = vendored_ultralytics.import_ultralytics(a.ultralytics)
         REPORT["ultralytics"] = {"version": ul.__version__, "placeholders": placeholders, "src": a.ultralytics}
-        from ultralytics.cfg import get_cfg
-        from ultralytics.nn.tasks import SegmentationModel
+        from overfit import overfit_losses, yolo26n_seg
 
         from segpipe.ultralytics import ULTRALYTICS_VERSION, check_version, ultralytics_batch
 
@@ -308,23 +297,9 @@ def main() -> int:
             info = fb.dataset_info()
             raw = next(iter(fb))
         nc = len(info["categories"])
-        torch.manual_seed(0)
-        model = SegmentationModel("yolo26n-seg.yaml", nc=nc, verbose=False).to(dev)
-        model.args = get_cfg(overrides={"overlap_mask": False, "epochs": 10})
-        model.train()
         batch = ultralytics_batch(raw)
         batch["img"] = batch["img"].float() / 255
-        opt = torch.optim.AdamW(model.parameters(), lr=2e-3)
-        losses = []
-        for _ in range(20):
-            loss, _items = model(batch)
-            total = loss.sum()
-            losses.append(total.item())
-            if not math.isfinite(losses[-1]):
-                raise AssertionError(f"loss {losses[-1]} at step {len(losses) - 1}: {losses}")
-            opt.zero_grad()
-            total.backward()
-            opt.step()
+        losses = overfit_losses(yolo26n_seg(nc, dev), batch, 20)
         REPORT["figures"]["yolo26n_seg_overfit_losses"] = [round(x, 4) for x in losses]
         if not (np.mean(losses[-3:]) < np.mean(losses[:3])):
             raise AssertionError(f"loss did not fall: {losses}")

@@ -150,37 +150,17 @@ class BatchDictTest(unittest.TestCase):
         self.assertEqual(out["batch_idx"][0].item(), 0.0 if int(b["boxes_per_image"][0]) > 1 else 1.0)
 
 
-def _model(nc):
-    from ultralytics.cfg import get_cfg
-    from ultralytics.nn.tasks import SegmentationModel
-
-    torch.manual_seed(0)
-    m = SegmentationModel("yolo26n-seg.yaml", nc=nc, verbose=False)
-    m.args = get_cfg(overrides={"overlap_mask": False, "epochs": 10})
-    return m
-
-
 @unittest.skipIf(_UL is None, _UL_ERR or "")
 class LossTest(unittest.TestCase):
     def test_yolo26n_seg_loss_is_finite_and_falls_on_an_overfit_batch(self):
         from segpipe.ultralytics import ultralytics_batch
 
+        from overfit import overfit_losses, yolo26n_seg
+
         torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-        model = _model(3)
-        model.train()
         b = ultralytics_batch(synthetic_batch(n=2, imgsz=64, seed=2))
         b["img"] = b["img"].float() / 255
-        opt = torch.optim.AdamW(model.parameters(), lr=2e-3)
-        losses = []
-        for _ in range(8):
-            loss, items = model(b)
-            total = loss.sum()
-            self.assertTrue(math.isfinite(total.item()), f"loss {total.item()} after {len(losses)} steps")
-            self.assertEqual(items.shape[0], 5)  # box, seg, cls, dfl, sem
-            opt.zero_grad()
-            total.backward()
-            opt.step()
-            losses.append(total.item())
+        losses = overfit_losses(yolo26n_seg(3), b, 8)
         self.assertLess(min(losses[-3:]), losses[0], f"loss did not fall: {losses}")
 
 
