@@ -17,6 +17,7 @@ from .request import (
     StateError,
     parse_app_metadata,
 )
+from .stream import StreamError
 
 __version__ = "0.1.0"
 
@@ -29,6 +30,7 @@ __all__ = [
     "RequestError",
     "ResumeState",
     "StateError",
+    "StreamError",
     "parse_app_metadata",
     "rank_and_world",
 ]

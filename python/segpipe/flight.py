@@ -11,7 +11,6 @@ editing in place.
 from __future__ import annotations
 
 import json
-import time
 import warnings
 from typing import Any, Iterator
 
@@ -22,7 +21,8 @@ import torch
 import torch.utils.data
 
 from .dist import rank_and_world
-from .request import MASKS_WINDOWED, Request, RequestError, ResumeState, parse_app_metadata
+from .request import MASKS_WINDOWED, Request, ResumeState
+from .stream import Resumable, StreamError
 from .windowed import expand_windows, image_bytes
 
 #: Columns before the masks, the same in both transports (formats/batch).
@@ -55,11 +55,6 @@ TENSOR_KEYS = (
     "offsets",
     "masks",
 )
-
-
-class StreamError(RuntimeError):
-    """The stream failed: the server refused the request, the connection was
-    lost for good, or a batch does not keep the batch contract."""
 
 
 def _storage(a: pa.Array) -> pa.Array:
@@ -182,6 +177,10 @@ def per_image(batch: dict, key: str = "masks") -> tuple[torch.Tensor, ...]:
     return torch.split(batch[key], batch["boxes_per_image"].tolist())
 
 
+def _app_metadata(chunk: Any) -> bytes | None:
+    return chunk.app_metadata.to_pybytes() if chunk.app_metadata is not None else None
+
+
 def location(addr: str, tls: Any) -> str:
     if "://" in addr:
         return addr
@@ -264,12 +263,18 @@ class FlightBatches(torch.utils.data.IterableDataset):
         self._headers = [(b"authorization", b"Bearer " + token.encode())] if token else []
         self.device = torch.device(device) if device is not None else None
         self.pin_memory = pin_memory
-        self.retries, self.backoff, self.max_backoff = retries, backoff, max_backoff
         self._client: flight.FlightClient | None = None
-        self._reader = None
-        self._state = self.request.start
-        self._delivered = 0
-        self._done = False
+        self._stream = Resumable(
+            self.request,
+            self._open,
+            _app_metadata,
+            retryable=_RETRYABLE,
+            failures=(pa.ArrowException, flight.FlightError),
+            retries=retries,
+            backoff=backoff,
+            max_backoff=max_backoff,
+            where=addr,
+        )
         #: Bytes of the Arrow records received so far (all buffers).
         self.bytes_received = 0
 
@@ -304,28 +309,18 @@ class FlightBatches(torch.utils.data.IterableDataset):
             raise StreamError(f"{self.addr} does not describe shard set {self.request.shards!r} (an older server or pyarrow)")
         return json.loads(bytes(raw))
 
-    def _open(self) -> None:
-        req = self.request.resumed(self._state, self._delivered)
+    def _open(self, req: Request):
         reader = self.client().do_get(flight.Ticket(req.ticket()), self._options())
         names = tuple(reader.schema.names)
         want = WINDOWED_COLUMNS if req.transport == MASKS_WINDOWED else DENSE_COLUMNS
         if names != want:
             reader.cancel()
             raise StreamError(f"server sent columns {list(names)}, want {list(want)}")
-        self._reader = reader
-
-    def _drop(self) -> None:
-        if self._reader is not None:
-            try:
-                self._reader.cancel()
-            except (pa.ArrowException, flight.FlightError):
-                pass  # the stream is being dropped anyway
-            self._reader = None
+        return reader
 
     def close(self) -> None:
         """End the stream (the server stops its loader) and the connection."""
-        self._done = True
-        self._drop()
+        self._stream.close()
         if self._client is not None:
             self._client.close()
             self._client = None
@@ -339,20 +334,24 @@ class FlightBatches(torch.utils.data.IterableDataset):
     def __getstate__(self) -> dict:
         # A DataLoader worker gets a copy without the connection.
         d = dict(self.__dict__)
-        d["_client"], d["_reader"] = None, None
+        d["_client"] = None
         return d
+
+    def __setstate__(self, d: dict) -> None:
+        self.__dict__.update(d)
+        self._stream._open_reader = self._open  # bound to this copy
 
     # -- iteration ----------------------------------------------------------
 
     def state(self) -> ResumeState:
         """The resume state after the last batch delivered (the start before
         the first): pass it as ``start`` to continue exactly there."""
-        return self._state
+        return self._stream.state
 
     @property
     def delivered(self) -> int:
         """Number of batches delivered."""
-        return self._delivered
+        return self._stream.delivered
 
     def __iter__(self) -> Iterator[dict]:
         info = torch.utils.data.get_worker_info()
@@ -364,42 +363,12 @@ class FlightBatches(torch.utils.data.IterableDataset):
         return self
 
     def __next__(self) -> dict:
-        if self._done or (self.request.limit and self._delivered >= self.request.limit):
-            self._done = True
-            self._drop()
-            raise StopIteration
-        wait, attempts = self.backoff, 0
-        while True:
-            try:
-                if self._reader is None:
-                    self._open()
-                chunk = self._reader.read_chunk()
-                break
-            except StopIteration:
-                self._done = True
-                self._drop()
-                raise
-            except _RETRYABLE as e:
-                self._drop()
-                if attempts >= self.retries:
-                    raise StreamError(
-                        f"stream from {self.addr} lost after {self._delivered} batches; "
-                        f"{attempts} reconnect attempts failed, last: {e}"
-                    ) from e
-                attempts += 1
-                time.sleep(wait)
-                wait = min(2 * wait, self.max_backoff)
-            except (pa.ArrowException, flight.FlightError, RequestError) as e:
-                self._drop()
-                raise StreamError(f"stream from {self.addr} after {self._delivered} batches: {e}") from e
-        return self._deliver(chunk)
-
-    def _deliver(self, chunk: Any) -> dict:
-        st, _ = parse_app_metadata(
-            chunk.app_metadata.to_pybytes() if chunk.app_metadata is not None else None, self._delivered
-        )
-        rb = chunk.data
-        arrays = record_arrays(rb, self.request.transport == MASKS_WINDOWED, self.request.imgsz or 640)
+        chunk = self._stream.next()
+        try:
+            rb = chunk.data
+            arrays = record_arrays(rb, self.request.transport == MASKS_WINDOWED, self.request.imgsz or 640)
+        except (StreamError, ValueError, pa.ArrowException) as e:
+            raise self._stream.fail(e) from e
         batch: dict[str, Any] = to_tensors(arrays)
         if self.pin_memory:
             batch = {k: v.pin_memory() for k, v in batch.items()}
@@ -407,7 +376,6 @@ class FlightBatches(torch.utils.data.IterableDataset):
             nb = self.pin_memory and self.device.type == "cuda"
             batch = {k: v.to(self.device, non_blocking=nb) for k, v in batch.items()}
         self.bytes_received += rb.nbytes
-        self._state = st
-        self._delivered += 1
-        batch["state"], batch["batch"] = st, self._delivered - 1
+        batch["state"] = self._stream.commit()
+        batch["batch"] = self._stream.delivered - 1
         return batch

@@ -1,0 +1,130 @@
+"""The resumable read loop of a stream, apart from its transport.
+
+Pure Python: FlightBatches gives it a function that opens a DoGet reader for
+a request and the exception types that mean "connection lost"; the tests give
+it scripted readers. The rules are the Go client's (pipeline/remote
+client.go): a dropped stream is reopened from the state of the last batch
+delivered with the limit reduced by the batches delivered, after
+backoff, 2*backoff, ... up to max_backoff, and fails after ``retries``
+attempts in a row; any other failure ends the stream at once, and a limit
+already reached is never reopened (limit 0 would mean "no limit").
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from .request import Request, RequestError, ResumeState, parse_app_metadata
+
+
+class StreamError(RuntimeError):
+    """The stream failed: the server refused the request, the connection was
+    lost for good, or a batch does not keep the batch contract."""
+
+
+class Resumable:
+    """Chunks of one request's stream, each with the resume state after it.
+
+    open_reader(request) returns a reader whose read_chunk() returns the next
+    chunk (raising StopIteration at the end) and whose cancel() ends it;
+    app_metadata(chunk) returns the chunk's app metadata bytes (or None).
+    """
+
+    def __init__(
+        self,
+        request: Request,
+        open_reader: Callable[[Request], Any],
+        app_metadata: Callable[[Any], Any],
+        *,
+        retryable: tuple = (),
+        failures: tuple = (),
+        retries: int = 5,
+        backoff: float = 0.1,
+        max_backoff: float = 5.0,
+        where: str = "the server",
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        if retries < 0 or backoff < 0 or max_backoff < backoff:
+            raise RequestError(f"retries {retries}, backoff {backoff}, max_backoff {max_backoff}: want retries >= 0 and 0 <= backoff <= max_backoff")
+        self.request = request.validate()
+        self._open_reader, self._app_metadata = open_reader, app_metadata
+        self._retryable, self._failures = tuple(retryable), tuple(failures)
+        self.retries, self.backoff, self.max_backoff = retries, backoff, max_backoff
+        self.where, self._sleep = where, sleep
+        self.state: ResumeState = request.start
+        self.delivered = 0
+        self.done = False
+        self._reader: Any = None
+        self._pending: ResumeState | None = None
+
+    def __getstate__(self) -> dict:
+        # A copy (a DataLoader worker's) opens its own reader.
+        d = dict(self.__dict__)
+        d["_reader"], d["_open_reader"] = None, None
+        return d
+
+    def _drop(self) -> None:
+        if self._reader is not None:
+            reader, self._reader = self._reader, None
+            try:
+                reader.cancel()
+            except Exception:  # the stream is being dropped anyway
+                pass
+
+    def close(self) -> None:
+        self.done = True
+        self._drop()
+
+    def next(self) -> Any:
+        """The next chunk; call commit() once it is delivered. Raises
+        StopIteration at the end of the stream, StreamError on failure."""
+        if self._pending is not None:
+            raise RuntimeError("next() before the previous chunk was committed")
+        if self.done or (self.request.limit and self.delivered >= self.request.limit):
+            self.close()
+            raise StopIteration
+        wait, attempts = self.backoff, 0
+        while True:
+            try:
+                if self._reader is None:
+                    self._reader = self._open_reader(self.request.resumed(self.state, self.delivered))
+                chunk = self._reader.read_chunk()
+                break
+            except StopIteration:
+                self.close()
+                raise
+            except self._retryable as e:
+                self._drop()
+                if attempts >= self.retries:
+                    self.done = True
+                    raise StreamError(
+                        f"stream from {self.where} lost after {self.delivered} batches; "
+                        f"{attempts} reconnect attempts failed, last: {e}"
+                    ) from e
+                attempts += 1
+                self._sleep(wait)
+                wait = min(2 * wait, self.max_backoff)
+            except self._failures + (RequestError, StreamError) as e:
+                self.close()
+                raise StreamError(f"stream from {self.where} after {self.delivered} batches: {e}") from e
+        try:
+            self._pending, _ = parse_app_metadata(self._app_metadata(chunk), self.delivered)
+        except ValueError as e:
+            self.close()
+            raise StreamError(f"stream from {self.where}: {e}") from None
+        return chunk
+
+    def commit(self) -> ResumeState:
+        """Mark the chunk next() returned as delivered; returns its state."""
+        if self._pending is None:
+            raise RuntimeError("commit() without a chunk from next()")
+        self.state, self._pending = self._pending, None
+        self.delivered += 1
+        return self.state
+
+    def fail(self, e: Exception) -> StreamError:
+        """End the stream for a chunk that could not be delivered."""
+        self._pending = None
+        self.close()
+        return StreamError(f"stream from {self.where}: batch {self.delivered}: {e}")
