@@ -29,7 +29,7 @@ ul="$repo/.carry/ultralytics"
 if [[ ! -f "$ul/__init__.py" ]]; then
   # Go on with the Flight checks; the Ultralytics one then fails and says why.
   echo "python/device_check.sh: MISSING $ul: copy the Ultralytics source there before the run:" >&2
-  echo "  mkdir -p .carry && cp -r ../shared/baselines/ultralytics-loader/ultralytics .carry/ultralytics" >&2
+  echo "  mkdir -p .carry && cp -r ../shared/baselines/ultralytics-loader/ultralytics .carry/" >&2
 fi
 
 work=$(mktemp -d)

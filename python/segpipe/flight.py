@@ -214,7 +214,9 @@ class FlightBatches(torch.utils.data.IterableDataset):
     The stream is one pass over its request (``epochs`` epochs from
     ``start``); construct another with ``start=state()`` to go on. With a
     DataLoader use ``batch_size=None`` and at most one worker: the server
-    does the loading, and two workers would read the same stream twice.
+    does the loading, and two workers would read the same stream twice. With
+    one worker the stream runs in the worker's copy, so save each batch's
+    ``state`` rather than this object's ``state()``.
     """
 
     def __init__(
