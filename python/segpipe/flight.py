@@ -41,20 +41,9 @@ DENSE_COLUMNS = BASE_COLUMNS + ("masks",)
 WINDOWED_COLUMNS = BASE_COLUMNS + ("mask_windows", "mask_data")
 META_GRID = b"segpipe.mask_grid"
 
-#: Keys of a batch dict that hold tensors.
-TENSOR_KEYS = (
-    "images",
-    "image_id",
-    "orig_height",
-    "orig_width",
-    "transform",
-    "boxes",
-    "classes",
-    "iscrowd",
-    "boxes_per_image",
-    "offsets",
-    "masks",
-)
+#: Keys of a batch dict that hold tensors: the columns (images for image),
+#: the instance offsets, and the dense masks whatever the transport.
+TENSOR_KEYS = ("images",) + BASE_COLUMNS[1:] + ("offsets", "masks")
 
 
 def _storage(a: pa.Array) -> pa.Array:
