@@ -3,7 +3,8 @@ with local additions) from a folder, without installing it.
 
 That copy's nn/tasks.py imports user-added blocks whose own dependencies
 (timm, einops, mmcv, seaborn, ...) are not Ultralytics requirements. Each
-one that is missing is registered as a placeholder module: importing names from it
+one that is missing is registered as a placeholder module while ultralytics
+imports (and only polars stays importable after): importing names from it
 works, using one raises ImportError naming it, so a model that really needs
 one fails loudly. Modules Ultralytics itself needs (cv2, yaml, PIL, ...) are
 never replaced: their absence is an error that says what to install. Every
@@ -130,6 +131,14 @@ def import_ultralytics(src: str):
             placeholders.append(root)
     else:
         raise ImportError(f"ultralytics under {src} still fails to import after placeholders for {placeholders}")
+    # The modules that imported names from a placeholder keep them; nothing
+    # else may find one later: libraries probe sys.modules for optional
+    # modules (matplotlib for IPython) and would take a placeholder for the
+    # real thing. Only the preloaded ones stay importable.
+    found = set(placeholders) - set(PRELOAD)
+    finder.roots -= found
+    for k in [k for k, m in sys.modules.items() if k.split(".")[0] in found and getattr(m, "__segpipe_placeholder__", False)]:
+        del sys.modules[k]
     if not os.path.abspath(mod.__file__).startswith(src + os.sep):
         raise ImportError(f"imported {mod.__file__}, not the copy under {src}")
     return mod, placeholders
