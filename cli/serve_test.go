@@ -200,3 +200,19 @@ func TestServeStreamsToClient(t *testing.T) {
 	s.Close()
 	stop()
 }
+
+// Issue 16: batch 64 at imgsz 16384 made dump (and serve) die with a
+// runtime out-of-memory fatal error; the estimate refuses it as a usage
+// error before allocating.
+func TestLocalCommandsRefuseWhatDoesNotFit(t *testing.T) {
+	dir := miniShards(t)
+	for _, args := range [][]string{
+		{"dump", "--shards", dir, "--batch", "64", "--imgsz", "16384", "--out", filepath.Join(t.TempDir(), "x.arrows")},
+		{"bench", "--shards", dir, "--batch", "64", "--imgsz", "16384"},
+	} {
+		code, out, errs := run(t, args...)
+		if code != ExitUsage || !strings.Contains(errs, "memory limit") || !strings.Contains(errs, "imgsz 16384") {
+			t.Errorf("%s: exit %d, want %d with the estimate named\n%s%s", args[0], code, ExitUsage, out, errs)
+		}
+	}
+}

@@ -148,9 +148,13 @@ func New(ctx context.Context, src Source, cfg Config) (*Loader, error) {
 	if err != nil {
 		return nil, err
 	}
+	ic := c.ImageCache
+	if ic == nil {
+		ic = NewImageCache(c.CacheBytes)
+	}
 	l := &Loader{
 		cfg: c, src: src, blockRows: src.BlockRows(), builder: b, grid: g,
-		cache: newCache(c.CacheBytes), slotBytes: 3 * s * s,
+		cache: ic.c, slotBytes: 3 * s * s,
 		jobs:     make(chan *job, c.Prefetch),
 		tasks:    make(chan task, c.Workers),
 		rasters:  make(chan rtask, (c.Prefetch+2)*c.BatchSize),
@@ -161,8 +165,8 @@ func New(ctx context.Context, src Source, cfg Config) (*Loader, error) {
 		skipped:  map[string]int64{},
 	}
 	// Enough retained memory for every batch in flight plus the ones the
-	// consumer holds.
-	l.mem = bufpool.New(int64(c.Prefetch+4) * int64(c.BatchSize) * int64(l.slotBytes+g.Cells()*16) * 2)
+	// consumer holds: the batch part of the memory estimate.
+	l.mem = bufpool.New(c.memory().Batches)
 	l.ctx, l.cancel = context.WithCancel(ctx)
 	l.wg.Add(1 + c.Workers)
 	go l.dispatch()
@@ -460,6 +464,9 @@ func (l *Loader) decode(row *shard.Image, id int64) (*entry, error) {
 	e, decoded := l.cache.get(id, row.Format, row.Bytes)
 	if decoded {
 		l.st.decode.Add(int64(time.Since(t0)))
+		l.st.decodes.Add(1)
+	} else {
+		l.st.hits.Add(1)
 	}
 	return e, e.err
 }
