@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -120,13 +121,17 @@ type window struct {
 	blocks []int
 	offs   []int // first row of each block within rows
 	rows   []shard.Image
+	bad    map[int]*BadRow // rows the source could not deliver, by index in rows
 }
 
-func (w *window) row(ep *order.Epoch, p int64) (*shard.Image, int64) {
+// row returns the row at epoch position p, its dataset row id and, when
+// the source reported it damaged, why.
+func (w *window) row(ep *order.Epoch, p int64) (*shard.Image, int64, *BadRow) {
 	b, r := ep.Locate(p)
 	for i, bb := range w.blocks {
 		if bb == b {
-			return &w.rows[w.offs[i]+r], ep.Row(p)
+			k := w.offs[i] + r
+			return &w.rows[k], ep.Row(p), w.bad[k]
 		}
 	}
 	panic("pipeline: position outside its window") // order guarantees it is inside
@@ -284,6 +289,21 @@ func (l *Loader) read(ctx context.Context, ep *order.Epoch, from int, out chan<-
 		w := &window{idx: wi, blocks: ep.Windows[wi].Blocks}
 		for _, b := range w.blocks {
 			rows, err := l.src.ReadBlock(ctx, b)
+			var dmg *Damage
+			if errors.As(err, &dmg) {
+				err = nil
+				for k := range dmg.Rows {
+					br := &dmg.Rows[k]
+					if br.Row < 0 || br.Row >= len(rows) {
+						err = fmt.Errorf("block %d: damaged row %d of %d", b, br.Row, len(rows))
+						break
+					}
+					if w.bad == nil {
+						w.bad = map[int]*BadRow{}
+					}
+					w.bad[len(w.rows)+br.Row] = br
+				}
+			}
 			if err == nil && len(rows) != l.blockRows[b] {
 				err = fmt.Errorf("block %d: %d rows, expected %d", b, len(rows), l.blockRows[b])
 			}
@@ -377,14 +397,25 @@ func (l *Loader) work() {
 	}
 }
 
+// LogPerReason is how many skips of one reason a loader logs at Warn; the
+// rest go to Debug (a damaged row group is hundreds of skips an epoch).
+const LogPerReason = 10
+
 func (l *Loader) skip(j *job, s *sample, row int64, id int64, reason string, err error) {
 	l.skipMu.Lock()
 	l.skipped[reason]++
+	n := l.skipped[reason]
 	l.skipMu.Unlock()
-	l.cfg.Logger.Warn("skipping sample", "row", row, "image_id", id, "epoch", j.epoch, "reason", reason, "err", err)
 	if l.cfg.Strict {
+		// The run fails here: say so, not "skipping".
 		l.fail(fmt.Errorf("pipeline: row %d image %d: %s: %w", row, id, reason, err))
+		return
 	}
+	level := slog.LevelWarn
+	if n > LogPerReason {
+		level = slog.LevelDebug
+	}
+	l.cfg.Logger.Log(context.Background(), level, "skipping sample", "row", row, "image_id", id, "epoch", j.epoch, "reason", reason, "err", err)
 }
 
 // build makes sample t.i of its batch: decode, plan, render straight into
@@ -393,15 +424,19 @@ func (l *Loader) build(w *worker, t task) {
 	j, s := t.j, &t.j.samples[t.i]
 	s.ok = false
 	s.labels.Reset()
-	row, id := t.win.row(t.ep, t.pos)
+	row, id, bad := t.win.row(t.ep, t.pos)
 	order.Reseed(&w.rng, l.cfg.Start.Seed, order.StreamSample, uint64(j.epoch), uint64(t.pos))
 	defer func() {
 		if j.pending.Add(-1) == 0 {
 			l.assemble(j)
 		}
 	}()
+	if bad != nil {
+		l.skip(j, s, id, row.ImageID, bad.Reason, bad.Err)
+		return
+	}
 	if row.Bytes == nil {
-		l.skip(j, s, id, row.ImageID, "bad_row", errors.New("row has no image bytes"))
+		l.skip(j, s, id, row.ImageID, SkipBadRow, errNoBytes)
 		return
 	}
 	e, err := l.decode(row, id)
@@ -417,11 +452,15 @@ func (l *Loader) build(w *worker, t task) {
 		nt = 4
 		w.parts = t.ep.Partners(w.parts[:0], t.pos, 3)
 		for k, q := range w.parts {
-			prow, pid := t.win.row(t.ep, q)
+			prow, pid, pbad := t.win.row(t.ep, q)
 			w.tiles[k+1] = augment.Tile{Instances: prow.Instances}
 			w.ents[k+1] = nil
+			if pbad != nil {
+				l.skip(j, s, pid, prow.ImageID, "partner_"+pbad.Reason, pbad.Err)
+				continue
+			}
 			if prow.Bytes == nil {
-				l.skip(j, s, pid, prow.ImageID, "partner_bad_row", errors.New("row has no image bytes"))
+				l.skip(j, s, pid, prow.ImageID, "partner_"+SkipBadRow, errNoBytes)
 				continue
 			}
 			pe, err := l.decode(prow, pid)
@@ -546,7 +585,13 @@ func (l *Loader) assemble(j *job) {
 	}
 	for k, i := range j.kept {
 		if j.samples[i].labels.N() > 0 {
-			l.rasters <- rtask{j: j, k: k} // capacity covers every batch in flight
+			// Capacity covers every batch in flight, but like every wait
+			// of the loader this one also watches the context.
+			select {
+			case l.rasters <- rtask{j: j, k: k}:
+			case <-l.ctx.Done():
+				return
+			}
 		}
 	}
 }
@@ -611,6 +656,8 @@ func (l *Loader) finish(j *job) {
 	default:
 	}
 }
+
+var errNoBytes = errors.New("row has no image bytes")
 
 // rasterHook, when set by a test, sees the mask buffer each rasterisation
 // wrote into.
