@@ -38,6 +38,8 @@ func serveCommand() *ucli.Command {
 			"given. --token (or the SEGPIPE_TOKEN environment variable) requires\n" +
 			"\"authorization: Bearer T\" on every call. --metrics-addr serves Prometheus\n" +
 			"/metrics, /healthz (liveness) and /readyz (503 when a new stream would be refused).\n" +
+			"Damaged shard data is skipped and counted per stream (segpipe_serve_skipped_samples_total)\n" +
+			"unless --strict; the summary is printed on shutdown and stored with --run-dir.\n" +
 			"Stops on SIGINT/SIGTERM, letting streams in progress finish for --grace.\n\n" +
 			"Example:\n  segpipe serve --shards shards --addr 127.0.0.1:8815 --metrics-addr 127.0.0.1:9815",
 		Flags: []ucli.Flag{
@@ -54,6 +56,8 @@ func serveCommand() *ucli.Command {
 			&ucli.StringFlag{Name: "cache", Value: "1GiB", Usage: "decoded-image cache `SIZE` per shard set (shared by its streams)"},
 			&ucli.StringFlag{Name: "max-memory", Usage: "memory budget `SIZE` of all streams (default half the machine's or container's memory; \"none\" for no budget)"},
 			&ucli.IntFlag{Name: "max-streams", Value: remote.DefaultMaxStreams, Usage: "streams served at once"},
+			strictFlag(),
+			runDirFlag(),
 			&ucli.DurationFlag{Name: "grace", Value: 10 * time.Second, Usage: "time streams get to finish on shutdown"},
 		},
 		Action: func(ctx context.Context, c *ucli.Command) error {
@@ -88,7 +92,7 @@ func serveCommand() *ucli.Command {
 				Root:       c.String("shards"),
 				Token:      c.String("token"),
 				Peers:      c.StringSlice("peer"),
-				Loader:     pipeline.Config{Workers: int(c.Int("workers")), Prefetch: int(c.Int("prefetch")), CacheBytes: cache},
+				Loader:     pipeline.Config{Workers: int(c.Int("workers")), Prefetch: int(c.Int("prefetch")), CacheBytes: cache, Strict: c.Bool("strict")},
 				MaxMemory:  maxMem,
 				MaxStreams: int(c.Int("max-streams")),
 			}
@@ -155,5 +159,5 @@ func serve(ctx context.Context, c *ucli.Command, cfg remote.ServerConfig) error 
 	if err := <-done; err != nil && !errors.Is(err, net.ErrClosed) {
 		return err
 	}
-	return nil
+	return reportSkips(c, c.Root().Writer, srv.Skipped())
 }

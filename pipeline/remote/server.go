@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -103,6 +104,10 @@ type Server struct {
 	// Nanoseconds all streams spent waiting for their loader and in
 	// handing batches to gRPC (benchmarks split the time with them).
 	loaderNanos, sendNanos atomic.Int64
+
+	skipMu  sync.Mutex
+	skipped map[string]int64 // samples the ended streams' loaders skipped
+	images  int64
 }
 
 // NewServer returns a server; call Serve to accept connections.
@@ -200,6 +205,36 @@ func (s *Server) HealthHandler() http.Handler {
 		fmt.Fprintln(w, "ready:", why)
 	})
 	return mux
+}
+
+// countSkips adds a finished stream's skip counts to the server's.
+func (s *Server) countSkips(l pipeline.Batches, log *slog.Logger) {
+	ls, ok := l.(interface{ Stats() pipeline.Stats })
+	if !ok {
+		return
+	}
+	sum := ls.Stats().Summary()
+	s.skipMu.Lock()
+	if s.skipped == nil {
+		s.skipped = map[string]int64{}
+	}
+	for k, n := range sum.Skipped {
+		s.skipped[k] += n
+		s.m.skipped.WithLabelValues(k).Add(float64(n))
+	}
+	s.images += sum.Images
+	s.skipMu.Unlock()
+	if sum.Total() > 0 {
+		log.Warn("stream skipped samples", "summary", sum.String())
+	}
+}
+
+// Skipped is the skip summary of every stream that has ended: the samples
+// their loaders skipped (damaged shard data, undecodable images) by reason.
+func (s *Server) Skipped() pipeline.SkipSummary {
+	s.skipMu.Lock()
+	defer s.skipMu.Unlock()
+	return pipeline.SkipSummary{Images: s.images, Skipped: maps.Clone(s.skipped)}
 }
 
 // ActiveStreams is the number of DoGet streams running (each owns a
@@ -324,6 +359,7 @@ func (s *Server) DoGet(t *flight.Ticket, stream flight.FlightService_DoGetServer
 		return grpcError(fmt.Errorf("%w: %v", ErrBadRequest, err))
 	}
 	defer l.Close()
+	defer s.countSkips(l, log)
 	s.active.Add(1)
 	s.streams.Add(1)
 	s.m.active.Inc()
