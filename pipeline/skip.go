@@ -1,9 +1,11 @@
 package pipeline
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"path/filepath"
 	"slices"
@@ -105,4 +107,25 @@ func (s SkipSummary) WriteFile(dir string) error {
 		return err
 	}
 	return atomicfile.WriteFile(filepath.Join(dir, SkipSummaryName), append(b, '\n'), 0o644)
+}
+
+// LogPerReason is how many skips of one reason a loader logs at Warn; the
+// rest go to Debug (a damaged row group is hundreds of skips an epoch).
+const LogPerReason = 10
+
+func (l *Loader) skip(j *job, s *sample, row int64, id int64, reason string, err error) {
+	l.skipMu.Lock()
+	l.skipped[reason]++
+	n := l.skipped[reason]
+	l.skipMu.Unlock()
+	if l.cfg.Strict {
+		// The run fails here: say so, not "skipping".
+		l.fail(fmt.Errorf("pipeline: row %d image %d: %s: %w", row, id, reason, err))
+		return
+	}
+	level := slog.LevelWarn
+	if n > LogPerReason {
+		level = slog.LevelDebug
+	}
+	l.cfg.Logger.Log(context.Background(), level, "skipping sample", "row", row, "image_id", id, "epoch", j.epoch, "reason", reason, "err", err)
 }
