@@ -334,7 +334,7 @@ func (s *Server) DoGet(t *flight.Ticket, stream flight.FlightService_DoGetServer
 	cfg, done, ref := s.adm.admit(set, cfg)
 	if ref != nil {
 		s.m.refused.WithLabelValues(ref.reason).Inc()
-		log.Warn("stream refused", "reason", ref.reason, "err", ref.err)
+		log.Info("stream refused", "reason", ref.reason, "err", ref.err)
 		return ref.err
 	}
 	defer done()
