@@ -46,6 +46,13 @@
 //
 // Buffers come from a pooled memory.Allocator: when the consumer releases a
 // record its buffers return to the pool and the next batches reuse them.
+// Loaders over the same source can share one decoded-image cache
+// (Config.ImageCache; a server does so for the streams of one shard set).
+//
+// Config.Memory estimates a loader's memory from its settings alone
+// (batches in flight × batch × (3·imgsz² + masks), plus the cache); New
+// refuses a configuration over Config.MaxMemory (default half the machine's
+// or container's memory) with ErrMemoryLimit before allocating anything.
 //
 // # JPEG
 //
