@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"os"
@@ -9,9 +10,11 @@ import (
 	"strconv"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 )
 
@@ -126,6 +129,7 @@ func openShardFile(f *os.File, name string, opts ReadOptions) (*ShardReader, err
 		return fail(fmt.Errorf("format_version %s: this segpipe reads versions %d to %d", *v, MinFormatVersion, FormatVersion))
 	}
 	want := schemaOf(r.version)
+	guardStoredSchema(kv, want)
 	r.fr, err = pqarrow.NewFileReader(r.pf, pqarrow.ArrowReadProperties{}, mem)
 	if err != nil {
 		return fail(err)
@@ -156,6 +160,27 @@ func openShardFile(f *os.File, name string, opts ReadOptions) (*ShardReader, err
 	}
 	r.schema = arrow.NewSchema(fields, nil)
 	return r, nil
+}
+
+// arrowSchemaKey is the key-value metadata entry where pqarrow stores the
+// Arrow schema it wrote.
+const arrowSchemaKey = "ARROW:schema"
+
+// guardStoredSchema keeps arrow-go from parsing a stored Arrow schema that
+// is not the one this format version writes. arrow-go trusts that
+// flatbuffer: one damaged length in it makes it allocate hundreds of
+// gigabytes and the runtime kill the process (found by FuzzShardFile).
+// When the stored value differs from this build's own serialisation of
+// want, the entry is hidden from pqarrow, which then derives the Arrow
+// schema from the Parquet schema; sameFields checks the result either way,
+// so a shard written by another arrow-go build still reads.
+func guardStoredSchema(kv metadata.KeyValueMetadata, want *arrow.Schema) {
+	expected := base64.StdEncoding.EncodeToString(flight.SerializeSchema(want, memory.DefaultAllocator))
+	for _, e := range kv {
+		if e.Key == arrowSchemaKey && (e.Value == nil || *e.Value != expected) {
+			e.Key = arrowSchemaKey + " (ignored: not this format's schema)"
+		}
+	}
 }
 
 // schemaOf returns the row schema of a format version.

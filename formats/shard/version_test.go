@@ -11,6 +11,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 )
 
@@ -204,5 +205,64 @@ func TestImageChecksumCatchesFlippedBytes(t *testing.T) {
 	}
 	if !reflect.DeepEqual(bad, map[int]bool{3: true}) {
 		t.Errorf("rows failing their checksum: %v, want only row 3", bad)
+	}
+}
+
+// The stored Arrow schema of a fresh shard is exactly this build's
+// serialisation (so guardStoredSchema leaves it to pqarrow), and a shard
+// whose stored schema is hidden still reads with the same schema.
+func TestStoredSchemaGuard(t *testing.T) {
+	for _, v := range []int{1, 2} {
+		path := filepath.Join(t.TempDir(), "s.parquet")
+		rows := testImages(9, 5)
+		if v == 1 {
+			writeV1(t, path, rows)
+		} else {
+			dir := filepath.Dir(path)
+			w, err := Create(dir, WriterOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range rows {
+				if err := w.Write(&rows[i]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := w.Close(nil); err != nil {
+				t.Fatal(err)
+			}
+			path = filepath.Join(dir, ShardName(0))
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pf, err := file.NewParquetReader(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kv := pf.MetaData().KeyValueMetadata()
+		guardStoredSchema(kv, schemaOf(v))
+		if kv.FindValue(arrowSchemaKey) == nil {
+			t.Errorf("version %d: the writer's own stored schema was hidden", v)
+		}
+		// Hide it and let pqarrow infer the schema from Parquet's.
+		for _, e := range kv {
+			if e.Key == arrowSchemaKey {
+				e.Key = "hidden"
+			}
+		}
+		fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{}, memory.NewGoAllocator())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := fr.Schema()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sameFields(got, schemaOf(v)) {
+			t.Errorf("version %d: schema inferred from Parquet differs:\n%s", v, got)
+		}
+		f.Close()
 	}
 }
