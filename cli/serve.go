@@ -53,7 +53,7 @@ func serveCommand() *ucli.Command {
 			&ucli.StringSliceFlag{Name: "peer", Usage: "Flight `URI` of a server sharing the ranks (repeat, in order, this one included)"},
 			&ucli.IntFlag{Name: "workers", Usage: "loader workers per stream (0: GOMAXPROCS)"},
 			&ucli.IntFlag{Name: "prefetch", Usage: "batches built ahead per stream (0: loader default)"},
-			&ucli.StringFlag{Name: "cache", Value: "1GiB", Usage: "decoded-image cache `SIZE` per shard set (shared by its streams)"},
+			&ucli.StringFlag{Name: "cache", Value: "1GiB", Usage: "decoded-image cache `SIZE` per shard set (shared by its streams; default at most a quarter of --max-memory)"},
 			&ucli.StringFlag{Name: "max-memory", Usage: "memory budget `SIZE` of all streams (default half the machine's or container's memory; \"none\" for no budget)"},
 			&ucli.IntFlag{Name: "max-streams", Value: remote.DefaultMaxStreams, Usage: "streams served at once"},
 			strictFlag(),
@@ -80,6 +80,19 @@ func serveCommand() *ucli.Command {
 				if maxMem, err = parseSize(m); err != nil || maxMem < 1 {
 					return usagef("--max-memory %q: want a size such as 8GiB, or none", m)
 				}
+			}
+			budget := maxMem
+			if budget == 0 {
+				budget = pipeline.DefaultMaxMemory()
+			}
+			if !c.IsSet("cache") && budget > 0 {
+				// In a small container the default cache alone would
+				// exceed the budget and every stream be refused: keep it
+				// to a quarter of the budget unless asked otherwise.
+				cache = min(cache, budget/4)
+			}
+			if budget > 0 && cache >= budget {
+				return usagef("--cache %s leaves nothing of --max-memory %s for the streams", pipeline.FormatBytes(cache), pipeline.FormatBytes(budget))
 			}
 			cert, key := c.String("tls-cert"), c.String("tls-key")
 			if (cert == "") != (key == "") {

@@ -207,3 +207,20 @@ func TestLocalCommandsRefuseWhatDoesNotFit(t *testing.T) {
 		}
 	}
 }
+
+func TestServeMemoryFlags(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"--max-memory", "lots"}, "--max-memory"},
+		{[]string{"--max-memory", "1GiB", "--cache", "2GiB"}, "leaves nothing"},
+		{[]string{"--max-streams", "0"}, "--max-streams"},
+	} {
+		code, out, errs := run(t, append([]string{"serve", "--shards", dir}, tc.args...)...)
+		if code != ExitUsage || !strings.Contains(errs, tc.msg) {
+			t.Errorf("%v: exit %d, want %d naming %s\n%s%s", tc.args, code, ExitUsage, tc.msg, out, errs)
+		}
+	}
+}
