@@ -120,7 +120,8 @@ func (r Request) Validate() error {
 	if r.Limit < 0 {
 		return fmt.Errorf("%w: limit %d is negative", ErrBadRequest, r.Limit)
 	}
-	if _, err := r.Config(pipeline.Config{}); err != nil {
+	// Memory is the server's to judge, against its own budget (DoGet).
+	if _, err := r.Config(pipeline.Config{MaxMemory: -1}); err != nil {
 		return err
 	}
 	return nil
