@@ -49,6 +49,26 @@ func writeV1(t *testing.T, path string, rows []Image) {
 	}
 }
 
+// writeV2 writes rows as one shard of the current format and returns its
+// path.
+func writeV2(t *testing.T, rows []Image) string {
+	t.Helper()
+	dir := t.TempDir()
+	w, err := Create(dir, WriterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range rows {
+		if err := w.Write(&rows[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := w.Close(nil); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(dir, ShardName(0))
+}
+
 func readAll(t *testing.T, path string, opts ReadOptions) ([]Image, *ShardReader) {
 	t.Helper()
 	r, err := OpenShardFile(path, opts)
@@ -139,21 +159,8 @@ func normal(img Image) Image {
 
 // Issue 16: flipped bytes inside the image column were used silently.
 func TestImageChecksumCatchesFlippedBytes(t *testing.T) {
-	dir := t.TempDir()
 	rows := testImages(5, 8)
-	w, err := Create(dir, WriterOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range rows {
-		if err := w.Write(&rows[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := w.Close(nil); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, ShardName(0))
+	path := writeV2(t, rows)
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -218,20 +225,7 @@ func TestStoredSchemaGuard(t *testing.T) {
 		if v == 1 {
 			writeV1(t, path, rows)
 		} else {
-			dir := filepath.Dir(path)
-			w, err := Create(dir, WriterOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range rows {
-				if err := w.Write(&rows[i]); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if _, err := w.Close(nil); err != nil {
-				t.Fatal(err)
-			}
-			path = filepath.Join(dir, ShardName(0))
+			path = writeV2(t, rows)
 		}
 		f, err := os.Open(path)
 		if err != nil {
