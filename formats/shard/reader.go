@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"os"
@@ -9,9 +10,11 @@ import (
 	"strconv"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 )
 
@@ -54,6 +57,9 @@ type ShardReader struct {
 	fr     *pqarrow.FileReader
 	leaves []int // Parquet leaf columns of the requested top-level columns
 	schema *arrow.Schema
+	// version is the shard's format version (MinFormatVersion to
+	// FormatVersion).
+	version int
 }
 
 // OpenShard opens the i-th shard of the set.
@@ -114,11 +120,16 @@ func openShardFile(f *os.File, name string, opts ReadOptions) (*ShardReader, err
 		return fail(err)
 	}
 	kv := r.pf.MetaData().KeyValueMetadata()
-	if v := kv.FindValue(MetadataKeyFormatVersion); v == nil {
+	v := kv.FindValue(MetadataKeyFormatVersion)
+	if v == nil {
 		return fail(fmt.Errorf("not a segpipe shard: no %s metadata", MetadataKeyFormatVersion))
-	} else if *v != strconv.Itoa(FormatVersion) {
-		return fail(fmt.Errorf("format_version %s: this segpipe reads version %d", *v, FormatVersion))
 	}
+	r.version, err = strconv.Atoi(*v)
+	if err != nil || r.version < MinFormatVersion || r.version > FormatVersion {
+		return fail(fmt.Errorf("format_version %s: this segpipe reads versions %d to %d", *v, MinFormatVersion, FormatVersion))
+	}
+	want := schemaOf(r.version)
+	guardStoredSchema(kv, want)
 	r.fr, err = pqarrow.NewFileReader(r.pf, pqarrow.ArrowReadProperties{}, mem)
 	if err != nil {
 		return fail(err)
@@ -127,27 +138,61 @@ func openShardFile(f *os.File, name string, opts ReadOptions) (*ShardReader, err
 	if err != nil {
 		return fail(err)
 	}
-	if !sameFields(full, schema) {
-		return fail(fmt.Errorf("schema differs from format version %d:\n%s", FormatVersion, full))
+	if !sameFields(full, want) {
+		return fail(fmt.Errorf("schema differs from format version %d:\n%s", r.version, full))
 	}
-	want := map[string]bool{}
+	cols := map[string]bool{}
 	for _, c := range opts.Columns {
+		// A column of a later version than the shard's is simply absent
+		// from its batches.
 		if schema.FieldIndices(c) == nil {
 			return fail(fmt.Errorf("unknown column %q", c))
 		}
-		want[c] = true
+		cols[c] = true
 	}
 	var fields []arrow.Field
 	for i, fld := range r.fr.Manifest.Fields {
-		if opts.Columns != nil && !want[fld.Field.Name] {
+		if opts.Columns != nil && !cols[fld.Field.Name] {
 			continue
 		}
-		fields = append(fields, schema.Field(i))
+		fields = append(fields, want.Field(i))
 		r.leaves = appendLeaves(r.leaves, &fld)
 	}
 	r.schema = arrow.NewSchema(fields, nil)
 	return r, nil
 }
+
+// arrowSchemaKey is the key-value metadata entry where pqarrow stores the
+// Arrow schema it wrote.
+const arrowSchemaKey = "ARROW:schema"
+
+// guardStoredSchema keeps arrow-go from parsing a stored Arrow schema that
+// is not the one this format version writes. arrow-go trusts that
+// flatbuffer: one damaged length in it makes it allocate hundreds of
+// gigabytes and the runtime kill the process (found by FuzzShardFile).
+// When the stored value differs from this build's own serialisation of
+// want, the entry is hidden from pqarrow, which then derives the Arrow
+// schema from the Parquet schema; sameFields checks the result either way,
+// so a shard written by another arrow-go build still reads.
+func guardStoredSchema(kv metadata.KeyValueMetadata, want *arrow.Schema) {
+	expected := base64.StdEncoding.EncodeToString(flight.SerializeSchema(want, memory.DefaultAllocator))
+	for _, e := range kv {
+		if e.Key == arrowSchemaKey && (e.Value == nil || *e.Value != expected) {
+			e.Key = arrowSchemaKey + " (ignored: not this format's schema)"
+		}
+	}
+}
+
+// schemaOf returns the row schema of a format version.
+func schemaOf(version int) *arrow.Schema {
+	if version == 1 {
+		return schemaV1
+	}
+	return schema
+}
+
+// Version is the shard's format version.
+func (r *ShardReader) Version() int { return r.version }
 
 // checkChunkBounds refuses footers whose column chunks lie outside the
 // file. arrow-go trusts these numbers and, reading such a chunk, panics in

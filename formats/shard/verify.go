@@ -11,7 +11,8 @@ import (
 
 // Verify re-reads every shard and checks it against the manifest: size,
 // sha256, the format version and schema in the footer, the row count of
-// the footer and of the decoded row groups, and the number of instances.
+// the footer and of the decoded row groups, every row's image checksum
+// (format ≥ 2) and the number of instances.
 // It returns every problem found, each naming its shard, joined with
 // errors.Join; nil means the set is intact.
 func (s *Set) Verify(ctx context.Context) error {
@@ -36,7 +37,9 @@ func (s *Set) verifyShard(ctx context.Context, i int) error {
 	if err := checkFile(path, info.Bytes, info.SHA256); err != nil {
 		return fmt.Errorf("shard %w", err)
 	}
-	r, err := s.OpenShard(i, ReadOptions{Columns: []string{ColImageID, ColInstances}})
+	// The image column is read too, so that each row's bytes are checked
+	// against image_crc32c (format ≥ 2) and a mismatch names its row.
+	r, err := s.OpenShard(i, ReadOptions{Columns: []string{ColImageID, ColImage, ColInstances, ColImageCRC}})
 	if err != nil {
 		return err
 	}

@@ -120,7 +120,8 @@ func (r Request) Validate() error {
 	if r.Limit < 0 {
 		return fmt.Errorf("%w: limit %d is negative", ErrBadRequest, r.Limit)
 	}
-	if _, err := r.Config(pipeline.Config{}); err != nil {
+	// Memory is the server's to judge, against its own budget (DoGet).
+	if _, err := r.Config(pipeline.Config{MaxMemory: -1}); err != nil {
 		return err
 	}
 	return nil
@@ -238,7 +239,7 @@ func (r Request) Config(base pipeline.Config) (pipeline.Config, error) {
 	// The loader's own validation, so that a bad request fails when the
 	// ticket is read, before any data is opened.
 	if err := c.Validate(); err != nil {
-		return c, fmt.Errorf("%w: %v", ErrBadRequest, err)
+		return c, fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
 	return c, nil
 }
