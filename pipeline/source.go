@@ -60,6 +60,7 @@ type ShardSource struct {
 	set    *shard.Set
 	blocks []shardBlock
 	rows   []int
+	ahead  readAhead
 
 	mu     sync.Mutex
 	open   *shard.ShardReader
@@ -68,8 +69,10 @@ type ShardSource struct {
 
 type shardBlock struct{ shard, group int }
 
-// OpenShards opens the shard directory dir through its manifest and reads
-// every shard's footer to learn its row groups.
+// OpenShards opens the shard directory dir, a path or a URL (s3://, gs://,
+// azblob://, file://; see formats/storage), through its manifest and reads
+// every shard's footer to learn its row groups. Storage options (cache,
+// read-ahead, retries) are storage.DefaultOptions.
 func OpenShards(dir string) (*ShardSource, error) {
 	set, err := shard.Open(dir)
 	if err != nil {
@@ -84,6 +87,7 @@ func OpenShards(dir string) (*ShardSource, error) {
 		for g := 0; g < r.NumRowGroups(); g++ {
 			s.blocks = append(s.blocks, shardBlock{i, g})
 			s.rows = append(s.rows, int(r.RowGroupRows(g)))
+			s.ahead.ranges = append(s.ahead.ranges, r.RowGroupRange(g))
 		}
 		r.Close()
 	}
@@ -106,6 +110,7 @@ func (s *ShardSource) ReadBlock(ctx context.Context, i int) ([]shard.Image, erro
 	b := s.blocks[i]
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.ahead.reading(s, i)
 	if s.openID != b.shard {
 		if s.open != nil {
 			s.open.Close()

@@ -1,11 +1,16 @@
 package storage
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // aheadPool holds ranges fetched ahead of their reader, bounded in bytes
 // (in flight and held together). An entry is handed over once, to the
-// reader that takes it; entries never taken are dropped oldest first when
-// a new fetch needs their room.
+// reader that takes it. A new fetch that does not fit waits for room
+// rather than displacing an earlier one (readers ask in the order they
+// read), except that entries left untaken for staleAhead (a reader that
+// stopped) are dropped to make room.
 type aheadPool struct {
 	mu     sync.Mutex
 	budget int64
@@ -28,7 +33,10 @@ type aheadEntry struct {
 	err  error
 	seq  uint64
 	n    int64
+	at   time.Time // when the fetch finished
 }
+
+const staleAhead = 30 * time.Second
 
 const aheadFetches = 4
 
@@ -36,17 +44,21 @@ func newAheadPool(budget int64) *aheadPool {
 	return &aheadPool{budget: budget, m: map[aheadKey]*aheadEntry{}, slots: make(chan struct{}, aheadFetches)}
 }
 
-// start fetches key in the background unless it is already there or the
-// budget (after dropping finished, untaken entries) has no room for n.
-func (a *aheadPool) start(key aheadKey, n int64, fetch func() ([]byte, error)) {
+// start fetches key in the background unless it is already there. It
+// returns false when the budget has no room for n (after dropping stale
+// entries): the caller asks again once a reader has taken something.
+func (a *aheadPool) start(key aheadKey, n int64, fetch func() ([]byte, error)) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if _, ok := a.m[key]; ok || n > a.budget {
-		return
+	if _, ok := a.m[key]; ok {
+		return true
+	}
+	if n > a.budget {
+		return false
 	}
 	for a.used+n > a.budget {
-		if !a.dropOldestLocked() {
-			return
+		if !a.dropStaleLocked() {
+			return false
 		}
 	}
 	a.seq++
@@ -57,11 +69,15 @@ func (a *aheadPool) start(key aheadKey, n int64, fetch func() ([]byte, error)) {
 		a.slots <- struct{}{}
 		e.b, e.err = fetch()
 		<-a.slots
+		a.mu.Lock()
+		e.at = time.Now()
+		a.mu.Unlock()
 		close(e.done)
 	}()
+	return true
 }
 
-func (a *aheadPool) dropOldestLocked() bool {
+func (a *aheadPool) dropStaleLocked() bool {
 	var oldest aheadKey
 	var oe *aheadEntry
 	for k, e := range a.m {
@@ -69,6 +85,9 @@ func (a *aheadPool) dropOldestLocked() bool {
 		case <-e.done:
 		default:
 			continue // in flight: it cannot be dropped
+		}
+		if time.Since(e.at) < staleAhead {
+			continue
 		}
 		if oe == nil || e.seq < oe.seq {
 			oldest, oe = k, e

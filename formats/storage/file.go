@@ -108,17 +108,28 @@ func (f *File) SetBlocks(blocks []Range) {
 // the read-ahead budget allows, so that a later read of exactly that
 // range (a block set with SetBlocks) finds it in memory. The file must
 // have been opened by this Dir before (its identity is known then);
-// otherwise, and for local directories, Prefetch does nothing.
-func (d *Dir) Prefetch(name string, r Range) {
+// otherwise, and for local directories, Prefetch does nothing. Once a
+// caller schedules its reads with Prefetch, the Dir's files stop guessing
+// with sequential read-ahead, which would spend the budget on blocks a
+// shuffled reader does not read next.
+//
+// It returns false when the budget is spent: a caller with a schedule
+// stops there and asks again after its next read.
+func (d *Dir) Prefetch(name string, r Range) bool {
+	d.scheduled.Store(true)
+	return d.prefetch(name, r)
+}
+
+func (d *Dir) prefetch(name string, r Range) bool {
 	if d.ahead == nil {
-		return
+		return false
 	}
 	id, ok := d.idents.Load(name)
 	if !ok {
-		return
+		return true // not a file of this Dir yet: nothing to fetch
 	}
 	ident := id.(string)
-	d.ahead.start(aheadKey{ident, r}, r.Len, func() ([]byte, error) {
+	return d.ahead.start(aheadKey{ident, r}, r.Len, func() ([]byte, error) {
 		return d.fetch(d.ctx, name, ident, r)
 	})
 }
@@ -162,11 +173,10 @@ func (f *File) readAt(p []byte, want Range) (int, error) {
 				return 0, err
 			}
 			f.cur, f.held = g, b
-			if f.ahead {
+			if f.ahead && !f.d.scheduled.Load() {
 				// Sequential read-ahead: the following blocks, as far
 				// as the budget goes.
-				for k := g + 1; k < len(f.blocks); k++ {
-					f.d.Prefetch(f.name, f.blocks[k])
+				for k := g + 1; k < len(f.blocks) && f.d.prefetch(f.name, f.blocks[k]); k++ {
 				}
 			}
 		}

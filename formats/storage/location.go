@@ -156,3 +156,18 @@ func (l Location) Join(name string) string {
 	u := url.URL{Scheme: l.Scheme, Host: l.Bucket, Path: "/" + path.Join(l.Prefix, name)}
 	return u.String()
 }
+
+// Below returns the location of rel, a slash-separated relative path
+// below l (a shard set below a server's shard root).
+func (l Location) Below(rel string) (Location, error) {
+	p, err := cleanPrefix(rel)
+	if err != nil || strings.HasPrefix(rel, "/") {
+		return Location{}, fmt.Errorf("%q: want a relative path without empty, \".\" or \"..\" segments", rel)
+	}
+	if l.IsBucket() {
+		l.Prefix += p
+	} else {
+		l.Dir = filepath.Join(l.Dir, filepath.FromSlash(p))
+	}
+	return l, nil
+}

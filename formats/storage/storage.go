@@ -102,7 +102,8 @@ type Dir struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	idents sync.Map // object name → identity (location, size, ETag) for the cache
+	idents    sync.Map // object name → identity (location, size, ETag) for the cache
+	scheduled atomic.Bool
 }
 
 // Open opens a location (see ParseLocation) with opts, or with
