@@ -41,6 +41,17 @@ func transient(err error) bool {
 	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 		return true // a body cut short
 	}
+	// A definite answer from the server to a bad request (a wrong bucket
+	// name, a missing permission) stays the same however often it is
+	// asked; only timeouts and throttling among the 4xx are worth another
+	// try. The AWS SDK's errors carry the status; others are classified
+	// by gcerrors below.
+	var st interface{ HTTPStatusCode() int }
+	if errors.As(err, &st) {
+		if c := st.HTTPStatusCode(); c >= 400 && c < 500 && c != 408 && c != 429 {
+			return false
+		}
+	}
 	switch gcerrors.Code(err) {
 	case gcerrors.NotFound, gcerrors.PermissionDenied, gcerrors.InvalidArgument,
 		gcerrors.AlreadyExists, gcerrors.FailedPrecondition, gcerrors.Unimplemented, gcerrors.Canceled:
