@@ -8,7 +8,11 @@ package s3test
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"os"
 	"os/exec"
@@ -147,3 +151,65 @@ func (s *Server) Dir(bucket, prefix string) string {
 
 // String names the server for messages.
 func (s *Server) String() string { return fmt.Sprintf("versitygw at %s", s.addr) }
+
+// Counter counts the requests that pass through a Proxy.
+type Counter struct {
+	mu     sync.Mutex
+	gets   int   // GET requests of objects
+	ranged int   // of which with a Range header
+	bytes  int64 // response body bytes of GETs
+}
+
+// Gets returns the GET requests seen, those with a Range header, and the
+// body bytes they returned.
+func (c *Counter) Gets() (gets, ranged int, bytes int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gets, c.ranged, c.bytes
+}
+
+// Reset zeroes the counts.
+func (c *Counter) Reset() {
+	c.mu.Lock()
+	c.gets, c.ranged, c.bytes = 0, 0, 0
+	c.mu.Unlock()
+}
+
+type countingBody struct {
+	io.ReadCloser
+	c *Counter
+}
+
+func (b countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.c.mu.Lock()
+	b.c.bytes += int64(n)
+	b.c.mu.Unlock()
+	return n, err
+}
+
+// Proxy starts a counting reverse proxy in front of the server and returns
+// an s3:// location for bucket/prefix through it. The Host header is
+// passed on unchanged, so request signatures stay valid.
+func (s *Server) Proxy(bucket, prefix string) (string, *Counter) {
+	target, _ := url.Parse(s.Endpoint())
+	c := &Counter{}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.ModifyResponse = func(r *http.Response) error {
+		if r.Request.Method == http.MethodGet && r.Request.URL.Query().Get("list-type") == "" {
+			c.mu.Lock()
+			c.gets++
+			if r.Request.Header.Get("Range") != "" {
+				c.ranged++
+			}
+			c.mu.Unlock()
+			r.Body = countingBody{r.Body, c}
+		}
+		return nil
+	}
+	hs := httptest.NewServer(rp)
+	s.t.Cleanup(hs.Close)
+	q := url.Values{"endpoint": {hs.URL}, "region": {Region}, "use_path_style": {"true"}}
+	u := url.URL{Scheme: "s3", Host: bucket, Path: "/" + prefix, RawQuery: q.Encode()}
+	return u.String(), c
+}
