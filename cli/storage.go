@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	ucli "github.com/urfave/cli/v3"
 
@@ -88,4 +89,15 @@ func openShardsBelow(root string) func(ctx context.Context, set string) (pipelin
 		}
 		return src, err
 	}
+}
+
+// isURL reports whether a shard location is a URL (kept as given in a
+// run's config.json) rather than a path (made absolute there).
+func isURL(location string) bool {
+	scheme, _, ok := strings.Cut(location, "://")
+	if !ok {
+		return false
+	}
+	loc, err := storage.ParseLocation(location)
+	return err == nil && (loc.IsBucket() || strings.EqualFold(scheme, "file"))
 }
