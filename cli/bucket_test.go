@@ -170,3 +170,37 @@ func TestBucketMissingObjects(t *testing.T) {
 		t.Fatalf("bench with a missing object: exit %d: %s", code, errs)
 	}
 }
+
+// TestBucketServeRoot: serve's bucket root opens the shard sets below it
+// and reports an absent one as not existing.
+func TestBucketServeRoot(t *testing.T) {
+	srv := s3test.Start(t, "data")
+	tmp := t.TempDir()
+	ann, imgs := writeMiniCOCO(t, tmp, 8)
+	if code, _, errs := run(t, "convert", "coco", "--annotations", ann, "--images", imgs, "--out", srv.URL("data", "root/coco/mini")); code != ExitOK {
+		t.Fatalf("convert: %s", errs)
+	}
+	root := srv.URL("data", "root")
+	if err := checkShardRoot(root); err != nil {
+		t.Fatal(err)
+	}
+	open := openShardsBelow(root)
+	src, err := open(context.Background(), "coco/mini")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.(interface{ Close() error }).Close()
+	n := 0
+	for _, r := range src.BlockRows() {
+		n += r
+	}
+	if n != 8 {
+		t.Fatalf("served set has %d rows, want 8", n)
+	}
+	if _, err := open(context.Background(), "coco/absent"); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("absent set: %v, want os.ErrNotExist", err)
+	}
+	if _, err := open(context.Background(), "../escape"); err == nil {
+		t.Fatal("a set name with .. was accepted")
+	}
+}
