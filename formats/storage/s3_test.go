@@ -293,3 +293,41 @@ func TestDiskCacheBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestDiskCacheSharedByProcesses: caches that share nothing but the
+// directory (as processes do), writing and reading the same entries at
+// once under a budget that forces evictions, only ever return an entry's
+// exact bytes or a miss.
+func TestDiskCacheSharedByProcesses(t *testing.T) {
+	dir := t.TempDir()
+	const entries, size = 24, 4 << 10
+	payload := func(i int) []byte { return randomBytes(size, uint64(100+i)) }
+	done := make(chan error)
+	for p := 0; p < 4; p++ {
+		go func(p int) {
+			c, err := openDiskCache(dir, 12*size)
+			if err != nil {
+				done <- err
+				return
+			}
+			for k := 0; k < 200; k++ {
+				i := (k*7 + p*5) % entries
+				r := Range{int64(i) * size, size}
+				if b, ok := c.get("obj", r); ok {
+					if !bytes.Equal(b, payload(i)) {
+						done <- errors.New("a cache entry came back with other bytes")
+						return
+					}
+				} else {
+					c.put("obj", r, payload(i))
+				}
+			}
+			done <- nil
+		}(p)
+	}
+	for p := 0; p < 4; p++ {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
