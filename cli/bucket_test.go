@@ -16,26 +16,10 @@ import (
 )
 
 // objectFiles reads the objects below a bucket prefix from the server's
-// posix backend, as dirFiles reads a local shard directory.
+// posix backend (one file per object), as dirFiles reads a shard directory.
 func objectFiles(t *testing.T, srv *s3test.Server, bucket, prefix string) map[string][]byte {
 	t.Helper()
-	dir := srv.Dir(bucket, prefix)
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string][]byte{}
-	for _, e := range ents {
-		if e.IsDir() {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[e.Name()] = b
-	}
-	return out
+	return dirFiles(t, srv.Dir(bucket, prefix))
 }
 
 // TestBucketConvertInspectDumpBench: a conversion to a bucket writes the

@@ -348,9 +348,10 @@ func (w *Writer) flushRowGroup() error {
 	return nil
 }
 
-// finishShard completes the open shard: footer, then the atomic commit
-// (fsync, rename, directory fsync), then the journal, in that order, so a
-// listed shard is always complete on disk.
+// finishShard completes the open shard: footer, then the commit (locally
+// fsync, rename, directory fsync; in a bucket the finished upload, read
+// back and checked), then the journal, in that order, so a listed shard is
+// always complete in storage.
 func (w *Writer) finishShard(journalIt bool) error {
 	s := w.cur
 	if err := w.flushRowGroup(); err != nil {
