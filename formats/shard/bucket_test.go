@@ -88,5 +88,34 @@ func TestBucketReadsRowGroupsByRange(t *testing.T) {
 		if n > info.Bytes+64<<10 {
 			t.Errorf("shard %s: fetched %d bytes of a %d-byte object", info.File, n, info.Bytes)
 		}
+		// Reading every column fetches whole row groups, the ranges a
+		// loader schedules (RowGroupRange): they must be the same keys.
+		blocks := columnRanges(lr.pf, lr.leaves)
+		if len(blocks) != lr.NumRowGroups() {
+			t.Fatalf("shard %s: %d blocks for %d row groups", info.File, len(blocks), lr.NumRowGroups())
+		}
+		for g, b := range blocks {
+			if b != lr.RowGroupRange(g) {
+				t.Errorf("shard %s row group %d: block %+v, RowGroupRange %+v", info.File, g, b, lr.RowGroupRange(g))
+			}
+		}
+
+		// An annotation-only read leaves the image bytes in the bucket.
+		count.Reset()
+		ar, err := set.OpenShard(i, ReadOptions{Columns: []string{ColImageID, ColInstances}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for g := 0; g < ar.NumRowGroups(); g++ {
+			rec, err := ar.ReadRowGroup(context.Background(), g)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec.Release()
+		}
+		ar.Close()
+		if _, _, n := count.Gets(); n > 64<<10+info.Bytes/4 {
+			t.Errorf("shard %s: an annotation-only read fetched %d bytes of %d", info.File, n, info.Bytes)
+		}
 	}
 }

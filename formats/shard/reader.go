@@ -125,7 +125,6 @@ func openShardFile(f *storage.File, name string, opts ReadOptions) (*ShardReader
 	if err := checkChunkBounds(r.pf, f.Size()); err != nil {
 		return fail(err)
 	}
-	f.SetBlocks(rowGroupRanges(r.pf))
 	kv := r.pf.MetaData().KeyValueMetadata()
 	if v := kv.FindValue(MetadataKeyFormatVersion); v == nil {
 		return fail(fmt.Errorf("not a segpipe shard: no %s metadata", MetadataKeyFormatVersion))
@@ -159,6 +158,7 @@ func openShardFile(f *storage.File, name string, opts ReadOptions) (*ShardReader
 		r.leaves = appendLeaves(r.leaves, &fld)
 	}
 	r.schema = arrow.NewSchema(fields, nil)
+	f.SetBlocks(columnRanges(r.pf, r.leaves))
 	return r, nil
 }
 

@@ -1,7 +1,9 @@
 package shard
 
 import (
+	"cmp"
 	"context"
+	"slices"
 
 	"github.com/apache/arrow-go/v18/parquet/file"
 
@@ -62,15 +64,39 @@ func rowGroupRange(pf *file.Reader, g int) storage.Range {
 	return storage.Range{Off: lo, Len: hi - lo}
 }
 
-// rowGroupRanges lists every row group's range for storage.File.SetBlocks,
-// which fetches a row group in one request; nil if they are not in file
-// order (then reads go to the store as the Parquet reader asks).
-func rowGroupRanges(pf *file.Reader) []storage.Range {
-	out := make([]storage.Range, pf.NumRowGroups())
-	for g := range out {
-		out[g] = rowGroupRange(pf, g)
-		if out[g].Len <= 0 || g > 0 && out[g].Off < out[g-1].End() {
-			return nil
+// columnRanges lists, row group by row group, the byte ranges of the
+// chunks of the given leaf columns, adjacent chunks of a row group merged: what
+// storage.File.SetBlocks fetches in one request each. Reading every column
+// gives one range per row group (RowGroupRange); an annotation-only read
+// skips the image bytes. Nil if the chunks are not in file order (then
+// reads go to the store as the Parquet reader asks).
+func columnRanges(pf *file.Reader, leaves []int) []storage.Range {
+	var out []storage.Range
+	for g := 0; g < pf.NumRowGroups(); g++ {
+		rg := pf.MetaData().RowGroup(g)
+		var chunks []storage.Range
+		for _, c := range leaves {
+			cc, err := rg.ColumnChunk(c)
+			if err != nil {
+				return nil
+			}
+			start := cc.DataPageOffset()
+			if cc.HasDictionaryPage() && cc.DictionaryPageOffset() > 0 && cc.DictionaryPageOffset() < start {
+				start = cc.DictionaryPageOffset()
+			}
+			chunks = append(chunks, storage.Range{Off: start, Len: cc.TotalCompressedSize()})
+		}
+		slices.SortFunc(chunks, func(a, b storage.Range) int { return cmp.Compare(a.Off, b.Off) })
+		first := len(out) // chunks merge within a row group, never across
+		for _, c := range chunks {
+			if n := len(out); n > first && c.Off == out[n-1].End() {
+				out[n-1].Len += c.Len
+				continue
+			}
+			if n := len(out); c.Len <= 0 || n > 0 && c.Off < out[n-1].End() {
+				return nil
+			}
+			out = append(out, c)
 		}
 	}
 	return out
