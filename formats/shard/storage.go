@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/metadata"
 
 	"github.com/segpipe/segpipe/formats/storage"
 )
@@ -45,18 +46,14 @@ func rowGroupRange(pf *file.Reader, g int) storage.Range {
 	rg := pf.MetaData().RowGroup(g)
 	var lo, hi int64 = -1, 0
 	for c := 0; c < rg.NumColumns(); c++ {
-		cc, err := rg.ColumnChunk(c)
+		r, err := chunkRange(rg, c)
 		if err != nil {
 			return storage.Range{}
 		}
-		start := cc.DataPageOffset()
-		if cc.HasDictionaryPage() && cc.DictionaryPageOffset() > 0 && cc.DictionaryPageOffset() < start {
-			start = cc.DictionaryPageOffset()
+		if lo < 0 || r.Off < lo {
+			lo = r.Off
 		}
-		if lo < 0 || start < lo {
-			lo = start
-		}
-		hi = max(hi, start+cc.TotalCompressedSize())
+		hi = max(hi, r.End())
 	}
 	if lo < 0 {
 		return storage.Range{}
@@ -76,15 +73,11 @@ func columnRanges(pf *file.Reader, leaves []int) []storage.Range {
 		rg := pf.MetaData().RowGroup(g)
 		var chunks []storage.Range
 		for _, c := range leaves {
-			cc, err := rg.ColumnChunk(c)
+			r, err := chunkRange(rg, c)
 			if err != nil {
 				return nil
 			}
-			start := cc.DataPageOffset()
-			if cc.HasDictionaryPage() && cc.DictionaryPageOffset() > 0 && cc.DictionaryPageOffset() < start {
-				start = cc.DictionaryPageOffset()
-			}
-			chunks = append(chunks, storage.Range{Off: start, Len: cc.TotalCompressedSize()})
+			chunks = append(chunks, r)
 		}
 		slices.SortFunc(chunks, func(a, b storage.Range) int { return cmp.Compare(a.Off, b.Off) })
 		first := len(out) // chunks merge within a row group, never across
@@ -100,4 +93,18 @@ func columnRanges(pf *file.Reader, leaves []int) []storage.Range {
 		}
 	}
 	return out
+}
+
+// chunkRange is the byte range of column chunk c: from its dictionary page
+// (if any, and first) or first data page, for its compressed size.
+func chunkRange(rg *metadata.RowGroupMetaData, c int) (storage.Range, error) {
+	cc, err := rg.ColumnChunk(c)
+	if err != nil {
+		return storage.Range{}, err
+	}
+	start := cc.DataPageOffset()
+	if cc.HasDictionaryPage() && cc.DictionaryPageOffset() > 0 && cc.DictionaryPageOffset() < start {
+		start = cc.DictionaryPageOffset()
+	}
+	return storage.Range{Off: start, Len: cc.TotalCompressedSize()}, nil
 }
