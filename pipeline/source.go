@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"sync"
 
@@ -65,7 +66,9 @@ func (s *SliceSource) ReadBlock(_ context.Context, i int) ([]shard.Image, error)
 // rows skipped (SkipBadRowGroup); a row whose image bytes fail their
 // checksum (SkipImageChecksum) or whose columns are inconsistent
 // (SkipBadRow) is skipped alone. Each is logged once with the shard and
-// row range and reported to the loader as a *Damage.
+// row range and reported to the loader as a *Damage. A shard that the
+// manifest lists but that does not exist is not damage but an incomplete
+// set, and fails OpenShards.
 type ShardSource struct {
 	set    *shard.Set
 	blocks []shardBlock
@@ -96,6 +99,12 @@ func OpenShards(dir string) (*ShardSource, error) {
 	s := &ShardSource{set: set, openID: -1, broken: map[int]error{}}
 	for i, info := range set.Manifest.Shards {
 		r, err := set.OpenShard(i, shard.ReadOptions{})
+		if errors.Is(err, fs.ErrNotExist) {
+			// Not damage but an incomplete set (a wrong prefix, a deleted
+			// object): a manifest is written only after all its shards, so
+			// skipping would silently train on part of the data.
+			return nil, fmt.Errorf("shard set %s: shard %s listed in its manifest is missing: %w", dir, info.File, err)
+		}
 		if err != nil {
 			slog.Warn("skipping unreadable shard", "shard", info.File, "rows", fmt.Sprintf("0-%d", info.Rows-1),
 				"reason", SkipBadShard, "err", err)
