@@ -7,7 +7,6 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
-	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -47,6 +46,8 @@ func benchCommand() *ucli.Command {
 			&ucli.IntFlag{Name: "window", Value: order.DefaultWindowRows, Usage: "shuffle window rows"},
 			&ucli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 			&ucli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile to `FILE`"},
+			strictFlag(),
+			runDirFlag(),
 		},
 		Action: func(ctx context.Context, c *ucli.Command) error {
 			cache, err := parseSize(c.String("cache"))
@@ -60,6 +61,7 @@ func benchCommand() *ucli.Command {
 				BatchSize: int(c.Int("batch")), Workers: int(c.Int("workers")),
 				Start: order.State{Seed: c.Uint64("seed")}, Epochs: int(c.Int("epochs")),
 				Val: c.Bool("val"), Augment: a, CacheBytes: cache, WindowRows: int(c.Int("window")),
+				Strict: c.Bool("strict"),
 			}
 			if c.Int("repeat") < 1 || cfg.BatchSize < 1 || cfg.Epochs < 1 {
 				return usagef("--repeat, --batch and --epochs must be at least 1")
@@ -85,6 +87,9 @@ func benchCommand() *ucli.Command {
 				return err
 			}
 			w := c.Root().Writer
+			if err := reportSkips(c, nil, res.skips); err != nil {
+				return err
+			}
 			if c.Bool("json") {
 				enc := json.NewEncoder(w)
 				enc.SetIndent("", "  ")
@@ -98,24 +103,25 @@ func benchCommand() *ucli.Command {
 // benchResult is what bench reports. Stage times are milliseconds per
 // output image, summed over workers.
 type benchResult struct {
-	JPEG            string           `json:"jpeg_decoder"`
-	Images          int64            `json:"images"`
-	Batches         int64            `json:"batches"`
-	Workers         int              `json:"workers"`
-	GOMAXPROCS      int              `json:"gomaxprocs"`
-	WallSeconds     float64          `json:"wall_s"`
-	ImagesPerSec    float64          `json:"images_per_s"`
-	ReadMs          float64          `json:"read_ms_per_image"`
-	DecodeMs        float64          `json:"decode_ms_per_image"`
-	AugmentMs       float64          `json:"augment_ms_per_image"`
-	RasterMs        float64          `json:"rasterise_ms_per_image"`
-	CollateMs       float64          `json:"collate_ms_per_image"`
-	RasterCollate   float64          `json:"rasterise_collate_share"`
-	StallSeconds    float64          `json:"consumer_stall_s"`
-	DecodesPerImage float64          `json:"decodes_per_image"`
-	AllocsPerBatch  float64          `json:"allocs_per_batch"`
-	BytesPerBatch   float64          `json:"alloc_bytes_per_batch"`
-	PeakRSSMiB      float64          `json:"peak_rss_mib"`
+	JPEG            string  `json:"jpeg_decoder"`
+	Images          int64   `json:"images"`
+	Batches         int64   `json:"batches"`
+	Workers         int     `json:"workers"`
+	GOMAXPROCS      int     `json:"gomaxprocs"`
+	WallSeconds     float64 `json:"wall_s"`
+	ImagesPerSec    float64 `json:"images_per_s"`
+	ReadMs          float64 `json:"read_ms_per_image"`
+	DecodeMs        float64 `json:"decode_ms_per_image"`
+	AugmentMs       float64 `json:"augment_ms_per_image"`
+	RasterMs        float64 `json:"rasterise_ms_per_image"`
+	CollateMs       float64 `json:"collate_ms_per_image"`
+	RasterCollate   float64 `json:"rasterise_collate_share"`
+	StallSeconds    float64 `json:"consumer_stall_s"`
+	DecodesPerImage float64 `json:"decodes_per_image"`
+	AllocsPerBatch  float64 `json:"allocs_per_batch"`
+	BytesPerBatch   float64 `json:"alloc_bytes_per_batch"`
+	PeakRSSMiB      float64 `json:"peak_rss_mib"`
+	skips           pipeline.SkipSummary
 	CPUSeconds      float64          `json:"cpu_s"`
 	ImagesPerCPUSec float64          `json:"images_per_cpu_s"`
 	Skipped         map[string]int64 `json:"skipped"`
@@ -151,7 +157,8 @@ func runBench(ctx context.Context, src pipeline.Source, cfg pipeline.Config) (*b
 		Images: st.Images, Batches: st.Batches, Workers: cfg.Workers, GOMAXPROCS: runtime.GOMAXPROCS(0),
 		WallSeconds: st.Wall.Seconds(), ImagesPerSec: st.ImagesPerSec,
 		ReadMs: ms(st.Read), DecodeMs: ms(st.Decode), AugmentMs: ms(st.Augment), RasterMs: ms(st.Raster), CollateMs: ms(st.Collate),
-		StallSeconds: st.Stall.Seconds(), DecodesPerImage: st.DecodesPerImage, PeakRSSMiB: peakRSSMiB(), Skipped: st.Skipped,
+		StallSeconds: st.Stall.Seconds(), DecodesPerImage: st.DecodesPerImage, PeakRSSMiB: peakRSSMiB(), Skipped: st.Summary().Skipped,
+		skips: st.Summary(),
 	}
 	r.CPUSeconds = cpuSeconds() - cpu0
 	if r.CPUSeconds > 0 {
@@ -183,18 +190,7 @@ func (r *benchResult) table(w interface{ Write([]byte) (int, error) }) error {
 	fmt.Fprintf(tw, "decodes per output image\t%.3f\n", r.DecodesPerImage)
 	fmt.Fprintf(tw, "allocations per batch\t%.0f (%.1f MiB)\n", r.AllocsPerBatch, r.BytesPerBatch/(1<<20))
 	fmt.Fprintf(tw, "peak RSS\t%.0f MiB\n", r.PeakRSSMiB)
-	if len(r.Skipped) > 0 {
-		keys := make([]string, 0, len(r.Skipped))
-		for k := range r.Skipped {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		var parts []string
-		for _, k := range keys {
-			parts = append(parts, fmt.Sprintf("%s=%d", k, r.Skipped[k]))
-		}
-		fmt.Fprintf(tw, "skipped\t%s\n", strings.Join(parts, " "))
-	}
+	fmt.Fprintf(tw, "%s\n", strings.Replace(r.skips.String(), ": ", "\t", 1))
 	return tw.Flush()
 }
 

@@ -118,6 +118,8 @@ func TestExitCodes(t *testing.T) {
 	if code, _, errs := run(t, "convert", "coco", "--annotations", ann, "--images", imgs, "--out", done); code != ExitOK {
 		t.Fatalf("setup convert: exit %d: %s", code, errs)
 	}
+	emptyDir := filepath.Join(tmp, "other-split")
+	os.Mkdir(emptyDir, 0o755)
 	bad := filepath.Join(tmp, "bad.json")
 	os.WriteFile(bad, []byte(`{"images": [{"id": 1, `), 0o644)
 	for _, tc := range []struct {
@@ -134,7 +136,13 @@ func TestExitCodes(t *testing.T) {
 		{"negative workers", []string{"convert", "coco", "--annotations", ann, "--images", imgs, "--out", tmp + "/x", "--workers", "-2"}, ExitUsage, "--workers"},
 		{"stray argument", []string{"convert", "coco", "--annotations", ann, "--images", imgs, "--out", tmp + "/x", "extra"}, ExitUsage, "extra"},
 		{"inspect missing dir", []string{"inspect", filepath.Join(tmp, "nope")}, ExitFailure, "not a finished shard directory"},
-		{"annotations missing", []string{"convert", "coco", "--annotations", tmp + "/none.json", "--images", imgs, "--out", tmp + "/y"}, ExitFailure, "none.json"},
+		{"annotations missing", []string{"convert", "coco", "--annotations", tmp + "/none.json", "--images", imgs, "--out", tmp + "/y"}, ExitUsage, "none.json"},
+		// Issue 16: these exited 0 with "wrote 0 images" (or 1 with
+		// "byte 0: reading"); they are usage errors that say what to pass.
+		{"annotations is a directory", []string{"convert", "coco", "--annotations", tmp, "--images", imgs, "--out", tmp + "/y"}, ExitUsage, "COCO instances JSON file"},
+		{"images missing", []string{"convert", "coco", "--annotations", ann, "--images", tmp + "/nope", "--out", tmp + "/y"}, ExitUsage, "is not a directory"},
+		{"images is a file", []string{"convert", "coco", "--annotations", ann, "--images", ann, "--out", tmp + "/y"}, ExitUsage, "is not a directory"},
+		{"images of another split", []string{"convert", "coco", "--annotations", ann, "--images", emptyDir, "--out", tmp + "/y"}, ExitUsage, "3 of the 3 listed images are missing"},
 		{"truncated json", []string{"convert", "coco", "--annotations", bad, "--images", imgs, "--out", tmp + "/z"}, ExitFailure, "bad.json"},
 		{"non-empty out without --resume", []string{"convert", "coco", "--annotations", ann, "--images", imgs, "--out", done}, ExitFailure, "--resume"},
 		{"resume of finished run", []string{"convert", "coco", "--annotations", ann, "--images", imgs, "--out", done, "--resume"}, ExitOK, ""},

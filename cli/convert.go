@@ -68,6 +68,12 @@ func convertCocoCommand() *ucli.Command {
 				return err
 			}
 			ann, imgs := c.String("annotations"), c.String("images")
+			if st, err := os.Stat(ann); err != nil || st.IsDir() {
+				return usagef("--annotations %q is not a file: pass the COCO instances JSON file (e.g. annotations/instances_val2017.json)", ann)
+			}
+			if st, err := os.Stat(imgs); err != nil || !st.IsDir() {
+				return usagef("--images %q is not a directory: pass the directory the annotations' file_name fields are relative to (e.g. val2017)", imgs)
+			}
 			src := shard.Source{Kind: "coco", Args: map[string]string{
 				"annotations": filepath.Clean(ann), "images": filepath.Clean(imgs)}}
 			return convert(ctx, c, src, opts, func() (imageSource, error) {
@@ -172,6 +178,9 @@ func convert(ctx context.Context, c *ucli.Command, desc shard.Source, o convertO
 	defer stop()
 	t0 := time.Now()
 	src, err := open()
+	if errors.Is(err, datasets.ErrImagesNotFound) {
+		return usageError{err}
+	}
 	if err != nil {
 		return err
 	}

@@ -133,6 +133,14 @@ func TestInspectVerifyCatchesCorruption(t *testing.T) {
 		if code != ExitFailure || !strings.Contains(stdout, "FAILED") || !strings.Contains(stdout, shard.ShardName(1)+": sha256") {
 			t.Fatalf("byte %d of %d flipped: exit %d\nstdout: %s\nstderr: %s", at, len(orig), code, stdout, errs)
 		}
+		// Issue 16: the failed verdict came with an all-zero statistics
+		// report and "2 problems" for the one it listed.
+		if strings.Contains(stdout, "instances per image") || strings.Contains(stdout, "no values") {
+			t.Fatalf("byte %d flipped: statistics printed although verify failed\n%s", at, stdout)
+		}
+		if !strings.Contains(errs, "1 problem (listed above)") {
+			t.Fatalf("byte %d flipped: %q, want the one listed problem counted once", at, errs)
+		}
 	}
 	code, stdout, _ = run(t, "inspect", "--verify", "--json", out)
 	var rep inspectReport

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -28,7 +29,35 @@ func batchFlags(batchSize int) []ucli.Flag {
 		&ucli.FloatFlag{Name: "mosaic", Value: 1, Usage: "mosaic probability"},
 		&ucli.BoolFlag{Name: "val", Usage: "validation mode (letterbox only)"},
 		&ucli.IntFlag{Name: "workers", Usage: "worker goroutines (0: GOMAXPROCS)"},
+		strictFlag(),
 	}
+}
+
+// strictFlag is --strict of the commands that run a loader.
+func strictFlag() ucli.Flag {
+	return &ucli.BoolFlag{Name: "strict", Usage: "fail on the first damaged or undecodable sample instead of skipping and counting it"}
+}
+
+// runDirFlag is --run-dir of the commands that run a loader.
+func runDirFlag() ucli.Flag {
+	return &ucli.StringFlag{Name: "run-dir", Usage: "write the run's skip summary to `DIR`/" + pipeline.SkipSummaryName}
+}
+
+// reportSkips prints the end-of-run skip summary to w and, with --run-dir,
+// stores it there.
+func reportSkips(c *ucli.Command, w io.Writer, s pipeline.SkipSummary) error {
+	if w != nil {
+		if err := s.Print(w); err != nil {
+			return err
+		}
+	}
+	if dir := c.String("run-dir"); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		return s.WriteFile(dir)
+	}
+	return nil
 }
 
 func batchConfig(c *ucli.Command) (pipeline.Config, error) {
@@ -37,7 +66,7 @@ func batchConfig(c *ucli.Command) (pipeline.Config, error) {
 	a.Mosaic = c.Float("mosaic")
 	cfg := pipeline.Config{
 		BatchSize: int(c.Int("batch")), Workers: int(c.Int("workers")), Val: c.Bool("val"), Augment: a,
-		Start: order.State{Seed: c.Uint64("seed"), Epoch: int(c.Int("epoch"))},
+		Start: order.State{Seed: c.Uint64("seed"), Epoch: int(c.Int("epoch"))}, Strict: c.Bool("strict"),
 	}
 	if cfg.BatchSize < 1 || a.ImgSz < 1 || cfg.Start.Epoch < 0 || cfg.Workers < 0 {
 		return cfg, usagef("--batch and --imgsz must be at least 1, --epoch and --workers not negative")
@@ -57,12 +86,15 @@ func dumpCommand() *ucli.Command {
 			"or `segpipe serve` gets for these settings) into one Arrow IPC stream file, no\n" +
 			"compression: any Arrow reader opens it (pyarrow.ipc.open_stream, apache-arrow for\n" +
 			"JavaScript). Images and masks are arrow.fixed_shape_tensor columns. --summary\n" +
-			"writes a JSON file of counts and one probed mask value for cross-checking readers.\n\n" +
+			"writes a JSON file of counts and one probed mask value for cross-checking readers.\n" +
+			"Damaged shard data and undecodable images are skipped and counted (the summary is\n" +
+			"printed at the end and stored with --run-dir) unless --strict.\n\n" +
 			"Example:\n  segpipe dump --shards shards/val2017 --batches 4 --out batches.arrows",
 		Flags: append(batchFlags(32),
 			&ucli.IntFlag{Name: "batches", Value: 1, Usage: "number of batches"},
 			&ucli.StringFlag{Name: "out", Usage: "output `FILE` (Arrow IPC stream)", Required: true},
 			&ucli.StringFlag{Name: "summary", Usage: "also write a JSON summary to `FILE`"},
+			runDirFlag(),
 		),
 		Action: func(ctx context.Context, c *ucli.Command) error {
 			cfg, err := batchConfig(c)
@@ -72,19 +104,22 @@ func dumpCommand() *ucli.Command {
 			if c.Int("batches") < 1 {
 				return usagef("--batches must be at least 1")
 			}
-			sum, err := dump(ctx, c.String("shards"), cfg, int(c.Int("batches")), c.String("out"))
+			sum, skips, err := dump(ctx, c.String("shards"), cfg, int(c.Int("batches")), c.String("out"))
 			if err != nil {
 				return err
 			}
+			sum.Skipped = skips.Skipped
 			if p := c.String("summary"); p != "" {
 				b, _ := json.MarshalIndent(sum, "", "  ")
 				if err := os.WriteFile(p, append(b, '\n'), 0o644); err != nil {
 					return err
 				}
 			}
-			_, err = fmt.Fprintf(c.Root().Writer, "wrote %d batches (%d images, %d instances, %.1f MiB) to %s\n",
-				len(sum.Batches), sum.Images, sum.Instances, float64(sum.Bytes)/(1<<20), c.String("out"))
-			return err
+			if _, err = fmt.Fprintf(c.Root().Writer, "wrote %d batches (%d images, %d instances, %.1f MiB) to %s\n",
+				len(sum.Batches), sum.Images, sum.Instances, float64(sum.Bytes)/(1<<20), c.String("out")); err != nil {
+				return err
+			}
+			return reportSkips(c, c.Root().Writer, skips)
 		},
 	}
 }
@@ -100,6 +135,8 @@ type dumpSummary struct {
 	ImgShape  []int          `json:"image_shape"`
 	Batches   []batchSummary `json:"batches"`
 	Probe     *maskProbe     `json:"probe,omitempty"`
+	// Skipped is the loader's skip counts by reason (pipeline.SkipSummary).
+	Skipped map[string]int64 `json:"skipped"`
 }
 
 type batchSummary struct {
@@ -119,17 +156,39 @@ func (p *maskProbe) MarshalJSON() ([]byte, error) {
 	return json.Marshal(map[string]int{"batch": p.Batch, "instance": p.Instance, "row": p.Row, "col": p.Col, "value": int(p.Value)})
 }
 
-func dump(ctx context.Context, dir string, cfg pipeline.Config, n int, out string) (*dumpSummary, error) {
+func dump(ctx context.Context, dir string, cfg pipeline.Config, n int, out string) (*dumpSummary, pipeline.SkipSummary, error) {
+	var skips pipeline.SkipSummary
 	src, err := pipeline.OpenShards(dir)
 	if err != nil {
-		return nil, err
+		return nil, skips, err
 	}
 	defer src.Close()
-	l, err := pipeline.New(ctx, src, withEpochs(cfg, n))
+	// Exactly the epochs that hold n batches, so that the loader builds
+	// (and its skip summary counts) no epoch the dump does not read.
+	rows := 0
+	for _, r := range src.BlockRows() {
+		rows += r
+	}
+	cfg = withEpochs(cfg, n)
+	if perEpoch := (rows + cfg.BatchSize - 1) / cfg.BatchSize; perEpoch > 0 {
+		cfg.Epochs = cfg.Start.Epoch + (n+perEpoch-1)/perEpoch
+	}
+	l, err := pipeline.New(ctx, src, cfg)
 	if err != nil {
-		return nil, err
+		return nil, skips, err
 	}
 	defer l.Close()
+	sum, err := writeDump(ctx, l, n, out)
+	skips = l.Stats().Summary()
+	if err == nil && sum == nil {
+		err = fmt.Errorf("dump: the loader made no batch from %s (%s)", dir, skips)
+	}
+	return sum, skips, err
+}
+
+// writeDump writes the first n batches of l to out; nil when there were
+// none.
+func writeDump(ctx context.Context, l *pipeline.Loader, n int, out string) (*dumpSummary, error) {
 	f, err := os.Create(out)
 	if err != nil {
 		return nil, err
@@ -157,7 +216,7 @@ func dump(ctx context.Context, dir string, cfg pipeline.Config, n int, out strin
 		}
 	}
 	if w == nil {
-		return nil, fmt.Errorf("dump: the loader made no batch from %s", dir)
+		return nil, nil
 	}
 	if err := w.Close(); err != nil {
 		return nil, err

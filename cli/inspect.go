@@ -53,7 +53,12 @@ func inspectCommand() *ucli.Command {
 				rep.print(out, 0)
 			}
 			if rep.Verify != nil && !rep.Verify.OK {
-				return fmt.Errorf("verify %s: %d problems (listed above)", rep.Dir, len(rep.Verify.Problems))
+				n := len(rep.Verify.Problems)
+				noun := "problems"
+				if n == 1 {
+					noun = "problem"
+				}
+				return fmt.Errorf("verify %s: %d %s (listed above)", rep.Dir, n, noun)
 			}
 			return nil
 		},
@@ -84,6 +89,9 @@ type categoryCount struct {
 type verifyReport struct {
 	OK       bool     `json:"ok"`
 	Problems []string `json:"problems"`
+	// StatsSkipped: the statistics were not computed (they would read the
+	// damaged shards), so the report leaves them out.
+	StatsSkipped bool `json:"statistics_skipped,omitempty"`
 }
 
 // histogram counts values into buckets [Edges[i], Edges[i+1]); the last
@@ -146,7 +154,7 @@ func inspect(ctx context.Context, dir string, verify bool) (*inspectReport, erro
 	if r.Verify != nil && !r.Verify.OK {
 		// Damaged shards are not parsed: the Parquet reader trusts a
 		// file's footer and may crash on one that lies.
-		r.Verify.Problems = append(r.Verify.Problems, "statistics skipped: verify failed")
+		r.Verify.StatsSkipped = true
 		for i, c := range m.Categories {
 			r.PerCategory = append(r.PerCategory, categoryCount{Category: c, Instances: perCat[i]})
 		}
@@ -252,6 +260,11 @@ func (r *inspectReport) print(w io.Writer, topCategories int) {
 		}
 	}
 	fmt.Fprintf(w, "\nschema (one row per image):\n%s", indent(r.Schema, "  "))
+	if r.Verify != nil && r.Verify.StatsSkipped {
+		fmt.Fprintln(w, "\nstatistics: not computed (verify failed; they would read the damaged shards)")
+		r.printVerify(w)
+		return
+	}
 
 	cats := r.PerCategory
 	if topCategories > 0 && topCategories < len(cats) {
@@ -270,6 +283,11 @@ func (r *inspectReport) print(w io.Writer, topCategories int) {
 		fmt.Fprintln(w)
 		h.print(w)
 	}
+	r.printVerify(w)
+}
+
+func (r *inspectReport) printVerify(w io.Writer) {
+	m := r.Manifest
 	if r.Verify != nil {
 		fmt.Fprintln(w)
 		if r.Verify.OK {

@@ -1,7 +1,8 @@
 // Package cli wires segpipe's libraries into the segpipe command line.
 //
 // Each sub-command lives in its own file and is listed once in commands
-// below. Exit codes: 0 success, 1 failure, 2 usage error.
+// below. Exit codes: 0 success, 1 failure, 2 usage error (bad flags, inputs
+// wrong as a whole, settings whose memory estimate is over the limit).
 package cli
 
 import (
@@ -13,6 +14,8 @@ import (
 	"strings"
 
 	ucli "github.com/urfave/cli/v3"
+
+	"github.com/segpipe/segpipe/pipeline"
 )
 
 // Exit codes returned by Run.
@@ -64,7 +67,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "segpipe: %v\n", err)
 	var ue usageError
-	if errors.As(err, &ue) || isUsageErr(err) {
+	// A loader configuration over the memory limit is a request to lower
+	// --batch or --imgsz, refused before anything was allocated.
+	if errors.As(err, &ue) || isUsageErr(err) || errors.Is(err, pipeline.ErrMemoryLimit) {
 		return ExitUsage
 	}
 	return ExitFailure

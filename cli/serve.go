@@ -23,15 +23,24 @@ func serveCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "serve",
 		Usage:     "serve training batches to remote trainers over Arrow Flight",
-		UsageText: "segpipe serve --shards DIR [--addr 127.0.0.1:8815] [--token T] [--tls-cert F --tls-key F] [--metrics-addr 127.0.0.1:9815]",
+		UsageText: "segpipe serve --shards DIR [--addr 127.0.0.1:8815] [--token T] [--tls-cert F --tls-key F] [--metrics-addr 127.0.0.1:9815] [--max-memory SIZE] [--max-streams N]",
 		Description: "Runs an Arrow Flight server whose DoGet streams training batches: the ticket is a\n" +
 			"JSON loader request (shard set below --shards, seed, epoch, rank/world, resume\n" +
 			"state, batch size, imgsz, augmentation, masks dense|windowed). Each stream has its\n" +
-			"own loader; --workers, --prefetch and --cache size each one. Without a token the\n" +
-			"server listens on loopback only unless --allow-remote is given. --token (or the\n" +
-			"SEGPIPE_TOKEN environment variable) requires \"authorization: Bearer T\" on every\n" +
-			"call. Prometheus metrics are served on --metrics-addr at /metrics. Stops on\n" +
-			"SIGINT/SIGTERM, letting streams in progress finish for --grace.\n\n" +
+			"own loader (--workers, --prefetch); the streams of one shard set share one\n" +
+			"decoded-image cache of --cache bytes.\n\n" +
+			"Admission: a stream's memory is estimated from its request (batches in flight\n" +
+			"of batch_size × 3 × imgsz² bytes of images plus masks, and its shard set's cache)\n" +
+			"and admitted only if it fits in --max-memory beside the running streams and\n" +
+			"fewer than --max-streams run; otherwise the client gets ResourceExhausted with\n" +
+			"the figures, before anything is allocated (segpipe clients retry with backoff).\n\n" +
+			"Without a token the server listens on loopback only unless --allow-remote is\n" +
+			"given. --token (or the SEGPIPE_TOKEN environment variable) requires\n" +
+			"\"authorization: Bearer T\" on every call. --metrics-addr serves Prometheus\n" +
+			"/metrics, /healthz (liveness) and /readyz (503 when a new stream would be refused).\n" +
+			"Damaged shard data is skipped and counted per stream (segpipe_serve_skipped_samples_total)\n" +
+			"unless --strict; the summary is printed on shutdown and stored with --run-dir.\n" +
+			"Stops on SIGINT/SIGTERM, letting streams in progress finish for --grace.\n\n" +
 			"Example:\n  segpipe serve --shards shards --addr 127.0.0.1:8815 --metrics-addr 127.0.0.1:9815",
 		Flags: []ucli.Flag{
 			&ucli.StringFlag{Name: "shards", Usage: "shard root `DIR`: requests name shard sets below it", Required: true},
@@ -44,7 +53,11 @@ func serveCommand() *ucli.Command {
 			&ucli.StringSliceFlag{Name: "peer", Usage: "Flight `URI` of a server sharing the ranks (repeat, in order, this one included)"},
 			&ucli.IntFlag{Name: "workers", Usage: "loader workers per stream (0: GOMAXPROCS)"},
 			&ucli.IntFlag{Name: "prefetch", Usage: "batches built ahead per stream (0: loader default)"},
-			&ucli.StringFlag{Name: "cache", Value: "1GiB", Usage: "decoded-image cache `SIZE` per stream"},
+			&ucli.StringFlag{Name: "cache", Value: "1GiB", Usage: "decoded-image cache `SIZE` per shard set (shared by its streams)"},
+			&ucli.StringFlag{Name: "max-memory", Usage: "memory budget `SIZE` of all streams (default half the machine's or container's memory; \"none\" for no budget)"},
+			&ucli.IntFlag{Name: "max-streams", Value: remote.DefaultMaxStreams, Usage: "streams served at once"},
+			strictFlag(),
+			runDirFlag(),
 			&ucli.DurationFlag{Name: "grace", Value: 10 * time.Second, Usage: "time streams get to finish on shutdown"},
 		},
 		Action: func(ctx context.Context, c *ucli.Command) error {
@@ -55,6 +68,19 @@ func serveCommand() *ucli.Command {
 			if c.Int("workers") < 0 || c.Int("prefetch") < 0 {
 				return usagef("--workers and --prefetch must not be negative")
 			}
+			if c.Int("max-streams") < 1 {
+				return usagef("--max-streams must be at least 1")
+			}
+			var maxMem int64
+			switch m := c.String("max-memory"); m {
+			case "":
+			case "none":
+				maxMem = -1
+			default:
+				if maxMem, err = parseSize(m); err != nil || maxMem < 1 {
+					return usagef("--max-memory %q: want a size such as 8GiB, or none", m)
+				}
+			}
 			cert, key := c.String("tls-cert"), c.String("tls-key")
 			if (cert == "") != (key == "") {
 				return usagef("--tls-cert and --tls-key go together")
@@ -63,10 +89,12 @@ func serveCommand() *ucli.Command {
 				return usagef("--shards %q is not a directory", c.String("shards"))
 			}
 			cfg := remote.ServerConfig{
-				Root:   c.String("shards"),
-				Token:  c.String("token"),
-				Peers:  c.StringSlice("peer"),
-				Loader: pipeline.Config{Workers: int(c.Int("workers")), Prefetch: int(c.Int("prefetch")), CacheBytes: cache},
+				Root:       c.String("shards"),
+				Token:      c.String("token"),
+				Peers:      c.StringSlice("peer"),
+				Loader:     pipeline.Config{Workers: int(c.Int("workers")), Prefetch: int(c.Int("prefetch")), CacheBytes: cache, Strict: c.Bool("strict")},
+				MaxMemory:  maxMem,
+				MaxStreams: int(c.Int("max-streams")),
 			}
 			if cert != "" {
 				pair, err := tls.LoadX509KeyPair(cert, key)
@@ -101,9 +129,11 @@ func serve(ctx context.Context, c *ucli.Command, cfg remote.ServerConfig) error 
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", srv.MetricsHandler())
+		mux.Handle("/healthz", srv.HealthHandler())
+		mux.Handle("/readyz", srv.HealthHandler())
 		metrics = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go metrics.Serve(ml)
-		slog.Info("metrics", "addr", ml.Addr().String(), "path", "/metrics")
+		slog.Info("metrics", "addr", ml.Addr().String(), "paths", "/metrics /healthz /readyz")
 	}
 	scheme := "grpc"
 	if cfg.TLS != nil {
@@ -129,5 +159,5 @@ func serve(ctx context.Context, c *ucli.Command, cfg remote.ServerConfig) error 
 	if err := <-done; err != nil && !errors.Is(err, net.ErrClosed) {
 		return err
 	}
-	return nil
+	return reportSkips(c, c.Root().Writer, srv.Skipped())
 }

@@ -7,7 +7,6 @@ import (
 	"image/png"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -151,16 +150,8 @@ func serveShards(t *testing.T, dir string, workers int) (addr string, stop func(
 	go func() {
 		done <- Run(ctx, []string{"segpipe", "--log-level", "warn", "serve", "--shards", filepath.Dir(dir), "--addr", "127.0.0.1:0", "--token", "tk", "--workers", strconv.Itoa(workers)}, &out, &errb)
 	}()
-	re := regexp.MustCompile(`grpc://(127\.0\.0\.1:\d+)`)
-	for deadline := time.Now().Add(10 * time.Second); addr == ""; time.Sleep(10 * time.Millisecond) {
-		if m := re.FindStringSubmatch(out.String()); m != nil {
-			addr = m[1]
-		}
-		if time.Now().After(deadline) {
-			cancel()
-			t.Fatalf("server did not start: %s", errb.String())
-		}
-	}
+	t.Cleanup(cancel) // waitAddr fails the test if the server does not start
+	addr = waitAddr(t, &out, &errb)
 	return addr, func() {
 		cancel()
 		select {
@@ -199,4 +190,20 @@ func TestServeStreamsToClient(t *testing.T) {
 	}
 	s.Close()
 	stop()
+}
+
+// Issue 16: batch 64 at imgsz 16384 made dump (and serve) die with a
+// runtime out-of-memory fatal error; the estimate refuses it as a usage
+// error before allocating.
+func TestLocalCommandsRefuseWhatDoesNotFit(t *testing.T) {
+	dir := miniShards(t)
+	for _, args := range [][]string{
+		{"dump", "--shards", dir, "--batch", "64", "--imgsz", "16384", "--out", filepath.Join(t.TempDir(), "x.arrows")},
+		{"bench", "--shards", dir, "--batch", "64", "--imgsz", "16384"},
+	} {
+		code, out, errs := run(t, args...)
+		if code != ExitUsage || !strings.Contains(errs, "memory limit") || !strings.Contains(errs, "imgsz 16384") {
+			t.Errorf("%s: exit %d, want %d with the estimate named\n%s%s", args[0], code, ExitUsage, out, errs)
+		}
+	}
 }

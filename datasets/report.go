@@ -41,6 +41,26 @@ const (
 // defect (exit code 1 with a precise message) from an I/O or usage error.
 var ErrBadInput = errors.New("bad input")
 
+// ErrImagesNotFound marks a split in which most listed images are missing:
+// the image directory (or the split) is wrong as a whole, not a few files.
+// Callers report it as a usage error.
+var ErrImagesNotFound = errors.New("images not found")
+
+// MaxMissingFraction is the share of listed images that may be missing
+// before a reader gives up with ErrImagesNotFound instead of skipping them.
+const MaxMissingFraction = 0.5
+
+// CheckMissing returns an error wrapping ErrImagesNotFound when more than
+// MaxMissingFraction of the listed images are missing under dir; first
+// holds the first few missing paths, for the message.
+func CheckMissing(dir string, listed, missing int, first []string) error {
+	if listed == 0 || float64(missing) <= MaxMissingFraction*float64(listed) {
+		return nil
+	}
+	return fmt.Errorf("%d of the %d listed images are missing under %s (first: %s): pass the directory the image paths are relative to, for the same split as the annotations: %w",
+		missing, listed, dir, strings.Join(first, ", "), ErrImagesNotFound)
+}
+
 // Problem is one defect in a dataset. In strict mode a reader returns the
 // first one as its error; otherwise it is counted in a Report and skipped.
 type Problem struct {

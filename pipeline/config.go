@@ -35,6 +35,15 @@ type Config struct {
 
 	WindowRows int   // shuffle window, default order.DefaultWindowRows
 	CacheBytes int64 // decoded-image cache, default 512 MiB (a 512-row window of 640×480 images)
+	// ImageCache, when set, is a decoded-image cache shared with other
+	// loaders over the same source (rows are keyed by their index in the
+	// source); CacheBytes is then ignored.
+	ImageCache *ImageCache
+
+	// MaxMemory bounds the loader's memory estimate (Memory): New refuses
+	// a configuration over it with an error wrapping ErrMemoryLimit,
+	// before allocating. Default DefaultMaxMemory(); negative: no limit.
+	MaxMemory int64
 
 	// Strict makes the loader fail on the first skipped sample instead of
 	// counting and logging it.
@@ -43,6 +52,12 @@ type Config struct {
 }
 
 func (c *Config) withDefaults() (Config, error) {
+	d := c.defaults()
+	return d, d.validate()
+}
+
+// defaults returns c with the documented defaults applied.
+func (c *Config) defaults() Config {
 	d := *c
 	if d.BatchSize == 0 {
 		d.BatchSize = 32
@@ -69,13 +84,19 @@ func (c *Config) withDefaults() (Config, error) {
 		d.WindowRows = order.DefaultWindowRows
 	}
 	if d.CacheBytes == 0 {
-		d.CacheBytes = 512 << 20
+		d.CacheBytes = DefaultCacheBytes
 	}
 	if d.Logger == nil {
 		d.Logger = slog.Default()
 	}
-	return d, d.validate()
+	if d.MaxMemory == 0 {
+		d.MaxMemory = DefaultMaxMemory()
+	}
+	return d
 }
+
+// DefaultCacheBytes is Config.CacheBytes's default.
+const DefaultCacheBytes = 512 << 20
 
 // MaxBatchSize is the largest BatchSize a Loader accepts: the loader sizes
 // its queues by the batch size, so an absurd value would exhaust memory
@@ -92,6 +113,14 @@ func (c Config) Validate() error {
 
 // validate checks a configuration whose defaults are already applied.
 func (d Config) validate() error {
+	if err := d.validateShape(); err != nil {
+		return err
+	}
+	return d.checkMemory()
+}
+
+// validateShape checks everything but the memory estimate.
+func (d Config) validateShape() error {
 	switch {
 	case d.BatchSize < 1 || d.BatchSize > MaxBatchSize:
 		return fmt.Errorf("pipeline: batch size %d: want 1 to %d", d.BatchSize, MaxBatchSize)

@@ -189,6 +189,23 @@ func ycc(y, cb, cr uint8) (uint8, uint8, uint8) {
 	return uint8(r), uint8(g), uint8(b)
 }
 
+// ImageCache is a decoded-image cache that loaders over the same source
+// share (Config.ImageCache): a server streaming one shard set to many
+// clients decodes each image once for all of them and holds one cache's
+// memory, not one per stream. Safe for concurrent use.
+type ImageCache struct{ c *cache }
+
+// NewImageCache returns a cache of at most maxBytes of decoded pixels
+// (entries in use are kept past the bound until released).
+func NewImageCache(maxBytes int64) *ImageCache { return &ImageCache{c: newCache(maxBytes)} }
+
+// Bytes returns the pixel bytes the cache holds.
+func (ic *ImageCache) Bytes() int64 {
+	ic.c.mu.Lock()
+	defer ic.c.mu.Unlock()
+	return ic.c.cur
+}
+
 // cache holds decoded images by row id, bounded by bytes, LRU. Concurrent
 // requests for one row wait for a single decode. Entries in use are never
 // recycled: their pixel buffer returns to the free list only when the
@@ -199,8 +216,6 @@ type cache struct {
 	entries  map[int64]*entry
 	lru      list.List // of *entry, front = most recent
 	free     [][]byte
-
-	decodes, hits int64
 }
 
 type entry struct {
@@ -227,7 +242,6 @@ func (c *cache) get(row int64, format string, data []byte) (e *entry, decoded bo
 		if e.elem != nil {
 			c.lru.MoveToFront(e.elem)
 		}
-		c.hits++
 		c.mu.Unlock()
 		<-e.ready
 		return e, false
@@ -239,7 +253,6 @@ func (c *cache) get(row int64, format string, data []byte) (e *entry, decoded bo
 		buf = c.free[n-1]
 		c.free = c.free[:n-1]
 	}
-	c.decodes++
 	c.mu.Unlock()
 
 	e.img, e.err = decodeImage(format, data, buf)
@@ -295,10 +308,4 @@ func (c *cache) recycle(b []byte) {
 	if len(c.free) < 16 {
 		c.free = append(c.free, b[:0])
 	}
-}
-
-func (c *cache) counts() (decodes, hits int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.decodes, c.hits
 }

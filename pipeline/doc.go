@@ -59,10 +59,20 @@
 //
 // # Bad data
 //
-// A row without image bytes or an image that fails to decode is skipped:
-// counted by reason in Stats().Skipped and logged with slog (keys row,
-// image_id, epoch, reason, err). A skipped sample shortens its batch; a
-// failing mosaic partner leaves its quarter filled. With Config.Strict the
-// first such problem fails the stream instead. A source read error fails
-// the stream. No case stalls: every wait also watches the context.
+// Damage is contained to what is damaged. A Source reports rows it cannot
+// deliver with a *Damage error beside the block's rows; ShardSource does so
+// for a shard that cannot be opened (bad_shard: truncated, bad footer), a
+// row group whose pages fail to read or decompress (bad_row_group), a row
+// whose image bytes fail their crc32c (image_checksum, format version 2)
+// and a row with inconsistent columns (bad_row), logging the shard and row
+// range once. The loader skips such samples, and images that fail to
+// decode (decode), counting each by reason in Stats().Skipped (a failed
+// mosaic partner counts as "partner_" + reason and leaves its quarter
+// filled) and logging the first LogPerReason of each reason at Warn (keys
+// row, image_id, epoch, reason, err). A skipped sample shortens its batch.
+// Stats.Summary is the end-of-run summary every command prints and writes
+// into its run directory (skipped.json). With Config.Strict the first such
+// problem fails the stream instead. Any other source error fails the
+// stream. No case stalls: every wait, the collate wait included, also
+// watches the context.
 package pipeline

@@ -120,13 +120,17 @@ type window struct {
 	blocks []int
 	offs   []int // first row of each block within rows
 	rows   []shard.Image
+	bad    map[int]*BadRow // rows the source could not deliver, by index in rows
 }
 
-func (w *window) row(ep *order.Epoch, p int64) (*shard.Image, int64) {
+// row returns the row at epoch position p, its dataset row id and, when
+// the source reported it damaged, why.
+func (w *window) row(ep *order.Epoch, p int64) (*shard.Image, int64, *BadRow) {
 	b, r := ep.Locate(p)
 	for i, bb := range w.blocks {
 		if bb == b {
-			return &w.rows[w.offs[i]+r], ep.Row(p)
+			k := w.offs[i] + r
+			return &w.rows[k], ep.Row(p), w.bad[k]
 		}
 	}
 	panic("pipeline: position outside its window") // order guarantees it is inside
@@ -148,9 +152,13 @@ func New(ctx context.Context, src Source, cfg Config) (*Loader, error) {
 	if err != nil {
 		return nil, err
 	}
+	ic := c.ImageCache
+	if ic == nil {
+		ic = NewImageCache(c.CacheBytes)
+	}
 	l := &Loader{
 		cfg: c, src: src, blockRows: src.BlockRows(), builder: b, grid: g,
-		cache: newCache(c.CacheBytes), slotBytes: 3 * s * s,
+		cache: ic.c, slotBytes: 3 * s * s,
 		jobs:     make(chan *job, c.Prefetch),
 		tasks:    make(chan task, c.Workers),
 		rasters:  make(chan rtask, (c.Prefetch+2)*c.BatchSize),
@@ -161,8 +169,8 @@ func New(ctx context.Context, src Source, cfg Config) (*Loader, error) {
 		skipped:  map[string]int64{},
 	}
 	// Enough retained memory for every batch in flight plus the ones the
-	// consumer holds.
-	l.mem = bufpool.New(int64(c.Prefetch+4) * int64(c.BatchSize) * int64(l.slotBytes+g.Cells()*16) * 2)
+	// consumer holds: the batch part of the memory estimate.
+	l.mem = bufpool.New(c.memory().Batches)
 	l.ctx, l.cancel = context.WithCancel(ctx)
 	l.wg.Add(1 + c.Workers)
 	go l.dispatch()
@@ -195,144 +203,6 @@ func (l *Loader) mode(e int) augment.Mode {
 		return augment.TrainNoMosaic
 	}
 	return augment.Train
-}
-
-func (l *Loader) dispatch() {
-	defer l.wg.Done()
-	defer close(l.jobs)
-	ctx := l.ctx
-	B, W := int64(l.cfg.BatchSize), int64(l.cfg.WorldSize)
-	for e := l.cfg.Start.Epoch; e < l.cfg.Epochs; e++ {
-		start := int64(0)
-		if e == l.cfg.Start.Epoch {
-			start = l.cfg.Start.Consumed
-		}
-		ep, err := order.NewEpoch(l.cfg.Start.Seed, e, l.blockRows, l.cfg.WindowRows)
-		if err != nil {
-			l.fail(err)
-			return
-		}
-		first, step, count := order.RankPositions(start, ep.N, l.cfg.Rank, l.cfg.WorldSize)
-		if count == 0 {
-			continue
-		}
-		wins := make(chan *window, 1)
-		rctx, rcancel := context.WithCancel(ctx)
-		l.wg.Add(1)
-		go l.read(rctx, ep, ep.WindowOf(first), wins)
-		var cur *window
-		ok := func() bool {
-			for k := int64(0); k < count; k += B {
-				n := int(min(B, count-k))
-				j := l.newJob(e, ep.N, n)
-				j.endConsumed = min(start+(k+int64(n))*W, ep.N)
-				l.outstanding.Add(1)
-				select {
-				case l.jobs <- j:
-				case <-ctx.Done():
-					l.releaseJob(j)
-					return false
-				}
-				for i := 0; i < n; i++ {
-					p := first + (k+int64(i))*step
-					wi := ep.WindowOf(p)
-					for cur == nil || cur.idx < wi {
-						select {
-						case w, more := <-wins:
-							if !more {
-								return false // reader failed
-							}
-							cur = w
-						case <-ctx.Done():
-							return false
-						}
-					}
-					select {
-					case l.tasks <- task{j: j, i: i, pos: p, win: cur, ep: ep}:
-					case <-ctx.Done():
-						return false
-					}
-				}
-			}
-			return true
-		}()
-		rcancel()
-		if !ok {
-			return
-		}
-	}
-	close(l.tasks)
-	for l.outstanding.Load() > 0 {
-		select {
-		case <-l.finished:
-		case <-ctx.Done():
-			return
-		}
-	}
-	close(l.quit)
-}
-
-func (l *Loader) read(ctx context.Context, ep *order.Epoch, from int, out chan<- *window) {
-	defer l.wg.Done()
-	defer close(out)
-	for wi := from; wi < len(ep.Windows); wi++ {
-		t0 := time.Now()
-		w := &window{idx: wi, blocks: ep.Windows[wi].Blocks}
-		for _, b := range w.blocks {
-			rows, err := l.src.ReadBlock(ctx, b)
-			if err == nil && len(rows) != l.blockRows[b] {
-				err = fmt.Errorf("block %d: %d rows, expected %d", b, len(rows), l.blockRows[b])
-			}
-			if err != nil {
-				if ctx.Err() == nil {
-					l.fail(fmt.Errorf("pipeline: read block %d: %w", b, err))
-				}
-				return
-			}
-			w.offs = append(w.offs, len(w.rows))
-			w.rows = append(w.rows, rows...)
-		}
-		l.st.read.Add(int64(time.Since(t0)))
-		select {
-		case out <- w:
-		case <-ctx.Done():
-			return
-		}
-	}
-}
-
-func (l *Loader) newJob(e int, n int64, size int) *job {
-	var j *job
-	select {
-	case j = <-l.free:
-	default:
-		j = &job{samples: make([]sample, l.cfg.BatchSize)}
-	}
-	j.epoch, j.epochN, j.n, j.mode = e, n, size, l.mode(e)
-	j.pending.Store(int32(size))
-	j.kept, j.instOff, j.owned = j.kept[:0], j.instOff[:0], j.owned[:0]
-	j.done = make(chan struct{})
-	j.rec = nil
-	j.images = l.buffer(size * l.slotBytes)
-	return j
-}
-
-func (l *Loader) buffer(n int) *memory.Buffer {
-	b := memory.NewResizableBuffer(l.mem)
-	b.Resize(n)
-	return b
-}
-
-// releaseJob frees the buffers of a job that will not complete.
-func (l *Loader) releaseJob(j *job) {
-	if j.images != nil {
-		j.images.Release()
-		j.images = nil
-	}
-	for _, b := range j.owned {
-		b.Release()
-	}
-	j.owned = j.owned[:0]
 }
 
 type worker struct {
@@ -373,31 +243,25 @@ func (l *Loader) work() {
 	}
 }
 
-func (l *Loader) skip(j *job, s *sample, row int64, id int64, reason string, err error) {
-	l.skipMu.Lock()
-	l.skipped[reason]++
-	l.skipMu.Unlock()
-	l.cfg.Logger.Warn("skipping sample", "row", row, "image_id", id, "epoch", j.epoch, "reason", reason, "err", err)
-	if l.cfg.Strict {
-		l.fail(fmt.Errorf("pipeline: row %d image %d: %s: %w", row, id, reason, err))
-	}
-}
-
 // build makes sample t.i of its batch: decode, plan, render straight into
 // the batch's image buffer, transform labels.
 func (l *Loader) build(w *worker, t task) {
 	j, s := t.j, &t.j.samples[t.i]
 	s.ok = false
 	s.labels.Reset()
-	row, id := t.win.row(t.ep, t.pos)
+	row, id, bad := t.win.row(t.ep, t.pos)
 	order.Reseed(&w.rng, l.cfg.Start.Seed, order.StreamSample, uint64(j.epoch), uint64(t.pos))
 	defer func() {
 		if j.pending.Add(-1) == 0 {
 			l.assemble(j)
 		}
 	}()
+	if bad != nil {
+		l.skip(j, s, id, row.ImageID, bad.Reason, bad.Err)
+		return
+	}
 	if row.Bytes == nil {
-		l.skip(j, s, id, row.ImageID, "bad_row", errors.New("row has no image bytes"))
+		l.skip(j, s, id, row.ImageID, SkipBadRow, errNoBytes)
 		return
 	}
 	e, err := l.decode(row, id)
@@ -413,11 +277,15 @@ func (l *Loader) build(w *worker, t task) {
 		nt = 4
 		w.parts = t.ep.Partners(w.parts[:0], t.pos, 3)
 		for k, q := range w.parts {
-			prow, pid := t.win.row(t.ep, q)
+			prow, pid, pbad := t.win.row(t.ep, q)
 			w.tiles[k+1] = augment.Tile{Instances: prow.Instances}
 			w.ents[k+1] = nil
+			if pbad != nil {
+				l.skip(j, s, pid, prow.ImageID, "partner_"+pbad.Reason, pbad.Err)
+				continue
+			}
 			if prow.Bytes == nil {
-				l.skip(j, s, pid, prow.ImageID, "partner_bad_row", errors.New("row has no image bytes"))
+				l.skip(j, s, pid, prow.ImageID, "partner_"+SkipBadRow, errNoBytes)
 				continue
 			}
 			pe, err := l.decode(prow, pid)
@@ -460,6 +328,9 @@ func (l *Loader) decode(row *shard.Image, id int64) (*entry, error) {
 	e, decoded := l.cache.get(id, row.Format, row.Bytes)
 	if decoded {
 		l.st.decode.Add(int64(time.Since(t0)))
+		l.st.decodes.Add(1)
+	} else {
+		l.st.hits.Add(1)
 	}
 	return e, e.err
 }
@@ -470,140 +341,7 @@ func (l *Loader) put(e *entry) {
 	}
 }
 
-// assemble runs once every sample of j is built: it compacts skipped
-// samples away, sizes the batch's one mask buffer at sum_N·Hp·Wp, fills
-// the small columns and hands each image's rasterisation to the workers,
-// which write straight into their slices of that buffer.
-func (l *Loader) assemble(j *job) {
-	if l.ctx.Err() != nil {
-		return
-	}
-	t0 := time.Now()
-	img := j.images.Bytes()
-	sumN := 0
-	for i := 0; i < j.n; i++ {
-		s := &j.samples[i]
-		if !s.ok {
-			continue
-		}
-		k := len(j.kept)
-		if k != i {
-			copy(img[k*l.slotBytes:(k+1)*l.slotBytes], img[i*l.slotBytes:(i+1)*l.slotBytes])
-		}
-		j.kept = append(j.kept, i)
-		j.instOff = append(j.instOff, sumN)
-		sumN += s.labels.N()
-	}
-	n := len(j.kept)
-	j.images.Resize(n * l.slotBytes)
-	c := &j.cols
-	*c = batch.Columns{N: n, SumN: sumN, Images: j.images}
-	own := func(size int) *memory.Buffer {
-		b := l.buffer(size)
-		j.owned = append(j.owned, b)
-		return b
-	}
-	c.ImageIDs, c.OrigHeight, c.OrigWidth = own(8*n), own(4*n), own(4*n)
-	c.Transforms, c.BoxesPerImage, c.Offsets = own(48*n), own(4*n), own(4*(n+1))
-	c.Boxes, c.Classes, c.Masks = own(16*sumN), own(4*sumN), own(sumN*l.grid.Cells())
-	c.IsCrowd = own(sumN)
-	crowd := c.IsCrowd.Bytes()
-	clear(crowd) // pooled memory
-	ids, oh, ow := arrow.Int64Traits.CastFromBytes(c.ImageIDs.Bytes()), arrow.Int32Traits.CastFromBytes(c.OrigHeight.Bytes()), arrow.Int32Traits.CastFromBytes(c.OrigWidth.Bytes())
-	xf, bpi, offs := arrow.Float64Traits.CastFromBytes(c.Transforms.Bytes()), arrow.Int32Traits.CastFromBytes(c.BoxesPerImage.Bytes()), arrow.Int32Traits.CastFromBytes(c.Offsets.Bytes())
-	boxes, classes := arrow.Float32Traits.CastFromBytes(c.Boxes.Bytes()), arrow.Int32Traits.CastFromBytes(c.Classes.Bytes())
-	offs[0] = 0
-	raster := 0
-	for k, i := range j.kept {
-		s := &j.samples[i]
-		ids[k], oh[k], ow[k] = s.imageID, s.origH, s.origW
-		copy(xf[6*k:6*k+6], s.xform[:])
-		nk := s.labels.N()
-		bpi[k] = int32(nk)
-		offs[k+1] = offs[k] + int32(nk)
-		o := j.instOff[k]
-		copy(boxes[4*o:], s.labels.Boxes)
-		copy(classes[o:], s.labels.Classes)
-		for _, cr := range s.labels.Crowd {
-			crowd[o+cr.Inst] = 1
-		}
-		if nk > 0 {
-			raster++
-		}
-	}
-	j.rasterLeft.Store(int32(raster))
-	l.st.collate.Add(int64(time.Since(t0)))
-	if raster == 0 {
-		l.finish(j)
-		return
-	}
-	for k, i := range j.kept {
-		if j.samples[i].labels.N() > 0 {
-			l.rasters <- rtask{j: j, k: k} // capacity covers every batch in flight
-		}
-	}
-}
-
-func (l *Loader) rasterise(w *worker, r rtask) {
-	t0 := time.Now()
-	j := r.j
-	s := &j.samples[j.kept[r.k]]
-	cells := l.grid.Cells()
-	masks := j.cols.Masks.Bytes()
-	base := j.instOff[r.k]
-	ci := 0
-	for k := 0; k < s.labels.N(); k++ {
-		dst := masks[(base+k)*cells : (base+k+1)*cells]
-		var err error
-		var cr *augment.Crowd
-		if ci < len(s.labels.Crowd) && s.labels.Crowd[ci].Inst == k {
-			cr = &s.labels.Crowd[ci]
-			ci++
-		}
-		if cr != nil && cr.RLE != nil {
-			err = w.z.DenseRLE(dst, l.grid, raster.RLE{H: int(cr.RLE.Height), W: int(cr.RLE.Width), Counts: cr.RLE.Counts}, cr.ToCanvas)
-			if err != nil {
-				clear(dst)
-				l.skip(j, s, -1, s.imageID, "bad_rle", err)
-				err = nil
-			}
-		} else {
-			w.rings = s.labels.Rings(w.rings[:0], k)
-			err = w.z.Dense(dst, l.grid, w.rings)
-		}
-		if err != nil {
-			l.fail(fmt.Errorf("pipeline: image %d instance %d: %w", s.imageID, k, err))
-			return
-		}
-	}
-	clear(w.rings)
-	if rasterHook != nil {
-		rasterHook(masks)
-	}
-	l.st.raster.Add(int64(time.Since(t0)))
-	if j.rasterLeft.Add(-1) == 0 {
-		l.finish(j)
-	}
-}
-
-func (l *Loader) finish(j *job) {
-	t0 := time.Now()
-	rec, err := l.builder.Build(&j.cols)
-	if err != nil {
-		l.fail(fmt.Errorf("pipeline: collate: %w", err))
-		return
-	}
-	l.releaseJob(j) // the record holds its own references
-	j.rec = rec
-	l.st.collate.Add(int64(time.Since(t0)))
-	l.st.images.Add(int64(rec.NumRows()))
-	close(j.done)
-	l.outstanding.Add(-1)
-	select {
-	case l.finished <- struct{}{}:
-	default:
-	}
-}
+var errNoBytes = errors.New("row has no image bytes")
 
 // rasterHook, when set by a test, sees the mask buffer each rasterisation
 // wrote into.

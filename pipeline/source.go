@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -56,34 +57,57 @@ func (s *SliceSource) ReadBlock(_ context.Context, i int) ([]shard.Image, error)
 
 // ShardSource reads a shard directory (formats/shard) block by block: one
 // block per row group of every shard, in manifest order.
+//
+// Damage is contained to what is damaged: a shard that cannot be opened
+// becomes one block of its manifest row count whose rows are all skipped
+// (SkipBadShard); a row group that fails to read or decompress has all its
+// rows skipped (SkipBadRowGroup); a row whose image bytes fail their
+// checksum (SkipImageChecksum) or whose columns are inconsistent
+// (SkipBadRow) is skipped alone. Each is logged once with the shard and
+// row range and reported to the loader as a *Damage.
 type ShardSource struct {
 	set    *shard.Set
 	blocks []shardBlock
 	rows   []int
+	broken map[int]error // shards that could not be opened
 
 	mu     sync.Mutex
 	open   *shard.ShardReader
 	openID int
 }
 
-type shardBlock struct{ shard, group int }
+type shardBlock struct {
+	shard, group int
+	first        int64 // first row within the shard
+}
 
 // OpenShards opens the shard directory dir through its manifest and reads
-// every shard's footer to learn its row groups.
+// every shard's footer to learn its row groups. Only a missing or invalid
+// manifest is an error.
 func OpenShards(dir string) (*ShardSource, error) {
 	set, err := shard.Open(dir)
 	if err != nil {
 		return nil, err
 	}
-	s := &ShardSource{set: set, openID: -1}
-	for i := range set.Manifest.Shards {
+	s := &ShardSource{set: set, openID: -1, broken: map[int]error{}}
+	for i, info := range set.Manifest.Shards {
 		r, err := set.OpenShard(i, shard.ReadOptions{})
 		if err != nil {
-			return nil, err
+			slog.Warn("skipping unreadable shard", "shard", info.File, "rows", fmt.Sprintf("0-%d", info.Rows-1),
+				"reason", SkipBadShard, "err", err)
+			s.broken[i] = err
+			if info.Rows > 0 {
+				s.blocks = append(s.blocks, shardBlock{shard: i, group: -1})
+				s.rows = append(s.rows, int(info.Rows))
+			}
+			continue
 		}
+		var first int64
 		for g := 0; g < r.NumRowGroups(); g++ {
-			s.blocks = append(s.blocks, shardBlock{i, g})
-			s.rows = append(s.rows, int(r.RowGroupRows(g)))
+			n := r.RowGroupRows(g)
+			s.blocks = append(s.blocks, shardBlock{i, g, first})
+			s.rows = append(s.rows, int(n))
+			first += n
 		}
 		r.Close()
 	}
@@ -98,44 +122,90 @@ func (s *ShardSource) BlockRows() []int { return s.rows }
 
 // ReadBlock implements Source. Rows alias the row group's Arrow buffers,
 // which come from a Go allocator: they stay valid for as long as the rows
-// are referenced, and the garbage collector frees them afterwards.
+// are referenced, and the garbage collector frees them afterwards. Damaged
+// rows come back empty with a *Damage error (see ShardSource).
 func (s *ShardSource) ReadBlock(ctx context.Context, i int) ([]shard.Image, error) {
 	if i < 0 || i >= len(s.blocks) {
 		return nil, fmt.Errorf("block %d out of range [0,%d)", i, len(s.blocks))
 	}
 	b := s.blocks[i]
+	file := s.set.Manifest.Shards[b.shard].File
+	n := s.rows[i]
+	where := fmt.Sprintf("shard %s row group %d (rows %d-%d)", file, b.group, b.first, b.first+int64(n)-1)
+	whole := func(reason string, err error) ([]shard.Image, error) {
+		d := &Damage{Where: where, Rows: make([]BadRow, n)}
+		for r := range d.Rows {
+			d.Rows[r] = BadRow{Row: r, Reason: reason, Err: err}
+		}
+		return make([]shard.Image, n), d
+	}
+	if err := s.broken[b.shard]; err != nil {
+		d := &Damage{Where: fmt.Sprintf("shard %s (rows 0-%d)", file, n-1)}
+		for r := 0; r < n; r++ {
+			d.Rows = append(d.Rows, BadRow{Row: r, Reason: SkipBadShard, Err: err})
+		}
+		return make([]shard.Image, n), d
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.openID != b.shard {
-		if s.open != nil {
-			s.open.Close()
-			s.open = nil
-		}
+		s.closeOpen()
 		r, err := s.set.OpenShard(b.shard, shard.ReadOptions{Allocator: memory.NewGoAllocator()})
 		if err != nil {
-			return nil, err
+			// It opened when the source was made: changed since.
+			slog.Warn("skipping unreadable shard", "shard", file, "reason", SkipBadShard, "err", err)
+			return whole(SkipBadShard, err)
 		}
 		s.open, s.openID = r, b.shard
 	}
 	rec, err := s.open.ReadRowGroup(ctx, b.group)
 	if err != nil {
-		return nil, err
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		// The reader may be left in any state by damaged pages: start
+		// the next block from a fresh one.
+		s.closeOpen()
+		slog.Warn("skipping damaged row group", "shard", file, "row_group", b.group,
+			"rows", fmt.Sprintf("%d-%d", b.first, b.first+int64(n)-1), "reason", SkipBadRowGroup, "err", err)
+		return whole(SkipBadRowGroup, err)
 	}
 	defer rec.Release()
 	var d shard.Decoder
 	if err := d.Reset(rec); err != nil {
-		return nil, fmt.Errorf("shard %s row group %d: %w", s.open.Name(), b.group, err)
+		slog.Warn("skipping damaged row group", "shard", file, "row_group", b.group,
+			"rows", fmt.Sprintf("%d-%d", b.first, b.first+int64(n)-1), "reason", SkipBadRowGroup, "err", err)
+		return whole(SkipBadRowGroup, err)
 	}
 	rows := make([]shard.Image, d.Len())
+	var dmg *Damage
 	for r := range rows {
 		if err := d.Decode(r, &rows[r]); err != nil {
-			// A bad row becomes an empty one that the loader skips and
-			// counts (reason "bad_row"); reading goes on.
-			slog.Warn("skipping bad row", "shard", s.open.Name(), "row_group", b.group, "row", r, "reason", err.Error())
+			reason := SkipBadRow
+			if errors.Is(err, shard.ErrImageChecksum) {
+				reason = SkipImageChecksum
+			}
+			slog.Warn("skipping damaged row", "shard", file, "row_group", b.group, "row", b.first+int64(r),
+				"image_id", rows[r].ImageID, "reason", reason, "err", err)
 			rows[r] = shard.Image{}
+			if dmg == nil {
+				dmg = &Damage{Where: where}
+			}
+			dmg.Rows = append(dmg.Rows, BadRow{Row: r, Reason: reason, Err: fmt.Errorf("shard %s row %d: %w", file, b.first+int64(r), err)})
 		}
 	}
+	if dmg != nil {
+		return rows, dmg
+	}
 	return rows, nil
+}
+
+func (s *ShardSource) closeOpen() {
+	if s.open != nil {
+		s.open.Close()
+		s.open = nil
+	}
+	s.openID = -1
 }
 
 // Close closes the open shard file.

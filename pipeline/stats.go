@@ -9,6 +9,7 @@ import (
 type counters struct {
 	read, decode, augment, raster, collate, stall atomic.Int64 // nanoseconds
 	batches, images, dropped, crowd               atomic.Int64
+	decodes, hits                                 atomic.Int64 // this loader's cache lookups
 }
 
 // Stats is a snapshot of a loader's work so far. Stage times are summed
@@ -49,7 +50,7 @@ func (l *Loader) Stats() Stats {
 	if t := l.start.Load(); t != 0 {
 		s.Wall = time.Since(time.Unix(0, t))
 	}
-	s.Decodes, s.CacheHits = l.cache.counts()
+	s.Decodes, s.CacheHits = l.st.decodes.Load(), l.st.hits.Load()
 	if s.Images > 0 {
 		s.DecodesPerImage = float64(s.Decodes) / float64(s.Images)
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -51,7 +52,7 @@ func TestBadInputFixtures(t *testing.T) {
 		{name: "malformed-json", fatal: true, msg: []string{"byte 343", "malformed_json", "expecting ',' or '}'"}},
 		{name: "truncated-json", fatal: true, msg: []string{"byte 298", "malformed_json", "unexpected end of input (truncated file?) inside the string starting at byte 296"}},
 		{name: "missing-image-file", counts: map[string]int64{"missing_image_file": 1},
-			emitted: map[int64][]int64{1: {10}}, msg: []string{"missing.jpg", "image 2", "missing_image_file", "its 1 annotations are skipped"}},
+			emitted: map[int64][]int64{1: {10}}, msg: []string{"missing.jpg", "image 2", "missing_image_file", "1 annotations refer to it"}},
 		{name: "corrupt-image", counts: map[string]int64{"corrupt_image": 1},
 			emitted: map[int64][]int64{1: {10}}, msg: []string{"corrupt.jpg", "image 2", "corrupt_image"}},
 		{name: "unsupported-image", counts: map[string]int64{"corrupt_image": 1},
@@ -72,8 +73,10 @@ func TestBadInputFixtures(t *testing.T) {
 			emitted: map[int64][]int64{1: {10}, 2: {}}, msg: []string{"annotations[1].segmentation[0] image 2 annotation 11: polygon_odd_length: 7 values"}},
 		{name: "polygon-too-few-points", counts: map[string]int64{"polygon_too_few_points": 1},
 			emitted: map[int64][]int64{1: {10}, 2: {11}}, msg: []string{"annotations[1].segmentation[1] image 2 annotation 11: polygon_too_few_points"}},
-		{name: "polygon-four-numbers", counts: map[string]int64{"polygon_four_numbers": 1, "no_valid_polygon": 1},
-			emitted: map[int64][]int64{1: {10}, 2: {}}, msg: []string{"annotations[1].segmentation[0] image 2 annotation 11: polygon_four_numbers"}},
+		// One dropped annotation is one count (issue 16 counted it twice,
+		// once for its ring and once for the annotation).
+		{name: "polygon-four-numbers", counts: map[string]int64{"no_valid_polygon": 1},
+			emitted: map[int64][]int64{1: {10}, 2: {}}, msg: []string{"annotations[1].segmentation image 2 annotation 11: no_valid_polygon", "annotations[1].segmentation[0]: polygon_four_numbers"}},
 		{name: "nan-inf", counts: map[string]int64{"non_finite_number": 2},
 			emitted: map[int64][]int64{1: {}, 2: {}}, msg: []string{"annotations[0].segmentation[0] image 1 annotation 10: non_finite_number: value 2 is NaN"}},
 		{name: "invalid-rle", counts: map[string]int64{"invalid_rle": 1},
@@ -101,6 +104,10 @@ func TestBadInputFixtures(t *testing.T) {
 			}
 			if !errors.Is(err, datasets.ErrBadInput) {
 				t.Errorf("strict error %v does not wrap ErrBadInput", err)
+			}
+			// The run fails: a strict message must not say it skipped.
+			if strings.Contains(err.Error(), "skipped") || strings.Contains(err.Error(), "dropped") {
+				t.Errorf("strict error %q speaks of skipping while the run fails", err)
 			}
 			for _, m := range append(tc.msg, ann) {
 				if !strings.Contains(err.Error(), m) && !strings.Contains(err.Error(), filepath.Base(m)) {
@@ -232,4 +239,18 @@ func slicesEqual(a, b []uint32) bool {
 		}
 	}
 	return true
+}
+
+// Issue 16: an id of 2^70 was reported as "not an integer".
+func TestHugeIDIsOutOfRangeNotANonInteger(t *testing.T) {
+	dir := t.TempDir()
+	ann := filepath.Join(dir, "a.json")
+	doc := `{"images":[],"categories":[{"id":1,"name":"x"}],"annotations":[{"id":1180591620717411303424,"image_id":1,"category_id":1,"bbox":[0,0,1,1],"area":1,"segmentation":[[0,0,1,0,1,1]]}]}`
+	if err := os.WriteFile(ann, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(ann, dir, Options{Strict: true, Logger: quiet})
+	if err == nil || !strings.Contains(err.Error(), "1180591620717411303424 does not fit a 64-bit integer") {
+		t.Fatalf("err = %v, want the id named as out of the 64-bit range", err)
+	}
 }

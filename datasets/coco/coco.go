@@ -1,6 +1,7 @@
 package coco
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/segpipe/segpipe/datasets"
 	"github.com/segpipe/segpipe/datasets/internal/arena"
@@ -343,8 +345,11 @@ func (p *parser) intValue(where string, lo, hi int64) (int64, *note, error) {
 	if !ok {
 		// 3.0 or 1e3 are integers written as floats; accept those.
 		if v != math.Trunc(v) || math.Abs(v) > 1<<53 {
-			return 0, &note{off: off, where: p.at(where), reason: datasets.ReasonInvalidField,
-				detail: fmt.Sprintf("%s is not an integer", raw)}, nil
+			detail := fmt.Sprintf("%s is not an integer", raw)
+			if isDecimalInt(raw) {
+				detail = fmt.Sprintf("%s does not fit a 64-bit integer", raw)
+			}
+			return 0, &note{off: off, where: p.at(where), reason: datasets.ReasonInvalidField, detail: detail}, nil
 		}
 		n = int64(v)
 	}
@@ -471,7 +476,7 @@ func (p *parser) image(idx int32) error {
 		if bad == nil {
 			if first, dup := p.imgByID[im.id]; dup {
 				bad = &note{off: off, where: p.at(where), reason: datasets.ReasonDuplicateImageID,
-					detail: fmt.Sprintf("id already used by images[%d]; this entry is skipped", p.images[first].idx)}
+					detail: fmt.Sprintf("id already used by images[%d]", p.images[first].idx)}
 			}
 		}
 	}
@@ -537,7 +542,7 @@ func (p *parser) category(idx int32) error {
 			bad = &note{off: off, where: p.at(where), reason: datasets.ReasonMissingField, detail: "no name"}
 		case p.catSeen[c.ID]:
 			bad = &note{off: off, where: p.at(where), reason: datasets.ReasonDuplicateCategoryID,
-				detail: fmt.Sprintf("category id %d already defined; this entry is skipped", c.ID)}
+				detail: fmt.Sprintf("category id %d already defined", c.ID)}
 		}
 	}
 	if bad != nil {
@@ -645,15 +650,21 @@ func (p *parser) annotation(idx int32) error {
 			}
 		}
 	}
+	if bad == nil && !a.HasRLE && a.RingHi == a.RingLo && len(p.notes) > 0 {
+		// The annotation goes as a whole: one problem, naming its rings'
+		// defects, not one per ring plus one for the annotation.
+		var why []string
+		for _, n := range p.notes {
+			why = append(why, n.where+": "+n.reason+": "+n.detail)
+		}
+		bad = &note{off: off, where: p.at(".segmentation"), reason: datasets.ReasonNoValidPolygon,
+			detail: "no ring with 3 or more points (" + strings.Join(why, "; ") + ")"}
+	}
 	if bad == nil {
 		for _, n := range p.notes {
 			if err := p.problem(n.off, n.where, imageID, a.ID, n.reason, n.detail); err != nil {
 				return err
 			}
-		}
-		if !a.HasRLE && a.RingHi == a.RingLo && len(p.notes) > 0 {
-			bad = &note{off: off, where: p.at(".segmentation"), reason: datasets.ReasonNoValidPolygon,
-				detail: "every ring was dropped"}
 		}
 	}
 	if bad != nil {
@@ -848,11 +859,11 @@ func (p *parser) polygons(where string, a *arena.Ann) (*note, error) {
 		case n == 4:
 			st.Coords = st.Coords[:c0]
 			p.notes = append(p.notes, note{off: roff, where: rw(), reason: datasets.ReasonPolygonFourNumbers,
-				detail: "ring of 4 numbers dropped (2 points; pycocotools would read it as a box)"})
+				detail: "ring of 4 numbers (2 points; pycocotools would read it as a box)"})
 		case n < 6:
 			st.Coords = st.Coords[:c0]
 			p.notes = append(p.notes, note{off: roff, where: rw(), reason: datasets.ReasonPolygonTooFewPoints,
-				detail: fmt.Sprintf("ring of %d points dropped", n/2)})
+				detail: fmt.Sprintf("ring of %d points", n/2)})
 		default:
 			st.CloseRing()
 		}
@@ -1023,7 +1034,7 @@ func (p *parser) finish(imagesDir string, workers int, d *Dataset) error {
 		img, okImg := p.imgByID[p.annImage[i]]
 		cls, okCat := classOf[a.CategoryID]
 		if first, dup := seen[a.ID]; dup {
-			reason, detail = datasets.ReasonDuplicateAnnID, fmt.Sprintf("id already used by annotations[%d]; this one is skipped", p.annIdx[first])
+			reason, detail = datasets.ReasonDuplicateAnnID, fmt.Sprintf("id already used by annotations[%d]", p.annIdx[first])
 		} else if !okImg {
 			reason, detail = datasets.ReasonUnknownImageID, fmt.Sprintf("image_id %d is not in images", p.annImage[i])
 		} else if !okCat {
@@ -1059,6 +1070,8 @@ func (p *parser) finish(imagesDir string, workers int, d *Dataset) error {
 	}
 	keep := make([]int32, len(p.images)) // image slot → entry index, -1 dropped
 	var entries []arena.Entry
+	var missing int
+	var firstMissing []string
 	for k, i := range order {
 		im := &p.images[i]
 		keep[i] = -1
@@ -1069,6 +1082,9 @@ func (p *parser) finish(imagesDir string, workers int, d *Dataset) error {
 			reason = datasets.ReasonCorruptImage
 			if errors.As(herr, &he) && he.Missing {
 				reason = datasets.ReasonMissingImageFile
+				if missing++; len(firstMissing) < 3 {
+					firstMissing = append(firstMissing, paths[k])
+				}
 			}
 			detail = herr.Error()
 		} else if h.Width != im.w || h.Height != im.h {
@@ -1077,7 +1093,7 @@ func (p *parser) finish(imagesDir string, workers int, d *Dataset) error {
 		}
 		if reason != "" {
 			if perImage[i] > 0 {
-				detail += fmt.Sprintf(" (its %d annotations are skipped with it)", perImage[i])
+				detail += fmt.Sprintf(" (%d annotations refer to it)", perImage[i])
 			}
 			pr := &datasets.Problem{File: paths[k], Offset: -1, Where: fmt.Sprintf("images[%d] in %s", im.idx, p.file),
 				ImageID: im.id, AnnID: -1, Reason: reason, Detail: detail}
@@ -1089,6 +1105,9 @@ func (p *parser) finish(imagesDir string, workers int, d *Dataset) error {
 		keep[i] = int32(len(entries))
 		entries = append(entries, arena.Entry{ID: im.id, FileName: im.fileName, Path: paths[k],
 			Width: h.Width, Height: h.Height, Format: h.Format})
+	}
+	if err := datasets.CheckMissing(imagesDir, len(p.images), missing, firstMissing); err != nil {
+		return fmt.Errorf("coco: %s: %w", p.file, err)
 	}
 
 	// Group annotations by entry (counting sort), then by ann id.
@@ -1126,6 +1145,21 @@ func (p *parser) finish(imagesDir string, workers int, d *Dataset) error {
 
 // parseInt parses a JSON integer token (no fraction, no exponent) without
 // allocating; false for anything else, including overflow.
+// isDecimalInt reports whether b is integer syntax: an optional minus and
+// digits only.
+func isDecimalInt(b []byte) bool {
+	b = bytes.TrimPrefix(b, []byte("-"))
+	if len(b) == 0 {
+		return false
+	}
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
 func parseInt(b []byte) (int64, bool) {
 	neg := len(b) > 0 && b[0] == '-'
 	if neg {

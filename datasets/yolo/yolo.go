@@ -293,6 +293,8 @@ func (l *loader) load(rels []string, workers int, d *Dataset) error {
 	st := &l.store
 	var entries []arena.Entry
 	var order []uint32
+	var missing int
+	var firstMissing []string
 	read := func(i int) fileInfo {
 		var fi fileInfo
 		if otherImageExts[strings.ToLower(filepath.Ext(rels[i]))] {
@@ -326,6 +328,9 @@ func (l *loader) load(rels []string, workers int, d *Dataset) error {
 			pr.Reason, pr.Detail = datasets.ReasonCorruptImage, fi.herr.Error()
 			if errors.As(fi.herr, &he) && he.Missing {
 				pr.Reason = datasets.ReasonMissingImageFile
+				if missing++; len(firstMissing) < 3 {
+					firstMissing = append(firstMissing, path)
+				}
 			}
 		}
 		if pr.Reason != "" {
@@ -359,6 +364,11 @@ func (l *loader) load(rels []string, workers int, d *Dataset) error {
 	})
 	if err != nil {
 		return err
+	}
+	// Images listed (in a list file) but mostly absent: the wrong root or
+	// split, not a few lost files.
+	if err := datasets.CheckMissing(l.root, len(rels), missing, firstMissing); err != nil {
+		return fmt.Errorf("yolo: %w", err)
 	}
 	d.src = &arena.Source{Images: entries, Order: order, Store: st, Workers: workers}
 	return nil

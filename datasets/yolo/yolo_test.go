@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -179,5 +180,23 @@ func TestParseDataYAML(t *testing.T) {
 		if !reflect.DeepEqual(flat, tc.want) {
 			t.Errorf("%q:\n got %+v\nwant %+v", tc.text, flat, tc.want)
 		}
+	}
+}
+
+// A list file whose images are mostly absent names the wrong root or
+// split: an error wrapping datasets.ErrImagesNotFound, not an empty
+// dataset.
+func TestListOfMissingImagesIsAnError(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, s string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("list.txt", "images/a.jpg\nimages/b.jpg\nimages/c.jpg\n")
+	write("data.yaml", "path: .\ntrain: list.txt\nnames:\n  0: thing\n")
+	_, err := Open(filepath.Join(dir, "data.yaml"), "train", Options{Logger: quiet})
+	if !errors.Is(err, datasets.ErrImagesNotFound) || !strings.Contains(err.Error(), "a.jpg") {
+		t.Fatalf("err = %v, want ErrImagesNotFound naming the first missing image", err)
 	}
 }

@@ -17,6 +17,7 @@ type rowBuilder struct {
 	height   *array.Int32Builder
 	format   *array.StringBuilder
 	image    *array.BinaryBuilder
+	imageCRC *array.Uint32Builder
 
 	instances *array.ListBuilder
 	inst      *array.StructBuilder
@@ -51,6 +52,7 @@ func newRowBuilder(mem memory.Allocator, reserve int) *rowBuilder {
 	b.height = rb.Field(colHeight).(*array.Int32Builder)
 	b.format = rb.Field(colImageFormat).(*array.StringBuilder)
 	b.image = rb.Field(colImage).(*array.BinaryBuilder)
+	b.imageCRC = rb.Field(colImageCRC).(*array.Uint32Builder)
 	b.instances = rb.Field(colInstances).(*array.ListBuilder)
 	b.inst = b.instances.ValueBuilder().(*array.StructBuilder)
 	b.annID = b.inst.FieldBuilder(instAnnID).(*array.Int64Builder)
@@ -82,6 +84,7 @@ func (b *rowBuilder) append(img *Image) {
 	b.height.Append(img.Height)
 	b.format.Append(img.Format)
 	b.image.Append(img.Bytes)
+	b.imageCRC.Append(ImageCRC(img.Bytes))
 	b.instances.Append(true)
 	for i := range img.Instances {
 		in := &img.Instances[i]
@@ -125,7 +128,7 @@ func (b *rowBuilder) release() { b.rb.Release() }
 // a shard. Shard and row-group boundaries are decided from it, never from
 // compressed output sizes, so they depend on the input rows alone.
 func rowSize(img *Image) int64 {
-	n := int64(len(img.Bytes)+len(img.FileName)+len(img.Format)) + 24
+	n := int64(len(img.Bytes)+len(img.FileName)+len(img.Format)) + 28
 	for i := range img.Instances {
 		in := &img.Instances[i]
 		n += 48

@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -22,6 +23,7 @@ type Decoder struct {
 	fileName, format *array.String
 	width, height    *array.Int32
 	image            *array.Binary
+	imageCRC         *array.Uint32
 
 	instances *array.List
 	annID     *array.Int64
@@ -40,6 +42,26 @@ type Decoder struct {
 	rleCounts *array.List
 	rleCntV   []uint32
 }
+
+// ErrImageChecksum is wrapped by a *ChecksumError.
+var ErrImageChecksum = errors.New("image bytes fail their checksum")
+
+// ChecksumError is a row whose image bytes do not match image_crc32c: the
+// shard was damaged after it was written. Decode leaves the row's Bytes
+// nil so that damaged bytes are never decoded.
+type ChecksumError struct {
+	Row       int // row within the batch
+	ImageID   int64
+	Want, Got uint32
+}
+
+// Error says where, then what.
+func (e *ChecksumError) Error() string {
+	return fmt.Sprintf("row %d image %d: %v (crc32c %08x, stored %08x)", e.Row, e.ImageID, ErrImageChecksum, e.Got, e.Want)
+}
+
+// Unwrap returns ErrImageChecksum.
+func (e *ChecksumError) Unwrap() error { return ErrImageChecksum }
 
 // Reset points the decoder at rec. It does not retain rec.
 func (d *Decoder) Reset(rec arrow.RecordBatch) error {
@@ -64,6 +86,8 @@ func (d *Decoder) Reset(rec arrow.RecordBatch) error {
 			d.format = col.(*array.String)
 		case ColImage:
 			d.image = col.(*array.Binary)
+		case ColImageCRC:
+			d.imageCRC = col.(*array.Uint32)
 		case ColInstances:
 			d.instances = col.(*array.List)
 			st := d.instances.ListValues().(*array.Struct)
@@ -126,6 +150,12 @@ func (d *Decoder) Decode(i int, dst *Image) (err error) {
 	}
 	if d.image != nil {
 		dst.Bytes = d.image.Value(i)
+		if d.imageCRC != nil {
+			if want, got := d.imageCRC.Value(i), ImageCRC(dst.Bytes); got != want {
+				dst.Bytes = nil
+				return &ChecksumError{Row: i, ImageID: dst.ImageID, Want: want, Got: got}
+			}
+		}
 	}
 	if d.instances == nil {
 		return nil

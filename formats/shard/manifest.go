@@ -73,8 +73,8 @@ func ReadManifest(dir string) (*Manifest, error) {
 }
 
 func (m *Manifest) check() error {
-	if m.FormatVersion != FormatVersion {
-		return fmt.Errorf("format_version %d: this segpipe reads version %d", m.FormatVersion, FormatVersion)
+	if m.FormatVersion < MinFormatVersion || m.FormatVersion > FormatVersion {
+		return fmt.Errorf("format_version %d: this segpipe reads versions %d to %d", m.FormatVersion, MinFormatVersion, FormatVersion)
 	}
 	var rows, inst, size int64
 	seen := map[string]bool{}

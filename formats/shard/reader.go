@@ -54,6 +54,9 @@ type ShardReader struct {
 	fr     *pqarrow.FileReader
 	leaves []int // Parquet leaf columns of the requested top-level columns
 	schema *arrow.Schema
+	// version is the shard's format version (MinFormatVersion to
+	// FormatVersion).
+	version int
 }
 
 // OpenShard opens the i-th shard of the set.
@@ -114,11 +117,15 @@ func openShardFile(f *os.File, name string, opts ReadOptions) (*ShardReader, err
 		return fail(err)
 	}
 	kv := r.pf.MetaData().KeyValueMetadata()
-	if v := kv.FindValue(MetadataKeyFormatVersion); v == nil {
+	v := kv.FindValue(MetadataKeyFormatVersion)
+	if v == nil {
 		return fail(fmt.Errorf("not a segpipe shard: no %s metadata", MetadataKeyFormatVersion))
-	} else if *v != strconv.Itoa(FormatVersion) {
-		return fail(fmt.Errorf("format_version %s: this segpipe reads version %d", *v, FormatVersion))
 	}
+	r.version, err = strconv.Atoi(*v)
+	if err != nil || r.version < MinFormatVersion || r.version > FormatVersion {
+		return fail(fmt.Errorf("format_version %s: this segpipe reads versions %d to %d", *v, MinFormatVersion, FormatVersion))
+	}
+	want := schemaOf(r.version)
 	r.fr, err = pqarrow.NewFileReader(r.pf, pqarrow.ArrowReadProperties{}, mem)
 	if err != nil {
 		return fail(err)
@@ -127,27 +134,40 @@ func openShardFile(f *os.File, name string, opts ReadOptions) (*ShardReader, err
 	if err != nil {
 		return fail(err)
 	}
-	if !sameFields(full, schema) {
-		return fail(fmt.Errorf("schema differs from format version %d:\n%s", FormatVersion, full))
+	if !sameFields(full, want) {
+		return fail(fmt.Errorf("schema differs from format version %d:\n%s", r.version, full))
 	}
-	want := map[string]bool{}
+	cols := map[string]bool{}
 	for _, c := range opts.Columns {
+		// A column of a later version than the shard's is simply absent
+		// from its batches.
 		if schema.FieldIndices(c) == nil {
 			return fail(fmt.Errorf("unknown column %q", c))
 		}
-		want[c] = true
+		cols[c] = true
 	}
 	var fields []arrow.Field
 	for i, fld := range r.fr.Manifest.Fields {
-		if opts.Columns != nil && !want[fld.Field.Name] {
+		if opts.Columns != nil && !cols[fld.Field.Name] {
 			continue
 		}
-		fields = append(fields, schema.Field(i))
+		fields = append(fields, want.Field(i))
 		r.leaves = appendLeaves(r.leaves, &fld)
 	}
 	r.schema = arrow.NewSchema(fields, nil)
 	return r, nil
 }
+
+// schemaOf returns the row schema of a format version.
+func schemaOf(version int) *arrow.Schema {
+	if version == 1 {
+		return schemaV1
+	}
+	return schema
+}
+
+// Version is the shard's format version.
+func (r *ShardReader) Version() int { return r.version }
 
 // checkChunkBounds refuses footers whose column chunks lie outside the
 // file. arrow-go trusts these numbers and, reading such a chunk, panics in

@@ -1,6 +1,8 @@
 package shard
 
 import (
+	"hash/crc32"
+
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
@@ -11,7 +13,14 @@ import (
 // It is stored in manifest.json and in every shard's Parquet key-value
 // metadata under MetadataKeyFormatVersion. Readers refuse versions they do
 // not know, so any change to column names, types or meaning must bump it.
-const FormatVersion = 1
+//
+// Version 2 added the image_crc32c column. Readers accept MinFormatVersion
+// through FormatVersion; the writer writes FormatVersion.
+const FormatVersion = 2
+
+// MinFormatVersion is the oldest version readers accept: version 1 shards
+// lack image_crc32c, so their image bytes go unchecked.
+const MinFormatVersion = 1
 
 // MetadataKeyFormatVersion is the Parquet key-value metadata key holding
 // FormatVersion as a decimal string.
@@ -30,6 +39,11 @@ const (
 	ColImageFormat = "image_format"
 	ColImage       = "image"
 	ColInstances   = "instances"
+	// ColImageCRC is the CRC-32C (Castagnoli) of the image column's bytes,
+	// checked before an image is decoded: Parquet page checksums are not
+	// written by arrow-go, and the image column is stored uncompressed,
+	// so without it nothing notices a flipped byte there. Format ≥ 2.
+	ColImageCRC = "image_crc32c"
 )
 
 // Element name of every list. "element" is the name the Parquet spec's
@@ -87,6 +101,7 @@ const (
 	colImageFormat
 	colImage
 	colInstances
+	colImageCRC
 )
 
 var schema = arrow.NewSchema([]arrow.Field{
@@ -97,7 +112,18 @@ var schema = arrow.NewSchema([]arrow.Field{
 	{Name: ColImageFormat, Type: arrow.BinaryTypes.String},
 	{Name: ColImage, Type: arrow.BinaryTypes.Binary},
 	{Name: ColInstances, Type: listOf(instanceType)},
+	{Name: ColImageCRC, Type: arrow.PrimitiveTypes.Uint32},
 }, nil)
+
+// schemaV1 is format version 1's schema: the same without image_crc32c.
+var schemaV1 = arrow.NewSchema(schema.Fields()[:colImageCRC], nil)
+
+// crcTable is CRC-32C's, which CPUs compute in hardware (SSE 4.2, ARMv8).
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+// ImageCRC returns the CRC-32C of encoded image bytes, as image_crc32c
+// stores it.
+func ImageCRC(b []byte) uint32 { return crc32.Checksum(b, crcTable) }
 
 // Schema returns the Arrow schema of a shard's rows. Record batches
 // returned by this package have exactly this schema (or a projection of

@@ -9,7 +9,8 @@
 // "imgsz":640, "augment":{"mosaic":1.0}, "masks":"windowed"}. Unknown
 // fields, a different version or invalid settings are refused with
 // InvalidArgument naming the problem. The server runs one loader per
-// stream (workers, prefetch and cache are the server's settings) and sends
+// stream (workers, prefetch and cache are the server's settings; see
+// Admission) and sends
 // the batches in order as Arrow IPC record batches of the formats/batch
 // schema; each batch carries as Flight app metadata the resume state after
 // it, {"seed","epoch","consumed","batch"}. GetFlightInfo takes a descriptor
@@ -57,6 +58,25 @@
 // alive until it is released. When a client disconnects, gRPC cancels the
 // stream's context: the loader stops, its goroutines exit and its buffers
 // are freed before DoGet returns.
+//
+// # Admission, health
+//
+// Before a stream's loader exists the server estimates its memory from the
+// request (pipeline.Config.Memory: the batches in flight, batch_size × 3 ×
+// imgsz² bytes of images plus masks each, and for the first stream of a
+// shard set that set's decoded-image cache, which all its streams share).
+// A request that does not fit beside the running streams in
+// ServerConfig.MaxMemory, or beyond ServerConfig.MaxStreams, is refused
+// with ResourceExhausted and a message with the figures; [Client] retries
+// it with backoff like a dropped stream. When the last stream ends the
+// set's cache is dropped and the freed memory is returned to the OS.
+//
+// [Server.HealthHandler] serves two probes (segpipe serve mounts them on
+// --metrics-addr beside /metrics): GET /healthz answers 200 "ok" while the
+// process serves; GET /readyz answers 200 when a stream like the last
+// admitted one (a default request before the first) would be admitted,
+// and 503 "not ready: <reason>" when the stream limit or the memory budget
+// is reached, so that a load balancer sends new trainers elsewhere.
 //
 // # Security
 //

@@ -16,6 +16,7 @@ type metrics struct {
 	active     prometheus.Gauge
 	held       prometheus.Gauge
 	refused    *prometheus.CounterVec
+	skipped    *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -40,8 +41,10 @@ func newMetrics() *metrics {
 			Help: "Batches taken from loaders and not yet written to the network."}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "segpipe_serve_refused_total", Help: "Requests refused, by reason."}, []string{"reason"}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "segpipe_serve_skipped_samples_total", Help: "Samples the loaders of ended streams skipped (damaged shard data, undecodable images), by reason."}, []string{"reason"}),
 	}
-	m.reg.MustRegister(m.batches, m.images, m.bytes, m.stall, m.loaderWait, m.active, m.held, m.refused,
+	m.reg.MustRegister(m.batches, m.images, m.bytes, m.stall, m.loaderWait, m.active, m.held, m.refused, m.skipped,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

@@ -485,3 +485,60 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 }
+
+// Issue 16: transport_batches stayed above zero after cancelled streams
+// (4 after 16 cancellations, with no stream active). Half the clients
+// cancel their stream, half drop the whole connection, both while the
+// server is blocked in flow control in the middle of a batch.
+func TestCancelledStreamsReturnTheTransportGauge(t *testing.T) {
+	rows := synthRows(t, 32)
+	srv := startServer(t, rows, ServerConfig{WindowBytes: 64 << 10, Loader: pipelineConfig(1)})
+	req := testRequest()
+	req.ImgSz, req.BatchSize, req.Epochs = 256, 4, 1000 // batches far larger than the windows
+	for i := 0; i < 16; i++ {
+		c, err := NewClient(ClientConfig{Addr: srv.addr, WindowBytes: 64 << 10, Retries: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		s, err := c.Stream(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := s.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.Release()
+		time.Sleep(time.Duration(5+i%4*10) * time.Millisecond)
+		if i%2 == 0 {
+			cancel()
+			s.Close()
+			c.Close()
+		} else {
+			c.Close()
+			cancel()
+		}
+	}
+	eventually(t, "streams ended", 10*time.Second, func() bool { return srv.ActiveStreams() == 0 })
+	eventually(t, "transport gauge back to zero", 5*time.Second, func() bool { return srv.TransportBatches() == 0 })
+	if g := gauge(t, srv.Server, "segpipe_serve_transport_batches"); g != 0 {
+		t.Errorf("segpipe_serve_transport_batches = %v after every stream ended", g)
+	}
+}
+
+// gauge reads one series of the server's /metrics.
+func gauge(t *testing.T, s *Server, name string) float64 {
+	t.Helper()
+	mfs, err := s.m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no series %s", name)
+	return 0
+}

@@ -238,7 +238,7 @@ func (r Request) Config(base pipeline.Config) (pipeline.Config, error) {
 	// The loader's own validation, so that a bad request fails when the
 	// ticket is read, before any data is opened.
 	if err := c.Validate(); err != nil {
-		return c, fmt.Errorf("%w: %v", ErrBadRequest, err)
+		return c, fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
 	return c, nil
 }

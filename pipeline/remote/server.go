@@ -8,10 +8,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -64,6 +67,17 @@ type ServerConfig struct {
 	// routed to Peers[r % len(Peers)] by GetFlightInfo. Empty: every
 	// endpoint is this server.
 	Peers []string
+	// MaxMemory is the memory budget of all streams together: a stream is
+	// admitted when its loader's estimate (pipeline.Config.Memory: its
+	// batches in flight) plus, for the first stream of a shard set, that
+	// set's shared decoded-image cache (Loader.CacheBytes) fits in what the
+	// running streams leave; otherwise DoGet answers ResourceExhausted
+	// before allocating. Default pipeline.DefaultMaxMemory() (half the
+	// machine's or the container's memory); negative: no budget.
+	MaxMemory int64
+	// MaxStreams is the number of streams served at once, default
+	// DefaultMaxStreams; one more is refused with ResourceExhausted.
+	MaxStreams int
 	// WindowBytes is the HTTP/2 stream and connection window, default
 	// DefaultWindowBytes.
 	WindowBytes int32
@@ -81,6 +95,7 @@ type Server struct {
 	flight.BaseFlightServer
 	cfg     ServerConfig
 	m       *metrics
+	adm     *admission
 	grpc    *grpc.Server
 	mem     memory.Allocator
 	active  atomic.Int64
@@ -89,6 +104,10 @@ type Server struct {
 	// Nanoseconds all streams spent waiting for their loader and in
 	// handing batches to gRPC (benchmarks split the time with them).
 	loaderNanos, sendNanos atomic.Int64
+
+	skipMu  sync.Mutex
+	skipped map[string]int64 // samples the ended streams' loaders skipped
+	images  int64
 }
 
 // NewServer returns a server; call Serve to accept connections.
@@ -105,7 +124,26 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Loader.Logger == nil {
 		cfg.Loader.Logger = cfg.Logger
 	}
-	s := &Server{cfg: cfg, m: newMetrics(), mem: memory.NewGoAllocator()}
+	if cfg.MaxMemory == 0 {
+		cfg.MaxMemory = pipeline.DefaultMaxMemory()
+	}
+	if cfg.MaxStreams == 0 {
+		cfg.MaxStreams = DefaultMaxStreams
+	}
+	if cfg.MaxStreams < 0 {
+		return nil, fmt.Errorf("remote: max streams %d", cfg.MaxStreams)
+	}
+	// One stream alone must fit the whole budget: the loader's own check
+	// refuses a request over it when the ticket is read.
+	cfg.Loader.MaxMemory = cfg.MaxMemory
+	if cfg.MaxMemory <= 0 {
+		cfg.Loader.MaxMemory = -1
+	}
+	if cfg.Loader.CacheBytes == 0 {
+		cfg.Loader.CacheBytes = pipeline.DefaultCacheBytes
+	}
+	s := &Server{cfg: cfg, m: newMetrics(), mem: memory.NewGoAllocator(),
+		adm: newAdmission(cfg.MaxMemory, cfg.MaxStreams, cfg.Loader.CacheBytes)}
 	opts := []grpc.ServerOption{
 		grpc.ForceServerCodecV2(newCodec(nil)),
 		grpc.InitialWindowSize(cfg.WindowBytes),
@@ -146,6 +184,57 @@ func (s *Server) GracefulStop() { s.grpc.GracefulStop() }
 // MetricsHandler serves the Prometheus metrics of this server.
 func (s *Server) MetricsHandler() http.Handler {
 	return promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{})
+}
+
+// HealthHandler serves /healthz (liveness: 200 while the process serves
+// HTTP) and /readyz (200 when a default stream would be admitted now, 503
+// with the reason when the stream limit or the memory budget is reached),
+// for load balancers and Kubernetes probes.
+func (s *Server) HealthHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		ok, why := s.adm.ready(s.cfg.Loader)
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "not ready:", why)
+			return
+		}
+		fmt.Fprintln(w, "ready:", why)
+	})
+	return mux
+}
+
+// countSkips adds a finished stream's skip counts to the server's.
+func (s *Server) countSkips(l pipeline.Batches, log *slog.Logger) {
+	ls, ok := l.(interface{ Stats() pipeline.Stats })
+	if !ok {
+		return
+	}
+	sum := ls.Stats().Summary()
+	s.skipMu.Lock()
+	if s.skipped == nil {
+		s.skipped = map[string]int64{}
+	}
+	for k, n := range sum.Skipped {
+		s.skipped[k] += n
+		s.m.skipped.WithLabelValues(k).Add(float64(n))
+	}
+	s.images += sum.Images
+	s.skipMu.Unlock()
+	if sum.Total() > 0 {
+		log.Warn("stream skipped samples", "summary", sum.String())
+	}
+}
+
+// Skipped is the skip summary of every stream that has ended: the samples
+// their loaders skipped (damaged shard data, undecodable images) by reason.
+func (s *Server) Skipped() pipeline.SkipSummary {
+	s.skipMu.Lock()
+	defer s.skipMu.Unlock()
+	return pipeline.SkipSummary{Images: s.images, Skipped: maps.Clone(s.skipped)}
 }
 
 // ActiveStreams is the number of DoGet streams running (each owns a
@@ -193,6 +282,8 @@ func schemaOf(cfg pipeline.Config, transport string) (*arrow.Schema, int, error)
 
 func grpcError(err error) error {
 	switch {
+	case errors.Is(err, pipeline.ErrMemoryLimit):
+		return status.Error(codes.ResourceExhausted, err.Error())
 	case errors.Is(err, ErrBadRequest):
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, os.ErrNotExist):
@@ -230,12 +321,23 @@ func (s *Server) DoGet(t *flight.Ticket, stream flight.FlightService_DoGetServer
 	log := s.cfg.Logger.With("client", client, "shards", req.Shards, "start", req.Start)
 	cfg, err := req.Config(s.cfg.Loader)
 	if err != nil {
+		if errors.Is(err, pipeline.ErrMemoryLimit) {
+			s.m.refused.WithLabelValues("memory").Inc()
+		}
 		return grpcError(err)
 	}
 	schema, grid, err := schemaOf(cfg, req.transport())
 	if err != nil {
 		return grpcError(fmt.Errorf("%w: %v", ErrBadRequest, err))
 	}
+	set, _ := cleanSet(req.Shards) // Validate checked it
+	cfg, done, ref := s.adm.admit(set, cfg)
+	if ref != nil {
+		s.m.refused.WithLabelValues(ref.reason).Inc()
+		log.Info("stream refused", "reason", ref.reason, "err", ref.err)
+		return ref.err
+	}
+	defer done()
 	src, err := s.open(ctx, req.Shards)
 	if err != nil {
 		s.m.refused.WithLabelValues("shards").Inc()
@@ -257,6 +359,7 @@ func (s *Server) DoGet(t *flight.Ticket, stream flight.FlightService_DoGetServer
 		return grpcError(fmt.Errorf("%w: %v", ErrBadRequest, err))
 	}
 	defer l.Close()
+	defer s.countSkips(l, log)
 	s.active.Add(1)
 	s.streams.Add(1)
 	s.m.active.Inc()
@@ -267,6 +370,12 @@ func (s *Server) DoGet(t *flight.Ticket, stream flight.FlightService_DoGetServer
 	if req.transport() == MasksWindowed {
 		win = &windower{mem: s.mem, schema: schema, hp: grid, wp: grid}
 	}
+	held := &streamHeld{s: s}
+	defer func() {
+		if ctx.Err() != nil {
+			held.abandon()
+		}
+	}()
 	ps := &payloadSender{send: func(m *outMsg) error { return stream.SendMsg(m) }}
 	if err := ps.sendSchema(schema, s.mem); err != nil {
 		return status.Error(codes.Unavailable, fmt.Sprintf("send schema: %v", err))
@@ -302,17 +411,8 @@ func (s *Server) DoGet(t *flight.Ticket, stream flight.FlightService_DoGetServer
 			}
 		}
 		app, _ := json.Marshal(streamState{Seed: st.Seed, Epoch: st.Epoch, Consumed: st.Consumed, Batch: n})
-		s.held.Add(1)
-		s.m.held.Inc()
-		var once atomic.Bool
 		ps.app = app
-		ps.release = func() {
-			if once.CompareAndSwap(false, true) {
-				out.Release()
-				s.held.Add(-1)
-				s.m.held.Dec()
-			}
-		}
+		ps.release = held.add(out)
 		t1 := time.Now()
 		err = w.Write(out)
 		stall.Add(time.Since(t1).Seconds())
@@ -388,4 +488,52 @@ func (s *Server) GetFlightInfo(ctx context.Context, d *flight.FlightDescriptor) 
 		Ordered:          true,
 		AppMetadata:      app,
 	}, nil
+}
+
+// streamHeld tracks the batches of one stream that the transport holds.
+// gRPC frees a message's buffers once written, but when a connection dies
+// with messages still queued it drops them without freeing: abandon then
+// settles the count (the record is left to the garbage collector rather
+// than released, because nothing guarantees gRPC is done reading it).
+type streamHeld struct {
+	s    *Server
+	mu   sync.Mutex
+	live []*heldBatch
+}
+
+type heldBatch struct {
+	done atomic.Bool
+	rec  arrow.RecordBatch
+}
+
+// add counts rec as held and returns the function that releases it.
+func (h *streamHeld) add(rec arrow.RecordBatch) func() {
+	b := &heldBatch{rec: rec}
+	h.s.held.Add(1)
+	h.s.m.held.Inc()
+	h.mu.Lock()
+	h.live = slices.DeleteFunc(h.live, func(x *heldBatch) bool { return x.done.Load() })
+	h.live = append(h.live, b)
+	h.mu.Unlock()
+	return func() {
+		if b.done.CompareAndSwap(false, true) {
+			b.rec.Release()
+			h.s.held.Add(-1)
+			h.s.m.held.Dec()
+		}
+	}
+}
+
+// abandon stops counting every batch still held; call it only once the
+// stream's context is done, so that gRPC will not send them.
+func (h *streamHeld) abandon() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, b := range h.live {
+		if b.done.CompareAndSwap(false, true) {
+			h.s.held.Add(-1)
+			h.s.m.held.Dec()
+		}
+	}
+	h.live = nil
 }

@@ -1,0 +1,152 @@
+package remote
+
+import (
+	"fmt"
+	"runtime/debug"
+	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/segpipe/segpipe/pipeline"
+)
+
+// DefaultMaxStreams is ServerConfig.MaxStreams's default.
+const DefaultMaxStreams = 64
+
+// admission is the server's memory budget and stream limit. A stream is
+// admitted when its loader's memory estimate (pipeline.Config.Memory),
+// plus the decoded-image cache of its shard set when no stream of that
+// set runs yet, fits in what the running streams leave; otherwise it is
+// refused with ResourceExhausted before its loader exists.
+type admission struct {
+	mu         sync.Mutex
+	maxBytes   int64 // ≤ 0: no memory budget
+	maxStreams int
+	cacheBytes int64 // each shard set's shared cache
+	used       int64
+	streams    int
+	caches     map[string]*setCache
+	// typical is the batch estimate readiness is judged by: the last
+	// admitted stream's (a fleet's trainers send alike requests), the
+	// default request's before the first.
+	typical int64
+
+	// freeOS returns memory to the operating system once the last stream
+	// has ended (debug.FreeOSMemory; replaced in tests).
+	freeOS func()
+}
+
+// setCache is the decoded-image cache the streams of one shard set share.
+type setCache struct {
+	cache *pipeline.ImageCache
+	refs  int
+}
+
+func newAdmission(maxBytes int64, maxStreams int, cacheBytes int64) *admission {
+	return &admission{maxBytes: maxBytes, maxStreams: maxStreams, cacheBytes: cacheBytes,
+		caches: map[string]*setCache{}, freeOS: debug.FreeOSMemory}
+}
+
+// refusal is a status error that says why and what to do; reason labels
+// the refused counter.
+type refusal struct {
+	reason string
+	err    error
+}
+
+// admit reserves a stream of shard set set whose loader config is cfg
+// (without ImageCache). It returns the config with the set's shared cache
+// and the function that gives the reservation back.
+func (a *admission) admit(set string, cfg pipeline.Config) (pipeline.Config, func(), *refusal) {
+	m, err := cfg.Memory()
+	if err != nil {
+		return cfg, nil, &refusal{"bad_request", grpcError(fmt.Errorf("%w: %w", ErrBadRequest, err))}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.streams >= a.maxStreams {
+		return cfg, nil, &refusal{"streams", status.Errorf(codes.ResourceExhausted,
+			"segpipe serve: %d streams running, the server's limit (--max-streams %d); retry later or use another server", a.streams, a.maxStreams)}
+	}
+	sc := a.caches[set]
+	need := m.Batches
+	if sc == nil {
+		need += a.cacheBytes
+	}
+	if a.maxBytes > 0 && a.used+need > a.maxBytes {
+		if need > a.maxBytes {
+			return cfg, nil, &refusal{"memory", status.Errorf(codes.ResourceExhausted,
+				"segpipe serve: batch_size %d at imgsz %d needs an estimated %s, over the server's whole memory budget of %s (--max-memory): lower batch_size or imgsz",
+				cfg.BatchSize, cfg.Augment.ImgSz, pipeline.FormatBytes(need), pipeline.FormatBytes(a.maxBytes))}
+		}
+		return cfg, nil, &refusal{"memory", status.Errorf(codes.ResourceExhausted,
+			"segpipe serve: batch_size %d at imgsz %d needs an estimated %s; %d streams hold %s of the %s budget (--max-memory); retry later or lower batch_size or imgsz",
+			cfg.BatchSize, cfg.Augment.ImgSz, pipeline.FormatBytes(need), a.streams, pipeline.FormatBytes(a.used), pipeline.FormatBytes(a.maxBytes))}
+	}
+	if sc == nil {
+		sc = &setCache{cache: pipeline.NewImageCache(a.cacheBytes)}
+		a.caches[set] = sc
+	}
+	sc.refs++
+	a.used += need
+	a.streams++
+	a.typical = m.Batches
+	cfg.ImageCache = sc.cache
+	var once sync.Once
+	return cfg, func() { once.Do(func() { a.release(set, m.Batches) }) }, nil
+}
+
+func (a *admission) release(set string, batches int64) {
+	a.mu.Lock()
+	a.used -= batches
+	a.streams--
+	if sc := a.caches[set]; sc != nil {
+		if sc.refs--; sc.refs == 0 {
+			delete(a.caches, set)
+			a.used -= a.cacheBytes
+		}
+	}
+	idle := a.streams == 0
+	a.mu.Unlock()
+	if idle {
+		// The loaders' pools and the caches are garbage now; without this
+		// the runtime returns their pages to the OS over minutes.
+		go a.freeOS()
+	}
+}
+
+// ready reports whether a stream like the last admitted one (before the
+// first: a default request, batch 32 at imgsz 640, under the server's
+// loader settings) would be admitted now, and why not.
+func (a *admission) ready(base pipeline.Config) (bool, string) {
+	a.mu.Lock()
+	typical := a.typical
+	a.mu.Unlock()
+	if typical == 0 {
+		base.MaxMemory = -1 // judged against the budget below
+		cfg, err := Request{Version: RequestVersion}.Config(base)
+		if err != nil {
+			return false, err.Error()
+		}
+		m, err := cfg.Memory()
+		if err != nil {
+			return false, err.Error()
+		}
+		typical = m.Batches
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.streams >= a.maxStreams {
+		return false, fmt.Sprintf("%d streams running, the limit", a.streams)
+	}
+	need := typical
+	if len(a.caches) == 0 {
+		need += a.cacheBytes
+	}
+	if a.maxBytes > 0 && a.used+need > a.maxBytes {
+		return false, fmt.Sprintf("%s of the %s memory budget in use, a new stream needs %s",
+			pipeline.FormatBytes(a.used), pipeline.FormatBytes(a.maxBytes), pipeline.FormatBytes(need))
+	}
+	return true, fmt.Sprintf("%d streams, %s of %s in use", a.streams, pipeline.FormatBytes(a.used), pipeline.FormatBytes(a.maxBytes))
+}

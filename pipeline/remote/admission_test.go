@@ -1,0 +1,163 @@
+package remote
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow/flight"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/segpipe/segpipe/pipeline"
+)
+
+// doGet sends a raw ticket and returns the status of the first message.
+func doGet(t *testing.T, c *Client, ticket string) error {
+	t.Helper()
+	st, err := c.fc.DoGet(context.Background(), &flight.Ticket{Ticket: []byte(ticket)})
+	if err == nil {
+		_, err = st.Recv()
+	}
+	return err
+}
+
+// Issue 16: this one valid ticket made the server allocate a 64 GiB image
+// buffer and die with every other stream. It is refused before the loader
+// exists, and the server goes on serving.
+func TestOversizedRequestIsRefusedNotFatal(t *testing.T) {
+	rows := synthRows(t, 16)
+	srv := startServer(t, rows, ServerConfig{MaxMemory: 4 << 30})
+	c := client(t, ClientConfig{Addr: srv.addr, Retries: -1})
+	err := doGet(t, c, `{"version":1,"shards":"synth","batch_size":64,"imgsz":16384,"limit":1}`)
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "imgsz 16384") {
+		t.Fatalf("oversized request: %v, want ResourceExhausted naming the request", err)
+	}
+	s, err := c.Stream(context.Background(), Request{Shards: "synth", BatchSize: 4, ImgSz: 64, Limit: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release(drain(t, s))
+	s.Close()
+}
+
+func TestAdmissionLimitsAndReadiness(t *testing.T) {
+	rows := synthRows(t, 32)
+	small := Request{Version: RequestVersion, Shards: "synth", BatchSize: 4, ImgSz: 64, Epochs: 1000}
+	base := pipeline.Config{Workers: 1, Prefetch: 2, CacheBytes: 1 << 20}
+	cfg, err := small.Config(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := cfg.Memory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Room for two streams of one shard set (one cache between them) and
+	// not for a third, nor for a second shard set's cache.
+	budget := 2*m.Batches + base.CacheBytes + m.Batches/2
+	srv := startServer(t, rows, ServerConfig{
+		MaxMemory: budget, MaxStreams: 3, Loader: base,
+		Open: func(_ context.Context, name string) (pipeline.Source, error) {
+			return &pipeline.SliceSource{Rows: rows, BlockSize: 8}, nil
+		},
+	})
+	h := httptest.NewServer(srv.HealthHandler())
+	defer h.Close()
+	probe := func(path string) int {
+		resp, err := http.Get(h.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if probe("/healthz") != 200 {
+		t.Fatal("idle server not healthy")
+	}
+	if probe("/readyz") != http.StatusServiceUnavailable {
+		t.Error("/readyz ready although a default request (batch 32 at 640) exceeds the budget")
+	}
+	c := client(t, ClientConfig{Addr: srv.addr, Retries: -1})
+	ctx, cancel := context.WithCancel(context.Background())
+	var open []*Stream
+	for i := 0; i < 2; i++ {
+		s, err := c.Stream(ctx, small)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := s.Next(ctx)
+		if err != nil {
+			t.Fatalf("stream %d: %v", i, err)
+		}
+		rec.Release()
+		open = append(open, s)
+	}
+	if n := srv.ActiveStreams(); n != 2 {
+		t.Fatalf("%d active streams", n)
+	}
+	if err := doGet(t, c, string(small.Marshal())); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--max-memory") {
+		t.Errorf("third stream: %v, want ResourceExhausted over the memory budget", err)
+	}
+	other := small
+	other.Shards = "other"
+	if err := doGet(t, c, string(other.Marshal())); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("stream of a second shard set: %v, want ResourceExhausted (its cache does not fit)", err)
+	}
+	if probe("/readyz") != http.StatusServiceUnavailable {
+		t.Error("/readyz ready while a default stream cannot be admitted")
+	}
+	if probe("/healthz") != 200 {
+		t.Error("/healthz failed while the server is busy")
+	}
+	if got := srv.adm.caches["synth"]; got == nil || got.refs != 2 {
+		t.Errorf("the two streams of one set do not share one cache: %+v", got)
+	}
+	cancel()
+	for _, s := range open {
+		s.Close()
+	}
+	eventually(t, "budget returned", 5e9, func() bool {
+		srv.adm.mu.Lock()
+		defer srv.adm.mu.Unlock()
+		return srv.adm.used == 0 && srv.adm.streams == 0 && len(srv.adm.caches) == 0
+	})
+	if probe("/readyz") != 200 {
+		t.Error("/readyz not ready after the streams ended")
+	}
+}
+
+func TestStreamLimit(t *testing.T) {
+	rows := synthRows(t, 16)
+	srv := startServer(t, rows, ServerConfig{MaxStreams: 1, Loader: pipelineConfig(1)})
+	c := client(t, ClientConfig{Addr: srv.addr, Retries: -1})
+	req := testRequest()
+	req.Epochs = 1000
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := c.Stream(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	rec, err := s.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Release()
+	err = doGet(t, c, string(req.Marshal()))
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--max-streams 1") {
+		t.Fatalf("second stream: %v, want ResourceExhausted naming --max-streams", err)
+	}
+}
+
+func TestIdleServerIsReady(t *testing.T) {
+	srv := startServer(t, synthRows(t, 4), ServerConfig{MaxMemory: 64 << 30})
+	rec := httptest.NewRecorder()
+	srv.HealthHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+	if rec.Code != 200 || !strings.HasPrefix(rec.Body.String(), "ready") {
+		t.Errorf("/readyz: %d %q", rec.Code, rec.Body.String())
+	}
+}
