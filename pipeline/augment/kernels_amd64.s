@@ -1,0 +1,152 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// Lane order for the 64-bit coefficient gathers: pixels 0,2,4,6 in the low
+// half, 1,3,5,7 in the high half, so that the two gathered vectors of
+// products interleave back into pixel order with one dword blend.
+DATA evenodd<>+0(SB)/4, $0
+DATA evenodd<>+4(SB)/4, $2
+DATA evenodd<>+8(SB)/4, $4
+DATA evenodd<>+12(SB)/4, $6
+DATA evenodd<>+16(SB)/4, $1
+DATA evenodd<>+20(SB)/4, $3
+DATA evenodd<>+24(SB)/4, $5
+DATA evenodd<>+28(SB)/4, $7
+GLOBL evenodd<>(SB), RODATA|NOPTR, $32
+
+// func hsvRowAVX2(rp, gp, bp *uint8, n int, t *hsvTable, sdiv, hdiv *int32)
+TEXT ·hsvRowAVX2(SB), NOSPLIT, $0-56
+	MOVQ rp+0(FP), AX
+	MOVQ gp+8(FP), BX
+	MOVQ bp+16(FP), CX
+	MOVQ n+24(FP), DX
+	MOVQ t+32(FP), SI
+	MOVQ sdiv+40(FP), DI
+	MOVQ hdiv+48(FP), R8
+
+	MOVL $2048, R9
+	MOVQ R9, X15
+	VPBROADCASTD X15, Y15 // rounding half of 12-bit fixed point
+	MOVL $180, R9
+	MOVQ R9, X14
+	VPBROADCASTD X14, Y14
+	MOVL $255, R9
+	MOVQ R9, X13
+	VPBROADCASTD X13, Y13
+	VMOVDQU evenodd<>(SB), Y12
+	MOVQ $0x0020000100000800, R9 // coefRound
+	MOVQ R9, X11
+	VPBROADCASTQ X11, Y11
+	VPCMPEQD Y10, Y10, Y10 // gather mask: all lanes
+
+loop:
+	VPMOVZXBD (AX), Y0 // r
+	VPMOVZXBD (BX), Y1 // g
+	VPMOVZXBD (CX), Y2 // b
+	VPMAXSD Y1, Y0, Y3
+	VPMAXSD Y2, Y3, Y3 // v
+	VPMINSD Y1, Y0, Y4
+	VPMINSD Y2, Y4, Y4
+	VPSUBD Y4, Y3, Y4 // diff
+
+	// s = (diff·sdiv[v] + 2048) >> 12
+	VMOVDQU Y10, Y9
+	VPGATHERDD Y9, (DI)(Y3*4), Y5
+	VPMULLD Y4, Y5, Y5
+	VPADDD Y15, Y5, Y5
+	VPSRAD $12, Y5, Y5
+
+	// hue numerator: v==r ? g-b : v==g ? b-r+2diff : r-g+4diff
+	VPSUBD Y2, Y1, Y6
+	VPSUBD Y0, Y2, Y7
+	VPADDD Y4, Y7, Y7
+	VPADDD Y4, Y7, Y7
+	VPSUBD Y1, Y0, Y8
+	VPSLLD $2, Y4, Y9
+	VPADDD Y9, Y8, Y8
+	VPCMPEQD Y1, Y3, Y9
+	VPBLENDVB Y9, Y7, Y8, Y8
+	VPCMPEQD Y0, Y3, Y9
+	VPBLENDVB Y9, Y6, Y8, Y8
+
+	// h = (h·hdiv[diff] + 2048) >> 12, wrapped into [0, 180)
+	VMOVDQU Y10, Y9
+	VPGATHERDD Y9, (R8)(Y4*4), Y7
+	VPMULLD Y7, Y8, Y8
+	VPADDD Y15, Y8, Y8
+	VPSRAD $12, Y8, Y8
+	VPSRAD $31, Y8, Y7
+	VPAND Y14, Y7, Y7
+	VPADDD Y7, Y8, Y8
+
+	// coefficient index h<<8 | s&255
+	VPSLLD $8, Y8, Y8
+	VPAND Y13, Y5, Y5
+	VPOR Y5, Y8, Y8
+
+	// v' = t.v[v]
+	VMOVDQU Y10, Y9
+	VPGATHERDD Y9, (SI)(Y3*1), Y6
+	VPAND Y13, Y6, Y6
+
+	VPERMD Y8, Y12, Y8
+	VPERMD Y6, Y12, Y6
+
+	// coefficients of pixels 0,2,4,6 (Y0) and 1,3,5,7 (Y1)
+	VMOVDQU Y10, Y9
+	VPGATHERDQ Y9, 256(SI)(X8*8), Y0
+	VEXTRACTI128 $1, Y8, X8
+	VMOVDQU Y10, Y9
+	VPGATHERDQ Y9, 256(SI)(X8*8), Y1
+
+	// p = v'·coef + coefRound, 64-bit (v' < 2^8, coef < 2^55)
+	VPMOVZXDQ X6, Y2
+	VEXTRACTI128 $1, Y6, X6
+	VPMOVZXDQ X6, Y3
+	VPMULUDQ Y2, Y0, Y4
+	VPSRLQ $32, Y0, Y0
+	VPMULUDQ Y2, Y0, Y0
+	VPSLLQ $32, Y0, Y0
+	VPADDQ Y4, Y0, Y0
+	VPADDQ Y11, Y0, Y0
+	VPMULUDQ Y3, Y1, Y4
+	VPSRLQ $32, Y1, Y1
+	VPMULUDQ Y3, Y1, Y1
+	VPSLLQ $32, Y1, Y1
+	VPADDQ Y4, Y1, Y1
+	VPADDQ Y11, Y1, Y1
+
+	// channels: bits 12, 33, 54 of p; even pixels into even dwords, odd
+	// pixels into odd dwords
+	VPSRLQ $12, Y0, Y4
+	VPSLLQ $20, Y1, Y7
+	VPBLENDD $0xAA, Y7, Y4, Y4
+	VPAND Y13, Y4, Y4 // R
+	VPSRLQ $33, Y0, Y5
+	VPSRLQ $1, Y1, Y7
+	VPBLENDD $0xAA, Y7, Y5, Y5
+	VPAND Y13, Y5, Y5 // G
+	VPSRLQ $54, Y0, Y6
+	VPSRLQ $22, Y1, Y7
+	VPBLENDD $0xAA, Y7, Y6, Y6
+	VPAND Y13, Y6, Y6 // B
+
+	// pack to bytes: [R0-7 B0-7 | G0-7 B0-7]
+	VPACKUSDW Y5, Y4, Y7
+	VPERMQ $0xD8, Y7, Y7
+	VPACKUSDW Y6, Y6, Y8
+	VPERMQ $0xD8, Y8, Y8
+	VPACKUSWB Y8, Y7, Y7
+	VMOVQ X7, (AX)
+	VPEXTRQ $1, X7, (CX)
+	VEXTRACTI128 $1, Y7, X7
+	VMOVQ X7, (BX)
+
+	ADDQ $8, AX
+	ADDQ $8, BX
+	ADDQ $8, CX
+	SUBQ $8, DX
+	JNZ loop
+	VZEROUPPER
+	RET
