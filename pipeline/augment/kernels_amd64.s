@@ -15,6 +15,16 @@ DATA evenodd<>+24(SB)/4, $5
 DATA evenodd<>+28(SB)/4, $7
 GLOBL evenodd<>(SB), RODATA|NOPTR, $32
 
+DATA iota8<>+0(SB)/4, $0
+DATA iota8<>+4(SB)/4, $1
+DATA iota8<>+8(SB)/4, $2
+DATA iota8<>+12(SB)/4, $3
+DATA iota8<>+16(SB)/4, $4
+DATA iota8<>+20(SB)/4, $5
+DATA iota8<>+24(SB)/4, $6
+DATA iota8<>+28(SB)/4, $7
+GLOBL iota8<>(SB), RODATA|NOPTR, $32
+
 // func hsvRowAVX2(rp, gp, bp *uint8, n int, t *hsvTable, sdiv, hdiv *int32)
 TEXT ·hsvRowAVX2(SB), NOSPLIT, $0-56
 	MOVQ rp+0(FP), AX
@@ -148,5 +158,147 @@ loop:
 	ADDQ $8, CX
 	SUBQ $8, DX
 	JNZ loop
+	VZEROUPPER
+	RET
+
+// func vblendAVX2(dst *uint32, top, bot *uint8, n int, iy, wy uint32)
+TEXT ·vblendAVX2(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), DI
+	MOVQ top+8(FP), SI
+	MOVQ bot+16(FP), BX
+	MOVQ n+24(FP), DX
+	MOVL iy+32(FP), AX
+	MOVQ AX, X15
+	VPBROADCASTW X15, Y15
+	MOVL wy+36(FP), AX
+	MOVQ AX, X14
+	VPBROADCASTW X14, Y14
+
+vloop:
+	// 16 values a step in 16-bit lanes: top·iy + bot·wy ≤ 255·256
+	VPMOVZXBW (SI), Y0
+	VPMOVZXBW (BX), Y1
+	VPMULLW Y15, Y0, Y0
+	VPMULLW Y14, Y1, Y1
+	VPADDW Y1, Y0, Y0
+	VPMOVZXWD X0, Y1
+	VEXTRACTI128 $1, Y0, X0
+	VPMOVZXWD X0, Y0
+	VMOVDQU Y1, (DI)
+	VMOVDQU Y0, 32(DI)
+	ADDQ $16, SI
+	ADDQ $16, BX
+	ADDQ $64, DI
+	SUBQ $16, DX
+	JNZ vloop
+	VZEROUPPER
+	RET
+
+// func hsampleAVX2(rp, gp, bp *uint8, n int, sc *uint32, u0, du, xa, maxX int32)
+TEXT ·hsampleAVX2(SB), NOSPLIT, $0-56
+	MOVQ rp+0(FP), AX
+	MOVQ gp+8(FP), BX
+	MOVQ bp+16(FP), CX
+	MOVQ n+24(FP), DX
+	MOVQ sc+32(FP), SI
+
+	MOVL du+44(FP), R9
+	MOVQ R9, X14
+	VPBROADCASTD X14, Y14
+	VMOVDQU iota8<>(SB), Y15
+	VPMULLD Y14, Y15, Y15
+	MOVL u0+40(FP), R9
+	MOVQ R9, X13
+	VPBROADCASTD X13, Y13
+	VPADDD Y13, Y15, Y15 // lane positions u0 + i·du
+	VPSLLD $3, Y14, Y14  // step 8·du
+	MOVL xa+48(FP), R9
+	MOVQ R9, X13
+	VPBROADCASTD X13, Y13
+	MOVL maxX+52(FP), R9
+	MOVQ R9, X12
+	VPBROADCASTD X12, Y12
+	VPXOR Y11, Y11, Y11
+	VPCMPEQD Y10, Y10, Y10 // all ones: gather mask, and −1
+	MOVL $255, R9
+	MOVQ R9, X9
+	VPBROADCASTD X9, Y9
+	MOVL $32768, R9
+	MOVQ R9, X7
+	VPBROADCASTD X7, Y7
+
+hloop:
+	// columns x0 = (u>>16) + xa and x0+1, clamped to [0, maxX], as
+	// offsets 3·(x − xa) into sc
+	VPSRAD $16, Y15, Y0
+	VPADDD Y13, Y0, Y0
+	VPSUBD Y10, Y0, Y1
+	VPMAXSD Y11, Y0, Y0
+	VPMINSD Y12, Y0, Y0
+	VPMAXSD Y11, Y1, Y1
+	VPMINSD Y12, Y1, Y1
+	VPSUBD Y13, Y0, Y0
+	VPADDD Y0, Y0, Y2
+	VPADDD Y2, Y0, Y0
+	VPSUBD Y13, Y1, Y1
+	VPADDD Y1, Y1, Y2
+	VPADDD Y2, Y1, Y1
+
+	// weights wx = (u>>8)&255, ix = 256 − wx
+	VPSRLD $8, Y15, Y2
+	VPAND Y9, Y2, Y2
+	VPXOR Y9, Y2, Y3
+	VPSUBD Y10, Y3, Y3
+
+	// R
+	VMOVDQU Y10, Y4
+	VPGATHERDD Y4, (SI)(Y0*4), Y5
+	VMOVDQU Y10, Y4
+	VPGATHERDD Y4, (SI)(Y1*4), Y6
+	VPMULLD Y3, Y5, Y5
+	VPMULLD Y2, Y6, Y6
+	VPADDD Y6, Y5, Y5
+	VPADDD Y7, Y5, Y5
+	VPSRLD $16, Y5, Y5
+
+	// G
+	VMOVDQU Y10, Y4
+	VPGATHERDD Y4, 4(SI)(Y0*4), Y6
+	VMOVDQU Y10, Y4
+	VPGATHERDD Y4, 4(SI)(Y1*4), Y8
+	VPMULLD Y3, Y6, Y6
+	VPMULLD Y2, Y8, Y8
+	VPADDD Y8, Y6, Y6
+	VPADDD Y7, Y6, Y6
+	VPSRLD $16, Y6, Y6
+
+	// B (the index registers die here)
+	VMOVDQU Y10, Y4
+	VPGATHERDD Y4, 8(SI)(Y0*4), Y8
+	VMOVDQU Y10, Y4
+	VPGATHERDD Y4, 8(SI)(Y1*4), Y0
+	VPMULLD Y3, Y8, Y8
+	VPMULLD Y2, Y0, Y0
+	VPADDD Y0, Y8, Y8
+	VPADDD Y7, Y8, Y8
+	VPSRLD $16, Y8, Y8
+
+	// pack to bytes: [R0-7 B0-7 | G0-7 B0-7]
+	VPACKUSDW Y6, Y5, Y0
+	VPERMQ $0xD8, Y0, Y0
+	VPACKUSDW Y8, Y8, Y1
+	VPERMQ $0xD8, Y1, Y1
+	VPACKUSWB Y1, Y0, Y0
+	VMOVQ X0, (AX)
+	VPEXTRQ $1, X0, (CX)
+	VEXTRACTI128 $1, Y0, X0
+	VMOVQ X0, (BX)
+
+	VPADDD Y14, Y15, Y15
+	ADDQ $8, AX
+	ADDQ $8, BX
+	ADDQ $8, CX
+	SUBQ $8, DX
+	JNZ hloop
 	VZEROUPPER
 	RET

@@ -3,6 +3,8 @@ package augment
 import (
 	"math/rand/v2"
 	"testing"
+
+	"github.com/segpipe/segpipe/pipeline/order"
 )
 
 // randomGains returns an hsv with gains drawn like the loader's, widened
@@ -103,5 +105,97 @@ func BenchmarkHSVRow(b *testing.B) {
 				tab.applyRow(p[:n], p[n:2*n], p[2*n:])
 			}
 		})
+	}
+}
+
+// TestVBlendKernelMatchesGo: exact equality on random rows and weights.
+func TestVBlendKernelMatchesGo(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for trial := 0; trial < 300; trial++ {
+		n := r.IntN(200)
+		top, bot := make([]byte, n), make([]byte, n)
+		for i := range top {
+			top[i], bot[i] = uint8(r.IntN(256)), uint8(r.IntN(256))
+		}
+		wy := uint32(r.IntN(256))
+		got, want := make([]uint32, n), make([]uint32, n)
+		vblend(got, top, bot, 256-wy, wy)
+		vblendGo(want, top, bot, 256-wy, wy)
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("trial %d n %d wy %d: value %d: kernel %d, Go %d", trial, n, wy, i, got[i], want[i])
+			}
+		}
+	}
+}
+
+// TestHSampleKernelMatchesGo: exact equality for random spans, both
+// directions (a horizontal flip steps backwards), scales from 0.2 to 4,
+// and spans that run off either edge of the image (replicated columns).
+func TestHSampleKernelMatchesGo(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	for trial := 0; trial < 2000; trial++ {
+		w := 1 + r.IntN(700)
+		maxX := w - 1
+		n := r.IntN(300)
+		dU := int64((0.2 + 3.8*r.Float64()) * 65536)
+		if r.IntN(2) == 0 {
+			dU = -dU
+		}
+		U := int64((r.Float64()*1.4 - 0.2) * float64(w) * 65536)
+		if n == 0 {
+			continue
+		}
+		// sc covers the columns the span touches, as sampleSpanRow sizes it.
+		Ue := U + int64(n-1)*dU
+		xa := min(max(int(min(U, Ue)>>16), 0), maxX)
+		xb := min(max(int(max(U, Ue)>>16)+1, 0), maxX)
+		sc := make([]uint32, 3*(xb-xa+1))
+		for i := range sc {
+			sc[i] = uint32(r.IntN(255*256 + 1))
+		}
+		got, want := make([]byte, 3*n), make([]byte, 3*n)
+		hsample(got[:n], got[n:2*n], got[2*n:], sc, U, dU, xa, maxX)
+		hsampleGo(want[:n], want[n:2*n], want[2*n:], sc, U, dU, xa, maxX)
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("trial %d w %d n %d U %d dU %d: byte %d: kernel %d, Go %d", trial, w, n, U, dU, i, got[i], want[i])
+			}
+		}
+	}
+}
+
+// TestRenderKernelsMatchGo: whole renders (mosaic, letterbox, flips, HSV
+// on and off) give the same bytes with the vector kernels as with the Go
+// ones.
+func TestRenderKernelsMatchGo(t *testing.T) {
+	tiles := benchTiles()
+	cfg := DefaultConfig()
+	cfg.ImgSz = 320
+	s := cfg.ImgSz
+	a, b := make([]byte, 3*s*s), make([]byte, 3*s*s)
+	for seed := uint64(0); seed < 30; seed++ {
+		for _, mode := range []Mode{Train, TrainNoMosaic, Val} {
+			rng := order.NewRand(seed, 5, 0, 0)
+			ts := tiles[:1]
+			if WantMosaic(&cfg, mode, rng) {
+				ts = tiles
+			}
+			p := NewPlan(&cfg, mode, rng, ts)
+			if err := Render(a, &p, ts, 114); err != nil {
+				t.Fatal(err)
+			}
+			forceGoKernels = true
+			err := Render(b, &p, ts, 114)
+			forceGoKernels = false
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range a {
+				if a[i] != b[i] {
+					t.Fatalf("seed %d mode %d: byte %d: kernels %d, Go %d", seed, mode, i, a[i], b[i])
+				}
+			}
+		}
 	}
 }
