@@ -125,9 +125,9 @@ func checkSame(t *testing.T, d *Decoder, data []byte, name string) bool {
 	return true
 }
 
-// BenchmarkDecode decodes one coco-tiny image into a reused buffer, and as
-// the same-run baseline with image/jpeg (to its YCbCr image, before any
-// RGB conversion).
+// BenchmarkDecode decodes one coco-tiny image into a reused buffer, with
+// the vector and the Go inverse DCT, and as the same-run baseline with
+// image/jpeg (to its YCbCr image, before any RGB conversion).
 func BenchmarkDecode(b *testing.B) {
 	dir := shared.Path(b, "data/coco-tiny/val2017")
 	files, _ := filepath.Glob(filepath.Join(dir, "*.jpg"))
@@ -138,18 +138,25 @@ func BenchmarkDecode(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Run("segpipe", func(b *testing.B) {
-		defer reportCPU(b)()
-		var d Decoder
-		var buf []byte
-		for b.Loop() {
-			_, _, pix, err := d.Decode(data, buf)
-			if err != nil {
-				b.Fatal(err)
+	for _, k := range []struct {
+		name string
+		goK  bool
+	}{{"segpipe", false}, {"segpipe-go-idct", true}} {
+		b.Run(k.name, func(b *testing.B) {
+			forceGo = k.goK
+			defer func() { forceGo = false }()
+			defer reportCPU(b)()
+			var d Decoder
+			var buf []byte
+			for b.Loop() {
+				_, _, pix, err := d.Decode(data, buf)
+				if err != nil {
+					b.Fatal(err)
+				}
+				buf = pix
 			}
-			buf = pix
-		}
-	})
+		})
+	}
 	b.Run("image-jpeg", func(b *testing.B) {
 		defer reportCPU(b)()
 		for b.Loop() {

@@ -123,8 +123,7 @@ func (d *Decoder) scan(pos int, dst []byte) ([]byte, int, error) {
 						if dcOnly {
 							fillBlock(plane[ci][off:], stride[ci], blk[0])
 						} else {
-							idct(blk)
-							storeBlock(plane[ci][off:], stride[ci], blk)
+							idctStore(plane[ci][off:], stride[ci], blk)
 						}
 						*blk = [64]int32{}
 					}
