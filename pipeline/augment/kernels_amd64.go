@@ -9,12 +9,13 @@ import "golang.org/x/sys/cpu"
 var haveAVX2 = cpu.X86.HasAVX2
 
 // hsvRowAVX2 is applyRowGo for n pixels, n a positive multiple of 8, eight
-// pixels per step with the table lookups as gathers. t.v is read as
-// 4-byte words at t.v[v] (v ≤ 255), which stay inside the table because
-// coef follows v.
+// pixels per step: sdiv and hdiv recomputed by float division (the same
+// integers, see the kernel), t.v and t.coef read by gathers. t.v is read
+// as 4-byte words at t.v[v] (v ≤ 255), which stay inside the table
+// because coef follows v.
 //
 //go:noescape
-func hsvRowAVX2(rp, gp, bp *uint8, n int, t *hsvTable, sdiv, hdiv *int32)
+func hsvRowAVX2(rp, gp, bp *uint8, n int, t *hsvTable)
 
 // applyRow maps a row of planar RGB pixels in place (applyRowGo's bytes).
 func (t *hsvTable) applyRow(r, g, b []uint8) {
@@ -24,7 +25,7 @@ func (t *hsvTable) applyRow(r, g, b []uint8) {
 	if haveAVX2 && !forceGoKernels {
 		n = len(r) &^ 7
 		if n > 0 {
-			hsvRowAVX2(&r[0], &g[0], &b[0], n, t, &sdiv[0], &hdiv[0])
+			hsvRowAVX2(&r[0], &g[0], &b[0], n, t)
 		}
 	}
 	t.applyRowGo(r[n:], g[n:], b[n:])

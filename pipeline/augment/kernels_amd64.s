@@ -25,15 +25,19 @@ DATA iota8<>+24(SB)/4, $6
 DATA iota8<>+28(SB)/4, $7
 GLOBL iota8<>(SB), RODATA|NOPTR, $32
 
-// func hsvRowAVX2(rp, gp, bp *uint8, n int, t *hsvTable, sdiv, hdiv *int32)
-TEXT ·hsvRowAVX2(SB), NOSPLIT, $0-56
+// 255·4096 and 180·4096/6 as float32: the numerators of sdiv and hdiv.
+DATA sdivnum<>+0(SB)/4, $1044480.0
+GLOBL sdivnum<>(SB), RODATA|NOPTR, $4
+DATA hdivnum<>+0(SB)/4, $122880.0
+GLOBL hdivnum<>(SB), RODATA|NOPTR, $4
+
+// func hsvRowAVX2(rp, gp, bp *uint8, n int, t *hsvTable)
+TEXT ·hsvRowAVX2(SB), NOSPLIT, $0-40
 	MOVQ rp+0(FP), AX
 	MOVQ gp+8(FP), BX
 	MOVQ bp+16(FP), CX
 	MOVQ n+24(FP), DX
 	MOVQ t+32(FP), SI
-	MOVQ sdiv+40(FP), DI
-	MOVQ hdiv+48(FP), R8
 
 	MOVL $2048, R9
 	MOVQ R9, X15
@@ -60,9 +64,14 @@ loop:
 	VPMINSD Y2, Y4, Y4
 	VPSUBD Y4, Y3, Y4 // diff
 
-	// s = (diff·sdiv[v] + 2048) >> 12
-	VMOVDQU Y10, Y9
-	VPGATHERDD Y9, (DI)(Y3*4), Y5
+	// s = (diff·sdiv[v] + 2048) >> 12, sdiv[v] = round(255·4096/v) by a
+	// float division (correctly rounded, and no quotient lies within its
+	// error of a half: the same integers as the table; v = 0 gives a
+	// garbage divisor times diff = 0)
+	VBROADCASTSS sdivnum<>(SB), Y7
+	VCVTDQ2PS Y3, Y5
+	VDIVPS Y5, Y7, Y5
+	VCVTPS2DQ Y5, Y5
 	VPMULLD Y4, Y5, Y5
 	VPADDD Y15, Y5, Y5
 	VPSRAD $12, Y5, Y5
@@ -80,9 +89,12 @@ loop:
 	VPCMPEQD Y0, Y3, Y9
 	VPBLENDVB Y9, Y6, Y8, Y8
 
-	// h = (h·hdiv[diff] + 2048) >> 12, wrapped into [0, 180)
-	VMOVDQU Y10, Y9
-	VPGATHERDD Y9, (R8)(Y4*4), Y7
+	// h = (h·hdiv[diff] + 2048) >> 12, wrapped into [0, 180);
+	// hdiv[diff] = round(180·4096/(6·diff)) by division as above
+	VBROADCASTSS hdivnum<>(SB), Y6
+	VCVTDQ2PS Y4, Y7
+	VDIVPS Y7, Y6, Y7
+	VCVTPS2DQ Y7, Y7
 	VPMULLD Y7, Y8, Y8
 	VPADDD Y15, Y8, Y8
 	VPSRAD $12, Y8, Y8
