@@ -12,6 +12,10 @@ type huffTable struct {
 	// when c ≤ maxcode[l]; its symbol is vals[valptr[l]+c−mincode[l]].
 	maxcode, mincode, valptr [17]int32
 	vals                     [256]uint8
+	// ac[next 9 bits], for AC tables: when a code and the magnitude bits
+	// after it fit in 9 bits, the whole coefficient at once: value<<16 |
+	// run<<8 | bits used (0 when it does not fit, or for EOB and ZRL).
+	ac [1 << lutBits]int32
 }
 
 func (t *huffTable) build(counts [16]int, vals []byte) error {
@@ -39,6 +43,18 @@ func (t *huffTable) build(counts [16]int, vals []byte) error {
 		}
 		k += n
 		code <<= 1
+	}
+	for i, e := range t.lut {
+		l, rs := uint(e>>8), uint8(e)
+		r, sz := int32(rs>>4), uint(rs&15)
+		if e == 0 || sz == 0 || l+sz > lutBits {
+			continue
+		}
+		v := int32(i>>(lutBits-l-sz)) & (1<<sz - 1)
+		if v < 1<<(sz-1) {
+			v -= 1<<sz - 1
+		}
+		t.ac[i] = v<<16 | r<<8 | int32(l+sz)
 	}
 	t.ok = true
 	return nil
@@ -93,7 +109,8 @@ func (b *bitReader) fill() {
 	}
 }
 
-// decode reads one Huffman symbol; the caller has ensured n ≥ 16.
+// decode reads one Huffman symbol; the caller has ensured n ≥ 16. Codes
+// longer than the lookup take decodeLong.
 func (b *bitReader) decode(t *huffTable) (uint8, bool) {
 	if e := t.lut[b.acc>>(64-lutBits)]; e != 0 {
 		l := uint(e >> 8)
@@ -101,6 +118,10 @@ func (b *bitReader) decode(t *huffTable) (uint8, bool) {
 		b.n -= l
 		return uint8(e), true
 	}
+	return b.decodeLong(t)
+}
+
+func (b *bitReader) decodeLong(t *huffTable) (uint8, bool) {
 	code := int32(b.acc >> 48)
 	for l := lutBits + 1; l <= 16; l++ {
 		c := code >> (16 - l)

@@ -91,6 +91,18 @@ func (d *Decoder) scan(pos int, dst []byte) ([]byte, int, error) {
 							if br.n < 32 {
 								br.fill()
 							}
+							if f := ac.ac[br.acc>>(64-lutBits)]; f != 0 {
+								br.acc <<= uint(f & 255)
+								br.n -= uint(f & 255)
+								k += int(f >> 8 & 255)
+								if k > 63 {
+									break // image/jpeg ends the block here too
+								}
+								blk[unzig[k]] = f >> 16 * q[k]
+								dcOnly = false
+								k++
+								continue
+							}
 							rs, ok := br.decode(ac)
 							if !ok {
 								return nil, 0, unsupported("bad AC code")
