@@ -25,6 +25,19 @@ DATA iota8<>+24(SB)/4, $6
 DATA iota8<>+28(SB)/4, $7
 GLOBL iota8<>(SB), RODATA|NOPTR, $32
 
+// Eight pixels' R, G, B (dwords ≤ 255) to the planes at AX, BX, CX: bytes
+// [R0-7 B0-7 | G0-7 B0-7] in t0 (tx: its low half; t1 scratch).
+#define PACKSTORE(r, g, b, t0, tx, t1) \
+	VPACKUSDW g, r, t0; \
+	VPERMQ $0xD8, t0, t0; \
+	VPACKUSDW b, b, t1; \
+	VPERMQ $0xD8, t1, t1; \
+	VPACKUSWB t1, t0, t0; \
+	VMOVQ tx, (AX); \
+	VPEXTRQ $1, tx, (CX); \
+	VEXTRACTI128 $1, t0, tx; \
+	VMOVQ tx, (BX)
+
 // 255·4096 and 180·4096/6 as float32: the numerators of sdiv and hdiv.
 DATA sdivnum<>+0(SB)/4, $1044480.0
 GLOBL sdivnum<>(SB), RODATA|NOPTR, $4
@@ -154,16 +167,7 @@ loop:
 	VPBLENDD $0xAA, Y7, Y6, Y6
 	VPAND Y13, Y6, Y6 // B
 
-	// pack to bytes: [R0-7 B0-7 | G0-7 B0-7]
-	VPACKUSDW Y5, Y4, Y7
-	VPERMQ $0xD8, Y7, Y7
-	VPACKUSDW Y6, Y6, Y8
-	VPERMQ $0xD8, Y8, Y8
-	VPACKUSWB Y8, Y7, Y7
-	VMOVQ X7, (AX)
-	VPEXTRQ $1, X7, (CX)
-	VEXTRACTI128 $1, Y7, X7
-	VMOVQ X7, (BX)
+	PACKSTORE(Y4, Y5, Y6, Y7, X7, Y8)
 
 	ADDQ $8, AX
 	ADDQ $8, BX
@@ -205,6 +209,20 @@ vloop:
 	JNZ vloop
 	VZEROUPPER
 	RET
+
+// One channel of hsampleAVX2's eight pixels into dst: the columns at
+// offsets Y0 and Y1 (dwords) plus off bytes, blended with weights Y3 (ix)
+// and Y2 (wx), rounded (Y7) and shifted; t is scratch; Y4 gather mask.
+#define CHANNEL(off, dst, t) \
+	VMOVDQU Y10, Y4; \
+	VPGATHERDD Y4, off(SI)(Y0*4), dst; \
+	VMOVDQU Y10, Y4; \
+	VPGATHERDD Y4, off(SI)(Y1*4), t; \
+	VPMULLD Y3, dst, dst; \
+	VPMULLD Y2, t, t; \
+	VPADDD t, dst, dst; \
+	VPADDD Y7, dst, dst; \
+	VPSRLD $16, dst, dst
 
 // func hsampleAVX2(rp, gp, bp *uint8, n int, sc *uint32, u0, du, xa, maxX int32)
 TEXT ·hsampleAVX2(SB), NOSPLIT, $0-56
@@ -262,49 +280,11 @@ hloop:
 	VPXOR Y9, Y2, Y3
 	VPSUBD Y10, Y3, Y3
 
-	// R
-	VMOVDQU Y10, Y4
-	VPGATHERDD Y4, (SI)(Y0*4), Y5
-	VMOVDQU Y10, Y4
-	VPGATHERDD Y4, (SI)(Y1*4), Y6
-	VPMULLD Y3, Y5, Y5
-	VPMULLD Y2, Y6, Y6
-	VPADDD Y6, Y5, Y5
-	VPADDD Y7, Y5, Y5
-	VPSRLD $16, Y5, Y5
+	CHANNEL(0, Y5, Y6)  // R
+	CHANNEL(4, Y6, Y8)  // G
+	CHANNEL(8, Y8, Y0)  // B (the index register Y0 dies here)
 
-	// G
-	VMOVDQU Y10, Y4
-	VPGATHERDD Y4, 4(SI)(Y0*4), Y6
-	VMOVDQU Y10, Y4
-	VPGATHERDD Y4, 4(SI)(Y1*4), Y8
-	VPMULLD Y3, Y6, Y6
-	VPMULLD Y2, Y8, Y8
-	VPADDD Y8, Y6, Y6
-	VPADDD Y7, Y6, Y6
-	VPSRLD $16, Y6, Y6
-
-	// B (the index registers die here)
-	VMOVDQU Y10, Y4
-	VPGATHERDD Y4, 8(SI)(Y0*4), Y8
-	VMOVDQU Y10, Y4
-	VPGATHERDD Y4, 8(SI)(Y1*4), Y0
-	VPMULLD Y3, Y8, Y8
-	VPMULLD Y2, Y0, Y0
-	VPADDD Y0, Y8, Y8
-	VPADDD Y7, Y8, Y8
-	VPSRLD $16, Y8, Y8
-
-	// pack to bytes: [R0-7 B0-7 | G0-7 B0-7]
-	VPACKUSDW Y6, Y5, Y0
-	VPERMQ $0xD8, Y0, Y0
-	VPACKUSDW Y8, Y8, Y1
-	VPERMQ $0xD8, Y1, Y1
-	VPACKUSWB Y1, Y0, Y0
-	VMOVQ X0, (AX)
-	VPEXTRQ $1, X0, (CX)
-	VEXTRACTI128 $1, Y0, X0
-	VMOVQ X0, (BX)
+	PACKSTORE(Y5, Y6, Y8, Y0, X0, Y1)
 
 	VPADDD Y14, Y15, Y15
 	ADDQ $8, AX

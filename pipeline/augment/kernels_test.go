@@ -182,20 +182,30 @@ func TestRenderKernelsMatchGo(t *testing.T) {
 				ts = tiles
 			}
 			p := NewPlan(&cfg, mode, rng, ts)
-			if err := Render(a, &p, ts, 114); err != nil {
-				t.Fatal(err)
-			}
-			forceGoKernels = true
-			err := Render(b, &p, ts, 114)
-			forceGoKernels = false
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range a {
-				if a[i] != b[i] {
-					t.Fatalf("seed %d mode %d: byte %d: kernels %d, Go %d", seed, mode, i, a[i], b[i])
-				}
+			if i := renderBoth(t, &p, ts, a, b, &forceGoKernels); i >= 0 {
+				t.Fatalf("seed %d mode %d: byte %d: kernels %d, Go %d", seed, mode, i, a[i], b[i])
 			}
 		}
 	}
+}
+
+// renderBoth renders p into a, then with *force set into b, and returns
+// the first byte where they differ (−1: none).
+func renderBoth(t *testing.T, p *Plan, ts []Tile, a, b []byte, force *bool) int {
+	t.Helper()
+	if err := Render(a, p, ts, 114); err != nil {
+		t.Fatal(err)
+	}
+	*force = true
+	err := Render(b, p, ts, 114)
+	*force = false
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return -1
 }

@@ -168,6 +168,37 @@ GLOBL idctk<>(SB), RODATA|NOPTR, $512
 	VPSUBD x1, t0, x1; \
 	VPADDD t1, t0, x0
 
+// The odd half's last stages and the final butterflies of a pass, after
+// its 7-point shift sh (rows 2, columns 14).
+#define ODDOUT(sh) \
+	BFLY(Y9, Y11, Y0); \
+	BFLY(Y15, Y13, Y0); \
+	VPSRAD sh, Y15, Y15; \
+	VPSRAD sh, Y9, Y9; \
+	ROT(Y15, Y9, K_r3a, K_r3b, K_r3c, Y0, Y1); \
+	VPSRAD sh, Y11, Y11; \
+	VPSRAD sh, Y13, Y13; \
+	ROT(Y11, Y13, K_r1a, K_r1b, K_r1c, Y0, Y1); \
+	BFLY(Y8, Y9, Y0); \
+	BFLY(Y12, Y13, Y0); \
+	BFLY(Y10, Y11, Y0); \
+	BFLY(Y14, Y15, Y0)
+
+// Four rows of samples (dwords, saturated by packing) to dst, dst+stride,
+// dst+2·stride, dst+3·stride (SI stride, R8 3·stride): [a | b] and [c | d]
+// words, then bytes [a c | b d].
+#define STORE4(a, b, c, d) \
+	VPACKSSDW b, a, Y1; \
+	VPERMQ $0xD8, Y1, Y1; \
+	VPACKSSDW d, c, Y2; \
+	VPERMQ $0xD8, Y2, Y2; \
+	VPACKUSWB Y2, Y1, Y1; \
+	VMOVQ X1, (DI); \
+	VPEXTRQ $1, X1, (DI)(SI*2); \
+	VEXTRACTI128 $1, Y1, X1; \
+	VMOVQ X1, (DI)(SI*1); \
+	VPEXTRQ $1, X1, (DI)(R8*1)
+
 // Y0..Y7 (rows) → Y8..Y15 (columns)
 #define TRANSPOSE \
 	VPUNPCKLDQ Y1, Y0, Y8; \
@@ -227,18 +258,7 @@ TEXT ·idctStoreAVX2(SB), NOSPLIT, $0-24
 	BFLY(Y9, Y15, Y0)
 	VPMULLD K_s8, Y13, Y13
 	VPMULLD K_s8, Y11, Y11
-	BFLY(Y9, Y11, Y0)
-	BFLY(Y15, Y13, Y0)
-	VPSRAD $2, Y15, Y15
-	VPSRAD $2, Y9, Y9
-	ROT(Y15, Y9, K_r3a, K_r3b, K_r3c, Y0, Y1)
-	VPSRAD $2, Y11, Y11
-	VPSRAD $2, Y13, Y13
-	ROT(Y11, Y13, K_r1a, K_r1b, K_r1c, Y0, Y1)
-	BFLY(Y8, Y9, Y0)
-	BFLY(Y12, Y13, Y0)
-	BFLY(Y10, Y11, Y0)
-	BFLY(Y14, Y15, Y0)
+	ODDOUT($2)
 
 	// outputs 0..7 of each row back to rows of the block
 	VMOVDQA Y8, Y0
@@ -266,18 +286,7 @@ TEXT ·idctStoreAVX2(SB), NOSPLIT, $0-24
 	VPMULLD K_s14, Y11, Y11
 	VPSRAD $13, Y13, Y13
 	VPMULLD K_s14, Y13, Y13
-	BFLY(Y9, Y11, Y0)
-	BFLY(Y15, Y13, Y0)
-	VPSRAD $14, Y15, Y15
-	VPSRAD $14, Y9, Y9
-	ROT(Y15, Y9, K_r3a, K_r3b, K_r3c, Y0, Y1)
-	VPSRAD $14, Y11, Y11
-	VPSRAD $14, Y13, Y13
-	ROT(Y11, Y13, K_r1a, K_r1b, K_r1c, Y0, Y1)
-	BFLY(Y8, Y9, Y0)
-	BFLY(Y12, Y13, Y0)
-	BFLY(Y10, Y11, Y0)
-	BFLY(Y14, Y15, Y0)
+	ODDOUT($14)
 
 	// rows 0..7 are Y8 Y12 Y10 Y14 Y15 Y11 Y13 Y9: >>18, +128, saturate
 	VMOVDQU K_lvl, Y0
@@ -298,30 +307,10 @@ TEXT ·idctStoreAVX2(SB), NOSPLIT, $0-24
 	VPSRAD $18, Y9, Y9
 	VPADDD Y0, Y9, Y9
 
-	// rows 0-3: [r0 | r1] and [r2 | r3] words, then bytes [r0 r2 | r1 r3]
-	VPACKSSDW Y12, Y8, Y1
-	VPERMQ $0xD8, Y1, Y1
-	VPACKSSDW Y14, Y10, Y2
-	VPERMQ $0xD8, Y2, Y2
-	VPACKUSWB Y2, Y1, Y1
-	VMOVQ X1, (DI)
-	VPEXTRQ $1, X1, (DI)(SI*2)
-	VEXTRACTI128 $1, Y1, X1
-	VMOVQ X1, (DI)(SI*1)
-	VPEXTRQ $1, X1, (DI)(R8*1)
+	STORE4(Y8, Y12, Y10, Y14)
 	LEAQ (DI)(SI*4), DI
 
-	// rows 4-7
-	VPACKSSDW Y11, Y15, Y1
-	VPERMQ $0xD8, Y1, Y1
-	VPACKSSDW Y9, Y13, Y2
-	VPERMQ $0xD8, Y2, Y2
-	VPACKUSWB Y2, Y1, Y1
-	VMOVQ X1, (DI)
-	VPEXTRQ $1, X1, (DI)(SI*2)
-	VEXTRACTI128 $1, Y1, X1
-	VMOVQ X1, (DI)(SI*1)
-	VPEXTRQ $1, X1, (DI)(R8*1)
+	STORE4(Y15, Y11, Y13, Y9)
 
 	VZEROUPPER
 	RET
