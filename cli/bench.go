@@ -33,7 +33,7 @@ func benchCommand() *ucli.Command {
 			"small dataset (the copies are distinct rows, decoded separately).\n\n" +
 			"Example:\n  segpipe bench --shards shards/coco-tiny --repeat 8 --batch 32 --imgsz 640",
 		Flags: []ucli.Flag{
-			&ucli.StringFlag{Name: "shards", Usage: "shard `DIR` (with manifest.json)", Required: true},
+			&ucli.StringFlag{Name: "shards", Usage: "shard `DIR` or URL (with manifest.json; s3://, gs://, azblob://, file://)", Required: true},
 			&ucli.IntFlag{Name: "batch", Value: 32, Usage: "images per batch"},
 			&ucli.IntFlag{Name: "imgsz", Value: 640, Usage: "output image side"},
 			&ucli.IntFlag{Name: "workers", Usage: "worker goroutines (0: GOMAXPROCS)"},

@@ -38,7 +38,7 @@ func convertCommand() *ucli.Command {
 // convertFlags are shared by every convert sub-command.
 func convertFlags() []ucli.Flag {
 	return []ucli.Flag{
-		&ucli.StringFlag{Name: "out", Usage: "output `DIR` for the shards and manifest.json", Required: true},
+		&ucli.StringFlag{Name: "out", Usage: "output `DIR` or URL (s3://bucket/prefix, gs://, azblob://, file://) for the shards and manifest.json", Required: true},
 		&ucli.StringFlag{Name: "shard-size", Value: "256MiB", Usage: "target shard `SIZE` (bytes, or with KiB/MiB/GiB/KB/MB/GB)"},
 		&ucli.BoolFlag{Name: "strict", Usage: "fail on the first bad item instead of skipping and counting it"},
 		&ucli.BoolFlag{Name: "resume", Usage: "continue an interrupted conversion in --out (same flags required)"},

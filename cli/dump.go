@@ -21,7 +21,7 @@ import (
 // locally (dump, preview).
 func batchFlags(batchSize int) []ucli.Flag {
 	return []ucli.Flag{
-		&ucli.StringFlag{Name: "shards", Usage: "shard `DIR` (with manifest.json)", Required: true},
+		&ucli.StringFlag{Name: "shards", Usage: "shard `DIR` or URL (with manifest.json; s3://, gs://, azblob://, file://)", Required: true},
 		&ucli.IntFlag{Name: "batch", Value: batchSize, Usage: "images per batch"},
 		&ucli.IntFlag{Name: "imgsz", Value: 640, Usage: "output image side"},
 		&ucli.Uint64Flag{Name: "seed", Usage: "shuffle and augmentation seed"},

@@ -22,7 +22,7 @@ func inspectCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "inspect",
 		Usage:     "summarise a shard directory and optionally verify it",
-		UsageText: "segpipe inspect PATH [--verify] [--json]",
+		UsageText: "segpipe inspect PATH|URL [--verify] [--json]",
 		Description: "Reads PATH/manifest.json and scans the annotation columns of every shard (image\n" +
 			"bytes are not read) to print the manifest summary, the schema, instances per\n" +
 			"category and histograms of instances per image, points per polygon ring and\n" +

@@ -101,13 +101,13 @@ func newRoot(stdout, stderr io.Writer) *ucli.Command {
 		Version:   Version,
 		Writer:    stdout,
 		ErrWriter: stderr,
-		Flags: []ucli.Flag{
+		Flags: append([]ucli.Flag{
 			&ucli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
 			&ucli.StringFlag{Name: "log-format", Value: "text", Usage: "text or json"},
-		},
-		Before: func(ctx context.Context, c *ucli.Command) (context.Context, error) {
+		}, storageFlags()...),
+		Before: storageBefore(func(ctx context.Context, c *ucli.Command) (context.Context, error) {
 			return ctx, setupLogging(c, stderr)
-		},
+		}),
 		OnUsageError: func(ctx context.Context, c *ucli.Command, err error, isSubcommand bool) error {
 			return usageError{err}
 		},

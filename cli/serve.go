@@ -43,7 +43,7 @@ func serveCommand() *ucli.Command {
 			"Stops on SIGINT/SIGTERM, letting streams in progress finish for --grace.\n\n" +
 			"Example:\n  segpipe serve --shards shards --addr 127.0.0.1:8815 --metrics-addr 127.0.0.1:9815",
 		Flags: []ucli.Flag{
-			&ucli.StringFlag{Name: "shards", Usage: "shard root `DIR`: requests name shard sets below it", Required: true},
+			&ucli.StringFlag{Name: "shards", Usage: "shard root `DIR` or URL (s3://, gs://, azblob://): requests name shard sets below it", Required: true},
 			&ucli.StringFlag{Name: "addr", Value: "127.0.0.1:8815", Usage: "listen `HOST:PORT`"},
 			&ucli.StringFlag{Name: "token", Usage: "bearer `TOKEN` clients must send", Sources: ucli.EnvVars("SEGPIPE_TOKEN")},
 			&ucli.StringFlag{Name: "tls-cert", Usage: "TLS certificate `FILE` (PEM)"},
@@ -85,11 +85,12 @@ func serveCommand() *ucli.Command {
 			if (cert == "") != (key == "") {
 				return usagef("--tls-cert and --tls-key go together")
 			}
-			if st, err := os.Stat(c.String("shards")); err != nil || !st.IsDir() {
-				return usagef("--shards %q is not a directory", c.String("shards"))
+			if err := checkShardRoot(c.String("shards")); err != nil {
+				return err
 			}
 			cfg := remote.ServerConfig{
 				Root:       c.String("shards"),
+				Open:       openShardsBelow(c.String("shards")),
 				Token:      c.String("token"),
 				Peers:      c.StringSlice("peer"),
 				Loader:     pipeline.Config{Workers: int(c.Int("workers")), Prefetch: int(c.Int("prefetch")), CacheBytes: cache, Strict: c.Bool("strict")},

@@ -244,8 +244,8 @@ func runTrain(ctx context.Context, c *ucli.Command) error {
 }
 
 func absPath(p string) string {
-	if p == "" {
-		return ""
+	if p == "" || isURL(p) {
+		return p
 	}
 	if a, err := filepath.Abs(p); err == nil {
 		return a

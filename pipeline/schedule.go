@@ -94,6 +94,7 @@ func (l *Loader) read(ctx context.Context, ep *order.Epoch, from int, out chan<-
 	defer l.wg.Done()
 	defer close(out)
 	for wi := from; wi < len(ep.Windows); wi++ {
+		l.prefetch(ep, wi, wi == from)
 		t0 := time.Now()
 		w := &window{idx: wi, blocks: ep.Windows[wi].Blocks}
 		for _, b := range w.blocks {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/segpipe/segpipe/formats/shard"
+	"github.com/segpipe/segpipe/formats/storage"
 )
 
 // Source is a dataset stored as blocks (Parquet row groups) that are read
@@ -70,6 +71,7 @@ type ShardSource struct {
 	blocks []shardBlock
 	rows   []int
 	broken map[int]error // shards that could not be opened
+	ahead  readAhead
 
 	mu     sync.Mutex
 	open   *shard.ShardReader
@@ -81,9 +83,11 @@ type shardBlock struct {
 	first        int64 // first row within the shard
 }
 
-// OpenShards opens the shard directory dir through its manifest and reads
-// every shard's footer to learn its row groups. Only a missing or invalid
-// manifest is an error.
+// OpenShards opens the shard directory dir, a path or a URL (s3://, gs://,
+// azblob://, file://; see formats/storage), through its manifest and reads
+// every shard's footer to learn its row groups. Storage options (cache,
+// read-ahead, retries) are storage.DefaultOptions. Only a missing or
+// invalid manifest is an error.
 func OpenShards(dir string) (*ShardSource, error) {
 	set, err := shard.Open(dir)
 	if err != nil {
@@ -99,6 +103,7 @@ func OpenShards(dir string) (*ShardSource, error) {
 			if info.Rows > 0 {
 				s.blocks = append(s.blocks, shardBlock{shard: i, group: -1})
 				s.rows = append(s.rows, int(info.Rows))
+				s.ahead.ranges = append(s.ahead.ranges, storage.Range{}) // nothing to fetch
 			}
 			continue
 		}
@@ -107,6 +112,7 @@ func OpenShards(dir string) (*ShardSource, error) {
 			n := r.RowGroupRows(g)
 			s.blocks = append(s.blocks, shardBlock{i, g, first})
 			s.rows = append(s.rows, int(n))
+			s.ahead.ranges = append(s.ahead.ranges, r.RowGroupRange(g))
 			first += n
 		}
 		r.Close()
@@ -148,6 +154,7 @@ func (s *ShardSource) ReadBlock(ctx context.Context, i int) ([]shard.Image, erro
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.ahead.reading(s, i)
 	if s.openID != b.shard {
 		s.closeOpen()
 		r, err := s.set.OpenShard(b.shard, shard.ReadOptions{Allocator: memory.NewGoAllocator()})

@@ -2,11 +2,14 @@ package shard
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/segpipe/segpipe/formats/storage"
 )
 
 // Manifest is the content of manifest.json, the single entry point of a
@@ -51,10 +54,18 @@ type ShardInfo struct {
 // finished: see --resume).
 var ErrNoManifest = errors.New("no " + ManifestName)
 
-// ReadManifest reads and checks dir/manifest.json.
+// ReadManifest reads and checks manifest.json at dir, a path or a URL.
 func ReadManifest(dir string) (*Manifest, error) {
-	path := filepath.Join(dir, ManifestName)
-	b, err := os.ReadFile(path)
+	d, err := storage.Open(context.Background(), dir, nil)
+	if err != nil {
+		return nil, err
+	}
+	return readManifest(context.Background(), d)
+}
+
+func readManifest(ctx context.Context, d *storage.Dir) (*Manifest, error) {
+	dir, path := d.String(), d.Join(ManifestName)
+	b, err := d.ReadFile(ctx, ManifestName)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("%s: %w", dir, ErrNoManifest)
 	}

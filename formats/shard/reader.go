@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -13,27 +11,34 @@ import (
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+
+	"github.com/segpipe/segpipe/formats/storage"
 )
 
-// Set is an opened shard directory: its manifest and the means to stream
-// its rows. A Set holds no open files; each ShardReader does.
+// Set is an opened shard directory (a local one or a bucket prefix, see
+// formats/storage): its manifest and the means to stream its rows. A Set
+// holds no open files; each ShardReader does.
 type Set struct {
-	Dir      string
+	Dir      string // the location, as opened
 	Manifest *Manifest
+
+	store *storage.Dir
 }
 
-// Open reads dir/manifest.json. It does not touch the shards: use Verify
-// to check them, OpenShard or Batches/Images to read them.
+// Open reads manifest.json at dir, a path or a URL (file://, s3://, gs://,
+// azblob://) opened with storage.DefaultOptions. It does not touch the
+// shards: use Verify to check them, OpenShard or Batches/Images to read
+// them.
 func Open(dir string) (*Set, error) {
-	m, err := ReadManifest(dir)
+	d, err := storage.Open(context.Background(), dir, nil)
 	if err != nil {
 		return nil, err
 	}
-	return &Set{Dir: dir, Manifest: m}, nil
+	return OpenDir(d)
 }
 
-// Path returns the path of the i-th shard.
-func (s *Set) Path(i int) string { return filepath.Join(s.Dir, s.Manifest.Shards[i].File) }
+// Path returns the path or URL of the i-th shard.
+func (s *Set) Path(i int) string { return s.store.Join(s.Manifest.Shards[i].File) }
 
 // ReadOptions configures how shards are read.
 type ReadOptions struct {
@@ -49,7 +54,7 @@ type ReadOptions struct {
 // concurrent use; open one per goroutine.
 type ShardReader struct {
 	name   string
-	f      *os.File
+	f      *storage.File
 	pf     *file.Reader
 	fr     *pqarrow.FileReader
 	leaves []int // Parquet leaf columns of the requested top-level columns
@@ -67,21 +72,28 @@ func (s *Set) OpenShard(i int, opts ReadOptions) (*ShardReader, error) {
 	// A size check is one stat: it catches truncated and replaced files
 	// before the Parquet reader meets them (Verify also checks sha256).
 	info := s.Manifest.Shards[i]
-	if st, err := os.Stat(s.Path(i)); err != nil {
+	f, err := s.store.OpenFile(context.Background(), info.File)
+	if err != nil {
 		return nil, fmt.Errorf("shard %s: %w", info.File, err)
-	} else if st.Size() != info.Bytes {
-		return nil, fmt.Errorf("shard %s: %d bytes, manifest says %d: the file was changed or damaged after conversion", info.File, st.Size(), info.Bytes)
+	} else if f.Size() != info.Bytes {
+		f.Close()
+		return nil, fmt.Errorf("shard %s: %d bytes, manifest says %d: the file was changed or damaged after conversion", info.File, f.Size(), info.Bytes)
 	}
-	return OpenShardFile(s.Path(i), opts)
+	return openShardReader(f, opts)
 }
 
-// OpenShardFile opens one shard file directly, without a manifest.
-func OpenShardFile(path string, opts ReadOptions) (r *ShardReader, err error) {
-	name := filepath.Base(path)
-	f, err := os.Open(path)
+// OpenShardFile opens one shard file directly, without a manifest; path
+// is a path or a URL.
+func OpenShardFile(path string, opts ReadOptions) (*ShardReader, error) {
+	f, err := openStorageFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("shard %s: %w", name, err)
+		return nil, err
 	}
+	return openShardReader(f, opts)
+}
+
+func openShardReader(f *storage.File, opts ReadOptions) (r *ShardReader, err error) {
+	name := f.Name()
 	// A damaged file must be an error naming it, even where the Parquet
 	// library would panic on it.
 	defer func() {
@@ -93,7 +105,7 @@ func OpenShardFile(path string, opts ReadOptions) (r *ShardReader, err error) {
 	return openShardFile(f, name, opts)
 }
 
-func openShardFile(f *os.File, name string, opts ReadOptions) (*ShardReader, error) {
+func openShardFile(f *storage.File, name string, opts ReadOptions) (*ShardReader, error) {
 	mem := opts.Allocator
 	if mem == nil {
 		mem = memory.DefaultAllocator
@@ -113,9 +125,10 @@ func openShardFile(f *os.File, name string, opts ReadOptions) (*ShardReader, err
 	if err != nil {
 		return fail(err)
 	}
-	if err := checkChunkBounds(r.pf, f); err != nil {
+	if err := checkChunkBounds(r.pf, f.Size()); err != nil {
 		return fail(err)
 	}
+	f.SetBlocks(rowGroupRanges(r.pf))
 	kv := r.pf.MetaData().KeyValueMetadata()
 	v := kv.FindValue(MetadataKeyFormatVersion)
 	if v == nil {
@@ -173,12 +186,7 @@ func (r *ShardReader) Version() int { return r.version }
 // file. arrow-go trusts these numbers and, reading such a chunk, panics in
 // a goroutine of its own where no recover can reach: one flipped footer
 // byte would otherwise take the whole process down.
-func checkChunkBounds(pf *file.Reader, f *os.File) error {
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	size := st.Size()
+func checkChunkBounds(pf *file.Reader, size int64) error {
 	md := pf.MetaData()
 	for g := 0; g < md.NumRowGroups(); g++ {
 		rg := md.RowGroup(g)

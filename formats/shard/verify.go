@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/apache/arrow-go/v18/arrow"
 )
@@ -29,11 +28,10 @@ func (s *Set) Verify(ctx context.Context) error {
 
 func (s *Set) verifyShard(ctx context.Context, i int) error {
 	info := s.Manifest.Shards[i]
-	path := s.Path(i)
-	if _, err := os.Stat(path); err != nil {
+	if _, err := s.store.Stat(ctx, info.File); err != nil {
 		return fmt.Errorf("shard %s: %w", info.File, err)
 	}
-	if err := checkFile(path, info.Bytes, info.SHA256); err != nil {
+	if err := s.store.Check(ctx, info.File, info.Bytes, info.SHA256); err != nil {
 		return fmt.Errorf("shard %w", err)
 	}
 	r, err := s.OpenShard(i, ReadOptions{Columns: []string{ColImageID, ColInstances}})

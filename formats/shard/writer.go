@@ -1,14 +1,11 @@
 package shard
 
 import (
-	"crypto/sha256"
+	"context"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -16,7 +13,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
-	"github.com/segpipe/segpipe/internal/atomicfile"
+	"github.com/segpipe/segpipe/formats/storage"
 )
 
 // Default sizes of WriterOptions.
@@ -82,7 +79,8 @@ type Checkpoint struct {
 // restarting at a shard boundary reproduces the uninterrupted run. A Writer
 // is not safe for concurrent use.
 type Writer struct {
-	dir  string
+	dir  *storage.Dir
+	ctx  context.Context
 	opts WriterOptions
 	fp   string // fingerprint of the options, stored in the journal
 
@@ -97,7 +95,7 @@ type Writer struct {
 
 type openShard struct {
 	name      string
-	f         *atomicfile.File
+	f         *storage.Writer
 	sink      *hashSink
 	fw        *pqarrow.FileWriter
 	rows      int64
@@ -121,11 +119,25 @@ var partRE = regexp.MustCompile(`^part-[0-9]{5,}\.parquet$`)
 // ShardName returns the file name of the i-th shard.
 func ShardName(i int) string { return fmt.Sprintf("part-%05d.parquet", i) }
 
-// Create prepares dir (created if missing) for a conversion. Without
-// Resume, dir must not already hold shards, a manifest or a journal. With
-// Resume, finished shards listed in the journal are checked (size and
-// sha256) and kept; the caller asks Resumed where to restart.
+// Create prepares dir, a path (created if missing) or a URL (see
+// formats/storage), for a conversion. Without Resume, dir must not already
+// hold shards, a manifest or a journal. With Resume, finished shards listed
+// in the journal are checked (size and sha256) and kept; the caller asks
+// Resumed where to restart.
 func Create(dir string, opts WriterOptions) (*Writer, error) {
+	d, err := storage.Open(context.Background(), dir, nil)
+	if err != nil {
+		return nil, err
+	}
+	return CreateDir(d, opts)
+}
+
+// CreateDir is Create for a location already opened through
+// formats/storage. Each shard, the journal and the manifest become visible
+// only whole (in a bucket: uploaded, then read back and checked against
+// their size and sha256), and the manifest last.
+func CreateDir(dir *storage.Dir, opts WriterOptions) (*Writer, error) {
+	ctx := context.Background()
 	if opts.ShardBytes <= 0 {
 		opts.ShardBytes = DefaultShardBytes
 	}
@@ -143,7 +155,7 @@ func Create(dir string, opts WriterOptions) (*Writer, error) {
 			return nil, fmt.Errorf("category %d (%q) has index %d: want contiguous indices in order", c.ID, c.Name, c.Index)
 		}
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := dir.Mkdir(); err != nil {
 		return nil, err
 	}
 	fpb, err := json.Marshal(struct {
@@ -155,16 +167,16 @@ func Create(dir string, opts WriterOptions) (*Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &Writer{dir: dir, opts: opts, fp: string(fpb)}
+	w := &Writer{dir: dir, ctx: ctx, opts: opts, fp: string(fpb)}
 
-	entries, err := os.ReadDir(dir)
+	names, err := dir.List(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var parts, temps []string
 	hasManifest, hasJournal := false, false
-	for _, e := range entries {
-		switch n := e.Name(); {
+	for _, n := range names {
+		switch {
 		case n == ManifestName:
 			hasManifest = true
 		case n == ProgressName:
@@ -181,7 +193,7 @@ func Create(dir string, opts WriterOptions) (*Writer, error) {
 		}
 	} else {
 		if hasManifest {
-			m, err := ReadManifest(dir)
+			m, err := readManifest(ctx, dir)
 			if err != nil {
 				return nil, err
 			}
@@ -204,7 +216,7 @@ func Create(dir string, opts WriterOptions) (*Writer, error) {
 	}
 	for _, n := range append(parts, temps...) {
 		if !keep[n] {
-			if err := os.Remove(filepath.Join(dir, n)); err != nil {
+			if err := dir.Remove(ctx, n); err != nil {
 				return nil, err
 			}
 		}
@@ -228,8 +240,8 @@ func (w *Writer) fingerprintOf(m *Manifest) string {
 }
 
 func (w *Writer) loadJournal() error {
-	path := filepath.Join(w.dir, ProgressName)
-	b, err := os.ReadFile(path)
+	path := w.dir.Join(ProgressName)
+	b, err := w.dir.ReadFile(w.ctx, ProgressName)
 	if err != nil {
 		return err
 	}
@@ -247,7 +259,7 @@ func (w *Writer) loadJournal() error {
 		if s.File != ShardName(i) {
 			return fmt.Errorf("%s: shard %d is %q, want %q", path, i, s.File, ShardName(i))
 		}
-		if err := checkFile(filepath.Join(w.dir, s.File), s.Bytes, s.SHA256); err != nil {
+		if err := w.dir.Check(w.ctx, s.File, s.Bytes, s.SHA256); err != nil {
 			return fmt.Errorf("resume: finished shard %w; start again in an empty directory", err)
 		}
 	}
@@ -306,8 +318,7 @@ func (w *Writer) Write(img *Image) error {
 
 func (w *Writer) openShard() error {
 	name := ShardName(len(w.shards))
-	// Shards are meant to be shared: 0644.
-	f, err := atomicfile.Create(filepath.Join(w.dir, name), 0o644)
+	f, err := w.dir.Create(w.ctx, name)
 	if err != nil {
 		return err
 	}
@@ -375,7 +386,7 @@ func (w *Writer) finishShard(journalIt bool) error {
 	if err != nil {
 		return err
 	}
-	return atomicfile.WriteFile(filepath.Join(w.dir, ProgressName), b, 0o644)
+	return w.dir.WriteFile(w.ctx, ProgressName, b)
 }
 
 // Close finishes the last shard and writes manifest.json with skipped as
@@ -412,12 +423,12 @@ func (w *Writer) Close(skipped map[string]int64) (*Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := atomicfile.WriteFile(filepath.Join(w.dir, ManifestName), b, 0o644); err != nil {
+	if err := w.dir.WriteFile(w.ctx, ManifestName, b); err != nil {
 		return nil, err
 	}
 	// No directory sync after this removal: a journal that survives a
 	// crash next to a manifest is ignored, the manifest wins.
-	if err := os.Remove(filepath.Join(w.dir, ProgressName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := w.dir.Remove(w.ctx, ProgressName); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -435,27 +446,6 @@ func (w *Writer) Abort() error {
 		w.cur.sink.finish()
 		w.cur.f.Abort()
 		w.cur = nil
-	}
-	return nil
-}
-
-// checkFile compares a file's size and sha256 with the expected values.
-func checkFile(path string, size int64, sum string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	if n != size {
-		return fmt.Errorf("%s: %d bytes, manifest says %d", path, n, size)
-	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != sum {
-		return fmt.Errorf("%s: sha256 %s, manifest says %s", path, got, sum)
 	}
 	return nil
 }

@@ -1,0 +1,103 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	ucli "github.com/urfave/cli/v3"
+
+	"github.com/segpipe/segpipe/formats/shard"
+	"github.com/segpipe/segpipe/formats/storage"
+	"github.com/segpipe/segpipe/pipeline"
+)
+
+// storageFlags configure how every command reaches shards in a bucket.
+// They are global (given before or after the sub-command) because every
+// command that takes a shard directory also takes a URL.
+func storageFlags() []ucli.Flag {
+	return []ucli.Flag{
+		&ucli.StringFlag{Name: "cache-dir", Sources: ucli.EnvVars("SEGPIPE_CACHE_DIR"),
+			Usage: "keep the row groups read from a bucket in local `DIR` (shared by processes, kept across runs)"},
+		&ucli.StringFlag{Name: "cache-size", Value: "10GiB", Sources: ucli.EnvVars("SEGPIPE_CACHE_SIZE"),
+			Usage: "budget of --cache-dir, least recently used first out"},
+	}
+}
+
+// setupStorage sets the options every shard location opened by this run
+// uses (pipeline.OpenShards, shard.Open, shard.Create).
+func setupStorage(c *ucli.Command) error {
+	o := storage.Options{CacheDir: c.String("cache-dir")}
+	if o.CacheDir != "" {
+		n, err := parseSize(c.String("cache-size"))
+		if err != nil {
+			return usagef("--cache-size: %v", err)
+		}
+		if err := os.MkdirAll(o.CacheDir, 0o755); err != nil {
+			return usagef("--cache-dir: %v", err)
+		}
+		o.CacheBytes = n
+	}
+	storage.SetDefaultOptions(o)
+	return nil
+}
+
+// storageBefore chains setupStorage after the root's other setup.
+func storageBefore(next ucli.BeforeFunc) ucli.BeforeFunc {
+	return func(ctx context.Context, c *ucli.Command) (context.Context, error) {
+		ctx, err := next(ctx, c)
+		if err != nil {
+			return ctx, err
+		}
+		return ctx, setupStorage(c)
+	}
+}
+
+// checkShardRoot accepts a local directory or a bucket URL as serve's
+// shard root.
+func checkShardRoot(root string) error {
+	loc, err := storage.ParseLocation(root)
+	if err != nil {
+		return usagef("--shards: %v", err)
+	}
+	if loc.IsBucket() {
+		return nil
+	}
+	if st, err := os.Stat(loc.Dir); err != nil || !st.IsDir() {
+		return usagef("--shards %q is not a directory", root)
+	}
+	return nil
+}
+
+// openShardsBelow opens the shard sets a server is asked for below a
+// bucket root (a local root is served by remote.Server itself).
+func openShardsBelow(root string) func(ctx context.Context, set string) (pipeline.Source, error) {
+	loc, err := storage.ParseLocation(root)
+	if err != nil || !loc.IsBucket() {
+		return nil
+	}
+	return func(ctx context.Context, set string) (pipeline.Source, error) {
+		sub, err := loc.Below(set)
+		if err != nil {
+			return nil, fmt.Errorf("shard set %q: %w", set, err)
+		}
+		src, err := pipeline.OpenShards(sub.String())
+		if errors.Is(err, shard.ErrNoManifest) {
+			return nil, fmt.Errorf("shard set %q: %w", set, os.ErrNotExist)
+		}
+		return src, err
+	}
+}
+
+// isURL reports whether a shard location is a URL (kept as given in a
+// run's config.json) rather than a path (made absolute there).
+func isURL(location string) bool {
+	scheme, _, ok := strings.Cut(location, "://")
+	if !ok {
+		return false
+	}
+	loc, err := storage.ParseLocation(location)
+	return err == nil && (loc.IsBucket() || strings.EqualFold(scheme, "file"))
+}

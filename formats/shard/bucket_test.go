@@ -1,0 +1,92 @@
+package shard
+
+import (
+	"bytes"
+	"context"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow/array"
+
+	"github.com/segpipe/segpipe/internal/s3test"
+)
+
+// TestBucketReadsRowGroupsByRange: a shard set written to a bucket holds
+// the bytes of a local one; opening a shard fetches its footer in one
+// ranged request, and each row group at most one more (none if the
+// footer's tail holds it), never a whole-object download; rows read back equal the local ones.
+func TestBucketReadsRowGroupsByRange(t *testing.T) {
+	srv := s3test.Start(t, "bkt")
+	url, count := srv.Proxy("bkt", "set")
+	imgs := testImages(11, 60)
+	for i := range imgs {
+		imgs[i].Bytes = bytes.Repeat([]byte{byte(i)}, 12000+i*100)
+	}
+	opts := WriterOptions{ShardBytes: 512 << 10, RowGroupBytes: 64 << 10}
+	local := t.TempDir()
+	writeAll(t, local, opts, imgs, -1)
+	writeAll(t, url, opts, imgs, -1)
+	want := readDir(t, local)
+	got := readDir(t, srv.Dir("bkt", "set"))
+	if len(got) != len(want) {
+		t.Fatalf("bucket holds %d objects, local directory %d files", len(got), len(want))
+	}
+	for name, b := range want {
+		if !bytes.Equal(b, got[name]) {
+			t.Errorf("object %s differs from the local file", name)
+		}
+	}
+
+	set, err := Open(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lset, err := Open(local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := set.Verify(context.Background()); err != nil {
+		t.Fatalf("verify: %v", err)
+	}
+	for i, info := range set.Manifest.Shards {
+		count.Reset()
+		r, err := set.OpenShard(i, ReadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gets, ranged, _ := count.Gets(); gets != 1 || ranged != 1 {
+			t.Fatalf("shard %s: opening took %d GETs (%d ranged), want the footer's one", info.File, gets, ranged)
+		}
+		if r.NumRowGroups() < 2 {
+			t.Fatalf("shard %s: %d row groups, want several", info.File, r.NumRowGroups())
+		}
+		lr, err := lset.OpenShard(i, ReadOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for g := 0; g < r.NumRowGroups(); g++ {
+			rec, err := r.ReadRowGroup(context.Background(), g)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lrec, err := lr.ReadRowGroup(context.Background(), g)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !array.RecordEqual(rec, lrec) {
+				t.Errorf("shard %s row group %d differs from the local read", info.File, g)
+			}
+			rec.Release()
+			lrec.Release()
+		}
+		r.Close()
+		lr.Close()
+		gets, ranged, n := count.Gets()
+		// Row groups inside the footer's 64 KiB tail need no request.
+		if gets < 2 || gets > 1+r.NumRowGroups() || ranged != gets {
+			t.Errorf("shard %s: %d GETs (%d ranged) for %d row groups, want at most one each plus the footer", info.File, gets, ranged, r.NumRowGroups())
+		}
+		if n > info.Bytes+64<<10 {
+			t.Errorf("shard %s: fetched %d bytes of a %d-byte object", info.File, n, info.Bytes)
+		}
+	}
+}
