@@ -53,23 +53,32 @@ var ErrNoManifest = errors.New("no " + ManifestName)
 
 // ReadManifest reads and checks dir/manifest.json.
 func ReadManifest(dir string) (*Manifest, error) {
-	path := filepath.Join(dir, ManifestName)
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("%s: %w", dir, ErrNoManifest)
-	}
-	if err != nil {
+	var m Manifest
+	if err := readManifestFile(dir, ManifestName, &m); err != nil {
 		return nil, err
 	}
-	var m Manifest
+	return &m, nil
+}
+
+// readManifestFile decodes and checks dir/name; a missing manifest.json
+// is ErrNoManifest.
+func readManifestFile(dir, name string, m interface{ check() error }) error {
+	path := filepath.Join(dir, name)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) && name == ManifestName {
+		return fmt.Errorf("%s: %w", dir, ErrNoManifest)
+	}
+	if err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
-	if err := dec.Decode(&m); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+	if err := dec.Decode(m); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
 	}
 	if err := m.check(); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return fmt.Errorf("%s: %w", path, err)
 	}
-	return &m, nil
+	return nil
 }
 
 func (m *Manifest) check() error {
@@ -106,8 +115,12 @@ func (m *Manifest) check() error {
 }
 
 // encode renders m deterministically (encoding/json sorts map keys).
-func (m *Manifest) encode() ([]byte, error) {
-	b, err := json.MarshalIndent(m, "", "  ")
+func (m *Manifest) encode() ([]byte, error) { return encodeJSON(m) }
+
+// encodeJSON is the one rendering of manifests: two-space indent, final
+// newline.
+func encodeJSON(v any) ([]byte, error) {
+	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return nil, err
 	}

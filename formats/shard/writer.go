@@ -65,6 +65,12 @@ type WriterOptions struct {
 	Checkpoint func() Checkpoint
 	// Allocator for the Arrow builders; default memory.DefaultAllocator.
 	Allocator memory.Allocator
+	// Layout, when set, makes the Writer one part of a distributed
+	// conversion (see Plan.Layout and part.go): shards are numbered from
+	// Layout.FirstShard, journal and manifest carry the part's name
+	// (PartManifestName), other parts' files in the directory are left
+	// alone, and Close checks the shards against the plan.
+	Layout *PartLayout
 }
 
 // Checkpoint is the caller's position after a complete shard.
@@ -146,16 +152,9 @@ func Create(dir string, opts WriterOptions) (*Writer, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	fpb, err := json.Marshal(struct {
-		Source        Source     `json:"source"`
-		Categories    []Category `json:"categories"`
-		ShardBytes    int64      `json:"shard_bytes"`
-		RowGroupBytes int64      `json:"row_group_bytes"`
-	}{opts.Source, opts.Categories, opts.ShardBytes, opts.RowGroupBytes})
-	if err != nil {
-		return nil, err
-	}
-	w := &Writer{dir: dir, opts: opts, fp: string(fpb)}
+	w := &Writer{dir: dir, opts: opts}
+	w.fp = w.fingerprintOf(&Manifest{Source: opts.Source, Categories: opts.Categories,
+		ShardBytes: opts.ShardBytes, RowGroupBytes: opts.RowGroupBytes})
 
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -165,13 +164,19 @@ func Create(dir string, opts WriterOptions) (*Writer, error) {
 	hasManifest, hasJournal := false, false
 	for _, e := range entries {
 		switch n := e.Name(); {
-		case n == ManifestName:
+		case n == w.manifestName():
 			hasManifest = true
-		case n == ProgressName:
+		case n == w.journalName():
 			hasJournal = true
+		case strings.HasPrefix(n, "."+w.manifestName()+".tmp-") || strings.HasPrefix(n, "."+w.journalName()+".tmp-"):
+			temps = append(temps, n)
+		case opts.Layout != nil && n == ManifestName:
+			return nil, fmt.Errorf("%s already holds a merged conversion (%s): choose an empty directory", dir, ManifestName)
+		case opts.Layout != nil && !opts.Layout.owns(n):
+			// Another part's file: that part's writer looks after it.
 		case partRE.MatchString(n):
 			parts = append(parts, n)
-		case strings.HasPrefix(n, ".part-") || strings.HasPrefix(n, "."+ManifestName+".tmp-") || strings.HasPrefix(n, "."+ProgressName+".tmp-"):
+		case strings.HasPrefix(n, ".part-"):
 			temps = append(temps, n)
 		}
 	}
@@ -181,7 +186,7 @@ func Create(dir string, opts WriterOptions) (*Writer, error) {
 		}
 	} else {
 		if hasManifest {
-			m, err := ReadManifest(dir)
+			m, err := w.readOwnManifest()
 			if err != nil {
 				return nil, err
 			}
@@ -217,18 +222,21 @@ func Create(dir string, opts WriterOptions) (*Writer, error) {
 	return w, nil
 }
 
+// fingerprintOf is what must not change between a run and its resume: the
+// options a manifest records, and the part's layout.
 func (w *Writer) fingerprintOf(m *Manifest) string {
 	b, _ := json.Marshal(struct {
-		Source        Source     `json:"source"`
-		Categories    []Category `json:"categories"`
-		ShardBytes    int64      `json:"shard_bytes"`
-		RowGroupBytes int64      `json:"row_group_bytes"`
-	}{m.Source, m.Categories, m.ShardBytes, m.RowGroupBytes})
+		Source        Source      `json:"source"`
+		Categories    []Category  `json:"categories"`
+		ShardBytes    int64       `json:"shard_bytes"`
+		RowGroupBytes int64       `json:"row_group_bytes"`
+		Layout        *PartLayout `json:"layout,omitempty"`
+	}{m.Source, m.Categories, m.ShardBytes, m.RowGroupBytes, w.opts.Layout})
 	return string(b)
 }
 
 func (w *Writer) loadJournal() error {
-	path := filepath.Join(w.dir, ProgressName)
+	path := filepath.Join(w.dir, w.journalName())
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
@@ -244,8 +252,8 @@ func (w *Writer) loadJournal() error {
 		return fmt.Errorf("%s: the interrupted conversion used another source or other options (%s); resume with the same flags or start again in an empty directory", path, j.Options)
 	}
 	for i, s := range j.Shards {
-		if s.File != ShardName(i) {
-			return fmt.Errorf("%s: shard %d is %q, want %q", path, i, s.File, ShardName(i))
+		if want := ShardName(w.firstShard() + i); s.File != want {
+			return fmt.Errorf("%s: shard %d is %q, want %q", path, i, s.File, want)
 		}
 		if err := checkFile(filepath.Join(w.dir, s.File), s.Bytes, s.SHA256); err != nil {
 			return fmt.Errorf("resume: finished shard %w; start again in an empty directory", err)
@@ -305,7 +313,7 @@ func (w *Writer) Write(img *Image) error {
 }
 
 func (w *Writer) openShard() error {
-	name := ShardName(len(w.shards))
+	name := ShardName(w.firstShard() + len(w.shards))
 	// Shards are meant to be shared: 0644.
 	f, err := atomicfile.Create(filepath.Join(w.dir, name), 0o644)
 	if err != nil {
@@ -375,7 +383,7 @@ func (w *Writer) finishShard(journalIt bool) error {
 	if err != nil {
 		return err
 	}
-	return atomicfile.WriteFile(filepath.Join(w.dir, ProgressName), b, 0o644)
+	return atomicfile.WriteFile(filepath.Join(w.dir, w.journalName()), b, 0o644)
 }
 
 // Close finishes the last shard and writes manifest.json with skipped as
@@ -408,16 +416,16 @@ func (w *Writer) Close(skipped map[string]int64) (*Manifest, error) {
 		m.Instances += s.Instances
 		m.Bytes += s.Bytes
 	}
-	b, err := m.encode()
+	b, err := w.encodeManifest(m)
 	if err != nil {
 		return nil, err
 	}
-	if err := atomicfile.WriteFile(filepath.Join(w.dir, ManifestName), b, 0o644); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(w.dir, w.manifestName()), b, 0o644); err != nil {
 		return nil, err
 	}
 	// No directory sync after this removal: a journal that survives a
 	// crash next to a manifest is ignored, the manifest wins.
-	if err := os.Remove(filepath.Join(w.dir, ProgressName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := os.Remove(filepath.Join(w.dir, w.journalName())); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
 	return m, nil
