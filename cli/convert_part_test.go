@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/segpipe/segpipe/formats/shard"
 )
@@ -88,15 +89,30 @@ func TestConvertPartErrors(t *testing.T) {
 	if code, _, errs := run(t, append(base, "--out", out, "--part", "1/2")...); code != ExitOK {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	code, _, errs := run(t, "manifest", "merge", out)
-	if code != ExitFailure || !strings.Contains(errs, "(0/2)") {
-		t.Errorf("merge with a part missing: exit %d: %s", code, errs)
-	}
-	if code, _, _ := run(t, "manifest", "merge"); code != ExitUsage {
-		t.Errorf("merge without DIR: exit %d", code)
-	}
 	// A part rerun after it finished is a no-op, like convert --resume.
 	if code, stdout, errs := run(t, append(base, "--out", out, "--part", "1/2", "--resume")...); code != ExitOK || !strings.Contains(stdout, "nothing to do") {
 		t.Errorf("rerun of a finished part: exit %d\n%s%s", code, stdout, errs)
 	}
+	code, _, errs := run(t, "manifest", "merge", out)
+	if code != ExitFailure || !strings.Contains(errs, "(0/2)") {
+		t.Errorf("merge with a part missing: exit %d: %s", code, errs)
+	}
+	// --wait finds a part that finishes while it waits.
+	mergePoll = 20 * time.Millisecond
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		time.Sleep(100 * time.Millisecond)
+		if code, _, errs := run(t, append(base, "--out", out, "--part", "0/2")...); code != ExitOK {
+			t.Errorf("part 0/2: exit %d: %s", code, errs)
+		}
+	}()
+	if code, stdout, errs := run(t, "manifest", "merge", out, "--wait", "1m"); code != ExitOK || !strings.Contains(stdout, "merged ") {
+		t.Errorf("merge --wait: exit %d\n%s%s", code, stdout, errs)
+	}
+	<-done
+	if code, _, _ := run(t, "manifest", "merge"); code != ExitUsage {
+		t.Errorf("merge without DIR: exit %d", code)
+	}
+
 }

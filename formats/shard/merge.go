@@ -18,6 +18,10 @@ import (
 // manifest.
 var ErrNoParts = errors.New("no part manifests (manifest.part-*.json)")
 
+// ErrMissingParts is returned by Merge when some of the parts have not
+// written their part manifest yet.
+var ErrMissingParts = errors.New("parts missing")
+
 var partManifestRE = regexp.MustCompile(`^manifest\.part-([0-9]{5,})-of-([0-9]{5,})\.json$`)
 
 // ReadPartManifest reads and checks the manifest part p wrote in dir.
@@ -173,7 +177,7 @@ func mergeManifests(parts []*PartManifest) (*Manifest, error) {
 		}
 	}
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("%d of %d parts have no part manifest yet (%s): wait for them, or rerun them with --resume", len(missing), n, strings.Join(missing, ", "))
+		return nil, fmt.Errorf("%w: %d of %d parts have no part manifest yet (%s): wait for them, or rerun them with --resume", ErrMissingParts, len(missing), n, strings.Join(missing, ", "))
 	}
 	m := &Manifest{
 		FormatVersion: first.FormatVersion,
