@@ -56,7 +56,11 @@ func writePart(t *testing.T, dir string, opts WriterOptions, imgs []Image, p Par
 }
 
 func TestPlanCutsWhereTheWriterCuts(t *testing.T) {
-	for seed := uint64(0); seed < 6; seed++ {
+	seeds := uint64(6)
+	if testing.Short() {
+		seeds = 3
+	}
+	for seed := range seeds {
 		imgs := testImages(seed, 40+int(seed)*13)
 		o := testOpts
 		o.ShardBytes = int64(4<<10) << seed
@@ -83,7 +87,11 @@ func TestMergeIsByteIdenticalToOneProcess(t *testing.T) {
 		t.Fatalf("test needs several shards, has %d", shards)
 	}
 	r := rand.New(rand.NewPCG(2, 3))
-	for _, n := range []int{1, 2, 3, shards, shards + 4} {
+	counts := []int{1, 2, 3, shards, shards + 4}
+	if testing.Short() {
+		counts = []int{3, shards + 4}
+	}
+	for _, n := range counts {
 		dir := t.TempDir()
 		// Parts finish in any order; one is interrupted and resumed.
 		for _, i := range r.Perm(n) {

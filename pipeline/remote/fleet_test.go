@@ -2,9 +2,16 @@ package remote
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"errors"
 	"io"
 	"log/slog"
+	"math/big"
 	"net"
 	"slices"
 	"strconv"
@@ -145,13 +152,19 @@ func streamCounts(srvs []*testServer) []int64 {
 	return out
 }
 
-// startServerAt serves rows on addr (a server restarted in place).
-func startServerAt(t *testing.T, rows []shard.Image, addr string) *testServer {
+// startServerAt serves rows on addr (a server restarted in place, or one
+// of several on one port of several loopback addresses), with cfg's TLS.
+func startServerAt(t *testing.T, rows []shard.Image, addr string, cfg ...ServerConfig) *testServer {
 	t.Helper()
-	s, err := NewServer(ServerConfig{Logger: slog.New(slog.DiscardHandler), Loader: pipeline.Config{Workers: 2},
-		Open: func(context.Context, string) (pipeline.Source, error) {
-			return &pipeline.SliceSource{Rows: rows, BlockSize: 8}, nil
-		}})
+	var c ServerConfig
+	if len(cfg) > 0 {
+		c = cfg[0]
+	}
+	c.Logger, c.Loader = slog.New(slog.DiscardHandler), pipeline.Config{Workers: 2}
+	c.Open = func(context.Context, string) (pipeline.Source, error) {
+		return &pipeline.SliceSource{Rows: rows, BlockSize: 8}, nil
+	}
+	s, err := NewServer(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,41 +178,89 @@ func startServerAt(t *testing.T, rows []shard.Image, addr string) *testServer {
 	return &testServer{Server: s, addr: lis.Addr().String()}
 }
 
-func TestFleetFromOneNameResolvingToSeveral(t *testing.T) {
-	rows := synthRows(t, 16)
-	// Loopback answers on all of 127/8: three servers on one port of
-	// three addresses, as a headless Service's pods.
-	var srvs []*testServer
-	for attempt := 0; srvs == nil && attempt < 5; attempt++ {
+// loopbackFleet starts three servers on one port of 127.0.0.1, .2 and .3,
+// as a headless Service's pods; nil where the loopback has only .1.
+func loopbackFleet(t *testing.T, rows []shard.Image, cfg ServerConfig) []*testServer {
+	for attempt := 0; attempt < 5; attempt++ {
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
 		port := strconv.Itoa(lis.Addr().(*net.TCPAddr).Port)
 		lis.Close()
-		got := []*testServer{startServerAt(t, rows, "127.0.0.1:"+port)}
+		got := []*testServer{startServerAt(t, rows, "127.0.0.1:"+port, cfg)}
 		for _, ip := range []string{"127.0.0.2", "127.0.0.3"} {
 			if l, err := net.Listen("tcp", ip+":"+port); err == nil {
 				l.Close()
-				got = append(got, startServerAt(t, rows, ip+":"+port))
+				got = append(got, startServerAt(t, rows, ip+":"+port, cfg))
 			}
 		}
 		if len(got) == 3 {
-			srvs = got
-		} else {
-			for _, s := range got {
-				s.Stop()
-			}
+			return got
+		}
+		for _, s := range got {
+			s.Stop()
 		}
 	}
+	return nil
+}
+
+// loopbackLookup resolves any name to the loopback fleet's addresses, in
+// no particular order and with an IPv6 address to ignore.
+func loopbackLookup(context.Context, string) ([]string, error) {
+	return []string{"127.0.0.3", "::1", "127.0.0.1", "127.0.0.2"}, nil
+}
+
+func TestFleetOverTLSVerifiesTheName(t *testing.T) {
+	rows := synthRows(t, 8)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "loaders.test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		DNSNames: []string{"loaders.test"}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IsCA: true, BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(der)
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	srvs := loopbackFleet(t, rows, ServerConfig{TLS: &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}})
 	if srvs == nil {
 		t.Skip("cannot listen on 127.0.0.2 and 127.0.0.3 here")
 	}
 	_, port, _ := net.SplitHostPort(srvs[0].addr)
-	c := client(t, ClientConfig{Addr: "loaders.test:" + port, Backoff: 5 * time.Millisecond,
-		lookupHost: func(context.Context, string) ([]string, error) {
-			return []string{"127.0.0.3", "::1", "127.0.0.1", "127.0.0.2"}, nil
-		}})
+	req := testRequest()
+	req.Limit = 2
+	// The certificate names the Service, not the pods' addresses.
+	c := client(t, ClientConfig{Addr: "loaders.test:" + port, TLS: &tls.Config{RootCAs: pool}, lookupHost: loopbackLookup})
+	s, err := c.Stream(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release(drain(t, s))
+	s.Close()
+	bad := client(t, ClientConfig{Addr: "other.test:" + port, TLS: &tls.Config{RootCAs: pool}, lookupHost: loopbackLookup, Retries: -1})
+	if _, err := bad.Stream(context.Background(), req); err == nil {
+		t.Error("a certificate for loaders.test was accepted for other.test")
+	}
+}
+
+func TestFleetFromOneNameResolvingToSeveral(t *testing.T) {
+	rows := synthRows(t, 16)
+	// Loopback answers on all of 127/8: three servers on one port of
+	// three addresses, as a headless Service's pods.
+	srvs := loopbackFleet(t, rows, ServerConfig{})
+	if srvs == nil {
+		t.Skip("cannot listen on 127.0.0.2 and 127.0.0.3 here")
+	}
+	_, port, _ := net.SplitHostPort(srvs[0].addr)
+	c := client(t, ClientConfig{Addr: "loaders.test:" + port, Backoff: 5 * time.Millisecond, lookupHost: loopbackLookup})
 	req := testRequest()
 	req.Rank, req.WorldSize = 4, 6
 	s, err := c.Stream(context.Background(), req)
