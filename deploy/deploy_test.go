@@ -239,6 +239,25 @@ func TestManifestsWiring(t *testing.T) {
 	}
 	image := m.kust.Images[0].Name
 
+	t.Run("image user", func(t *testing.T) {
+		b, err := os.ReadFile("Dockerfile")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var user string
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) == 2 && f[0] == "USER" {
+				user, _, _ = strings.Cut(f[1], ":")
+			}
+		}
+		for _, spec := range []*corev1.PodSpec{&m.convert.Spec.Template.Spec, &m.merge.Spec.Template.Spec, &m.serveSet.Spec.Template.Spec} {
+			sc := spec.SecurityContext
+			if sc == nil || sc.RunAsUser == nil || strconv.FormatInt(*sc.RunAsUser, 10) != user || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
+				t.Errorf("pod %s: securityContext %+v, want runAsNonRoot and runAsUser %s (the Dockerfile's USER)", spec.Containers[0].Name, sc, user)
+			}
+		}
+	})
+
 	t.Run("service", func(t *testing.T) {
 		s, set := m.service, m.serveSet
 		if s.Spec.ClusterIP != corev1.ClusterIPNone {
