@@ -2,16 +2,10 @@ package remote
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"slices"
 	"strconv"
@@ -213,24 +207,8 @@ func loopbackLookup(context.Context, string) ([]string, error) {
 
 func TestFleetOverTLSVerifiesTheName(t *testing.T) {
 	rows := synthRows(t, 8)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "loaders.test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		DNSNames: []string{"loaders.test"}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IsCA: true, BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(der)
-	pool := x509.NewCertPool()
-	pool.AddCert(ca)
-	srvs := loopbackFleet(t, rows, ServerConfig{TLS: &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}}})
+	cert, pool := selfSignedFor(t, []string{"loaders.test"}, nil)
+	srvs := loopbackFleet(t, rows, ServerConfig{TLS: &tls.Config{Certificates: []tls.Certificate{cert}}})
 	if srvs == nil {
 		t.Skip("cannot listen on 127.0.0.2 and 127.0.0.3 here")
 	}
