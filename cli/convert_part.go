@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 
 	ucli "github.com/urfave/cli/v3"
 
@@ -88,5 +89,15 @@ func printPartSummary(w io.Writer, o convertOpts) {
 		fmt.Fprintf(w, "part %s: shards %d..%d of %d, rows %d..%d of %d, manifest %s\n", l.Part, l.FirstShard,
 			l.FirstShard+len(l.ShardRows)-1, l.TotalShards, l.FirstRow, l.FirstRow+l.Rows()-1, l.TotalRows, shard.PartManifestName(l.Part))
 	}
-	fmt.Fprintf(w, "when all %d parts are done: segpipe manifest merge %s\n", l.Part.Count, o.out)
+	fmt.Fprintf(w, "when all %d parts are done: segpipe manifest merge %s\n", l.Part.Count, shellWord(o.out))
+}
+
+// shellWord quotes s for a POSIX shell when it holds characters the shell
+// would interpret (a bucket URL's ?endpoint=...&region=...), so the
+// printed command can be pasted.
+func shellWord(s string) string {
+	if s != "" && !strings.ContainsAny(s, " \t\n'\"\\$`&|;<>()*?[]#~!{}") {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -116,3 +116,17 @@ func TestConvertPartErrors(t *testing.T) {
 	}
 
 }
+
+func TestShellWord(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"shards/train2017", "shards/train2017"},
+		{"s3://b/p?endpoint=http://127.0.0.1:7070&region=us-east-1", "'s3://b/p?endpoint=http://127.0.0.1:7070&region=us-east-1'"},
+		{"my shards", "'my shards'"},
+		{"it's", `'it'\''s'`},
+		{"", "''"},
+	} {
+		if got := shellWord(c.in); got != c.want {
+			t.Errorf("shellWord(%q) = %s, want %s", c.in, got, c.want)
+		}
+	}
+}

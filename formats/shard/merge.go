@@ -1,11 +1,10 @@
 package shard
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"reflect"
 	"regexp"
 	"sort"
@@ -13,7 +12,6 @@ import (
 	"strings"
 
 	"github.com/segpipe/segpipe/formats/storage"
-	"github.com/segpipe/segpipe/internal/atomicfile"
 )
 
 // ErrNoParts is returned by Merge when the directory holds no part
@@ -78,22 +76,34 @@ type MergeOptions struct {
 }
 
 // Merge joins the part manifests that the parts of a distributed
-// conversion wrote in dir into manifest.json, byte-identical to the one a
-// single-process conversion of the same input and options writes, then
-// removes the part manifests. It refuses parts that do not belong
-// together: another part count, format version, source, category table,
-// size targets or skip counts, a missing or repeated part, or layouts
-// that overlap or leave a gap. A dir already merged (manifest.json and no
-// part manifests) gives ErrComplete.
+// conversion wrote in dir, a path or a URL (see formats/storage), into
+// manifest.json, byte-identical to the one a single-process conversion of
+// the same input and options writes, then removes the part manifests. It
+// refuses parts that do not belong together: another part count, format
+// version, source, category table, size targets or skip counts, a missing
+// or repeated part, or layouts that overlap or leave a gap. A dir already
+// merged (manifest.json and no part manifests) gives ErrComplete.
 func Merge(dir string, opts MergeOptions) (*Manifest, error) {
-	entries, err := os.ReadDir(dir)
+	d, err := storage.Open(context.Background(), dir, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return MergeDir(d, opts)
+}
+
+// MergeDir is Merge for a location already opened through formats/storage.
+// The manifest is written as the Writer writes it (in a bucket: uploaded,
+// read back and checked), after every shard it names has been checked.
+func MergeDir(d *storage.Dir, opts MergeOptions) (*Manifest, error) {
+	ctx := context.Background()
+	names, err := d.List(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var parts []*PartManifest
 	hasManifest := false
-	for _, e := range entries {
-		n := e.Name()
+	for _, n := range names {
 		if n == ManifestName {
 			hasManifest = true
 		}
@@ -105,9 +115,9 @@ func Merge(dir string, opts MergeOptions) (*Manifest, error) {
 		c, _ := strconv.Atoi(sm[2])
 		p := Part{Index: i, Count: c}
 		if p.check() != nil || PartManifestName(p) != n {
-			return nil, fmt.Errorf("%s: %s is not a part manifest name this segpipe writes", dir, n)
+			return nil, fmt.Errorf("%s: %s is not a part manifest name this segpipe writes", d, n)
 		}
-		pm, err := ReadPartManifest(dir, p)
+		pm, err := readPartManifest(ctx, d, p)
 		if err != nil {
 			return nil, err
 		}
@@ -115,26 +125,21 @@ func Merge(dir string, opts MergeOptions) (*Manifest, error) {
 	}
 	if len(parts) == 0 {
 		if hasManifest {
-			return nil, fmt.Errorf("%s: %w (already merged)", dir, ErrComplete)
+			return nil, fmt.Errorf("%s: %w (already merged)", d, ErrComplete)
 		}
-		return nil, fmt.Errorf("%s: %w", dir, ErrNoParts)
+		return nil, fmt.Errorf("%s: %w", d, ErrNoParts)
 	}
 	m, err := mergeManifests(parts)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", dir, err)
-	}
-	d, err := storage.Open(context.Background(), dir, nil)
-	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", d, err)
 	}
 	for _, s := range m.Shards {
-		path := filepath.Join(dir, s.File)
 		if opts.Verify {
-			err = d.Check(context.Background(), s.File, s.Bytes, s.SHA256)
-		} else if st, serr := os.Stat(path); serr != nil {
+			err = d.Check(ctx, s.File, s.Bytes, s.SHA256)
+		} else if size, serr := d.Stat(ctx, s.File); serr != nil {
 			err = serr
-		} else if st.Size() != s.Bytes {
-			err = fmt.Errorf("%s: %d bytes, its part manifest says %d", path, st.Size(), s.Bytes)
+		} else if size != s.Bytes {
+			err = fmt.Errorf("%s: %d bytes, its part manifest says %d", d.Join(s.File), size, s.Bytes)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("merge: shard %w", err)
@@ -147,18 +152,18 @@ func Merge(dir string, opts MergeOptions) (*Manifest, error) {
 	if hasManifest {
 		// A merge that stopped after writing manifest.json: finish it only
 		// if it wrote this very manifest.
-		old, err := os.ReadFile(filepath.Join(dir, ManifestName))
+		old, err := d.ReadFile(ctx, ManifestName)
 		if err != nil {
 			return nil, err
 		}
-		if string(old) != string(b) {
-			return nil, fmt.Errorf("%s: %s exists and differs from the merge of the parts: choose another directory", dir, ManifestName)
+		if !bytes.Equal(old, b) {
+			return nil, fmt.Errorf("%s: %s exists and differs from the merge of the parts: choose another directory", d, ManifestName)
 		}
-	} else if err := atomicfile.WriteFile(filepath.Join(dir, ManifestName), b, 0o644); err != nil {
+	} else if err := d.WriteFile(ctx, ManifestName, b); err != nil {
 		return nil, err
 	}
 	for _, pm := range parts {
-		if err := os.Remove(filepath.Join(dir, PartManifestName(pm.Layout.Part))); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := d.Remove(ctx, PartManifestName(pm.Layout.Part)); err != nil {
 			return nil, err
 		}
 	}
