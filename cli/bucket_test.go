@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -186,5 +187,79 @@ func TestBucketServeRoot(t *testing.T) {
 	}
 	if _, err := open(context.Background(), "../escape"); err == nil {
 		t.Fatal("a set name with .. was accepted")
+	}
+}
+
+// TestBucketConvertPartsMerge: a distributed conversion into a bucket (the
+// parts in a shuffled order, one interrupted and resumed), then the merge
+// there, leaves exactly the objects of a local single-process conversion,
+// byte for byte: the shards, manifest.json, and no part manifest or
+// journal. No manifest.json is visible before the merge.
+func TestBucketConvertPartsMerge(t *testing.T) {
+	srv := s3test.Start(t, "data")
+	tmp := t.TempDir()
+	ann, imgs := writeMiniCOCO(t, tmp, 24)
+	base := []string{"convert", "coco", "--annotations", ann, "--images", imgs, "--shard-size", "1KiB"}
+	local := filepath.Join(tmp, "local")
+	if code, _, errs := run(t, append(base, "--out", local)...); code != ExitOK {
+		t.Fatalf("single process: exit %d: %s", code, errs)
+	}
+	want := dirFiles(t, local)
+	const n = 3
+	if len(want) < 2*n+1 {
+		t.Fatalf("want at least two shards per part, got %d files", len(want))
+	}
+	const prefix = "coco/parts"
+	url := srv.URL("data", prefix)
+
+	// Part 1 stops after a few images, as a killed pod would.
+	src, err := coco.Open(ann, imgs, coco.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc := shard.Source{Kind: "coco", Args: map[string]string{"annotations": filepath.Clean(ann), "images": filepath.Clean(imgs)}}
+	interrupted := shard.Part{Index: 1, Count: n}
+	o := convertOpts{out: url, shardSize: 1 << 10, part: &interrupted}
+	if o.layout, err = planPart(context.Background(), src, o); err != nil {
+		t.Fatal(err)
+	}
+	stopAt := int(o.layout.ShardRows[0]) + 1 // past the part's first shard
+	if _, err := writeShards(context.Background(), &bytes.Buffer{}, failingSource{src, stopAt}, desc, o); !errors.Is(err, errInjected) {
+		t.Fatalf("interrupted part: err %v, want the injected failure", err)
+	}
+
+	for _, i := range []int{2, 1, 0} {
+		args := append(append([]string{}, base...), "--out", url, "--part", fmt.Sprintf("%d/%d", i, n), "--resume")
+		code, stdout, errs := run(t, args...)
+		if code != ExitOK {
+			t.Fatalf("part %d/%d: exit %d: %s", i, n, code, errs)
+		}
+		if i == interrupted.Index && !strings.Contains(stdout, "already in finished shards") {
+			t.Errorf("resumed part %d/%d did not reuse its finished shard:\n%s", i, n, stdout)
+		}
+		if !strings.Contains(stdout, "segpipe manifest merge "+shellWord(url)+"\n") {
+			t.Errorf("part %d/%d does not say how to merge:\n%s", i, n, stdout)
+		}
+	}
+	objects := objectFiles(t, srv, "data", prefix)
+	if _, ok := objects[shard.ManifestName]; ok {
+		t.Fatal("parts wrote manifest.json before the merge")
+	}
+	for i := range n {
+		if _, ok := objects[shard.PartManifestName(shard.Part{Index: i, Count: n})]; !ok {
+			t.Fatalf("no part manifest for part %d/%d", i, n)
+		}
+	}
+
+	code, stdout, errs := run(t, "manifest", "merge", url, "--verify")
+	if code != ExitOK || !strings.Contains(stdout, "merged ") {
+		t.Fatalf("merge: exit %d\n%s%s", code, stdout, errs)
+	}
+	sameDirs(t, "parts merged in the bucket", want, objectFiles(t, srv, "data", prefix))
+	if code, stdout, errs := run(t, "manifest", "merge", url); code != ExitOK || !strings.Contains(stdout, "already merged") {
+		t.Errorf("second merge: exit %d\n%s%s", code, stdout, errs)
+	}
+	if code, stdout, errs := run(t, "inspect", "--verify", url); code != ExitOK || !strings.Contains(stdout, "verify: ok") {
+		t.Errorf("inspect --verify of the merged bucket: exit %d\n%s%s", code, stdout, errs)
 	}
 }

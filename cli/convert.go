@@ -43,6 +43,7 @@ func convertFlags() []ucli.Flag {
 		&ucli.BoolFlag{Name: "strict", Usage: "fail on the first bad item instead of skipping and counting it"},
 		&ucli.BoolFlag{Name: "resume", Usage: "continue an interrupted conversion in --out (same flags required)"},
 		&ucli.IntFlag{Name: "workers", Usage: "goroutines reading image files (0: one per CPU)"},
+		partFlag(),
 	}
 }
 
@@ -129,6 +130,8 @@ type convertOpts struct {
 	strict    bool
 	resume    bool
 	workers   int
+	part      *shard.Part       // --part: one slice of a distributed conversion
+	layout    *shard.PartLayout // the part's shards, planned once the source is open
 }
 
 func parseConvertFlags(c *ucli.Command) (convertOpts, error) {
@@ -142,6 +145,9 @@ func parseConvertFlags(c *ucli.Command) (convertOpts, error) {
 	}
 	if o.workers < 0 {
 		return o, usagef("--workers %d: want 0 (one per CPU) or more", o.workers)
+	}
+	if o.part, err = parsePartFlag(c); err != nil {
+		return o, err
 	}
 	return o, nil
 }
@@ -186,6 +192,9 @@ func convert(ctx context.Context, c *ucli.Command, desc shard.Source, o convertO
 	}
 	slog.Info("source opened", "kind", desc.Kind, "images", src.Len(), "categories", len(src.Categories()),
 		"skipped", src.Report().Total(), "seconds", round1(time.Since(t0).Seconds()))
+	if o.layout, err = planPart(ctx, src, o); err != nil {
+		return err
+	}
 	res, err := writeShards(ctx, c.Root().ErrWriter, src, desc, o)
 	if errors.Is(err, shard.ErrComplete) {
 		fmt.Fprintf(out, "%s already holds this finished conversion; nothing to do.\n", o.out)
@@ -195,6 +204,7 @@ func convert(ctx context.Context, c *ucli.Command, desc shard.Source, o convertO
 		return err
 	}
 	printConvertSummary(out, res, src.Report(), time.Since(t0))
+	printPartSummary(out, o)
 	return nil
 }
 
@@ -211,28 +221,33 @@ type convertResult struct {
 // finished shards and the journal behind for --resume.
 func writeShards(ctx context.Context, stderr io.Writer, src imageSource, desc shard.Source, o convertOpts) (*convertResult, error) {
 	t0 := time.Now()
-	rows := 0
+	lo, hi := o.rowRange(src.Len())
+	rows := lo
 	w, err := shard.Create(o.out, shard.WriterOptions{
 		ShardBytes: o.shardSize,
 		Source:     desc,
 		Categories: src.Categories(),
 		Resume:     o.resume,
 		Checkpoint: func() shard.Checkpoint { return shard.Checkpoint{Next: int64(rows)} },
+		Layout:     o.layout,
 	})
 	if err != nil {
 		return nil, err
 	}
 	if cp, ok := w.Resumed(); ok {
 		rows = int(cp.Next)
-		if rows > src.Len() {
+		if rows > hi {
 			w.Abort()
-			return nil, fmt.Errorf("resume: %s recorded %d finished rows but the source now has %d images", o.out, rows, src.Len())
+			return nil, fmt.Errorf("resume: %s recorded %d finished rows but the source now has %d images", o.out, rows, hi)
 		}
-		slog.Info("resuming", "out", o.out, "finished_shards", len(w.Shards()), "rows_done", rows)
+		slog.Info("resuming", "out", o.out, "finished_shards", len(w.Shards()), "rows_done", rows-lo)
 	}
-	res := &convertResult{out: o.out, resumed: rows}
-	bar := newProgress(stderr, "convert", int64(src.Len()), int64(rows))
+	res := &convertResult{out: o.out, resumed: rows - lo}
+	bar := newProgress(stderr, "convert", int64(hi-lo), int64(rows-lo))
 	err = src.Images(ctx, rows, func(img *shard.Image) error {
+		if rows == hi {
+			return errPartEnd
+		}
 		// rows counts this image before Write: a shard it completes
 		// checkpoints the position after it.
 		rows++
@@ -245,8 +260,11 @@ func writeShards(ctx context.Context, stderr io.Writer, src imageSource, desc sh
 		return nil
 	})
 	bar.finish()
-	if err == nil && rows != src.Len() {
-		err = fmt.Errorf("source emitted %d images, expected %d", rows, src.Len())
+	if errors.Is(err, errPartEnd) {
+		err = nil
+	}
+	if err == nil && rows != hi {
+		err = fmt.Errorf("source emitted %d images, expected %d", rows, hi)
 	}
 	if err != nil {
 		w.Abort()

@@ -45,6 +45,7 @@ var commands = []func() *ucli.Command{
 	serveCommand,
 	dumpCommand,
 	previewCommand,
+	manifestCommand,
 }
 
 // usageError marks errors caused by how the command was invoked.

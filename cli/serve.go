@@ -51,6 +51,7 @@ func serveCommand() *ucli.Command {
 			&ucli.BoolFlag{Name: "allow-remote", Usage: "listen on non-loopback addresses without a token"},
 			&ucli.StringFlag{Name: "metrics-addr", Usage: "serve Prometheus /metrics on `HOST:PORT` (off when empty)"},
 			&ucli.StringSliceFlag{Name: "peer", Usage: "Flight `URI` of a server sharing the ranks (repeat, in order, this one included)"},
+			peersDNSFlag(),
 			&ucli.IntFlag{Name: "workers", Usage: "loader workers per stream (0: GOMAXPROCS)"},
 			&ucli.IntFlag{Name: "prefetch", Usage: "batches built ahead per stream (0: loader default)"},
 			&ucli.StringFlag{Name: "cache", Value: "1GiB", Usage: "decoded-image cache `SIZE` per shard set (shared by its streams; default at most a quarter of --max-memory)"},
@@ -116,6 +117,9 @@ func serveCommand() *ucli.Command {
 					return fmt.Errorf("serve: TLS key pair: %w", err)
 				}
 				cfg.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+			}
+			if cfg.PeerSource, err = peerSource(c, cfg.TLS != nil); err != nil {
+				return err
 			}
 			return serve(ctx, c, cfg)
 		},

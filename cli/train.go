@@ -66,7 +66,7 @@ func trainCommand() *ucli.Command {
 		&ucli.StringFlag{Name: "out", Usage: "run `DIR` (config.json, results.csv/png, last/best/state.safetensors)"},
 		&ucli.StringFlag{Name: "config", Usage: "JSON config `FILE` (keys as the flags, '_' for '-'); flags override it"},
 		&ucli.StringFlag{Name: "resume", Usage: "continue the run in `RUN_DIR` exactly where it stopped (an epoch end, Ctrl-C or --save-every)"},
-		&ucli.StringFlag{Name: "remote", Usage: "take batches from the segpipe server at `HOST:PORT`; --shards and --val-shards then name shard sets below its root"},
+		&ucli.StringFlag{Name: "remote", Usage: "take batches from the segpipe server at `HOST:PORT`, or a fleet: HOST:PORT,HOST:PORT,... or one NAME:PORT resolving to several (ranks spread over them, failing over when one goes away); --shards and --val-shards then name shard sets below its root"},
 		&ucli.StringFlag{Name: "remote-token", Usage: "bearer `TOKEN` for --remote", Sources: ucli.EnvVars("SEGPIPE_TOKEN")},
 		&ucli.StringFlag{Name: "remote-ca", Usage: "connect to --remote over TLS, trusting the CA certificates in `FILE` (PEM)"},
 		&ucli.BoolFlag{Name: "remote-tls", Usage: "connect to --remote over TLS with the system's CA certificates"},

@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/segpipe/segpipe/pipeline/augment"
+	"github.com/segpipe/segpipe/pipeline/internal/ycc"
 )
 
 // decodeImage decodes an encoded JPEG or PNG into RGB pixels taken from
@@ -71,13 +72,13 @@ func toRGB(dst []byte, im image.Image) {
 			}
 			switch sub {
 			case image.YCbCrSubsampleRatio420, image.YCbCrSubsampleRatio422:
-				yccRowHalf(row, Y, m.Cb[ci:ci+(w+1)/2], m.Cr[ci:ci+(w+1)/2])
+				ycc.RowHalf(row, Y, m.Cb[ci:ci+(w+1)/2], m.Cr[ci:ci+(w+1)/2])
 			case image.YCbCrSubsampleRatio444, image.YCbCrSubsampleRatio440:
-				yccRowFull(row, Y, m.Cb[ci:ci+w], m.Cr[ci:ci+w])
+				ycc.RowFull(row, Y, m.Cb[ci:ci+w], m.Cr[ci:ci+w])
 			default:
 				for x, yy := range Y {
 					c := m.COffset(b.Min.X+x, b.Min.Y+y)
-					r, g, bb := ycc(yy, m.Cb[c], m.Cr[c])
+					r, g, bb := ycc.Pixel(yy, m.Cb[c], m.Cr[c])
 					row[3*x], row[3*x+1], row[3*x+2] = r, g, bb
 				}
 			}
@@ -108,85 +109,6 @@ func toRGB(dst []byte, im image.Image) {
 			}
 		}
 	}
-}
-
-// yccRowFull converts one row with full-resolution chroma (4:4:4, 4:4:0:
-// what re-encoded datasets such as coco-tiny contain). ycc is too large to
-// inline; the loop body here is ycc by hand.
-func yccRowFull(row, Y, cb, cr []byte) {
-	n := len(Y)
-	row = row[:3*n]
-	cb = cb[:n]
-	cr = cr[:n]
-	for x := range n {
-		cb1 := int32(cb[x]) - 128
-		cr1 := int32(cr[x]) - 128
-		y := int32(Y[x]) * 0x10101
-		o := row[3*x : 3*x+3 : 3*x+3]
-		o[0], o[1], o[2] = clamp16(y+91881*cr1), clamp16(y-22554*cb1-46802*cr1), clamp16(y+116130*cb1)
-	}
-}
-
-// yccRowHalf converts one row whose chroma is halved horizontally (4:2:0,
-// 4:2:2): the chroma terms are computed once per pixel pair. Integer sums
-// regroup exactly, so the result is bit-identical to ycc per pixel.
-func yccRowHalf(row, Y, cb, cr []byte) {
-	n := len(Y)
-	row = row[:3*n]
-	cb = cb[:(n+1)/2]
-	cr = cr[:len(cb)]
-	x := 0
-	for j := range n / 2 {
-		cb1 := int32(cb[j]) - 128
-		cr1 := int32(cr[j]) - 128
-		dr := 91881 * cr1
-		dg := -22554*cb1 - 46802*cr1
-		db := 116130 * cb1
-		y0 := int32(Y[x]) * 0x10101
-		y1 := int32(Y[x+1]) * 0x10101
-		o := row[3*x : 3*x+6 : 3*x+6]
-		o[0], o[1], o[2] = clamp16(y0+dr), clamp16(y0+dg), clamp16(y0+db)
-		o[3], o[4], o[5] = clamp16(y1+dr), clamp16(y1+dg), clamp16(y1+db)
-		x += 2
-	}
-	if x < n {
-		r, g, b := ycc(Y[x], cb[x/2], cr[x/2])
-		row[3*x], row[3*x+1], row[3*x+2] = r, g, b
-	}
-}
-
-// clamp16 is the 16.16 → 8-bit clamp of color.YCbCrToRGB.
-func clamp16(v int32) uint8 {
-	if uint32(v)&0xff000000 == 0 {
-		return uint8(v >> 16)
-	}
-	return uint8(^(v >> 31))
-}
-
-// ycc is color.YCbCrToRGB (JFIF, 16.16 fixed point), inlined.
-func ycc(y, cb, cr uint8) (uint8, uint8, uint8) {
-	yy1 := int32(y) * 0x10101
-	cb1 := int32(cb) - 128
-	cr1 := int32(cr) - 128
-	r := yy1 + 91881*cr1
-	if uint32(r)&0xff000000 == 0 {
-		r >>= 16
-	} else {
-		r = ^(r >> 31)
-	}
-	g := yy1 - 22554*cb1 - 46802*cr1
-	if uint32(g)&0xff000000 == 0 {
-		g >>= 16
-	} else {
-		g = ^(g >> 31)
-	}
-	b := yy1 + 116130*cb1
-	if uint32(b)&0xff000000 == 0 {
-		b >>= 16
-	} else {
-		b = ^(b >> 31)
-	}
-	return uint8(r), uint8(g), uint8(b)
 }
 
 // ImageCache is a decoded-image cache that loaders over the same source

@@ -112,6 +112,10 @@ func (d *Dataset) Images(ctx context.Context, start int, fn func(*shard.Image) e
 	return d.src.Each(ctx, start, fn)
 }
 
+// RowSizes returns the shard writer's size estimate of every row Images
+// emits, without reading image files (see shard.PlanShards).
+func (d *Dataset) RowSizes(ctx context.Context) ([]int64, error) { return d.src.RowSizes(ctx) }
+
 // parser holds the state of one parse.
 type parser struct {
 	s      *scanner
@@ -1104,7 +1108,7 @@ func (p *parser) finish(imagesDir string, workers int, d *Dataset) error {
 		}
 		keep[i] = int32(len(entries))
 		entries = append(entries, arena.Entry{ID: im.id, FileName: im.fileName, Path: paths[k],
-			Width: h.Width, Height: h.Height, Format: h.Format})
+			Width: h.Width, Height: h.Height, Format: h.Format, Size: h.Size})
 	}
 	if err := datasets.CheckMissing(imagesDir, len(p.images), missing, firstMissing); err != nil {
 		return fmt.Errorf("coco: %s: %w", p.file, err)

@@ -133,6 +133,10 @@ func (d *Dataset) Images(ctx context.Context, start int, fn func(*shard.Image) e
 	return d.src.Each(ctx, start, fn)
 }
 
+// RowSizes returns the shard writer's size estimate of every row Images
+// emits, without reading image files (see shard.PlanShards).
+func (d *Dataset) RowSizes(ctx context.Context) ([]int64, error) { return d.src.RowSizes(ctx) }
+
 // categories builds the category table from names (a list: ids 0..n-1,
 // or a map id → name) and checks nc when present.
 func categories(cfg map[string]*yamlValue) ([]shard.Category, error) {
@@ -353,7 +357,7 @@ func (l *loader) load(rels []string, workers int, d *Dataset) error {
 			d.stats.Backgrounds++
 		}
 		e := arena.Entry{ID: id, FileName: rel, Path: path, Width: fi.hdr.Width, Height: fi.hdr.Height,
-			Format: fi.hdr.Format, AnnLo: uint32(len(order))}
+			Format: fi.hdr.Format, Size: fi.hdr.Size, AnnLo: uint32(len(order))}
 		for a := lo; a < hi; a++ {
 			st.Anns[a].ID = int64(a) + 1
 			order = append(order, a)

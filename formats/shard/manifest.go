@@ -64,23 +64,32 @@ func ReadManifest(dir string) (*Manifest, error) {
 }
 
 func readManifest(ctx context.Context, d *storage.Dir) (*Manifest, error) {
-	dir, path := d.String(), d.Join(ManifestName)
-	b, err := d.ReadFile(ctx, ManifestName)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("%s: %w", dir, ErrNoManifest)
-	}
-	if err != nil {
+	var m Manifest
+	if err := readManifestFile(ctx, d, ManifestName, &m); err != nil {
 		return nil, err
 	}
-	var m Manifest
+	return &m, nil
+}
+
+// readManifestFile decodes and checks the file name of d; a missing
+// manifest.json is ErrNoManifest.
+func readManifestFile(ctx context.Context, d *storage.Dir, name string, m interface{ check() error }) error {
+	path := d.Join(name)
+	b, err := d.ReadFile(ctx, name)
+	if errors.Is(err, os.ErrNotExist) && name == ManifestName {
+		return fmt.Errorf("%s: %w", d, ErrNoManifest)
+	}
+	if err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
-	if err := dec.Decode(&m); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+	if err := dec.Decode(m); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
 	}
 	if err := m.check(); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return fmt.Errorf("%s: %w", path, err)
 	}
-	return &m, nil
+	return nil
 }
 
 func (m *Manifest) check() error {
@@ -117,8 +126,12 @@ func (m *Manifest) check() error {
 }
 
 // encode renders m deterministically (encoding/json sorts map keys).
-func (m *Manifest) encode() ([]byte, error) {
-	b, err := json.MarshalIndent(m, "", "  ")
+func (m *Manifest) encode() ([]byte, error) { return encodeJSON(m) }
+
+// encodeJSON is the one rendering of manifests: two-space indent, final
+// newline.
+func encodeJSON(v any) ([]byte, error) {
+	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return nil, err
 	}

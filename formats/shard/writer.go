@@ -62,6 +62,12 @@ type WriterOptions struct {
 	Checkpoint func() Checkpoint
 	// Allocator for the Arrow builders; default memory.DefaultAllocator.
 	Allocator memory.Allocator
+	// Layout, when set, makes the Writer one part of a distributed
+	// conversion (see Plan.Layout and part.go): shards are numbered from
+	// Layout.FirstShard, journal and manifest carry the part's name
+	// (PartManifestName), other parts' files in the directory are left
+	// alone, and Close checks the shards against the plan.
+	Layout *PartLayout
 }
 
 // Checkpoint is the caller's position after a complete shard.
@@ -158,16 +164,9 @@ func CreateDir(dir *storage.Dir, opts WriterOptions) (*Writer, error) {
 	if err := dir.Mkdir(); err != nil {
 		return nil, err
 	}
-	fpb, err := json.Marshal(struct {
-		Source        Source     `json:"source"`
-		Categories    []Category `json:"categories"`
-		ShardBytes    int64      `json:"shard_bytes"`
-		RowGroupBytes int64      `json:"row_group_bytes"`
-	}{opts.Source, opts.Categories, opts.ShardBytes, opts.RowGroupBytes})
-	if err != nil {
-		return nil, err
-	}
-	w := &Writer{dir: dir, ctx: ctx, opts: opts, fp: string(fpb)}
+	w := &Writer{dir: dir, ctx: ctx, opts: opts}
+	w.fp = w.fingerprintOf(&Manifest{Source: opts.Source, Categories: opts.Categories,
+		ShardBytes: opts.ShardBytes, RowGroupBytes: opts.RowGroupBytes})
 
 	names, err := dir.List(ctx)
 	if err != nil {
@@ -177,13 +176,19 @@ func CreateDir(dir *storage.Dir, opts WriterOptions) (*Writer, error) {
 	hasManifest, hasJournal := false, false
 	for _, n := range names {
 		switch {
-		case n == ManifestName:
+		case n == w.manifestName():
 			hasManifest = true
-		case n == ProgressName:
+		case n == w.journalName():
 			hasJournal = true
+		case strings.HasPrefix(n, "."+w.manifestName()+".tmp-") || strings.HasPrefix(n, "."+w.journalName()+".tmp-"):
+			temps = append(temps, n)
+		case opts.Layout != nil && n == ManifestName:
+			return nil, fmt.Errorf("%s already holds a merged conversion (%s): choose an empty directory", dir, ManifestName)
+		case opts.Layout != nil && !opts.Layout.owns(n):
+			// Another part's file: that part's writer looks after it.
 		case partRE.MatchString(n):
 			parts = append(parts, n)
-		case strings.HasPrefix(n, ".part-") || strings.HasPrefix(n, "."+ManifestName+".tmp-") || strings.HasPrefix(n, "."+ProgressName+".tmp-"):
+		case strings.HasPrefix(n, ".part-"):
 			temps = append(temps, n)
 		}
 	}
@@ -193,7 +198,7 @@ func CreateDir(dir *storage.Dir, opts WriterOptions) (*Writer, error) {
 		}
 	} else {
 		if hasManifest {
-			m, err := readManifest(ctx, dir)
+			m, err := w.readOwnManifest()
 			if err != nil {
 				return nil, err
 			}
@@ -229,19 +234,22 @@ func CreateDir(dir *storage.Dir, opts WriterOptions) (*Writer, error) {
 	return w, nil
 }
 
+// fingerprintOf is what must not change between a run and its resume: the
+// options a manifest records, and the part's layout.
 func (w *Writer) fingerprintOf(m *Manifest) string {
 	b, _ := json.Marshal(struct {
-		Source        Source     `json:"source"`
-		Categories    []Category `json:"categories"`
-		ShardBytes    int64      `json:"shard_bytes"`
-		RowGroupBytes int64      `json:"row_group_bytes"`
-	}{m.Source, m.Categories, m.ShardBytes, m.RowGroupBytes})
+		Source        Source      `json:"source"`
+		Categories    []Category  `json:"categories"`
+		ShardBytes    int64       `json:"shard_bytes"`
+		RowGroupBytes int64       `json:"row_group_bytes"`
+		Layout        *PartLayout `json:"layout,omitempty"`
+	}{m.Source, m.Categories, m.ShardBytes, m.RowGroupBytes, w.opts.Layout})
 	return string(b)
 }
 
 func (w *Writer) loadJournal() error {
-	path := w.dir.Join(ProgressName)
-	b, err := w.dir.ReadFile(w.ctx, ProgressName)
+	path := w.dir.Join(w.journalName())
+	b, err := w.dir.ReadFile(w.ctx, w.journalName())
 	if err != nil {
 		return err
 	}
@@ -256,8 +264,8 @@ func (w *Writer) loadJournal() error {
 		return fmt.Errorf("%s: the interrupted conversion used another source or other options (%s); resume with the same flags or start again in an empty directory", path, j.Options)
 	}
 	for i, s := range j.Shards {
-		if s.File != ShardName(i) {
-			return fmt.Errorf("%s: shard %d is %q, want %q", path, i, s.File, ShardName(i))
+		if want := ShardName(w.firstShard() + i); s.File != want {
+			return fmt.Errorf("%s: shard %d is %q, want %q", path, i, s.File, want)
 		}
 		if err := w.dir.Check(w.ctx, s.File, s.Bytes, s.SHA256); err != nil {
 			return fmt.Errorf("resume: finished shard %w; start again in an empty directory", err)
@@ -317,7 +325,7 @@ func (w *Writer) Write(img *Image) error {
 }
 
 func (w *Writer) openShard() error {
-	name := ShardName(len(w.shards))
+	name := ShardName(w.firstShard() + len(w.shards))
 	f, err := w.dir.Create(w.ctx, name)
 	if err != nil {
 		return err
@@ -387,7 +395,7 @@ func (w *Writer) finishShard(journalIt bool) error {
 	if err != nil {
 		return err
 	}
-	return w.dir.WriteFile(w.ctx, ProgressName, b)
+	return w.dir.WriteFile(w.ctx, w.journalName(), b)
 }
 
 // Close finishes the last shard and writes manifest.json with skipped as
@@ -420,16 +428,16 @@ func (w *Writer) Close(skipped map[string]int64) (*Manifest, error) {
 		m.Instances += s.Instances
 		m.Bytes += s.Bytes
 	}
-	b, err := m.encode()
+	b, err := w.encodeManifest(m)
 	if err != nil {
 		return nil, err
 	}
-	if err := w.dir.WriteFile(w.ctx, ManifestName, b); err != nil {
+	if err := w.dir.WriteFile(w.ctx, w.manifestName(), b); err != nil {
 		return nil, err
 	}
 	// No directory sync after this removal: a journal that survives a
 	// crash next to a manifest is ignored, the manifest wins.
-	if err := w.dir.Remove(w.ctx, ProgressName); err != nil {
+	if err := w.dir.Remove(w.ctx, w.journalName()); err != nil {
 		return nil, err
 	}
 	return m, nil

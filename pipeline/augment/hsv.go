@@ -148,10 +148,12 @@ func (t *hsvTable) apply(r, g, b uint8) (uint8, uint8, uint8) {
 	return R[0], G[0], B[0]
 }
 
-// applyRow maps a row of planar RGB pixels in place. A loop over a row
-// rather than a call per pixel: the conversion is too large to inline,
-// and a call per pixel cost as much as the conversion itself.
-func (t *hsvTable) applyRow(r, g, b []uint8) {
+// applyRowGo maps a row of planar RGB pixels in place: the reference for
+// the vector kernels (applyRow dispatches) and the fallback on other CPUs.
+// A loop over a row rather than a call per pixel: the conversion is too
+// large to inline, and a call per pixel cost as much as the conversion
+// itself.
+func (t *hsvTable) applyRowGo(r, g, b []uint8) {
 	g = g[:len(r)]
 	b = b[:len(r)]
 	for i := range r {

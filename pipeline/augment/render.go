@@ -225,11 +225,27 @@ func sampleSpanRow(r, g, b, pix []byte, stride, maxX, maxY int, U, V, dU int64, 
 	sc = sc[:m]
 	top := pix[y0*stride+3*xa : y0*stride+3*xb+3]
 	bot := pix[y1*stride+3*xa : y1*stride+3*xb+3]
-	top, bot = top[:m], bot[:m]
-	iy := 256 - wy
+	vblend(sc, top[:m], bot[:m], 256-wy, wy)
+	hsample(r, g, b, sc, U, dU, xa, maxX)
+	return sc
+}
+
+// vblendGo blends two source rows vertically: sc[k] = top[k]·iy +
+// bot[k]·wy (iy + wy = 256, so every sum fits in 16 bits).
+func vblendGo(sc []uint32, top, bot []byte, iy, wy uint32) {
+	top, bot = top[:len(sc)], bot[:len(sc)]
 	for k := range sc {
 		sc[k] = uint32(top[k])*iy + uint32(bot[k])*wy
 	}
+}
+
+// hsampleGo writes len(r) pixels, each the horizontal blend of two columns
+// of the vertically blended row sc (which starts at source column xa),
+// from source position U (48.16 fixed point) stepping dU; columns outside
+// [0, maxX] are replicated from the edge.
+func hsampleGo(r, g, b []byte, sc []uint32, U, dU int64, xa, maxX int) {
+	g = g[:len(r)]
+	b = b[:len(r)]
 	for i := range r {
 		x0 := int(U >> 16)
 		wx := uint32(U>>8) & 255
@@ -246,7 +262,6 @@ func sampleSpanRow(r, g, b, pix []byte, stride, maxX, maxY int, U, V, dU int64, 
 		g[i] = uint8((p0[1]*ix + p1[1]*wx + 1<<15) >> 16)
 		b[i] = uint8((p0[2]*ix + p1[2]*wx + 1<<15) >> 16)
 	}
-	return sc
 }
 
 // forcePerPixel makes Render take the general per-pixel path for affine

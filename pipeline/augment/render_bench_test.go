@@ -25,14 +25,18 @@ func benchTiles() []Tile {
 }
 
 // BenchmarkRender renders 640×640 mosaics; the hsv=off case is the
-// baseline that isolates the geometric resampling.
+// baseline that isolates the geometric resampling, and kernels=go the
+// same renders with the Go reference kernels (the baseline of the vector
+// ones, in the same run).
 func BenchmarkRender(b *testing.B) {
 	tiles := benchTiles()
 	for _, tc := range []struct {
-		name string
-		hsv  bool
-	}{{"hsv=off", false}, {"hsv=on", true}} {
+		name      string
+		hsv, goKs bool
+	}{{"hsv=off", false, false}, {"hsv=on", true, false}, {"hsv=off/kernels=go", false, true}, {"hsv=on/kernels=go", true, true}} {
 		b.Run(tc.name, func(b *testing.B) {
+			forceGoKernels = tc.goKs
+			defer func() { forceGoKernels = false }()
 			cfg := DefaultConfig()
 			if !tc.hsv {
 				cfg.HSVH, cfg.HSVS, cfg.HSVV = 0, 0, 0

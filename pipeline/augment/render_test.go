@@ -114,19 +114,8 @@ func TestRowSpanMatchesGeneralSpan(t *testing.T) {
 			ts = tiles
 		}
 		p := NewPlan(&cfg, Train, rng, ts)
-		if err := Render(a, &p, ts, 114); err != nil {
-			t.Fatal(err)
-		}
-		forceGeneralSpan = true
-		err := Render(b, &p, ts, 114)
-		forceGeneralSpan = false
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range a {
-			if a[i] != b[i] {
-				t.Fatalf("seed %d: byte %d: row span %d, general span %d", seed, i, a[i], b[i])
-			}
+		if i := renderBoth(t, &p, ts, a, b, &forceGeneralSpan); i >= 0 {
+			t.Fatalf("seed %d: byte %d: row span %d, general span %d", seed, i, a[i], b[i])
 		}
 	}
 }

@@ -31,7 +31,10 @@ import (
 // ClientConfig configures a Client. Zero values take the documented
 // defaults.
 type ClientConfig struct {
-	Addr  string      // host:port of a segpipe server
+	// Addr is host:port of a segpipe server, or a fleet of them: a
+	// comma-separated list, or one host name that resolves to several
+	// addresses (see fleet.go).
+	Addr  string
 	Token string      // bearer token, if the server wants one
 	TLS   *tls.Config // nil: plaintext
 	// Retries is how many times in a row a dropped stream is reopened
@@ -46,6 +49,8 @@ type ClientConfig struct {
 	Allocator   memory.Allocator
 	WindowBytes int32        // HTTP/2 window, default DefaultWindowBytes
 	Logger      *slog.Logger // default slog.Default()
+
+	lookupHost func(ctx context.Context, host string) ([]string, error) // default net.DefaultResolver.LookupHost
 }
 
 // Client is a connection to a segpipe server. It is safe for concurrent
@@ -56,32 +61,25 @@ type Client struct {
 	arena *arenaPool
 	conn  *grpc.ClientConn
 	fc    flight.FlightServiceClient
+	fleet *fleet // set when Addr names several servers
 }
 
 // maxMessage bounds one batch message: the protocol's own limit, not a
 // memory policy (a batch of 32 images at 1024² is ~100 MB).
 const maxMessage = 1<<31 - 1
 
-// NewClient prepares a connection to cfg.Addr (made on first use).
+// NewClient prepares a connection to cfg.Addr (made on first use), or one
+// to each server of a fleet.
 func NewClient(cfg ClientConfig) (*Client, error) {
-	if cfg.Retries == 0 {
-		cfg.Retries = 5
+	addrs, err := fleetAddrs(cfg)
+	if err != nil || len(addrs) > 1 {
+		return newFleetClient(cfg, addrs, err)
 	}
-	if cfg.Backoff == 0 {
-		cfg.Backoff = 100 * time.Millisecond
-	}
-	if cfg.MaxBackoff == 0 {
-		cfg.MaxBackoff = 5 * time.Second
-	}
-	if cfg.Allocator == nil {
-		cfg.Allocator = memory.NewGoAllocator()
-	}
-	if cfg.WindowBytes == 0 {
-		cfg.WindowBytes = DefaultWindowBytes
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	return newClient(cfg)
+}
+
+func newClient(cfg ClientConfig) (*Client, error) {
+	cfg = cfg.withDefaults()
 	arena := newArenaPool()
 	opts := []grpc.DialOption{
 		grpc.WithInitialWindowSize(cfg.WindowBytes),
@@ -107,13 +105,44 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	return &Client{cfg: cfg, recv: bufpool.New(1 << 30), arena: arena, conn: conn, fc: flight.NewFlightServiceClient(conn)}, nil
 }
 
+// withDefaults fills in the documented defaults.
+func (cfg ClientConfig) withDefaults() ClientConfig {
+	if cfg.Retries == 0 {
+		cfg.Retries = 5
+	}
+	if cfg.Backoff == 0 {
+		cfg.Backoff = 100 * time.Millisecond
+	}
+	if cfg.MaxBackoff == 0 {
+		cfg.MaxBackoff = 5 * time.Second
+	}
+	if cfg.Allocator == nil {
+		cfg.Allocator = memory.NewGoAllocator()
+	}
+	if cfg.WindowBytes == 0 {
+		cfg.WindowBytes = DefaultWindowBytes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return cfg
+}
+
 // Close closes the connection; open streams fail.
-func (c *Client) Close() error { return c.conn.Close() }
+func (c *Client) Close() error {
+	if c.fleet != nil {
+		return c.fleet.close()
+	}
+	return c.conn.Close()
+}
 
 // Info asks the server for a request's schema and endpoint.
 func (c *Client) Info(ctx context.Context, req Request) (*flight.FlightInfo, error) {
 	if req.Version == 0 {
 		req.Version = RequestVersion
+	}
+	if c.fleet != nil {
+		return c.fleet.info(ctx, req)
 	}
 	info, err := c.fc.GetFlightInfo(ctx, &flight.FlightDescriptor{Type: flight.DescriptorCMD, Cmd: req.Marshal()})
 	if err != nil {
@@ -163,6 +192,7 @@ type Stream struct {
 	mu        sync.Mutex // guards scancel, which a cancelled Next calls from another goroutine
 	scancel   context.CancelFunc
 	exp       *expander
+	fl        fleetPos // which server of a fleet serves the stream
 	state     order.State
 	delivered int64
 	retries   int
@@ -185,9 +215,13 @@ func (c *Client) Stream(ctx context.Context, req Request) (*Stream, error) {
 		return nil, err
 	}
 	s := &Stream{c: c, req: req, state: req.Start}
+	c.fleet.place(s)
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, s.cancel)
 	err := s.open()
+	for err != nil && s.failover(err) {
+		err = s.open()
+	}
 	if !stop() {
 		err = errors.Join(ctx.Err(), err)
 	}
@@ -327,6 +361,9 @@ func (s *Stream) Next(ctx context.Context) (arrow.RecordBatch, error) {
 		}
 		if !retryable(err) {
 			return nil, fmt.Errorf("remote: stream from %s after %d batches: %w", s.c.cfg.Addr, s.delivered, err)
+		}
+		if s.failover(err) {
+			continue
 		}
 		if s.retries >= s.c.cfg.Retries {
 			return nil, fmt.Errorf("remote: stream from %s lost after %d batches; %d reconnect attempts failed, last: %w", s.c.cfg.Addr, s.delivered, s.retries, err)

@@ -14,8 +14,10 @@
 // the batches in order as Arrow IPC record batches of the formats/batch
 // schema; each batch carries as Flight app metadata the resume state after
 // it, {"seed","epoch","consumed","batch"}. GetFlightInfo takes a descriptor
-// whose command is a request and answers its schema and one endpoint
-// (located at Peers[rank % len(Peers)] when the server knows its peers).
+// whose command is a request and answers its schema and one endpoint,
+// located, when the server knows its peers (ServerConfig.Peers, or
+// PeerSource such as DNSPeers), at every peer: Peers[rank % len(Peers)]
+// first, then the others in failover order.
 //
 // Any Flight client can read a stream (pyarrow.flight.FlightClient.do_get);
 // the data path is plain protobuf on the wire. The IPC metadata of a batch
@@ -40,6 +42,12 @@
 // the batches that follow are the ones the broken stream would have sent),
 // retrying with exponential backoff and failing with an error that names
 // the cause after ClientConfig.Retries attempts in a row.
+//
+// A Client whose Addr is a comma-separated list, or one host name that
+// resolves to several addresses (a Kubernetes headless Service), talks to
+// a fleet: rank r streams from server r mod n, and a stream whose server
+// goes away continues on the next server from the last delivered state,
+// with the same batches bit for bit (see fleet.go).
 //
 // # Memory and back-pressure
 //

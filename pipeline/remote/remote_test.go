@@ -177,6 +177,12 @@ func TestListenLoopbackOnlyWithoutToken(t *testing.T) {
 // selfSigned returns a server certificate for 127.0.0.1 and a pool that
 // trusts it.
 func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
+	return selfSignedFor(t, nil, []net.IP{net.ParseIP("127.0.0.1")})
+}
+
+// selfSignedFor is a self-signed server certificate for those names and
+// addresses, and a pool that trusts it.
+func selfSignedFor(t *testing.T, names []string, ips []net.IP) (tls.Certificate, *x509.CertPool) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -184,7 +190,7 @@ func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "segpipe test"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
+		DNSNames: names, IPAddresses: ips, KeyUsage: x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IsCA: true, BasicConstraintsValid: true,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)

@@ -64,8 +64,8 @@ type ServerConfig struct {
 	TLS *tls.Config
 	// Peers are the locations (grpc://host:port or grpc+tls://...) of the
 	// servers that share the ranks of a run, this one included; rank r is
-	// routed to Peers[r % len(Peers)] by GetFlightInfo. Empty: every
-	// endpoint is this server.
+	// routed to Peers[r % len(Peers)] by GetFlightInfo, which lists the
+	// others after it for failover. Empty: every endpoint is this server.
 	Peers []string
 	// MaxMemory is the memory budget of all streams together: a stream is
 	// admitted when its loader's estimate (pipeline.Config.Memory: its
@@ -78,6 +78,9 @@ type ServerConfig struct {
 	// MaxStreams is the number of streams served at once, default
 	// DefaultMaxStreams; one more is refused with ResourceExhausted.
 	MaxStreams int
+	// PeerSource, when set, replaces Peers and is asked on every
+	// GetFlightInfo (DNSPeers finds the servers behind a DNS name).
+	PeerSource func(ctx context.Context) ([]string, error)
 	// WindowBytes is the HTTP/2 stream and connection window, default
 	// DefaultWindowBytes.
 	WindowBytes int32
@@ -443,8 +446,9 @@ func (s *Server) DoGet(t *flight.Ticket, stream flight.FlightService_DoGetServer
 
 // GetFlightInfo implements flight.FlightServer: the descriptor's command is
 // a Request; the answer holds its schema, one endpoint whose ticket is the
-// normalised request, located at the peer that serves its rank, and the
-// shard set's DatasetInfo as JSON app metadata.
+// normalised request, located at every peer (the one that serves its rank
+// first, then the failover order), and the shard set's DatasetInfo as JSON
+// app metadata.
 func (s *Server) GetFlightInfo(ctx context.Context, d *flight.FlightDescriptor) (*flight.FlightInfo, error) {
 	if d.GetType() != flight.DescriptorCMD {
 		return nil, status.Error(codes.InvalidArgument, "segpipe serve: the descriptor must be a command holding a loader request")
@@ -476,8 +480,8 @@ func (s *Server) GetFlightInfo(ctx context.Context, d *flight.FlightDescriptor) 
 	}
 	req.Version = RequestVersion
 	ep := &flight.FlightEndpoint{Ticket: &flight.Ticket{Ticket: req.Marshal()}}
-	if len(s.cfg.Peers) > 0 {
-		ep.Location = []*flight.Location{{Uri: s.cfg.Peers[req.Rank%len(s.cfg.Peers)]}}
+	if ep.Location, err = s.locations(ctx, req.Rank); err != nil {
+		return nil, err
 	}
 	return &flight.FlightInfo{
 		Schema:           flight.SerializeSchema(schema, s.mem),

@@ -23,6 +23,7 @@ type Entry struct {
 	Width    int32  // from the image header
 	Height   int32
 	Format   string
+	Size     int64  // file size in bytes when the header was read
 	AnnLo    uint32 // Source.Order[AnnLo:AnnHi] are its annotations
 	AnnHi    uint32
 }
@@ -31,6 +32,7 @@ type Entry struct {
 type Header struct {
 	Width, Height int32
 	Format        string
+	Size          int64 // file size; set by ReadHeader, 0 from DecodeHeader
 }
 
 // HeaderError tells why an image header could not be read.
@@ -76,7 +78,9 @@ func ReadHeader(path string) (Header, error) {
 	if !st.Mode().IsRegular() {
 		return Header{}, &HeaderError{Missing: true, Err: fmt.Errorf("%s is not a regular file", path)}
 	}
-	return DecodeHeader(f)
+	h, err := DecodeHeader(f)
+	h.Size = st.Size()
+	return h, err
 }
 
 // ScanHeaders reads the header of every path with workers goroutines. The
@@ -183,18 +187,25 @@ func (s *Source) load(i int) *item {
 		return it
 	}
 	h, err := DecodeHeader(bytes.NewReader(it.buf))
-	if err != nil || h.Width != e.Width || h.Height != e.Height || h.Format != e.Format {
+	if err != nil || h.Width != e.Width || h.Height != e.Height || h.Format != e.Format || int64(len(it.buf)) != e.Size {
 		// The file was checked when the dataset was opened; a change since
 		// would shift every later row, so it is an error, not a skip.
-		it.err = fmt.Errorf("image %d %s: changed since the dataset was opened (header %dx%d %s, err %v; was %dx%d %s)",
-			e.ID, e.Path, h.Width, h.Height, h.Format, err, e.Width, e.Height, e.Format)
+		it.err = fmt.Errorf("image %d %s: changed since the dataset was opened (header %dx%d %s %d bytes, err %v; was %dx%d %s %d bytes)",
+			e.ID, e.Path, h.Width, h.Height, h.Format, len(it.buf), err, e.Width, e.Height, e.Format, e.Size)
 		return it
 	}
+	it.img.Bytes = it.buf
+	s.assemble(e, it)
+	return it
+}
+
+// assemble fills it.img from entry e's metadata and annotations, leaving
+// Bytes as they are.
+func (s *Source) assemble(e *Entry, it *item) {
 	it.img.ImageID = e.ID
 	it.img.FileName = e.FileName
 	it.img.Width, it.img.Height = e.Width, e.Height
 	it.img.Format = e.Format
-	it.img.Bytes = it.buf
 
 	st := s.Store
 	order := s.Order[e.AnnLo:e.AnnHi]
@@ -244,7 +255,25 @@ func (s *Source) load(i int) *item {
 		ins[k] = in
 	}
 	it.img.Instances = ins
-	return it
+}
+
+// RowSizes returns the shard writer's size estimate of every row, from the
+// metadata and the file sizes recorded at open, without reading a file:
+// what a distributed conversion plans its shard boundaries with.
+func (s *Source) RowSizes(ctx context.Context) ([]int64, error) {
+	sizes := make([]int64, len(s.Images))
+	it := s.get()
+	defer s.put(it)
+	for i := range s.Images {
+		if i%4096 == 0 && ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		e := &s.Images[i]
+		it.img.Bytes = nil
+		s.assemble(e, it)
+		sizes[i] = shard.PlannedRowSize(&it.img, e.Size)
+	}
+	return sizes, nil
 }
 
 // grow returns s emptied, with capacity for at least n elements.

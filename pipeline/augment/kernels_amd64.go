@@ -1,0 +1,77 @@
+//go:build amd64 && !purego
+
+package augment
+
+import "golang.org/x/sys/cpu"
+
+// haveAVX2 selects the AVX2 kernels; the Go versions are their test
+// oracles and the path on CPUs without AVX2.
+var haveAVX2 = cpu.X86.HasAVX2
+
+// hsvRowAVX2 is applyRowGo for n pixels, n a positive multiple of 8, eight
+// pixels per step: sdiv and hdiv recomputed by float division (the same
+// integers, see the kernel), t.v and t.coef read by gathers. t.v is read
+// as 4-byte words at t.v[v] (v ≤ 255), which stay inside the table
+// because coef follows v.
+//
+//go:noescape
+func hsvRowAVX2(rp, gp, bp *uint8, n int, t *hsvTable)
+
+// applyRow maps a row of planar RGB pixels in place (applyRowGo's bytes).
+func (t *hsvTable) applyRow(r, g, b []uint8) {
+	g = g[:len(r)]
+	b = b[:len(r)]
+	n := 0
+	if haveAVX2 && !forceGoKernels {
+		n = len(r) &^ 7
+		if n > 0 {
+			hsvRowAVX2(&r[0], &g[0], &b[0], n, t)
+		}
+	}
+	t.applyRowGo(r[n:], g[n:], b[n:])
+}
+
+// vblendAVX2 is vblendGo for n values, n a positive multiple of 16.
+//
+//go:noescape
+func vblendAVX2(dst *uint32, top, bot *uint8, n int, iy, wy uint32)
+
+// hsampleAVX2 is hsampleGo for n pixels, n a positive multiple of 8, with
+// the source position relative to column xa (u0 = U − xa·2¹⁶) in 32 bits;
+// the six column reads per eight pixels are gathers.
+//
+//go:noescape
+func hsampleAVX2(rp, gp, bp *uint8, n int, sc *uint32, u0, du, xa, maxX int32)
+
+func vblend(sc []uint32, top, bot []byte, iy, wy uint32) {
+	top, bot = top[:len(sc)], bot[:len(sc)]
+	n := 0
+	if haveAVX2 && !forceGoKernels {
+		n = len(sc) &^ 15
+		if n > 0 {
+			vblendAVX2(&sc[0], &top[0], &bot[0], n, iy, wy)
+		}
+	}
+	vblendGo(sc[n:], top[n:], bot[n:], iy, wy)
+}
+
+func hsample(r, g, b []byte, sc []uint32, U, dU int64, xa, maxX int) {
+	g = g[:len(r)]
+	b = b[:len(r)]
+	n := 0
+	if haveAVX2 && !forceGoKernels {
+		n = len(r) &^ 7
+		// The kernel steps relative positions in 32 bits: every lane it
+		// computes (the last step's included) must fit, and so must maxX.
+		u0 := U - int64(xa)<<16
+		ue := u0 + int64(n+7)*dU
+		const lim = 1 << 30
+		if n > 0 && u0 > -lim && u0 < lim && ue > -lim && ue < lim && 8*dU > -lim && 8*dU < lim && maxX < lim {
+			hsampleAVX2(&r[0], &g[0], &b[0], n, &sc[0], int32(u0), int32(dU), int32(xa), int32(maxX))
+			U += int64(n) * dU
+		} else {
+			n = 0
+		}
+	}
+	hsampleGo(r[n:], g[n:], b[n:], sc, U, dU, xa, maxX)
+}

@@ -1,0 +1,296 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// Lane order for the 64-bit coefficient gathers: pixels 0,2,4,6 in the low
+// half, 1,3,5,7 in the high half, so that the two gathered vectors of
+// products interleave back into pixel order with one dword blend.
+DATA evenodd<>+0(SB)/4, $0
+DATA evenodd<>+4(SB)/4, $2
+DATA evenodd<>+8(SB)/4, $4
+DATA evenodd<>+12(SB)/4, $6
+DATA evenodd<>+16(SB)/4, $1
+DATA evenodd<>+20(SB)/4, $3
+DATA evenodd<>+24(SB)/4, $5
+DATA evenodd<>+28(SB)/4, $7
+GLOBL evenodd<>(SB), RODATA|NOPTR, $32
+
+DATA iota8<>+0(SB)/4, $0
+DATA iota8<>+4(SB)/4, $1
+DATA iota8<>+8(SB)/4, $2
+DATA iota8<>+12(SB)/4, $3
+DATA iota8<>+16(SB)/4, $4
+DATA iota8<>+20(SB)/4, $5
+DATA iota8<>+24(SB)/4, $6
+DATA iota8<>+28(SB)/4, $7
+GLOBL iota8<>(SB), RODATA|NOPTR, $32
+
+// Eight pixels' R, G, B (dwords ≤ 255) to the planes at AX, BX, CX: bytes
+// [R0-7 B0-7 | G0-7 B0-7] in t0 (tx: its low half; t1 scratch).
+#define PACKSTORE(r, g, b, t0, tx, t1) \
+	VPACKUSDW g, r, t0; \
+	VPERMQ $0xD8, t0, t0; \
+	VPACKUSDW b, b, t1; \
+	VPERMQ $0xD8, t1, t1; \
+	VPACKUSWB t1, t0, t0; \
+	VMOVQ tx, (AX); \
+	VPEXTRQ $1, tx, (CX); \
+	VEXTRACTI128 $1, t0, tx; \
+	VMOVQ tx, (BX)
+
+// 255·4096 and 180·4096/6 as float32: the numerators of sdiv and hdiv.
+DATA sdivnum<>+0(SB)/4, $1044480.0
+GLOBL sdivnum<>(SB), RODATA|NOPTR, $4
+DATA hdivnum<>+0(SB)/4, $122880.0
+GLOBL hdivnum<>(SB), RODATA|NOPTR, $4
+
+// func hsvRowAVX2(rp, gp, bp *uint8, n int, t *hsvTable)
+TEXT ·hsvRowAVX2(SB), NOSPLIT, $0-40
+	MOVQ rp+0(FP), AX
+	MOVQ gp+8(FP), BX
+	MOVQ bp+16(FP), CX
+	MOVQ n+24(FP), DX
+	MOVQ t+32(FP), SI
+
+	MOVL $2048, R9
+	MOVQ R9, X15
+	VPBROADCASTD X15, Y15 // rounding half of 12-bit fixed point
+	MOVL $180, R9
+	MOVQ R9, X14
+	VPBROADCASTD X14, Y14
+	MOVL $255, R9
+	MOVQ R9, X13
+	VPBROADCASTD X13, Y13
+	VMOVDQU evenodd<>(SB), Y12
+	MOVQ $0x0020000100000800, R9 // coefRound
+	MOVQ R9, X11
+	VPBROADCASTQ X11, Y11
+	VPCMPEQD Y10, Y10, Y10 // gather mask: all lanes
+
+loop:
+	VPMOVZXBD (AX), Y0 // r
+	VPMOVZXBD (BX), Y1 // g
+	VPMOVZXBD (CX), Y2 // b
+	VPMAXSD Y1, Y0, Y3
+	VPMAXSD Y2, Y3, Y3 // v
+	VPMINSD Y1, Y0, Y4
+	VPMINSD Y2, Y4, Y4
+	VPSUBD Y4, Y3, Y4 // diff
+
+	// s = (diff·sdiv[v] + 2048) >> 12, sdiv[v] = round(255·4096/v) by a
+	// float division (correctly rounded, and no quotient lies within its
+	// error of a half: the same integers as the table; v = 0 gives a
+	// garbage divisor times diff = 0)
+	VBROADCASTSS sdivnum<>(SB), Y7
+	VCVTDQ2PS Y3, Y5
+	VDIVPS Y5, Y7, Y5
+	VCVTPS2DQ Y5, Y5
+	VPMULLD Y4, Y5, Y5
+	VPADDD Y15, Y5, Y5
+	VPSRAD $12, Y5, Y5
+
+	// hue numerator: v==r ? g-b : v==g ? b-r+2diff : r-g+4diff
+	VPSUBD Y2, Y1, Y6
+	VPSUBD Y0, Y2, Y7
+	VPADDD Y4, Y7, Y7
+	VPADDD Y4, Y7, Y7
+	VPSUBD Y1, Y0, Y8
+	VPSLLD $2, Y4, Y9
+	VPADDD Y9, Y8, Y8
+	VPCMPEQD Y1, Y3, Y9
+	VPBLENDVB Y9, Y7, Y8, Y8
+	VPCMPEQD Y0, Y3, Y9
+	VPBLENDVB Y9, Y6, Y8, Y8
+
+	// h = (h·hdiv[diff] + 2048) >> 12, wrapped into [0, 180);
+	// hdiv[diff] = round(180·4096/(6·diff)) by division as above
+	VBROADCASTSS hdivnum<>(SB), Y6
+	VCVTDQ2PS Y4, Y7
+	VDIVPS Y7, Y6, Y7
+	VCVTPS2DQ Y7, Y7
+	VPMULLD Y7, Y8, Y8
+	VPADDD Y15, Y8, Y8
+	VPSRAD $12, Y8, Y8
+	VPSRAD $31, Y8, Y7
+	VPAND Y14, Y7, Y7
+	VPADDD Y7, Y8, Y8
+
+	// coefficient index h<<8 | s&255
+	VPSLLD $8, Y8, Y8
+	VPAND Y13, Y5, Y5
+	VPOR Y5, Y8, Y8
+
+	// v' = t.v[v]
+	VMOVDQU Y10, Y9
+	VPGATHERDD Y9, (SI)(Y3*1), Y6
+	VPAND Y13, Y6, Y6
+
+	VPERMD Y8, Y12, Y8
+	VPERMD Y6, Y12, Y6
+
+	// coefficients of pixels 0,2,4,6 (Y0) and 1,3,5,7 (Y1)
+	VMOVDQU Y10, Y9
+	VPGATHERDQ Y9, 256(SI)(X8*8), Y0
+	VEXTRACTI128 $1, Y8, X8
+	VMOVDQU Y10, Y9
+	VPGATHERDQ Y9, 256(SI)(X8*8), Y1
+
+	// p = v'·coef + coefRound, 64-bit (v' < 2^8, coef < 2^55)
+	VPMOVZXDQ X6, Y2
+	VEXTRACTI128 $1, Y6, X6
+	VPMOVZXDQ X6, Y3
+	VPMULUDQ Y2, Y0, Y4
+	VPSRLQ $32, Y0, Y0
+	VPMULUDQ Y2, Y0, Y0
+	VPSLLQ $32, Y0, Y0
+	VPADDQ Y4, Y0, Y0
+	VPADDQ Y11, Y0, Y0
+	VPMULUDQ Y3, Y1, Y4
+	VPSRLQ $32, Y1, Y1
+	VPMULUDQ Y3, Y1, Y1
+	VPSLLQ $32, Y1, Y1
+	VPADDQ Y4, Y1, Y1
+	VPADDQ Y11, Y1, Y1
+
+	// channels: bits 12, 33, 54 of p; even pixels into even dwords, odd
+	// pixels into odd dwords
+	VPSRLQ $12, Y0, Y4
+	VPSLLQ $20, Y1, Y7
+	VPBLENDD $0xAA, Y7, Y4, Y4
+	VPAND Y13, Y4, Y4 // R
+	VPSRLQ $33, Y0, Y5
+	VPSRLQ $1, Y1, Y7
+	VPBLENDD $0xAA, Y7, Y5, Y5
+	VPAND Y13, Y5, Y5 // G
+	VPSRLQ $54, Y0, Y6
+	VPSRLQ $22, Y1, Y7
+	VPBLENDD $0xAA, Y7, Y6, Y6
+	VPAND Y13, Y6, Y6 // B
+
+	PACKSTORE(Y4, Y5, Y6, Y7, X7, Y8)
+
+	ADDQ $8, AX
+	ADDQ $8, BX
+	ADDQ $8, CX
+	SUBQ $8, DX
+	JNZ loop
+	VZEROUPPER
+	RET
+
+// func vblendAVX2(dst *uint32, top, bot *uint8, n int, iy, wy uint32)
+TEXT ·vblendAVX2(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), DI
+	MOVQ top+8(FP), SI
+	MOVQ bot+16(FP), BX
+	MOVQ n+24(FP), DX
+	MOVL iy+32(FP), AX
+	MOVQ AX, X15
+	VPBROADCASTW X15, Y15
+	MOVL wy+36(FP), AX
+	MOVQ AX, X14
+	VPBROADCASTW X14, Y14
+
+vloop:
+	// 16 values a step in 16-bit lanes: top·iy + bot·wy ≤ 255·256
+	VPMOVZXBW (SI), Y0
+	VPMOVZXBW (BX), Y1
+	VPMULLW Y15, Y0, Y0
+	VPMULLW Y14, Y1, Y1
+	VPADDW Y1, Y0, Y0
+	VPMOVZXWD X0, Y1
+	VEXTRACTI128 $1, Y0, X0
+	VPMOVZXWD X0, Y0
+	VMOVDQU Y1, (DI)
+	VMOVDQU Y0, 32(DI)
+	ADDQ $16, SI
+	ADDQ $16, BX
+	ADDQ $64, DI
+	SUBQ $16, DX
+	JNZ vloop
+	VZEROUPPER
+	RET
+
+// One channel of hsampleAVX2's eight pixels into dst: the columns at
+// offsets Y0 and Y1 (dwords) plus off bytes, blended with weights Y3 (ix)
+// and Y2 (wx), rounded (Y7) and shifted; t is scratch; Y4 gather mask.
+#define CHANNEL(off, dst, t) \
+	VMOVDQU Y10, Y4; \
+	VPGATHERDD Y4, off(SI)(Y0*4), dst; \
+	VMOVDQU Y10, Y4; \
+	VPGATHERDD Y4, off(SI)(Y1*4), t; \
+	VPMULLD Y3, dst, dst; \
+	VPMULLD Y2, t, t; \
+	VPADDD t, dst, dst; \
+	VPADDD Y7, dst, dst; \
+	VPSRLD $16, dst, dst
+
+// func hsampleAVX2(rp, gp, bp *uint8, n int, sc *uint32, u0, du, xa, maxX int32)
+TEXT ·hsampleAVX2(SB), NOSPLIT, $0-56
+	MOVQ rp+0(FP), AX
+	MOVQ gp+8(FP), BX
+	MOVQ bp+16(FP), CX
+	MOVQ n+24(FP), DX
+	MOVQ sc+32(FP), SI
+
+	MOVL du+44(FP), R9
+	MOVQ R9, X14
+	VPBROADCASTD X14, Y14
+	VMOVDQU iota8<>(SB), Y15
+	VPMULLD Y14, Y15, Y15
+	MOVL u0+40(FP), R9
+	MOVQ R9, X13
+	VPBROADCASTD X13, Y13
+	VPADDD Y13, Y15, Y15 // lane positions u0 + i·du
+	VPSLLD $3, Y14, Y14  // step 8·du
+	MOVL xa+48(FP), R9
+	MOVQ R9, X13
+	VPBROADCASTD X13, Y13
+	MOVL maxX+52(FP), R9
+	MOVQ R9, X12
+	VPBROADCASTD X12, Y12
+	VPXOR Y11, Y11, Y11
+	VPCMPEQD Y10, Y10, Y10 // all ones: gather mask, and −1
+	MOVL $255, R9
+	MOVQ R9, X9
+	VPBROADCASTD X9, Y9
+	MOVL $32768, R9
+	MOVQ R9, X7
+	VPBROADCASTD X7, Y7
+
+hloop:
+	// columns x0 = (u>>16) + xa and x0+1, clamped to [0, maxX], as
+	// offsets 3·(x − xa) into sc
+	VPSRAD $16, Y15, Y0
+	VPADDD Y13, Y0, Y0
+	VPSUBD Y10, Y0, Y1
+	VPMAXSD Y11, Y0, Y0
+	VPMINSD Y12, Y0, Y0
+	VPMAXSD Y11, Y1, Y1
+	VPMINSD Y12, Y1, Y1
+	VPSUBD Y13, Y0, Y0
+	VPADDD Y0, Y0, Y2
+	VPADDD Y2, Y0, Y0
+	VPSUBD Y13, Y1, Y1
+	VPADDD Y1, Y1, Y2
+	VPADDD Y2, Y1, Y1
+
+	// weights wx = (u>>8)&255, ix = 256 − wx
+	VPSRLD $8, Y15, Y2
+	VPAND Y9, Y2, Y2
+	VPXOR Y9, Y2, Y3
+	VPSUBD Y10, Y3, Y3
+
+	CHANNEL(0, Y5, Y6)  // R
+	CHANNEL(4, Y6, Y8)  // G
+	CHANNEL(8, Y8, Y0)  // B (the index register Y0 dies here)
+
+	PACKSTORE(Y5, Y6, Y8, Y0, X0, Y1)
+
+	VPADDD Y14, Y15, Y15
+	ADDQ $8, AX
+	ADDQ $8, BX
+	ADDQ $8, CX
+	SUBQ $8, DX
+	JNZ hloop
+	VZEROUPPER
+	RET
