@@ -11,7 +11,7 @@ import (
 	"sync"
 
 	"github.com/segpipe/segpipe/pipeline/augment"
-	"github.com/segpipe/segpipe/pipeline/internal/ycc"
+	yccrow "github.com/segpipe/segpipe/pipeline/internal/ycc"
 )
 
 // decodeImage decodes an encoded JPEG or PNG into RGB pixels taken from
@@ -72,13 +72,13 @@ func toRGB(dst []byte, im image.Image) {
 			}
 			switch sub {
 			case image.YCbCrSubsampleRatio420, image.YCbCrSubsampleRatio422:
-				ycc.RowHalf(row, Y, m.Cb[ci:ci+(w+1)/2], m.Cr[ci:ci+(w+1)/2])
+				yccrow.RowHalf(row, Y, m.Cb[ci:ci+(w+1)/2], m.Cr[ci:ci+(w+1)/2])
 			case image.YCbCrSubsampleRatio444, image.YCbCrSubsampleRatio440:
-				ycc.RowFull(row, Y, m.Cb[ci:ci+w], m.Cr[ci:ci+w])
+				yccrow.RowFull(row, Y, m.Cb[ci:ci+w], m.Cr[ci:ci+w])
 			default:
 				for x, yy := range Y {
 					c := m.COffset(b.Min.X+x, b.Min.Y+y)
-					r, g, bb := ycc.Pixel(yy, m.Cb[c], m.Cr[c])
+					r, g, bb := ycc(yy, m.Cb[c], m.Cr[c])
 					row[3*x], row[3*x+1], row[3*x+2] = r, g, bb
 				}
 			}
@@ -126,6 +126,32 @@ func (ic *ImageCache) Bytes() int64 {
 	ic.c.mu.Lock()
 	defer ic.c.mu.Unlock()
 	return ic.c.cur
+}
+
+// ycc is color.YCbCrToRGB (JFIF, 16.16 fixed point), inlined.
+func ycc(y, cb, cr uint8) (uint8, uint8, uint8) {
+	yy1 := int32(y) * 0x10101
+	cb1 := int32(cb) - 128
+	cr1 := int32(cr) - 128
+	r := yy1 + 91881*cr1
+	if uint32(r)&0xff000000 == 0 {
+		r >>= 16
+	} else {
+		r = ^(r >> 31)
+	}
+	g := yy1 - 22554*cb1 - 46802*cr1
+	if uint32(g)&0xff000000 == 0 {
+		g >>= 16
+	} else {
+		g = ^(g >> 31)
+	}
+	b := yy1 + 116130*cb1
+	if uint32(b)&0xff000000 == 0 {
+		b >>= 16
+	} else {
+		b = ^(b >> 31)
+	}
+	return uint8(r), uint8(g), uint8(b)
 }
 
 // cache holds decoded images by row id, bounded by bytes, LRU. Concurrent

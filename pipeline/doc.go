@@ -58,7 +58,8 @@
 //
 // The default build is pure Go (CGO_ENABLED=0 works): baseline JPEGs, what
 // datasets hold, are decoded by pipeline/jpeg straight into the cache's
-// pooled buffers, with exactly image/jpeg's pixels at about twice its speed;
+// pooled buffers, with exactly image/jpeg's pixels in about a third of its
+// CPU time (BENCHMARKS.md);
 // anything else (progressive, CMYK, damaged) by the standard library's
 // image/jpeg. Built with -tags turbojpeg (cgo, Debian package
 // libturbojpeg0-dev), JPEGs are decoded by libjpeg-turbo straight into the

@@ -9,8 +9,9 @@ package ycc
 
 // rowFullGo converts one row with full-resolution chroma (4:4:4,
 // 4:4:0: what re-encoded datasets such as coco-tiny contain): the
-// reference of the vector kernel behind RowFull and the fallback. ycc
-// is too large to inline; the loop body here is ycc by hand.
+// reference of the vector kernel behind RowFull and the fallback. The
+// loop body is color.YCbCrToRGB by hand (a call per pixel would not
+// inline).
 func rowFullGo(row, Y, cb, cr []byte) {
 	n := len(Y)
 	row = row[:3*n]
@@ -27,8 +28,8 @@ func rowFullGo(row, Y, cb, cr []byte) {
 
 // rowHalfGo converts one row whose chroma is halved horizontally
 // (4:2:0, 4:2:2): the chroma terms are computed once per pixel pair.
-// Integer sums regroup exactly, so the result is bit-identical to Pixel per
-// pixel. The reference of the vector kernel behind RowHalf.
+// Integer sums regroup exactly, so the result is bit-identical to color.YCbCrToRGB
+// per pixel. The reference of the vector kernel behind RowHalf.
 func rowHalfGo(row, Y, cb, cr []byte) {
 	n := len(Y)
 	row = row[:3*n]
@@ -48,9 +49,8 @@ func rowHalfGo(row, Y, cb, cr []byte) {
 		o[3], o[4], o[5] = clamp16(y1+dr), clamp16(y1+dg), clamp16(y1+db)
 		x += 2
 	}
-	if x < n {
-		r, g, b := Pixel(Y[x], cb[x/2], cr[x/2])
-		row[3*x], row[3*x+1], row[3*x+2] = r, g, b
+	if x < n { // odd width: the last pixel has its own chroma sample
+		rowFullGo(row[3*x:], Y[x:], cb[x/2:x/2+1], cr[x/2:x/2+1])
 	}
 }
 
@@ -60,30 +60,4 @@ func clamp16(v int32) uint8 {
 		return uint8(v >> 16)
 	}
 	return uint8(^(v >> 31))
-}
-
-// Pixel is color.YCbCrToRGB (JFIF, 16.16 fixed point), inlined.
-func Pixel(y, cb, cr uint8) (uint8, uint8, uint8) {
-	yy1 := int32(y) * 0x10101
-	cb1 := int32(cb) - 128
-	cr1 := int32(cr) - 128
-	r := yy1 + 91881*cr1
-	if uint32(r)&0xff000000 == 0 {
-		r >>= 16
-	} else {
-		r = ^(r >> 31)
-	}
-	g := yy1 - 22554*cb1 - 46802*cr1
-	if uint32(g)&0xff000000 == 0 {
-		g >>= 16
-	} else {
-		g = ^(g >> 31)
-	}
-	b := yy1 + 116130*cb1
-	if uint32(b)&0xff000000 == 0 {
-		b >>= 16
-	} else {
-		b = ^(b >> 31)
-	}
-	return uint8(r), uint8(g), uint8(b)
 }

@@ -6,17 +6,26 @@ import (
 	"testing"
 )
 
-// TestPixelMatchesColorModel checks Pixel against color.YCbCrToRGB on
-// every input.
-func TestPixelMatchesColorModel(t *testing.T) {
+// TestRowMatchesColorModel checks the Go row against color.YCbCrToRGB on
+// every input (one row per Y value, all Cb, every third Cr).
+func TestRowMatchesColorModel(t *testing.T) {
+	var Y, cb, cr []byte
+	for c := 0; c < 256; c++ {
+		for r := 0; r < 256; r += 3 {
+			cb, cr = append(cb, uint8(c)), append(cr, uint8(r))
+		}
+	}
+	Y = make([]byte, len(cb))
+	row := make([]byte, 3*len(Y))
 	for y := 0; y < 256; y++ {
-		for cb := 0; cb < 256; cb++ {
-			for cr := 0; cr < 256; cr += 3 {
-				r, g, b := Pixel(uint8(y), uint8(cb), uint8(cr))
-				wr, wg, wb := color.YCbCrToRGB(uint8(y), uint8(cb), uint8(cr))
-				if r != wr || g != wg || b != wb {
-					t.Fatalf("(%d,%d,%d): %d,%d,%d, want %d,%d,%d", y, cb, cr, r, g, b, wr, wg, wb)
-				}
+		for i := range Y {
+			Y[i] = uint8(y)
+		}
+		rowFullGo(row, Y, cb, cr)
+		for i := range Y {
+			wr, wg, wb := color.YCbCrToRGB(Y[i], cb[i], cr[i])
+			if row[3*i] != wr || row[3*i+1] != wg || row[3*i+2] != wb {
+				t.Fatalf("(%d,%d,%d): %v, want %d,%d,%d", Y[i], cb[i], cr[i], row[3*i:3*i+3], wr, wg, wb)
 			}
 		}
 	}
