@@ -9,8 +9,13 @@
 //
 // # Ops and the tape
 //
-// Every op is a method on *Tape and dispatches its heavy work through the
-// tape's backend.Backend (package cpu is the reference). Each op's forward
+// Every op is a method on *Tape and runs entirely as kernels of the tape's
+// backend.Backend (package cpu is the reference): no element of a tensor
+// is touched by host code in this package. Layout ops (Permute, Concat,
+// Split, the sums' broadcasts) are one strided Copy kernel; Scale and
+// gradient accumulation are Axpby. Ops that no production code needs
+// (clamps, scalar adds, BCE, index selection) are test helpers, not API:
+// the loss computes its own gradients (package loss). Each op's forward
 // and backward live side by side in one function: the forward computes the
 // output, and when the op is recorded a closure that holds exactly the
 // values the backward needs is pushed on the tape.

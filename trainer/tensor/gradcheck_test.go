@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"testing"
+
+	"github.com/segpipe/segpipe/trainer/tensor/cpu"
 )
 
 // gradCase is one differentiable computation checked against central
@@ -407,9 +409,9 @@ func TestGradCheckRejectsWrongGradient(t *testing.T) {
 // split loops (broadcast runs, concat/split copies, bias sums, upsample)
 // are exercised on small shapes.
 func TestGradientsOnParallelPaths(t *testing.T) {
-	saved := minParallel
-	minParallel = 1
-	defer func() { minParallel = saved }()
+	saved := defaultBackend
+	defaultBackend = &cpu.Backend{MinParallel: 1}
+	defer func() { defaultBackend = saved }()
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
 	for _, c := range gradCases() {
 		if err := checkGrad(c, 5); err != nil {

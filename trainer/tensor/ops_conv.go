@@ -2,7 +2,6 @@ package tensor
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
@@ -50,7 +49,7 @@ func (tp *Tape) Conv2d(x, w, b *Tensor, o ConvOptions) *Tensor {
 	y := outputUninit(p.N, p.OutC, oh, ow)
 	be.Conv2d(p, x.Data, w.Data, y.Data)
 	if b != nil {
-		addChannelBias(y.Data, b.Data, p.N, p.OutC, oh*ow)
+		be.ChannelAffine(p.N, p.OutC, oh*ow, y.Data, nil, b.Data, y.Data)
 	}
 	if tp.wants(x, w, b) {
 		tp.push(func() {
@@ -61,7 +60,7 @@ func (tp *Tape) Conv2d(x, w, b *Tensor, o ConvOptions) *Tensor {
 				be.Conv2dBackwardFilter(p, x.Data, y.Grad, w.GradBuf())
 			}
 			if needs(b) {
-				sumChannelGrad(y.Grad, b.GradBuf(), p.N, p.OutC, oh*ow)
+				be.ChannelSum(p.N, p.OutC, oh*ow, y.Grad, b.GradBuf())
 			}
 		}, y)
 	}
@@ -95,7 +94,7 @@ func (tp *Tape) ConvTranspose2d(x, w, b *Tensor, o ConvOptions) *Tensor {
 	y := output(p.N, cout, oh, ow)
 	be.Conv2dBackwardData(p, x.Data, w.Data, y.Data)
 	if b != nil {
-		addChannelBias(y.Data, b.Data, p.N, cout, oh*ow)
+		be.ChannelAffine(p.N, cout, oh*ow, y.Data, nil, b.Data, y.Data)
 	}
 	if tp.wants(x, w, b) {
 		tp.push(func() {
@@ -103,49 +102,18 @@ func (tp *Tape) ConvTranspose2d(x, w, b *Tensor, o ConvOptions) *Tensor {
 				// Conv2d overwrites, so its result lands in scratch first.
 				tmp := getBuf(x.Numel())
 				be.Conv2d(p, y.Grad, w.Data, tmp)
-				gx := x.GradBuf()
-				for i, v := range tmp {
-					gx[i] += v
-				}
+				be.Axpby(1, tmp, 1, x.GradBuf())
 				putBuf(tmp)
 			}
 			if needs(w) {
 				be.Conv2dBackwardFilter(p, y.Grad, x.Data, w.GradBuf())
 			}
 			if needs(b) {
-				sumChannelGrad(y.Grad, b.GradBuf(), p.N, cout, oh*ow)
+				be.ChannelSum(p.N, cout, oh*ow, y.Grad, b.GradBuf())
 			}
 		}, y)
 	}
 	return y
-}
-
-func addChannelBias(y, b []float32, n, c, hw int) {
-	parallel(n*c, n*c*hw, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			v := b[i%c]
-			ys := y[i*hw : (i+1)*hw]
-			for j := range ys {
-				ys[j] += v
-			}
-		}
-	})
-}
-
-// sumChannelGrad adds Σ_{n,hw} gy to gb; channels are split across
-// goroutines so each gb entry has one writer.
-func sumChannelGrad(gy, gb []float32, n, c, hw int) {
-	parallel(c, n*c*hw, func(lo, hi int) {
-		for ch := lo; ch < hi; ch++ {
-			var s float64
-			for i := 0; i < n; i++ {
-				for _, v := range gy[(i*c+ch)*hw : (i*c+ch+1)*hw] {
-					s += float64(v)
-				}
-			}
-			gb[ch] += float32(s)
-		}
-	})
 }
 
 // BatchNormOptions configures BatchNorm2d.
@@ -199,10 +167,8 @@ func (tp *Tape) BatchNorm2d(x, weight, bias, runningMean, runningVar *Tensor, o 
 		be.BatchNormTrain(n, c, hw, o.Eps, x.Data, wd, bd, y.Data, mean, invstd, varU)
 		if runningMean != nil && runningVar != nil {
 			m := o.Momentum
-			for i := 0; i < c; i++ {
-				runningMean.Data[i] = (1-m)*runningMean.Data[i] + m*mean[i]
-				runningVar.Data[i] = (1-m)*runningVar.Data[i] + m*varU[i]
-			}
+			be.Axpby(m, mean, 1-m, runningMean.Data)
+			be.Axpby(m, varU, 1-m, runningVar.Data)
 		}
 		if tp.wants(x, weight, bias) {
 			tp.push(func() {
@@ -224,24 +190,9 @@ func (tp *Tape) BatchNorm2d(x, weight, bias, runningMean, runningVar *Tensor, o 
 	if runningMean == nil || runningVar == nil {
 		panic("tensor.BatchNorm2d: eval mode needs running statistics")
 	}
-	invstd := make([]float32, c)
-	scale := make([]float32, c)
-	shift := make([]float32, c)
-	for i := 0; i < c; i++ {
-		invstd[i] = float32(1 / math.Sqrt(float64(runningVar.Data[i])+float64(o.Eps)))
-		g, b := float32(1), float32(0)
-		if wd != nil {
-			g = wd[i]
-		}
-		if bd != nil {
-			b = bd[i]
-		}
-		scale[i] = g * invstd[i]
-		shift[i] = b - runningMean.Data[i]*scale[i]
-	}
-	be.ChannelAffine(n, c, hw, x.Data, scale, shift, y.Data)
+	rm, rv := runningMean.Data, runningVar.Data
+	be.BatchNormEval(n, c, hw, o.Eps, x.Data, wd, bd, rm, rv, y.Data)
 	if tp.wants(x, weight, bias) {
-		rm := runningMean.Data
 		tp.push(func() {
 			var gx, gw, gb []float32
 			if needs(x) {
@@ -253,29 +204,7 @@ func (tp *Tape) BatchNorm2d(x, weight, bias, runningMean, runningVar *Tensor, o 
 			if needs(bias) {
 				gb = bias.GradBuf()
 			}
-			for i := 0; i < n*c; i++ {
-				ch := i % c
-				dy := y.Grad[i*hw : (i+1)*hw]
-				xs := x.Data[i*hw : (i+1)*hw]
-				var sdy, sdyx float32
-				for j, g := range dy {
-					sdy += g
-					sdyx += g * (xs[j] - rm[ch]) * invstd[ch]
-				}
-				if gw != nil {
-					gw[ch] += sdyx
-				}
-				if gb != nil {
-					gb[ch] += sdy
-				}
-				if gx != nil {
-					k := scale[ch]
-					gxs := gx[i*hw : (i+1)*hw]
-					for j, g := range dy {
-						gxs[j] += g * k
-					}
-				}
-			}
+			be.BatchNormEvalBackward(n, c, hw, o.Eps, x.Data, y.Grad, wd, rm, rv, gx, gw, gb)
 		}, y)
 	}
 	return y
@@ -305,37 +234,12 @@ func (tp *Tape) UpsampleNearest(x *Tensor, factor int) *Tensor {
 		panic(fmt.Sprintf("tensor.UpsampleNearest: input %s factor %d", x.desc(), factor))
 	}
 	n, c, h, w := x.Shape[0], x.Shape[1], x.Shape[2], x.Shape[3]
-	H, W := h*factor, w*factor
-	y := outputUninit(n, c, H, W)
-	parallel(n*c, y.Numel(), func(lo, hi int) {
-		for pl := lo; pl < hi; pl++ {
-			src := x.Data[pl*h*w : (pl+1)*h*w]
-			dst := y.Data[pl*H*W : (pl+1)*H*W]
-			for oy := 0; oy < H; oy++ {
-				row := src[(oy/factor)*w : (oy/factor+1)*w]
-				d := dst[oy*W : (oy+1)*W]
-				for ox := range d {
-					d[ox] = row[ox/factor]
-				}
-			}
-		}
-	})
+	p := backend.Upsample{Planes: n * c, H: h, W: w, Factor: factor}
+	be := tp.Backend()
+	y := outputUninit(n, c, h*factor, w*factor)
+	be.UpsampleNearest(p, x.Data, y.Data)
 	if tp.wants(x) {
-		tp.push(func() {
-			gx := x.GradBuf()
-			parallel(n*c, y.Numel(), func(lo, hi int) {
-				for pl := lo; pl < hi; pl++ {
-					g := gx[pl*h*w : (pl+1)*h*w]
-					gy := y.Grad[pl*H*W : (pl+1)*H*W]
-					for oy := 0; oy < H; oy++ {
-						row := g[(oy/factor)*w : (oy/factor+1)*w]
-						for ox, v := range gy[oy*W : (oy+1)*W] {
-							row[ox/factor] += v
-						}
-					}
-				}
-			})
-		}, y)
+		tp.push(func() { be.UpsampleNearestBackward(p, y.Grad, x.GradBuf()) }, y)
 	}
 	return y
 }

@@ -24,18 +24,13 @@ func (tp *Tape) Softmax(x *Tensor, axis int) *Tensor {
 // Sum returns the sum of all elements as a 0-d tensor (accumulated in
 // float64).
 func (tp *Tape) Sum(x *Tensor) *Tensor {
-	var s float64
-	for _, v := range x.Data {
-		s += float64(v)
-	}
-	y := Scalar(float32(s))
+	be := tp.Backend()
+	y := output([]int{}...)
+	be.ChannelSum(1, 1, x.Numel(), x.Data, y.Data)
 	if tp.wants(x) {
 		tp.push(func() {
-			g := y.Grad[0]
 			gx := x.GradBuf()
-			for i := range gx {
-				gx[i] += g
-			}
+			be.Copy(backend.Strided{Shape: []int{len(gx)}, Src: []int{0}, Dst: []int{1}, Accumulate: true}, y.Grad, gx)
 		}, y)
 	}
 	return y
@@ -60,27 +55,14 @@ func (tp *Tape) SumAxis(x *Tensor, axis int, keepDim bool) *Tensor {
 	} else {
 		shape = slices.Delete(shape, axis, axis+1)
 	}
+	// y[o, j] += x[o, i, j]: a zero destination stride on the summed axis.
+	walk := []int{outer, n, inner}
+	be := tp.Backend()
 	y := output(shape...)
-	for o := 0; o < outer; o++ {
-		dst := y.Data[o*inner : (o+1)*inner]
-		for i := 0; i < n; i++ {
-			for j, v := range x.Data[(o*n+i)*inner : (o*n+i+1)*inner] {
-				dst[j] += v
-			}
-		}
-	}
+	be.Copy(backend.Strided{Shape: walk, Src: []int{n * inner, inner, 1}, Dst: []int{inner, 0, 1}, Accumulate: true}, x.Data, y.Data)
 	if tp.wants(x) {
 		tp.push(func() {
-			gx := x.GradBuf()
-			for o := 0; o < outer; o++ {
-				src := y.Grad[o*inner : (o+1)*inner]
-				for i := 0; i < n; i++ {
-					dst := gx[(o*n+i)*inner : (o*n+i+1)*inner]
-					for j, v := range src {
-						dst[j] += v
-					}
-				}
-			}
+			be.Copy(backend.Strided{Shape: walk, Src: []int{inner, 0, 1}, Dst: []int{n * inner, inner, 1}, Accumulate: true}, y.Grad, x.GradBuf())
 		}, y)
 	}
 	return y

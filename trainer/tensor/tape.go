@@ -158,10 +158,7 @@ func (tp *Tape) BackwardFrom(outputs, grads []*Tensor) error {
 		if !o.RequiresGrad {
 			continue // a constant output contributes nothing
 		}
-		g := o.GradBuf()
-		for j, v := range grads[i].Data {
-			g[j] += v
-		}
+		tp.Backend().Axpby(1, grads[i].Data, 1, o.GradBuf())
 	}
 	for i := len(tp.nodes) - 1; i >= 0; i-- {
 		n := tp.nodes[i]

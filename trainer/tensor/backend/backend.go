@@ -117,6 +117,26 @@ type Broadcast struct {
 	StrideA, StrideB []int
 }
 
+// Strided describes a walk over a row-major index space of the given Shape
+// that reads the source at Src strides and writes the destination at Dst
+// strides (elements, per axis; 0 repeats an element). It is the one layout
+// kernel: permutes, concatenation, splits, broadcasts and axis sums are all
+// a Copy with the right strides. With Accumulate the destination is added
+// to (dst += src), in row-major order of the walk, which makes a zero Dst
+// stride a sum over that axis; distinct indices of axis 0 must then never
+// reach the same destination element, because the walk may be split there.
+type Strided struct {
+	Shape      []int
+	Src, Dst   []int
+	Accumulate bool
+}
+
+// Upsample describes nearest-neighbour upsampling of Planes H×W planes by
+// an integer Factor in both directions.
+type Upsample struct {
+	Planes, H, W, Factor int
+}
+
 // Backend is the set of kernels tensor ops dispatch through.
 //
 // Layout conventions: images are NCHW; a per-channel vector has length C;
@@ -142,8 +162,19 @@ type Backend interface {
 	// unbiased variance for the running-statistics update (NaN when the
 	// channel has a single element).
 	BatchNormTrain(n, c, hw int, eps float32, x, gamma, beta, y, mean, invstd, varUnbiased []float32)
-	// ChannelAffine writes y = x·scale[c] + shift[c] (batch-norm in eval mode).
+	// ChannelAffine writes y = x·scale[c] + shift[c]; a nil scale means 1
+	// (a bias add), and y may be x.
 	ChannelAffine(n, c, hw int, x, scale, shift, y []float32)
+	// ChannelSum accumulates dst[c] += Σ over n and hw of x[n,c,hw], each
+	// channel summed in float64 in index order (bias gradients, and with
+	// n = c = 1 a full sum).
+	ChannelSum(n, c, hw int, x, dst []float32)
+	// BatchNormEval writes y = gamma·(x−mean)/sqrt(var+eps) + beta from the
+	// running statistics mean and var; nil gamma/beta mean 1 and 0.
+	BatchNormEval(n, c, hw int, eps float32, x, gamma, beta, mean, variance, y []float32)
+	// BatchNormEvalBackward accumulates the eval-mode batch-norm gradients
+	// into dx, dgamma and dbeta; any of them may be nil.
+	BatchNormEvalBackward(n, c, hw int, eps float32, x, dy, gamma, mean, variance, dx, dgamma, dbeta []float32)
 	// BatchNormBackward accumulates the training-mode batch-norm
 	// gradients into dx, dgamma and dbeta; any of them may be nil.
 	BatchNormBackward(n, c, hw int, x, dy, mean, invstd, gamma, dx, dgamma, dbeta []float32)
@@ -158,6 +189,19 @@ type Backend interface {
 	Softmax(outer, n, inner int, x, y []float32)
 	// SoftmaxBackward accumulates dx += y·(dy − Σ dy·y) along the same axis.
 	SoftmaxBackward(outer, n, inner int, y, dy, dx []float32)
+
+	// UpsampleNearest writes y, each x pixel repeated into a Factor×Factor block.
+	UpsampleNearest(p Upsample, x, y []float32)
+	// UpsampleNearestBackward accumulates into dx the sum of each block of dy.
+	UpsampleNearestBackward(p Upsample, dy, dx []float32)
+
+	// Fill sets every element of x to v.
+	Fill(x []float32, v float32)
+	// Axpby writes y = alpha·x + beta·y elementwise; with beta 0, y is not
+	// read (the BLAS convention), so it may hold garbage.
+	Axpby(alpha float32, x []float32, beta float32, y []float32)
+	// Copy walks s, copying (or accumulating) src into dst.
+	Copy(s Strided, src, dst []float32)
 
 	// Unary writes y = f(x).
 	Unary(f Unary, x, y []float32)

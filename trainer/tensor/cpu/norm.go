@@ -105,8 +105,21 @@ func (be *Backend) BatchNormTrain(n, c, hw int, eps float32, x, gamma, beta, y, 
 	})
 }
 
-// ChannelAffine writes y = x·scale[c] + shift[c].
+// ChannelAffine writes y = x·scale[c] + shift[c]; a nil scale is a bias
+// add, split like any elementwise loop.
 func (be *Backend) ChannelAffine(n, c, hw int, x, scale, shift, y []float32) {
+	if scale == nil {
+		parallelFor(be.workersFor(n*c*hw), n*c, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				v := shift[i%c]
+				xs, ys := x[i*hw:(i+1)*hw], y[i*hw:(i+1)*hw]
+				for j, u := range xs {
+					ys[j] = u + v
+				}
+			}
+		})
+		return
+	}
 	parallelFor(be.workers(), n*c, func(lo, hi int) {
 		for nc := lo; nc < hi; nc++ {
 			ch := nc % c
