@@ -32,10 +32,10 @@ func goldenModel(t testing.TB) *Model {
 	for _, nb := range m.BatchNorms() {
 		bn := nb.BN
 		for i := range bn.C {
-			bn.Weight.Value.Data[i] = u(0.5, 1.5)
-			bn.Bias.Value.Data[i] = u(-0.2, 0.2)
-			bn.RunningMean.Value.Data[i] = u(-0.1, 0.1)
-			bn.RunningVar.Value.Data[i] = u(0.5, 1.5)
+			bn.Weight.Value.Host()[i] = u(0.5, 1.5)
+			bn.Bias.Value.Host()[i] = u(-0.2, 0.2)
+			bn.RunningMean.Value.Host()[i] = u(-0.1, 0.1)
+			bn.RunningVar.Value.Host()[i] = u(0.5, 1.5)
 		}
 		bn.NumBatchesTracked = 3
 	}
@@ -146,7 +146,7 @@ func TestMatchesPyTorch(t *testing.T) {
 			gmax = math.Max(gmax, float64(f32(mode + ".grad." + p.Name + ".stats")[3]))
 		}
 		for _, p := range m.Params() {
-			p.Value.Grad = nil
+			p.Value.ZeroGrad()
 		}
 		tp := tensor.NewTape(nil)
 		md := Train
@@ -203,7 +203,7 @@ func TestMatchesPyTorch(t *testing.T) {
 		defer func(mode string) { t.Logf("%s: worst gradient error %.3g of absmax (%s)", mode, worst, worstName) }(mode)
 		for _, p := range m.Params() {
 			k := mode + ".grad." + p.Name
-			grad := p.Value.Grad
+			grad := p.Value.GradHost()
 			if grad == nil {
 				grad = make([]float32, p.NumElements())
 			}

@@ -297,14 +297,15 @@ func ReadImageInfo(rec arrow.RecordBatch) ([]ImageInfo, error) {
 
 // Infer runs m in eval mode on a batch record and decodes the one-to-one
 // outputs: per image the top maxDet detections and the [nm, hp, wp]
-// prototypes (views into the output). in is a reusable input buffer.
+// prototypes (host copies). in is a reusable input buffer. The model runs
+// on its own backend: the image goes up, detections and prototypes come down.
 func Infer(m *model.Model, rec arrow.RecordBatch, in *[]float32, maxDet int) ([][]model.Detection, [][]float32, error) {
 	img, err := batch.ImageTensor(rec)
 	if err != nil {
 		return nil, nil, err
 	}
 	*in = ToFloat(*in, img.Data)
-	x := tensor.New(*in, img.Count, img.Shape[0], img.Shape[1], img.Shape[2])
+	x := tensor.Upload(m.Backend(), *in, img.Count, img.Shape[0], img.Shape[1], img.Shape[2])
 	out, err := m.Forward(nil, x, model.Eval)
 	if err != nil {
 		return nil, nil, err
@@ -314,9 +315,10 @@ func Infer(m *model.Model, rec arrow.RecordBatch, in *[]float32, maxDet int) ([]
 		return nil, nil, err
 	}
 	per := out.Proto.Shape[1] * out.Proto.Shape[2] * out.Proto.Shape[3]
+	proto := out.Proto.ToHost(nil)
 	protos := make([][]float32, img.Count)
 	for i := range protos {
-		protos[i] = out.Proto.Data[i*per : (i+1)*per]
+		protos[i] = proto[i*per : (i+1)*per]
 	}
 	return dets, protos, nil
 }

@@ -35,7 +35,7 @@ const (
 func probeLoss(outs []*Tensor, r [][]float32) float64 {
 	var s float64
 	for k, o := range outs {
-		for i, v := range o.Data {
+		for i, v := range o.Host() {
 			s += float64(r[k][i]) * float64(v)
 		}
 	}
@@ -65,26 +65,26 @@ func checkGrad(c gradCase, seed uint64) error {
 		if x == nil || !x.RequiresGrad {
 			continue
 		}
-		if x.Grad == nil {
+		if x.GradHost() == nil {
 			return fmt.Errorf("input %d received no gradient", ii)
 		}
-		for i := range x.Data {
-			orig := x.Data[i]
+		for i := range x.Host() {
+			orig := x.Host()[i]
 			// Richardson extrapolation of two central differences cancels the
 			// eps² truncation term, which dominates for curved ops (batch-norm
 			// over a handful of samples); each difference divides by the step
 			// float32 actually took.
 			diff := func(h float32) float64 {
 				hi, lo := orig+h, orig-h
-				x.Data[i] = hi
+				x.Host()[i] = hi
 				lp := probeLoss(c.f(nil, in), r)
-				x.Data[i] = lo
+				x.Host()[i] = lo
 				lm := probeLoss(c.f(nil, in), r)
-				x.Data[i] = orig
+				x.Host()[i] = orig
 				return (lp - lm) / float64(hi-lo)
 			}
 			num := (4*diff(fdEps/2) - diff(fdEps)) / 3
-			ana := float64(x.Grad[i])
+			ana := float64(x.GradHost()[i])
 			if d := math.Abs(ana - num); !(d <= fdAtol+fdRtol*math.Max(math.Abs(ana), math.Abs(num))) {
 				return fmt.Errorf("input %d %v element %d: analytic %.6g, numeric %.6g", ii, x.Shape, i, ana, num)
 			}
@@ -111,7 +111,7 @@ func spaced(r *rand.Rand, shape ...int) *Tensor {
 	t := Zeros(shape...)
 	perm := r.Perm(t.Numel())
 	for i, p := range perm {
-		t.Data[i] = float32(p-t.Numel()/2)*0.1 + 0.05
+		t.Host()[i] = float32(p-t.Numel()/2)*0.1 + 0.05
 	}
 	t.RequiresGrad = true
 	return t
@@ -163,8 +163,8 @@ func gradCases() []gradCase {
 	// |a−b| ≥ 0.05 > 2·eps and no probe crosses a tie.
 	onGrid := func(r *rand.Rand, shape ...int) *Tensor {
 		t := spaced(r, shape...)
-		for i := range t.Data {
-			t.Data[i] -= 0.05
+		for i := range t.Host() {
+			t.Host()[i] -= 0.05
 		}
 		return t
 	}
@@ -366,14 +366,14 @@ func TestGradCheckRejectsWrongGradient(t *testing.T) {
 	wrong := map[string]func(tp *Tape, x *Tensor) *Tensor{
 		"silu with sigmoid derivative": func(tp *Tape, x *Tensor) *Tensor {
 			y := Zeros(x.Shape...)
-			for i, v := range x.Data {
-				y.Data[i] = v * sigmoid(v)
+			for i, v := range x.Host() {
+				y.Host()[i] = v * sigmoid(v)
 			}
 			if tp.wants(x) {
 				tp.push(func() {
-					g := x.GradBuf()
-					for i, d := range y.Grad {
-						s := sigmoid(x.Data[i])
+					g := x.gradAlloc()
+					for i, d := range y.GradHost() {
+						s := sigmoid(x.Host()[i])
 						g[i] += d * s * (1 - s)
 					}
 				}, y)
@@ -384,8 +384,8 @@ func TestGradCheckRejectsWrongGradient(t *testing.T) {
 			y := tp.NoGrad().Scale(x, 2)
 			if tp.wants(x) {
 				tp.push(func() {
-					g := x.GradBuf()
-					for i, d := range y.Grad {
+					g := x.gradAlloc()
+					for i, d := range y.GradHost() {
 						g[i] += d * 2.02
 					}
 				}, y)
@@ -409,9 +409,10 @@ func TestGradCheckRejectsWrongGradient(t *testing.T) {
 // split loops (broadcast runs, concat/split copies, bias sums, upsample)
 // are exercised on small shapes.
 func TestGradientsOnParallelPaths(t *testing.T) {
-	saved := defaultBackend
-	defaultBackend = &cpu.Backend{MinParallel: 1}
-	defer func() { defaultBackend = saved }()
+	saved := hostBackend
+	hostBackend = &cpu.Backend{Kernels: cpu.Kernels{MinParallel: 1}}
+	defaultBackend = hostBackend
+	defer func() { hostBackend, defaultBackend = saved, saved }()
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
 	for _, c := range gradCases() {
 		if err := checkGrad(c, 5); err != nil {

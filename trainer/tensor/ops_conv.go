@@ -45,22 +45,22 @@ func (tp *Tape) Conv2d(x, w, b *Tensor, o ConvOptions) *Tensor {
 	if oh <= 0 || ow <= 0 {
 		panic(fmt.Sprintf("tensor.Conv2d: input %s too small for weight %s", x.desc(), w.desc()))
 	}
-	be := tp.Backend()
-	y := outputUninit(p.N, p.OutC, oh, ow)
-	be.Conv2d(p, x.Data, w.Data, y.Data)
+	be := tp.on(x)
+	y := outputUninit(be, p.N, p.OutC, oh, ow)
+	be.Conv2d(p, x.data, w.data, y.data)
 	if b != nil {
-		be.ChannelAffine(p.N, p.OutC, oh*ow, y.Data, nil, b.Data, y.Data)
+		be.ChannelAffine(p.N, p.OutC, oh*ow, y.data, backend.Buffer{}, b.data, y.data)
 	}
 	if tp.wants(x, w, b) {
 		tp.push(func() {
 			if needs(x) {
-				be.Conv2dBackwardData(p, y.Grad, w.Data, x.GradBuf())
+				be.Conv2dBackwardData(p, y.grad, w.data, x.GradBuffer())
 			}
 			if needs(w) {
-				be.Conv2dBackwardFilter(p, x.Data, y.Grad, w.GradBuf())
+				be.Conv2dBackwardFilter(p, x.data, y.grad, w.GradBuffer())
 			}
 			if needs(b) {
-				be.ChannelSum(p.N, p.OutC, oh*ow, y.Grad, b.GradBuf())
+				be.ChannelSum(p.N, p.OutC, oh*ow, y.grad, b.GradBuffer())
 			}
 		}, y)
 	}
@@ -90,26 +90,26 @@ func (tp *Tape) ConvTranspose2d(x, w, b *Tensor, o ConvOptions) *Tensor {
 	// The equivalent forward convolution maps the output back to x.
 	p := backend.Conv{N: x.Shape[0], InC: cout, InH: oh, InW: ow, OutC: x.Shape[1],
 		KH: w.Shape[2], KW: w.Shape[3], Stride: o.Stride, Pad: o.Padding, Groups: o.Groups}
-	be := tp.Backend()
-	y := output(p.N, cout, oh, ow)
-	be.Conv2dBackwardData(p, x.Data, w.Data, y.Data)
+	be := tp.on(x)
+	y := output(be, p.N, cout, oh, ow)
+	be.Conv2dBackwardData(p, x.data, w.data, y.data)
 	if b != nil {
-		be.ChannelAffine(p.N, cout, oh*ow, y.Data, nil, b.Data, y.Data)
+		be.ChannelAffine(p.N, cout, oh*ow, y.data, backend.Buffer{}, b.data, y.data)
 	}
 	if tp.wants(x, w, b) {
 		tp.push(func() {
 			if needs(x) {
 				// Conv2d overwrites, so its result lands in scratch first.
-				tmp := getBuf(x.Numel())
-				be.Conv2d(p, y.Grad, w.Data, tmp)
-				be.Axpby(1, tmp, 1, x.GradBuf())
-				putBuf(tmp)
+				tmp := scratch(be, x.Numel())
+				be.Conv2d(p, y.grad, w.data, tmp)
+				be.Axpby(1, tmp, 1, x.GradBuffer())
+				be.Free(tmp)
 			}
 			if needs(w) {
-				be.Conv2dBackwardFilter(p, y.Grad, x.Data, w.GradBuf())
+				be.Conv2dBackwardFilter(p, y.grad, x.data, w.GradBuffer())
 			}
 			if needs(b) {
-				be.ChannelSum(p.N, cout, oh*ow, y.Grad, b.GradBuf())
+				be.ChannelSum(p.N, cout, oh*ow, y.grad, b.GradBuffer())
 			}
 		}, y)
 	}
@@ -147,42 +147,42 @@ func (tp *Tape) BatchNorm2d(x, weight, bias, runningMean, runningVar *Tensor, o 
 			panic(fmt.Sprintf("tensor.BatchNorm2d: parameter %s for %d channels", t.desc(), c))
 		}
 	}
-	var wd, bd []float32
+	var wd, bd backend.Buffer
 	if weight != nil {
-		wd = weight.Data
+		wd = weight.data
 	}
 	if bias != nil {
-		bd = bias.Data
+		bd = bias.data
 	}
-	be := tp.Backend()
-	y := outputUninit(x.Shape...)
+	be := tp.on(x)
+	y := outputUninit(be, x.Shape...)
 	if o.Training {
 		if n*hw < 2 {
 			// As PyTorch: one value per channel has no batch variance.
 			panic(fmt.Sprintf("tensor.BatchNorm2d: training needs more than one value per channel, input %s", x.desc()))
 		}
-		mean := make([]float32, c)
-		invstd := make([]float32, c)
-		varU := make([]float32, c)
-		be.BatchNormTrain(n, c, hw, o.Eps, x.Data, wd, bd, y.Data, mean, invstd, varU)
+		// The saved statistics live as long as the backward closure.
+		stats := be.Alloc(3 * c)
+		mean, invstd, varU := stats.Slice(0, c), stats.Slice(c, 2*c), stats.Slice(2*c, 3*c)
+		be.BatchNormTrain(n, c, hw, o.Eps, x.data, wd, bd, y.data, mean, invstd, varU)
 		if runningMean != nil && runningVar != nil {
 			m := o.Momentum
-			be.Axpby(m, mean, 1-m, runningMean.Data)
-			be.Axpby(m, varU, 1-m, runningVar.Data)
+			be.Axpby(m, mean, 1-m, runningMean.data)
+			be.Axpby(m, varU, 1-m, runningVar.data)
 		}
 		if tp.wants(x, weight, bias) {
 			tp.push(func() {
-				var dx, dw, db []float32
+				var dx, dw, db backend.Buffer
 				if needs(x) {
-					dx = x.GradBuf()
+					dx = x.GradBuffer()
 				}
 				if needs(weight) {
-					dw = weight.GradBuf()
+					dw = weight.GradBuffer()
 				}
 				if needs(bias) {
-					db = bias.GradBuf()
+					db = bias.GradBuffer()
 				}
-				be.BatchNormBackward(n, c, hw, x.Data, y.Grad, mean, invstd, wd, dx, dw, db)
+				be.BatchNormBackward(n, c, hw, x.data, y.grad, mean, invstd, wd, dx, dw, db)
 			}, y)
 		}
 		return y
@@ -190,21 +190,21 @@ func (tp *Tape) BatchNorm2d(x, weight, bias, runningMean, runningVar *Tensor, o 
 	if runningMean == nil || runningVar == nil {
 		panic("tensor.BatchNorm2d: eval mode needs running statistics")
 	}
-	rm, rv := runningMean.Data, runningVar.Data
-	be.BatchNormEval(n, c, hw, o.Eps, x.Data, wd, bd, rm, rv, y.Data)
+	rm, rv := runningMean.data, runningVar.data
+	be.BatchNormEval(n, c, hw, o.Eps, x.data, wd, bd, rm, rv, y.data)
 	if tp.wants(x, weight, bias) {
 		tp.push(func() {
-			var gx, gw, gb []float32
+			var gx, gw, gb backend.Buffer
 			if needs(x) {
-				gx = x.GradBuf()
+				gx = x.GradBuffer()
 			}
 			if needs(weight) {
-				gw = weight.GradBuf()
+				gw = weight.GradBuffer()
 			}
 			if needs(bias) {
-				gb = bias.GradBuf()
+				gb = bias.GradBuffer()
 			}
-			be.BatchNormEvalBackward(n, c, hw, o.Eps, x.Data, y.Grad, wd, rm, rv, gx, gw, gb)
+			be.BatchNormEvalBackward(n, c, hw, o.Eps, x.data, y.grad, wd, rm, rv, gx, gw, gb)
 		}, y)
 	}
 	return y
@@ -217,12 +217,12 @@ func (tp *Tape) MaxPool2d(x *Tensor, k, stride, padding int) *Tensor {
 		panic(fmt.Sprintf("tensor.MaxPool2d: input %s with k=%d stride=%d padding=%d", x.desc(), k, stride, padding))
 	}
 	p := backend.Pool{N: x.Shape[0], C: x.Shape[1], H: x.Shape[2], W: x.Shape[3], K: k, Stride: stride, Pad: padding}
-	be := tp.Backend()
-	y := outputUninit(p.N, p.C, p.OutH(), p.OutW())
-	arg := make([]int32, y.Numel())
-	be.MaxPool2d(p, x.Data, y.Data, arg)
+	be := tp.on(x)
+	y := outputUninit(be, p.N, p.C, p.OutH(), p.OutW())
+	arg := be.Alloc(y.Numel()) // int32 winners
+	be.MaxPool2d(p, x.data, y.data, arg)
 	if tp.wants(x) {
-		tp.push(func() { be.MaxPool2dBackward(p, y.Grad, arg, x.GradBuf()) }, y)
+		tp.push(func() { be.MaxPool2dBackward(p, y.grad, arg, x.GradBuffer()) }, y)
 	}
 	return y
 }
@@ -235,11 +235,11 @@ func (tp *Tape) UpsampleNearest(x *Tensor, factor int) *Tensor {
 	}
 	n, c, h, w := x.Shape[0], x.Shape[1], x.Shape[2], x.Shape[3]
 	p := backend.Upsample{Planes: n * c, H: h, W: w, Factor: factor}
-	be := tp.Backend()
-	y := outputUninit(n, c, h*factor, w*factor)
-	be.UpsampleNearest(p, x.Data, y.Data)
+	be := tp.on(x)
+	y := outputUninit(be, n, c, h*factor, w*factor)
+	be.UpsampleNearest(p, x.data, y.data)
 	if tp.wants(x) {
-		tp.push(func() { be.UpsampleNearestBackward(p, y.Grad, x.GradBuf()) }, y)
+		tp.push(func() { be.UpsampleNearestBackward(p, y.grad, x.GradBuffer()) }, y)
 	}
 	return y
 }

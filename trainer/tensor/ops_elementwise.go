@@ -8,12 +8,12 @@ import (
 
 // unary runs a backend unary function with its backward.
 func (tp *Tape) unary(f backend.Unary, x *Tensor) *Tensor {
-	be := tp.Backend()
-	y := outputUninit(x.Shape...)
-	be.Unary(f, x.Data, y.Data)
+	be := tp.on(x)
+	y := outputUninit(be, x.Shape...)
+	be.Unary(f, x.data, y.data)
 	if tp.wants(x) {
 		tp.push(func() {
-			be.UnaryBackward(f, x.Data, y.Data, y.Grad, x.GradBuf())
+			be.UnaryBackward(f, x.data, y.data, y.grad, x.GradBuffer())
 		}, y)
 	}
 	return y
@@ -54,11 +54,11 @@ func (tp *Tape) Tanh(x *Tensor) *Tensor { return tp.unary(backend.Tanh, x) }
 
 // Scale returns s·x.
 func (tp *Tape) Scale(x *Tensor, s float32) *Tensor {
-	be := tp.Backend()
-	y := outputUninit(x.Shape...)
-	be.Axpby(s, x.Data, 0, y.Data)
+	be := tp.on(x)
+	y := outputUninit(be, x.Shape...)
+	be.Axpby(s, x.data, 0, y.data)
 	if tp.wants(x) {
-		tp.push(func() { be.Axpby(s, y.Grad, 1, x.GradBuf()) }, y)
+		tp.push(func() { be.Axpby(s, y.grad, 1, x.GradBuffer()) }, y)
 	}
 	return y
 }
@@ -90,19 +90,19 @@ func (tp *Tape) Minimum(a, b *Tensor) *Tensor { return tp.binary(backend.Minimum
 func (tp *Tape) binary(f backend.Binary, a, b *Tensor) *Tensor {
 	out, sa, sb := broadcastShapes(a, b)
 	s := backend.Broadcast{Shape: out, StrideA: sa, StrideB: sb}
-	be := tp.Backend()
-	y := outputUninit(out...)
-	be.Binary(f, s, a.Data, b.Data, y.Data)
+	be := tp.on(a)
+	y := outputUninit(be, out...)
+	be.Binary(f, s, a.data, b.data, y.data)
 	if tp.wants(a, b) {
 		tp.push(func() {
-			var ga, gb []float32
+			var ga, gb backend.Buffer
 			if needs(a) {
-				ga = a.GradBuf()
+				ga = a.GradBuffer()
 			}
 			if needs(b) {
-				gb = b.GradBuf()
+				gb = b.GradBuffer()
 			}
-			be.BinaryBackward(f, s, a.Data, b.Data, y.Grad, ga, gb)
+			be.BinaryBackward(f, s, a.data, b.data, y.grad, ga, gb)
 		}, y)
 	}
 	return y

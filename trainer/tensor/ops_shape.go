@@ -29,10 +29,10 @@ func (tp *Tape) Reshape(x *Tensor, shape ...int) *Tensor {
 	if numel(shape) != x.Numel() {
 		panic(fmt.Sprintf("tensor.Reshape: cannot view %s as %v", x.desc(), shape))
 	}
-	y := &Tensor{Shape: shape, Data: x.Data}
+	y := &Tensor{Shape: shape, be: x.be, data: x.data}
 	if tp.wants(x) {
-		be := tp.Backend()
-		tp.push(func() { be.Axpby(1, y.Grad, 1, x.GradBuf()) }, y)
+		be := tp.on(x)
+		tp.push(func() { be.Axpby(1, y.grad, 1, x.GradBuffer()) }, y)
 	}
 	return y
 }
@@ -58,13 +58,13 @@ func (tp *Tape) Permute(x *Tensor, perm ...int) *Tensor {
 		shape[i] = x.Shape[p]
 		str[i] = inStr[p]
 	}
-	be := tp.Backend()
-	y := outputUninit(shape...)
+	be := tp.on(x)
+	y := outputUninit(be, shape...)
 	dense := contiguousStrides(shape)
-	be.Copy(backend.Strided{Shape: shape, Src: str, Dst: dense}, x.Data, y.Data)
+	be.Copy(backend.Strided{Shape: shape, Src: str, Dst: dense}, x.data, y.data)
 	if tp.wants(x) {
 		tp.push(func() {
-			be.Copy(backend.Strided{Shape: shape, Src: dense, Dst: str, Accumulate: true}, y.Grad, x.GradBuf())
+			be.Copy(backend.Strided{Shape: shape, Src: dense, Dst: str, Accumulate: true}, y.grad, x.GradBuffer())
 		}, y)
 	}
 	return y
@@ -125,13 +125,13 @@ func (tp *Tape) Concat(axis int, xs ...*Tensor) *Tensor {
 		shape[axis] += x.Shape[axis]
 	}
 	outer, inner := outerInner(shape, axis)
-	be := tp.Backend()
-	y := outputUninit(shape...)
+	be := tp.on(xs[0])
+	y := outputUninit(be, shape...)
 	rowY := shape[axis] * inner
 	off := 0
 	for _, x := range xs {
 		rowX := x.Shape[axis] * inner
-		be.Copy(rows(outer, rowX, rowX, rowY, false), x.Data, y.Data[off:])
+		be.Copy(rows(outer, rowX, rowX, rowY, false), x.data, y.data.From(off))
 		off += rowX
 	}
 	if tp.wants(xs...) {
@@ -141,7 +141,7 @@ func (tp *Tape) Concat(axis int, xs ...*Tensor) *Tensor {
 			for _, x := range xs {
 				rowX := x.Shape[axis] * inner
 				if needs(x) {
-					be.Copy(rows(outer, rowX, rowY, rowX, true), y.Grad[off:], x.GradBuf())
+					be.Copy(rows(outer, rowX, rowY, rowX, true), y.grad.From(off), x.GradBuffer())
 				}
 				off += rowX
 			}
@@ -172,27 +172,27 @@ func (tp *Tape) Split(x *Tensor, axis int, sizes ...int) []*Tensor {
 	}
 	outer, inner := outerInner(x.Shape, axis)
 	rowX := x.Shape[axis] * inner
-	be := tp.Backend()
+	be := tp.on(x)
 	outs := make([]*Tensor, len(sizes))
 	off := 0
 	for k, s := range sizes {
 		shape := slices.Clone(x.Shape)
 		shape[axis] = s
-		y := outputUninit(shape...)
+		y := outputUninit(be, shape...)
 		rowY := s * inner
-		be.Copy(rows(outer, rowY, rowX, rowY, false), x.Data[off:], y.Data)
+		be.Copy(rows(outer, rowY, rowX, rowY, false), x.data.From(off), y.data)
 		outs[k] = y
 		off += rowY
 	}
 	if tp.wants(x) {
 		ys := slices.Clone(outs)
 		tp.push(func() {
-			gx := x.GradBuf()
+			gx := x.GradBuffer()
 			off := 0
 			for _, y := range ys {
 				rowY := y.Shape[axis] * inner
-				if y.Grad != nil {
-					be.Copy(rows(outer, rowY, rowY, rowX, true), y.Grad, gx[off:])
+				if y.grad.Present() {
+					be.Copy(rows(outer, rowY, rowY, rowX, true), y.grad, gx.From(off))
 				}
 				off += rowY
 			}

@@ -6,20 +6,26 @@ import (
 	"slices"
 )
 
+// gradAlloc allocates t's gradient if needed and returns its host view.
+func (t *Tensor) gradAlloc() []float32 {
+	t.GradBuffer()
+	return t.GradHost()
+}
+
 // Ops that no production code calls live here as test helpers: they
 // exercise the tape and the gradient checker, and run as plain host code
 // because the trainer never puts them on a backend.
 
 // AddScalar returns x + s.
 func (tp *Tape) AddScalar(x *Tensor, s float32) *Tensor {
-	y := outputUninit(x.Shape...)
-	for i, v := range x.Data {
-		y.Data[i] = v + s
+	y := outputUninit(hostBackend, x.Shape...)
+	for i, v := range x.Host() {
+		y.Host()[i] = v + s
 	}
 	if tp.wants(x) {
 		tp.push(func() {
-			gx := x.GradBuf()
-			for i, g := range y.Grad {
+			gx := x.gradAlloc()
+			for i, g := range y.GradHost() {
 				gx[i] += g
 			}
 		}, y)
@@ -31,15 +37,15 @@ func (tp *Tape) AddScalar(x *Tensor, s float32) *Tensor {
 // lo ≤ x ≤ hi (boundaries included) and is zero elsewhere. Use ±Inf for an
 // open side.
 func (tp *Tape) Clamp(x *Tensor, lo, hi float32) *Tensor {
-	y := outputUninit(x.Shape...)
-	for i, v := range x.Data {
-		y.Data[i] = min(max(v, lo), hi)
+	y := outputUninit(hostBackend, x.Shape...)
+	for i, v := range x.Host() {
+		y.Host()[i] = min(max(v, lo), hi)
 	}
 	if tp.wants(x) {
 		tp.push(func() {
-			gx := x.GradBuf()
-			for i, g := range y.Grad {
-				if v := x.Data[i]; v >= lo && v <= hi {
+			gx := x.gradAlloc()
+			for i, g := range y.GradHost() {
+				if v := x.Host()[i]; v >= lo && v <= hi {
 					gx[i] += g
 				}
 			}
@@ -56,23 +62,23 @@ func (tp *Tape) BCEWithLogits(logits, targets *Tensor) *Tensor {
 	if !SameShape(logits, targets) {
 		panic(fmt.Sprintf("tensor.BCEWithLogits: logits %s vs targets %s", logits.desc(), targets.desc()))
 	}
-	y := outputUninit(logits.Shape...)
-	for i, x := range logits.Data {
-		t := targets.Data[i]
-		y.Data[i] = max(x, 0) - x*t + float32(math.Log1p(math.Exp(-math.Abs(float64(x)))))
+	y := outputUninit(hostBackend, logits.Shape...)
+	for i, x := range logits.Host() {
+		t := targets.Host()[i]
+		y.Host()[i] = max(x, 0) - x*t + float32(math.Log1p(math.Exp(-math.Abs(float64(x)))))
 	}
 	if tp.wants(logits, targets) {
 		tp.push(func() {
 			if needs(logits) {
-				gx := logits.GradBuf()
-				for i, g := range y.Grad {
-					gx[i] += g * (sigmoid(logits.Data[i]) - targets.Data[i])
+				gx := logits.gradAlloc()
+				for i, g := range y.GradHost() {
+					gx[i] += g * (sigmoid(logits.Host()[i]) - targets.Host()[i])
 				}
 			}
 			if needs(targets) {
-				gt := targets.GradBuf()
-				for i, g := range y.Grad {
-					gt[i] -= g * logits.Data[i]
+				gt := targets.gradAlloc()
+				for i, g := range y.GradHost() {
+					gt[i] -= g * logits.Host()[i]
 				}
 			}
 		}, y)
@@ -102,19 +108,19 @@ func (tp *Tape) IndexSelect(x *Tensor, axis int, idx []int) *Tensor {
 	outer, inner := outerInner(x.Shape, axis)
 	shape := slices.Clone(x.Shape)
 	shape[axis] = len(idx)
-	y := outputUninit(shape...)
+	y := outputUninit(hostBackend, shape...)
 	for o := 0; o < outer; o++ {
 		for k, i := range idx {
-			copy(y.Data[(o*len(idx)+k)*inner:(o*len(idx)+k+1)*inner], x.Data[(o*d+i)*inner:(o*d+i+1)*inner])
+			copy(y.Host()[(o*len(idx)+k)*inner:(o*len(idx)+k+1)*inner], x.Host()[(o*d+i)*inner:(o*d+i+1)*inner])
 		}
 	}
 	if tp.wants(x) {
 		tp.push(func() {
-			gx := x.GradBuf()
+			gx := x.gradAlloc()
 			for o := 0; o < outer; o++ {
 				for k, i := range idx {
 					dst := gx[(o*d+i)*inner : (o*d+i+1)*inner]
-					for j, v := range y.Grad[(o*len(idx)+k)*inner : (o*len(idx)+k+1)*inner] {
+					for j, v := range y.GradHost()[(o*len(idx)+k)*inner : (o*len(idx)+k+1)*inner] {
 						dst[j] += v
 					}
 				}

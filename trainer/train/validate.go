@@ -128,7 +128,7 @@ func (t *trainer) loadEMA() error {
 		return fmt.Errorf("ema holds %d tensors, the model %d", len(vals), len(st))
 	}
 	for i, p := range st {
-		copy(p.Value.Data, vals[i])
+		p.Value.FromHost(vals[i])
 	}
 	src := t.m.BatchNorms()
 	for i, bn := range t.em.BatchNorms() {

@@ -1,4 +1,6 @@
-// Package cpu is the reference implementation of backend.Backend. It needs
+// Package cpu is the reference implementation of backend.Backend, and the
+// emulated device (NewEmulated) that runs the same kernels on memory the host
+// cannot see. It needs
 // no cgo: on amd64 the GEMM micro-kernels (AVX-512 12×32, AVX2 6×16), the
 // sigmoid/SiLU, batch-norm and depthwise inner loops are Go assembly chosen
 // from the CPU's features at start-up; every one has a portable Go twin
@@ -19,12 +21,13 @@ import (
 	"sync"
 
 	"github.com/segpipe/segpipe/internal/parfor"
-
-	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
 
-// Backend is the CPU kernel set. The zero value uses GOMAXPROCS workers.
-type Backend struct {
+// Kernels is the reference kernel set on host slices: every backend.Backend
+// method's maths, with buffers already resolved to []float32. Backend and
+// the emulated device run these; a device backend's tests run them as the
+// oracle. The zero value uses GOMAXPROCS workers.
+type Kernels struct {
 	// Workers bounds the goroutines one kernel uses; 0 means GOMAXPROCS.
 	Workers int
 	// MinParallel is the element count below which the elementwise and
@@ -33,15 +36,7 @@ type Backend struct {
 	MinParallel int
 }
 
-var _ backend.Backend = (*Backend)(nil)
-
-// New returns a CPU backend using GOMAXPROCS workers.
-func New() *Backend { return &Backend{} }
-
-// Name reports "cpu".
-func (*Backend) Name() string { return "cpu" }
-
-func (be *Backend) workers() int {
+func (be *Kernels) workers() int {
 	if be != nil && be.Workers > 0 {
 		return be.Workers
 	}

@@ -8,7 +8,7 @@ import (
 
 // workersFor is workers() for a kernel touching work elements, or 1 below
 // MinParallel, where starting goroutines costs more than the loop.
-func (be *Backend) workersFor(work int) int {
+func (be *Kernels) workersFor(work int) int {
 	lim := 1 << 16
 	if be != nil && be.MinParallel > 0 {
 		lim = be.MinParallel
@@ -20,7 +20,7 @@ func (be *Backend) workersFor(work int) int {
 }
 
 // Fill sets every element of x to v.
-func (be *Backend) Fill(x []float32, v float32) {
+func (be *Kernels) Fill(x []float32, v float32) {
 	parallelFor(be.workersFor(len(x)), len(x), func(lo, hi int) {
 		if v == 0 {
 			clear(x[lo:hi])
@@ -33,7 +33,7 @@ func (be *Backend) Fill(x []float32, v float32) {
 }
 
 // Axpby writes y = alpha·x + beta·y; beta 0 leaves y unread, beta 1 adds.
-func (be *Backend) Axpby(alpha float32, x []float32, beta float32, y []float32) {
+func (be *Kernels) Axpby(alpha float32, x []float32, beta float32, y []float32) {
 	y = y[:len(x)]
 	parallelFor(be.workersFor(len(x)), len(x), func(lo, hi int) {
 		xs, ys := x[lo:hi], y[lo:hi]
@@ -60,7 +60,7 @@ func (be *Backend) Axpby(alpha float32, x []float32, beta float32, y []float32) 
 
 // Copy splits the walk along axis 0 (see backend.Strided for why that is
 // safe when accumulating) and moves one last-axis row at a time.
-func (be *Backend) Copy(s backend.Strided, src, dst []float32) {
+func (be *Kernels) Copy(s backend.Strided, src, dst []float32) {
 	nd := len(s.Shape)
 	total := 1
 	for _, d := range s.Shape {
@@ -142,7 +142,7 @@ func copyRow(src, dst []float32, n, ss, ds int, acc bool) {
 
 // ChannelSum gives each channel one worker and one float64 accumulator, so
 // the sum's order is fixed.
-func (be *Backend) ChannelSum(n, c, hw int, x, dst []float32) {
+func (be *Kernels) ChannelSum(n, c, hw int, x, dst []float32) {
 	parallelFor(be.workersFor(n*c*hw), c, func(lo, hi int) {
 		for ch := lo; ch < hi; ch++ {
 			var s float64
@@ -157,7 +157,7 @@ func (be *Backend) ChannelSum(n, c, hw int, x, dst []float32) {
 }
 
 // UpsampleNearest repeats each source row Factor times per output row.
-func (be *Backend) UpsampleNearest(p backend.Upsample, x, y []float32) {
+func (be *Kernels) UpsampleNearest(p backend.Upsample, x, y []float32) {
 	h, w, f := p.H, p.W, p.Factor
 	H, W := h*f, w*f
 	parallelFor(be.workersFor(p.Planes*H*W), p.Planes, func(lo, hi int) {
@@ -177,7 +177,7 @@ func (be *Backend) UpsampleNearest(p backend.Upsample, x, y []float32) {
 
 // UpsampleNearestBackward adds the output rows in order, one plane per
 // worker.
-func (be *Backend) UpsampleNearestBackward(p backend.Upsample, dy, dx []float32) {
+func (be *Kernels) UpsampleNearestBackward(p backend.Upsample, dy, dx []float32) {
 	h, w, f := p.H, p.W, p.Factor
 	H, W := h*f, w*f
 	parallelFor(be.workersFor(p.Planes*H*W), p.Planes, func(lo, hi int) {
@@ -214,7 +214,7 @@ func bnEvalScale(c int, eps float32, gamma, beta, mean, variance, invstd, scale,
 }
 
 // BatchNormEval folds the running statistics into one affine per channel.
-func (be *Backend) BatchNormEval(n, c, hw int, eps float32, x, gamma, beta, mean, variance, y []float32) {
+func (be *Kernels) BatchNormEval(n, c, hw int, eps float32, x, gamma, beta, mean, variance, y []float32) {
 	tmp := getBuf(3 * c)
 	invstd, scale, shift := tmp[:c], tmp[c:2*c], tmp[2*c:]
 	bnEvalScale(c, eps, gamma, beta, mean, variance, invstd, scale, shift)
@@ -224,7 +224,7 @@ func (be *Backend) BatchNormEval(n, c, hw int, eps float32, x, gamma, beta, mean
 
 // BatchNormEvalBackward sums the parameter gradients per plane in float32,
 // planes in index order.
-func (be *Backend) BatchNormEvalBackward(n, c, hw int, eps float32, x, dy, gamma, mean, variance, dx, dgamma, dbeta []float32) {
+func (be *Kernels) BatchNormEvalBackward(n, c, hw int, eps float32, x, dy, gamma, mean, variance, dx, dgamma, dbeta []float32) {
 	tmp := getBuf(2 * c)
 	invstd, scale := tmp[:c], tmp[c:]
 	bnEvalScale(c, eps, gamma, nil, mean, variance, invstd, scale, nil)

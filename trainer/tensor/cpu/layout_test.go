@@ -62,7 +62,7 @@ func TestCopyMatchesElementWalk(t *testing.T) {
 		{"empty", backend.Strided{Shape: []int{3, 0, 2}, Src: []int{0, 2, 1}, Dst: []int{0, 2, 1}}, 1, 1},
 	}
 	for _, c := range cases {
-		for _, be := range []*Backend{{Workers: 1}, {Workers: 4, MinParallel: 1}} {
+		for _, be := range []*Kernels{{Workers: 1}, {Workers: 4, MinParallel: 1}} {
 			src := randVec(r, c.src)
 			want := randVec(r, c.dst)
 			got := slices.Clone(want)
@@ -77,7 +77,7 @@ func TestCopyMatchesElementWalk(t *testing.T) {
 
 func TestElementwiseKernelsMatchLoops(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	for _, be := range []*Backend{{Workers: 1}, {Workers: 3, MinParallel: 1}} {
+	for _, be := range []*Kernels{{Workers: 1}, {Workers: 3, MinParallel: 1}} {
 		x, y0 := randVec(r, 37), randVec(r, 37)
 		for _, ab := range [][2]float32{{0.5, 0}, {1, 1}, {-2, 1}, {0.1, 0.9}} {
 			got := slices.Clone(y0)
@@ -120,7 +120,7 @@ func TestElementwiseKernelsMatchLoops(t *testing.T) {
 func TestUpsampleNearestIsAdjointOfItsBackward(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	p := backend.Upsample{Planes: 3, H: 2, W: 3, Factor: 2}
-	be := &Backend{Workers: 2, MinParallel: 1}
+	be := &Kernels{Workers: 2, MinParallel: 1}
 	x := randVec(r, 3*2*3)
 	y := make([]float32, 3*4*6)
 	be.UpsampleNearest(p, x, y)
