@@ -62,6 +62,17 @@ func (h *hostState) down(grads bool) {
 	}
 }
 
+// zeroGrads clears the gradients on the backend after an optimiser step
+// (the host ones are cleared by the optimiser; on the CPU they are the same).
+func (h *hostState) zeroGrads() {
+	if h.views {
+		return
+	}
+	for _, t := range h.params {
+		t.ZeroGrad()
+	}
+}
+
 // up sends the parameter values (and the gradients when grads) back.
 func (h *hostState) up(grads bool) {
 	if h.views {

@@ -530,7 +530,8 @@ func (t *trainer) step(tp *tensor.Tape, r arrow.RecordBatch, e int, in *[]float3
 		optim.ClipGradNorm(t.params, t.cfg.ClipNorm)
 		t.opt_.Step()
 		optim.ZeroGrad(t.params)
-		t.host.up(true)
+		t.host.up(false)
+		t.host.zeroGrads()
 		if err := t.ema.Update(t.state); err != nil {
 			return 0, err
 		}
