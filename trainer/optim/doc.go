@@ -52,6 +52,6 @@
 // a backend as fused step kernels (this code as the CPU implementation,
 // Newton–Schulz included, llm.c's AdamW kernel being the model), because
 // composing them from tensor ops would change the rounding the golden
-// tests and the bit-identical resume hold; the EMA is already an Axpby.
+// tests and the bit-identical resume hold; the EMA becomes one Axpby.
 // That port is not done yet.
 package optim

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/segpipe/segpipe/trainer/tensor/backend"
 	"github.com/segpipe/segpipe/trainer/tensor/cpu"
 )
 
@@ -35,7 +36,7 @@ const (
 func probeLoss(outs []*Tensor, r [][]float32) float64 {
 	var s float64
 	for k, o := range outs {
-		for i, v := range o.Host() {
+		for i, v := range o.ToHost(nil) {
 			s += float64(r[k][i]) * float64(v)
 		}
 	}
@@ -43,10 +44,15 @@ func probeLoss(outs []*Tensor, r [][]float32) float64 {
 }
 
 // checkGrad returns the worst mismatch as an error, or nil.
-func checkGrad(c gradCase, seed uint64) error {
+func checkGrad(c gradCase, seed uint64) error { return checkGradOn(nil, c, seed) }
+
+// checkGradOn runs the check with the inputs on be (nil: where the case
+// makes them), perturbing them through explicit host copies so that it
+// runs on memory the host cannot see.
+func checkGradOn(be backend.Backend, c gradCase, seed uint64) error {
 	rng := rand.New(rand.NewPCG(seed, 7))
-	in := c.inputs(rng)
-	tp := NewTape(nil)
+	in := onBackend(be, c.inputs(rng))
+	tp := NewTape(be)
 	outs := c.f(tp, in)
 	r := make([][]float32, len(outs))
 	seeds := make([]*Tensor, len(outs))
@@ -55,7 +61,7 @@ func checkGrad(c gradCase, seed uint64) error {
 		for i := range r[k] {
 			r[k][i] = float32(rng.Float64()*2 - 1)
 		}
-		seeds[k] = New(r[k], o.Shape...)
+		seeds[k] = Upload(o.Backend(), r[k], o.Shape...)
 	}
 	if err := tp.BackwardFrom(outs, seeds); err != nil {
 		return err
@@ -65,26 +71,31 @@ func checkGrad(c gradCase, seed uint64) error {
 		if x == nil || !x.RequiresGrad {
 			continue
 		}
-		if x.GradHost() == nil {
+		if !x.HasGrad() {
 			return fmt.Errorf("input %d received no gradient", ii)
 		}
-		for i := range x.Host() {
-			orig := x.Host()[i]
+		grad := x.GradToHost(nil)
+		vals := x.ToHost(nil)
+		for i := range vals {
+			orig := vals[i]
 			// Richardson extrapolation of two central differences cancels the
 			// eps² truncation term, which dominates for curved ops (batch-norm
 			// over a handful of samples); each difference divides by the step
 			// float32 actually took.
 			diff := func(h float32) float64 {
 				hi, lo := orig+h, orig-h
-				x.Host()[i] = hi
+				vals[i] = hi
+				x.FromHost(vals)
 				lp := probeLoss(c.f(nil, in), r)
-				x.Host()[i] = lo
+				vals[i] = lo
+				x.FromHost(vals)
 				lm := probeLoss(c.f(nil, in), r)
-				x.Host()[i] = orig
+				vals[i] = orig
+				x.FromHost(vals)
 				return (lp - lm) / float64(hi-lo)
 			}
 			num := (4*diff(fdEps/2) - diff(fdEps)) / 3
-			ana := float64(x.GradHost()[i])
+			ana := float64(grad[i])
 			if d := math.Abs(ana - num); !(d <= fdAtol+fdRtol*math.Max(math.Abs(ana), math.Abs(num))) {
 				return fmt.Errorf("input %d %v element %d: analytic %.6g, numeric %.6g", ii, x.Shape, i, ana, num)
 			}
@@ -95,6 +106,23 @@ func checkGrad(c gradCase, seed uint64) error {
 		return fmt.Errorf("no input requires grad")
 	}
 	return nil
+}
+
+// onBackend uploads copies of in to be (nil: returns in as it is).
+func onBackend(be backend.Backend, in []*Tensor) []*Tensor {
+	if be == nil {
+		return in
+	}
+	out := make([]*Tensor, len(in))
+	for i, x := range in {
+		if x == nil {
+			continue
+		}
+		y := Upload(be, x.ToHost(nil), x.Shape...)
+		y.Name, y.RequiresGrad = x.Name, x.RequiresGrad
+		out[i] = y
+	}
+	return out
 }
 
 // param returns a uniform [-1,1) tensor that requires grad.
