@@ -77,25 +77,31 @@ type Epoch struct {
 	// (box, seg, cls, dfl, semseg), as the reference logs them.
 	Loss [loss.NumComponents]float64 `json:"loss"`
 	// Box and mask mAP50 and mAP50-95 of the EMA model (-1: not validated).
-	BoxMAP50, BoxMAP, MaskMAP50, MaskMAP float64
-	LR                                   float64 `json:"lr"`
-	O2M                                  float64 `json:"o2m"`
-	ImagesPerSec                         float64 `json:"images_per_s"`
-	StallSec                             float64 `json:"loader_stall_s"`
-	TrainSec, ValSec                     float64
+	// The keys of these and of TrainSec/ValSec are the names the state
+	// files of earlier runs already hold, so that those runs still resume.
+	BoxMAP50     float64 `json:"BoxMAP50"`
+	BoxMAP       float64 `json:"BoxMAP"`
+	MaskMAP50    float64 `json:"MaskMAP50"`
+	MaskMAP      float64 `json:"MaskMAP"`
+	LR           float64 `json:"lr"`
+	O2M          float64 `json:"o2m"`
+	ImagesPerSec float64 `json:"images_per_s"`
+	StallSec     float64 `json:"loader_stall_s"`
+	TrainSec     float64 `json:"TrainSec"`
+	ValSec       float64 `json:"ValSec"`
 }
 
 // state is what resume needs beyond the tensors.
 type state struct {
-	NextEpoch   int         `json:"next_epoch"`
-	NI          int         `json:"ni"`
-	LastStep    int         `json:"last_step"`
-	EMAUpdates  int         `json:"ema_updates"`
-	CritUpdates int         `json:"crit_updates"`
-	Loader      order.State `json:"loader"`
-	Best        float64     `json:"best_fitness"`
-	History     []Epoch     `json:"history"`
-	Categories  []shard.Category
+	NextEpoch   int              `json:"next_epoch"`
+	NI          int              `json:"ni"`
+	LastStep    int              `json:"last_step"`
+	EMAUpdates  int              `json:"ema_updates"`
+	CritUpdates int              `json:"crit_updates"`
+	Loader      order.State      `json:"loader"`
+	Best        float64          `json:"best_fitness"`
+	History     []Epoch          `json:"history"`
+	Categories  []shard.Category `json:"Categories"` // the key earlier runs hold
 	// Partial is the epoch in progress when the state was saved between
 	// two of its batches (nil at an epoch end).
 	Partial *partialEpoch `json:"partial,omitempty"`
