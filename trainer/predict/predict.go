@@ -123,19 +123,6 @@ func Sources(path string) ([]string, error) {
 	return out, nil
 }
 
-// ToFloat converts uint8 pixels to float32 in [0, 1] (the model's input),
-// reusing dst.
-func ToFloat(dst []float32, px []byte) []float32 {
-	if cap(dst) < len(px) {
-		dst = make([]float32, len(px))
-	}
-	dst = dst[:len(px)]
-	for i, v := range px {
-		dst[i] = float32(v) * (1.0 / 255)
-	}
-	return dst
-}
-
 func imageID(name string, i int, ids map[string]int64) int64 {
 	if id, ok := ids[filepath.Base(name)]; ok {
 		return id
@@ -182,7 +169,6 @@ func Run(ctx context.Context, m *model.Model, files []string, outDir string, opt
 	}
 	defer ld.Close()
 	var results []Result
-	var in []float32
 	sum := Summary{}
 	for {
 		rec, err := ld.Next(ctx)
@@ -192,7 +178,7 @@ func Run(ctx context.Context, m *model.Model, files []string, outDir string, opt
 		if err != nil {
 			return sum, err
 		}
-		dets, protos, err := Infer(m, rec, &in, opt.MaxDet)
+		dets, protos, err := Infer(m, rec, opt.MaxDet)
 		if err != nil {
 			rec.Release()
 			return sum, err
@@ -297,15 +283,14 @@ func ReadImageInfo(rec arrow.RecordBatch) ([]ImageInfo, error) {
 
 // Infer runs m in eval mode on a batch record and decodes the one-to-one
 // outputs: per image the top maxDet detections and the [nm, hp, wp]
-// prototypes (host copies). in is a reusable input buffer. The model runs
-// on its own backend: the image goes up, detections and prototypes come down.
-func Infer(m *model.Model, rec arrow.RecordBatch, in *[]float32, maxDet int) ([][]model.Detection, [][]float32, error) {
+// prototypes (host copies). The model runs on its own backend: the uint8
+// images go up, detections and prototypes come down.
+func Infer(m *model.Model, rec arrow.RecordBatch, maxDet int) ([][]model.Detection, [][]float32, error) {
 	img, err := batch.ImageTensor(rec)
 	if err != nil {
 		return nil, nil, err
 	}
-	*in = ToFloat(*in, img.Data)
-	x := tensor.Upload(m.Backend(), *in, img.Count, img.Shape[0], img.Shape[1], img.Shape[2])
+	x := tensor.UploadBytes(m.Backend(), img.Data, 1.0/255, img.Count, img.Shape[0], img.Shape[1], img.Shape[2])
 	out, err := m.Forward(nil, x, model.Eval)
 	if err != nil {
 		return nil, nil, err

@@ -66,6 +66,24 @@ func Upload(be backend.Backend, data []float32, shape ...int) *Tensor {
 	return t
 }
 
+// UploadBytes sends the bytes px to be as they are and widens them there
+// into a float32 tensor of the given shape, px[i]·scale: an image batch
+// crosses as uint8, a quarter of its float size.
+func UploadBytes(be backend.Backend, px []byte, scale float32, shape ...int) *Tensor {
+	if n := numel(shape); n != len(px) {
+		panic(fmt.Sprintf("tensor.UploadBytes: shape %v needs %d values, got %d", shape, n, len(px)))
+	}
+	if be == nil {
+		be = hostBackend
+	}
+	raw := be.Alloc((len(px) + 3) / 4)
+	be.UploadBytes(raw, px)
+	t := empty(be, shape)
+	be.BytesToFloat(scale, raw, t.data)
+	be.Free(raw)
+	return t
+}
+
 // ZerosOn returns a zero-filled tensor on be (nil means the CPU backend).
 func ZerosOn(be backend.Backend, shape ...int) *Tensor {
 	t := empty(be, shape)

@@ -11,8 +11,8 @@ import (
 
 // The host↔device crossings of one training iteration on the emulated
 // device, counted by the backend. With the loss and the optimiser still on
-// the host, an accumulation iteration moves: up, the input batch and the
-// eight output gradients of the loss; down, the eight outputs — a fixed
+// the host, an accumulation iteration moves: up, the images as uint8 (one
+// call) and the eight output gradients of the loss; down, the eight outputs — a fixed
 // number of calls whatever the batch size or the instance count, and
 // exactly those bytes (nothing else in the step crosses). An optimiser
 // iteration adds the state and the gradients down and the updated
@@ -35,7 +35,6 @@ func TestTransferBudgetPerIteration(t *testing.T) {
 			t.Fatal(err)
 		}
 		tp := tensor.NewTape(tr.be)
-		var in []float32
 		var gs gradSet
 		var ep Epoch
 		step := func() (backend.Transfers, int) {
@@ -46,7 +45,7 @@ func TestTransferBudgetPerIteration(t *testing.T) {
 			}
 			defer rec.Release()
 			t0 := tr.be.Transfers()
-			if _, err := tr.step(tp, rec, 0, &in, &gs, &ep); err != nil {
+			if _, err := tr.step(tp, rec, 0, &gs, &ep); err != nil {
 				t.Fatal(err)
 			}
 			tr.st.NI++
@@ -62,7 +61,7 @@ func TestTransferBudgetPerIteration(t *testing.T) {
 		}
 		ld.Close()
 
-		in3 := int64(4 * n * 3 * cfg.Imgsz * cfg.Imgsz)
+		in3 := int64(n * 3 * cfg.Imgsz * cfg.Imgsz) // uint8
 		var outs int64
 		for _, g := range [][]float32{gs.grads.One2Many.Boxes, gs.grads.One2Many.Scores, gs.grads.One2Many.Coef,
 			gs.grads.One2One.Boxes, gs.grads.One2One.Scores, gs.grads.One2One.Coef, gs.grads.Proto, gs.grads.Semseg} {
@@ -84,7 +83,7 @@ func TestTransferBudgetPerIteration(t *testing.T) {
 			opt.UploadBytes != acc.UploadBytes+grads || opt.DownloadBytes != acc.DownloadBytes+state+grads {
 			t.Errorf("batch %d optimiser iteration: %+v, want the accumulation figures plus one state round trip", batch, opt)
 		}
-		t.Logf("batch %d at %d px: accumulation iteration up %d calls / %d B (input %d B as float32, loss gradients %d B), down %d calls / %d B; optimiser iteration adds up %d calls / %d B, down %d calls / %d B; syncs %d",
+		t.Logf("batch %d at %d px: accumulation iteration up %d calls / %d B (images %d B as uint8, loss gradients %d B), down %d calls / %d B; optimiser iteration adds up %d calls / %d B, down %d calls / %d B; syncs %d",
 			batch, cfg.Imgsz, acc.Uploads, acc.UploadBytes, in3, outs, acc.Downloads, acc.DownloadBytes,
 			opt.Uploads-acc.Uploads, opt.UploadBytes-acc.UploadBytes, opt.Downloads-acc.Downloads, opt.DownloadBytes-acc.DownloadBytes, acc.Syncs)
 	}

@@ -92,7 +92,6 @@ func computeFrozen(t *testing.T) frozenSet {
 	}
 	defer ld.Close()
 	tp := tensor.NewTape(tr.be)
-	var in []float32
 	var gs gradSet
 	for range frozenSteps {
 		rec, err := ld.Next(ctx)
@@ -100,7 +99,7 @@ func computeFrozen(t *testing.T) frozenSet {
 			t.Fatal(err)
 		}
 		var ep Epoch
-		if _, err := tr.step(tp, rec, 0, &in, &gs, &ep); err != nil {
+		if _, err := tr.step(tp, rec, 0, &gs, &ep); err != nil {
 			t.Fatal(err)
 		}
 		rec.Release()
@@ -111,7 +110,7 @@ func computeFrozen(t *testing.T) frozenSet {
 	// also keeps each image's top detection scores.
 	vc := ValConfig{Imgsz: cfg.Imgsz, Batch: cfg.Batch, Workers: 1, Conf: 0.001, MaxDet: cfg.MaxDet}
 	box, mask, err := validate(ctx, Local(src), vc, func(rec arrow.RecordBatch) ([][]model.Detection, [][]float32, error) {
-		dets, protos, err := predict.Infer(tr.m, rec, &in, vc.MaxDet)
+		dets, protos, err := predict.Infer(tr.m, rec, vc.MaxDet)
 		for _, d := range dets {
 			for _, x := range d[:min(frozenTopScores, len(d))] {
 				fs.TopScores = append(fs.TopScores, float64(x.Score))

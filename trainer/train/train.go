@@ -23,7 +23,6 @@ import (
 	"github.com/segpipe/segpipe/trainer/loss"
 	"github.com/segpipe/segpipe/trainer/model"
 	"github.com/segpipe/segpipe/trainer/optim"
-	"github.com/segpipe/segpipe/trainer/predict"
 	"github.com/segpipe/segpipe/trainer/tensor"
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
@@ -387,7 +386,6 @@ func (t *trainer) epoch(ctx context.Context, ld pipeline.Batches, e int) (Epoch,
 		t0, stall = time.Now(), 0
 	}
 	tp := tensor.NewTape(t.be)
-	var in []float32
 	var gs gradSet
 	for {
 		if err := ctx.Err(); err != nil {
@@ -408,7 +406,7 @@ func (t *trainer) epoch(ctx context.Context, ld pipeline.Batches, e int) (Epoch,
 			}
 			return ep, err
 		}
-		k, err := t.step(tp, rec, e, &in, &gs, &ep)
+		k, err := t.step(tp, rec, e, &gs, &ep)
 		rec.Release()
 		if err != nil {
 			return ep, err
@@ -471,7 +469,7 @@ func (t *trainer) epoch(ctx context.Context, ld pipeline.Batches, e int) (Epoch,
 }
 
 // step trains on one batch and returns its image count.
-func (t *trainer) step(tp *tensor.Tape, r arrow.RecordBatch, e int, in *[]float32, gs *gradSet, ep *Epoch) (int, error) {
+func (t *trainer) step(tp *tensor.Tape, r arrow.RecordBatch, e int, gs *gradSet, ep *Epoch) (int, error) {
 	tg, err := loss.TargetsFromRecord(r)
 	if err != nil {
 		return 0, err
@@ -480,9 +478,9 @@ func (t *trainer) step(tp *tensor.Tape, r arrow.RecordBatch, e int, in *[]float3
 	if err != nil {
 		return 0, err
 	}
-	*in = predict.ToFloat(*in, img.Data)
+	// The one upload of the batch's images: uint8, widened on the backend.
 	B := img.Count
-	x := tensor.Borrow(t.be, *in, B, img.Shape[0], img.Shape[1], img.Shape[2])
+	x := tensor.UploadBytes(t.be, img.Data, 1.0/255, B, img.Shape[0], img.Shape[1], img.Shape[2])
 	acc := t.sched.Apply(t.opt_.Groups(), e, t.st.NI)
 	mo, err := t.m.Forward(tp, x, model.Train)
 	if err != nil {

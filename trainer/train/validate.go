@@ -31,9 +31,8 @@ type ValConfig struct {
 // false positive. mask is nil only when no image produced mask predictions
 // and the metric therefore has none (see metrics).
 func Validate(ctx context.Context, m *model.Model, data Data, vc ValConfig) (box, mask *metrics.Result, err error) {
-	var in []float32
 	return validate(ctx, data, vc, func(rec arrow.RecordBatch) ([][]model.Detection, [][]float32, error) {
-		return predict.Infer(m, rec, &in, vc.MaxDet)
+		return predict.Infer(m, rec, vc.MaxDet)
 	})
 }
 

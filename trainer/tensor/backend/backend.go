@@ -281,4 +281,8 @@ type Backend interface {
 	Axpby(alpha float32, x Buffer, beta float32, y Buffer)
 	// Copy walks s, copying (or accumulating) src into dst.
 	Copy(s Strided, src, dst Buffer)
+	// BytesToFloat writes dst[i] = float32(byte i of src)·scale for the n
+	// = dst.Len bytes at the start of src (a uint8 image batch uploaded as
+	// it is, widened on the device).
+	BytesToFloat(scale float32, src, dst Buffer)
 }

@@ -130,6 +130,15 @@ func (be *Backend) i(b backend.Buffer) []int32 {
 	return unsafe.Slice((*int32)(unsafe.Pointer(&d[0])), len(d))
 }
 
+// b resolves a buffer to its bytes.
+func (be *Backend) b(buf backend.Buffer) []byte {
+	d := be.f(buf)
+	if len(d) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&d[0])), 4*len(d))
+}
+
 // Upload copies host values into dst.
 func (be *Backend) Upload(dst backend.Buffer, src []float32) {
 	if len(src) != dst.Len {
@@ -147,10 +156,7 @@ func (be *Backend) UploadBytes(dst backend.Buffer, src []byte) {
 	}
 	be.ups.Add(1)
 	be.upBytes.Add(int64(len(src)))
-	d := be.f(dst)
-	if len(d) > 0 {
-		copy(unsafe.Slice((*byte)(unsafe.Pointer(&d[0])), 4*len(d)), src)
-	}
+	copy(be.b(dst), src)
 }
 
 // Download copies src into host values.
@@ -245,6 +251,9 @@ func (be *Backend) BinaryBackward(f backend.Binary, s backend.Broadcast, a, b, d
 func (be *Backend) Fill(x backend.Buffer, v float32) { be.Kernels.Fill(be.f(x), v) }
 func (be *Backend) Axpby(alpha float32, x backend.Buffer, beta float32, y backend.Buffer) {
 	be.Kernels.Axpby(alpha, be.f(x), beta, be.f(y))
+}
+func (be *Backend) BytesToFloat(scale float32, src, dst backend.Buffer) {
+	be.Kernels.BytesToFloat(scale, be.b(src)[:dst.Len], be.f(dst))
 }
 func (be *Backend) Copy(s backend.Strided, src, dst backend.Buffer) {
 	be.Kernels.Copy(s, be.f(src), be.f(dst))

@@ -140,6 +140,16 @@ func copyRow(src, dst []float32, n, ss, ds int, acc bool) {
 	}
 }
 
+// BytesToFloat widens bytes to float32 times scale.
+func (be *Kernels) BytesToFloat(scale float32, src []byte, dst []float32) {
+	src = src[:len(dst)]
+	parallelFor(be.workersFor(len(dst)), len(dst), func(lo, hi int) {
+		for i, v := range src[lo:hi] {
+			dst[lo+i] = float32(v) * scale
+		}
+	})
+}
+
 // ChannelSum gives each channel one worker and one float64 accumulator, so
 // the sum's order is fixed.
 func (be *Kernels) ChannelSum(n, c, hw int, x, dst []float32) {

@@ -92,6 +92,14 @@ func TestElementwiseKernelsMatchLoops(t *testing.T) {
 				}
 			}
 		}
+		px := []byte{0, 1, 128, 254, 255, 7, 9}
+		wide := make([]float32, len(px))
+		be.BytesToFloat(1.0/255, px, wide)
+		for i, v := range px {
+			if want := float32(v) * (1.0 / 255); wide[i] != want {
+				t.Fatalf("BytesToFloat[%d] = %v, want %v", i, wide[i], want)
+			}
+		}
 		f := slices.Clone(y0)
 		be.Fill(f, 2.5)
 		for _, v := range f {
