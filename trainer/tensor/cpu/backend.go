@@ -50,6 +50,11 @@ type mem struct {
 	data     []float32
 	emulated bool
 	pooled   bool
+	// zero marks fresh memory from make that no kernel has touched yet:
+	// Fill(0) skips it, so zeroed outputs and first gradients do not pay a
+	// pass over memory the runtime already cleared (and whose pages it has
+	// not even faulted in).
+	zero bool
 }
 
 func (m *mem) Elems() int { return len(m.data) }
@@ -78,7 +83,9 @@ func (be *Backend) Alloc(n int) backend.Buffer {
 		}
 	}
 	if m == nil {
-		m = &mem{data: make([]float32, n), pooled: true}
+		m = &mem{data: make([]float32, n), pooled: true, zero: !poison}
+	} else {
+		m.zero = false
 	}
 	m.emulated = be.emulated
 	if poison {
@@ -117,6 +124,9 @@ func (be *Backend) f(b backend.Buffer) []float32 {
 	m, ok := b.Mem.(*mem)
 	if !ok || m.emulated != be.emulated {
 		panic(fmt.Sprintf("cpu: %s backend given a buffer of another backend (%T)", be.Name(), b.Mem))
+	}
+	if m.zero {
+		m.zero = false // whoever resolves it may write; shared memory stays read-only
 	}
 	return m.data[b.Off : b.Off+b.Len : b.Off+b.Len]
 }
@@ -248,7 +258,12 @@ func (be *Backend) Binary(f backend.Binary, s backend.Broadcast, a, b, y backend
 func (be *Backend) BinaryBackward(f backend.Binary, s backend.Broadcast, a, b, dy, da, db backend.Buffer) {
 	be.Kernels.BinaryBackward(f, s, be.f(a), be.f(b), be.f(dy), be.f(da), be.f(db))
 }
-func (be *Backend) Fill(x backend.Buffer, v float32) { be.Kernels.Fill(be.f(x), v) }
+func (be *Backend) Fill(x backend.Buffer, v float32) {
+	if m, ok := x.Mem.(*mem); ok && v == 0 && m.zero && m.emulated == be.emulated {
+		return // still as make left it
+	}
+	be.Kernels.Fill(be.f(x), v)
+}
 func (be *Backend) Axpby(alpha float32, x backend.Buffer, beta float32, y backend.Buffer) {
 	be.Kernels.Axpby(alpha, be.f(x), beta, be.f(y))
 }
