@@ -19,7 +19,6 @@ import (
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"golang.org/x/image/font"
 	"golang.org/x/image/font/basicfont"
 	"golang.org/x/image/math/fixed"
@@ -228,39 +227,9 @@ type ImageInfo struct {
 
 // ReadImageInfo reads image ids, original sizes and transforms of a batch.
 func ReadImageInfo(rec arrow.RecordBatch) ([]ImageInfo, error) {
-	get := func(name string) (arrow.Array, error) {
-		idx := rec.Schema().FieldIndices(name)
-		if len(idx) != 1 {
-			return nil, fmt.Errorf("batch record has %d columns named %s", len(idx), name)
-		}
-		return rec.Column(idx[0]), nil
-	}
-	idc, err := get(batch.ColImageID)
+	rows, err := batch.ImagesOf(rec)
 	if err != nil {
 		return nil, err
-	}
-	hc, err := get(batch.ColOrigHeight)
-	if err != nil {
-		return nil, err
-	}
-	wc, err := get(batch.ColOrigWidth)
-	if err != nil {
-		return nil, err
-	}
-	xc, err := get(batch.ColTransform)
-	if err != nil {
-		return nil, err
-	}
-	ids, ok1 := idc.(*array.Int64)
-	hs, ok2 := hc.(*array.Int32)
-	ws, ok3 := wc.(*array.Int32)
-	xf, ok4 := xc.(*array.FixedSizeList)
-	if !ok1 || !ok2 || !ok3 || !ok4 {
-		return nil, fmt.Errorf("batch record: unexpected column types")
-	}
-	xv, ok := xf.ListValues().(*array.Float64)
-	if !ok {
-		return nil, fmt.Errorf("batch record: transform values are %s", xf.ListValues().DataType())
 	}
 	ms, err := batch.MaskStack(rec)
 	if err != nil {
@@ -271,12 +240,10 @@ func ReadImageInfo(rec arrow.RecordBatch) ([]ImageInfo, error) {
 		return nil, err
 	}
 	hp, wp := ms.Shape[0], ms.Shape[1]
-	out := make([]ImageInfo, rec.NumRows())
-	for i := range out {
-		out[i] = ImageInfo{ImageID: ids.Value(i), OrigH: int(hs.Value(i)), OrigW: int(ws.Value(i)), Hp: hp, Wp: wp,
-			Stride: float32(img.Shape[1]) / float32(hp)}
-		off := xf.Offset() + i
-		copy(out[i].Affine[:], xv.Float64Values()[off*6:off*6+6])
+	out := make([]ImageInfo, len(rows))
+	for i, r := range rows {
+		out[i] = ImageInfo{ImageID: r.ID, OrigH: r.OrigH, OrigW: r.OrigW, Hp: hp, Wp: wp,
+			Stride: float32(img.Shape[1]) / float32(hp), Affine: r.Transform}
 	}
 	return out, nil
 }

@@ -8,9 +8,9 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 
+	"github.com/segpipe/segpipe/formats/batch"
 	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/pipeline/order"
-	"github.com/segpipe/segpipe/trainer/loss"
 	"github.com/segpipe/segpipe/trainer/metrics"
 	"github.com/segpipe/segpipe/trainer/model"
 	"github.com/segpipe/segpipe/trainer/predict"
@@ -73,7 +73,7 @@ func validate(ctx context.Context, data Data, vc ValConfig, infer inferFunc) (bo
 			if err != nil {
 				return err
 			}
-			tg, err := loss.TargetsFromRecord(rec)
+			tg, err := batch.InstancesOf(rec)
 			if err != nil {
 				return err
 			}
