@@ -28,6 +28,7 @@ import (
 	"github.com/segpipe/segpipe/formats/shard"
 	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/pipeline/augment"
+	"github.com/segpipe/segpipe/pipeline/geom"
 	"github.com/segpipe/segpipe/trainer/model"
 	"github.com/segpipe/segpipe/trainer/tensor"
 )
@@ -278,15 +279,12 @@ func Infer(m *model.Model, rec arrow.RecordBatch, maxDet int) ([][]model.Detecti
 // nativeResults maps detections to the original image: boxes through the
 // inverse letterbox, masks by bilinear sampling of the logit grid.
 func nativeResults(dets []model.Detection, proto []float32, inf ImageInfo, opt Options) ([]Result, [][]byte, error) {
-	a := inf.Affine
-	det := a[0]*a[4] - a[1]*a[3]
-	if det == 0 {
-		return nil, nil, fmt.Errorf("image %d: singular transform %v", inf.ImageID, a)
+	a := geom.Affine(inf.Affine)
+	back, ok := a.Invert()
+	if !ok {
+		return nil, nil, fmt.Errorf("image %d: singular transform %v", inf.ImageID, inf.Affine)
 	}
-	inv := func(u, v float64) (float64, float64) {
-		u, v = u-a[2], v-a[5]
-		return (a[4]*u - a[1]*v) / det, (-a[3]*u + a[0]*v) / det
-	}
+	inv := back.Apply
 	H, W, hp, wp, s := inf.OrigH, inf.OrigW, inf.Hp, inf.Wp, float64(inf.Stride)
 	logit := make([]float32, hp*wp)
 	var res []Result
@@ -326,7 +324,7 @@ func nativeResults(dets []model.Detection, proto []float32, inf ImageInfo, opt O
 					if cx < x1 || cx >= x2 {
 						continue
 					}
-					u, v := a[0]*cx+a[1]*cy+a[2], a[3]*cx+a[4]*cy+a[5]
+					u, v := a.Apply(cx, cy)
 					if bilinear(logit, wp, r0, r1, c0, c1, u/s-0.5, v/s-0.5) > 0 {
 						mask[y*W+x] = 1
 					}
