@@ -8,6 +8,7 @@ import (
 
 	ucli "github.com/urfave/cli/v3"
 
+	"github.com/segpipe/segpipe/trainer/device"
 	"github.com/segpipe/segpipe/trainer/model"
 	"github.com/segpipe/segpipe/trainer/predict"
 	"github.com/segpipe/segpipe/trainer/train"
@@ -40,15 +41,21 @@ func predictCommand() *ucli.Command {
 			&ucli.IntFlag{Name: "workers", Usage: "decode goroutines (0: GOMAXPROCS)"},
 			&ucli.StringFlag{Name: "annotations", Usage: "COCO instances `FILE` mapping file names to image ids"},
 			&ucli.BoolFlag{Name: "no-draw", Usage: "write results.json only"},
+			&ucli.StringFlag{Name: "device", Value: "cpu", Usage: "backend `D`: cpu, emu (emulated device, same numbers) or cuda (not in this build)"},
 		},
 		Action: func(ctx context.Context, c *ucli.Command) error {
 			if c.NArg() > 0 {
 				return usagef("predict takes no arguments, got %q", c.Args().Slice())
 			}
+			be, err := device.Open(c.String("device"))
+			if err != nil {
+				return err
+			}
 			m, meta, err := model.OpenCheckpoint(c.String("weights"))
 			if err != nil {
 				return err
 			}
+			m.To(be)
 			cats, err := train.CheckpointCategories(meta)
 			if err != nil {
 				return err

@@ -135,16 +135,3 @@ func setupLogging(c *ucli.Command, stderr io.Writer) error {
 	slog.SetDefault(slog.New(h))
 	return nil
 }
-
-func versionCommand() *ucli.Command {
-	return &ucli.Command{
-		Name:  "version",
-		Usage: "print the segpipe version",
-		Description: "Prints the segpipe version and the Go toolchain it was built with.\n\n" +
-			"Example:\n  segpipe version",
-		Action: func(ctx context.Context, c *ucli.Command) error {
-			_, err := fmt.Fprintf(c.Root().Writer, "segpipe %s\n", Version)
-			return err
-		},
-	}
-}

@@ -26,7 +26,7 @@ var trainFlagUsage = map[string]string{
 	"epochs":          "training epochs",
 	"batch":           "images per batch (gradients accumulate to --nbs)",
 	"imgsz":           "square input side in pixels (multiple of 32)",
-	"device":          "cpu (the only backend in this build)",
+	"device":          "backend: cpu (the reference), emu (the CPU kernels behind an emulated device boundary, every transfer counted; same numbers as cpu) or cuda (not available in this build)",
 	"seed":            "model-initialisation, shuffle and augmentation seed",
 	"workers":         "loader goroutines (0: GOMAXPROCS)",
 	"weights":         "initial weights: a checkpoint of the same variant and class count (default: random init)",
@@ -78,7 +78,7 @@ func trainCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "train",
 		Usage:     "train a YOLO26-seg model on shards (CPU)",
-		UsageText: "segpipe train --shards DIR [--val-shards DIR] --variant n|s|m|l|x --epochs E --batch B --imgsz S --device cpu --out RUN_DIR [--config FILE] [--remote HOST:PORT]\nsegpipe train --resume RUN_DIR",
+		UsageText: "segpipe train --shards DIR [--val-shards DIR] --variant n|s|m|l|x --epochs E --batch B --imgsz S --device cpu|emu --out RUN_DIR [--config FILE] [--remote HOST:PORT]\nsegpipe train --resume RUN_DIR",
 		Description: "Trains with the reference recipe: MuSGD (optimizer auto), warmup and linear lr decay,\n" +
 			"accumulation to the nominal batch 64, clipping at norm 10, EMA, ProgLoss. Every epoch\n" +
 			"validates the EMA model (box and mask mAP on the prototype grid) and writes\n" +

@@ -88,3 +88,46 @@ func CrowdFlags(rec arrow.RecordBatch) ([]uint8, error) {
 	}
 	return v.Uint8Values(), nil
 }
+
+// Image is one row's provenance: the source image id, its original size,
+// and the 2×3 affine (row-major) that maps original pixels to the canvas.
+type Image struct {
+	ID           int64
+	OrigH, OrigW int
+	Transform    [6]float64
+}
+
+// ImagesOf returns the rows' provenance columns, one Image per row.
+func ImagesOf(rec arrow.RecordBatch) ([]Image, error) {
+	var cols [4]arrow.Array
+	for i, name := range []string{ColImageID, ColOrigHeight, ColOrigWidth, ColTransform} {
+		c, err := column(rec, name)
+		if err != nil {
+			return nil, err
+		}
+		cols[i] = c
+	}
+	ids, ok1 := cols[0].(*array.Int64)
+	hs, ok2 := cols[1].(*array.Int32)
+	ws, ok3 := cols[2].(*array.Int32)
+	xf, ok4 := cols[3].(*array.FixedSizeList)
+	if !ok1 || !ok2 || !ok3 || !ok4 {
+		return nil, fmt.Errorf("batch: provenance columns have types %s, %s, %s, %s", cols[0].DataType(), cols[1].DataType(), cols[2].DataType(), cols[3].DataType())
+	}
+	xv, ok := xf.ListValues().(*array.Float64)
+	if !ok {
+		return nil, fmt.Errorf("batch: column %s holds %s, not float64", ColTransform, xf.ListValues().DataType())
+	}
+	n := int(rec.NumRows())
+	vals := xv.Float64Values()
+	if (xf.Offset()+n)*6 > len(vals) {
+		return nil, fmt.Errorf("batch: column %s holds %d values for %d rows", ColTransform, len(vals), n)
+	}
+	out := make([]Image, n)
+	for i := range out {
+		out[i] = Image{ID: ids.Value(i), OrigH: int(hs.Value(i)), OrigW: int(ws.Value(i))}
+		off := xf.Offset() + i
+		copy(out[i].Transform[:], vals[off*6:off*6+6])
+	}
+	return out, nil
+}

@@ -55,4 +55,21 @@
 // Internal arithmetic is float64 (the CIoU of the assigner is float32, in
 // the reference's operation order, because its 6th power magnifies
 // rounding); results match the float32 reference within 1e-6 relative.
+//
+// # On a device
+//
+// The criterion reads the model outputs and writes their gradients as
+// host slices. On the CPU these are the tensors' own memory (no copy); on
+// a device the step downloads the eight outputs once and uploads the eight
+// gradients once (trainer/train counts them on the emulated device).
+//
+// The loss goes onto a backend as fused, loss-level kernels — this Go code
+// as the CPU implementation, a device twin checked against it — rather
+// than composed from tensor ops: the assigner (top-k per ground truth,
+// argmax over boxes, pairwise CIoU in the reference's float32 order),
+// the gathers of positives and the float64 reductions would need a dozen
+// new ops whose composition changes rounding, and the goldens in
+// ../shared/goldens/loss hold these numbers; one kernel per term keeps
+// that reference readable and exact. That port is not done yet: until it
+// is, the outputs and gradients cross the device boundary every step.
 package loss

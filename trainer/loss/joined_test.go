@@ -52,9 +52,9 @@ func TestJoinedModelLossGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The loss reads the model's outputs in place.
-	out.One2Many = Branch{mo.One2Many.Boxes.Data, mo.One2Many.Scores.Data, mo.One2Many.MaskCoefficients.Data}
-	out.One2One = Branch{mo.One2One.Boxes.Data, mo.One2One.Scores.Data, mo.One2One.MaskCoefficients.Data}
-	out.Proto, out.Semseg = mo.Proto.Data, mo.Semseg.Data
+	out.One2Many = Branch{mo.One2Many.Boxes.Host(), mo.One2Many.Scores.Host(), mo.One2Many.MaskCoefficients.Host()}
+	out.One2One = Branch{mo.One2One.Boxes.Host(), mo.One2One.Scores.Host(), mo.One2One.MaskCoefficients.Host()}
+	out.Proto, out.Semseg = mo.Proto.Host(), mo.Semseg.Host()
 	c, err := NewCriterion(DefaultConfig(100))
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +111,7 @@ func TestJoinedModelLossGolden(t *testing.T) {
 	elemBad, worst := 0, 0.0
 	for _, p := range m.Params() {
 		v := p.Value
-		grad := v.GradBuf()
+		grad := v.GradHostView(nil)
 		st, ok := stats.Grads[p.Name]
 		if !ok {
 			t.Fatalf("stats.json lacks %s", p.Name)
@@ -144,8 +144,8 @@ func TestJoinedModelLossGolden(t *testing.T) {
 		if st.AbsMax > 1e3*eps {
 			worst = max(worst, maxErr/st.AbsMax)
 		}
-		params = append(params, &optim.Param{Name: p.Name, Shape: p.Shape, Data: v.Data, Grad: grad, Norm: strings.Contains(p.Name, ".bn.")})
-		before[p.Name] = append([]float32(nil), v.Data...)
+		params = append(params, &optim.Param{Name: p.Name, Shape: p.Shape, Data: v.Host(), Grad: grad, Norm: strings.Contains(p.Name, ".bn.")})
+		before[p.Name] = append([]float32(nil), v.Host()...)
 	}
 	t.Logf("%d parameter gradients: statistics all within 1e-4; stored elements outside 1e-4·absmax: %d; worst stored-element error %.3g·absmax",
 		len(params), elemBad, worst)

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/segpipe/segpipe/formats/safetensors"
+	"github.com/segpipe/segpipe/trainer/tensor"
 )
 
 // Metadata keys a checkpoint carries in its safetensors "__metadata__".
@@ -86,7 +87,7 @@ func (m *Model) StateDict() (*safetensors.File, error) {
 	}
 	f := safetensors.New()
 	for _, p := range m.State() {
-		t, err := safetensors.FromFloat32(safetensors.F32, p.Shape, p.Value.Data)
+		t, err := safetensors.FromFloat32(safetensors.F32, p.Shape, p.Value.ToHost(nil))
 		if err != nil {
 			return nil, fmt.Errorf("model: %s: %w", p.Name, err)
 		}
@@ -132,7 +133,7 @@ func (m *Model) LoadState(f *safetensors.File, opts LoadOptions) error {
 		}
 	}
 	type job struct {
-		dst []float32
+		dst *tensor.Tensor
 		src safetensors.Tensor
 	}
 	var jobs []job
@@ -152,7 +153,7 @@ func (m *Model) LoadState(f *safetensors.File, opts LoadOptions) error {
 			le.Mismatched = append(le.Mismatched, fmt.Sprintf("%s: dtype %s, want a float type", p.Name, t.DType))
 			continue
 		}
-		jobs = append(jobs, job{p.Value.Data, t})
+		jobs = append(jobs, job{p.Value, t})
 	}
 	counts := make([]int64, len(bns))
 	haveCount := make([]bool, len(bns))
@@ -185,7 +186,7 @@ func (m *Model) LoadState(f *safetensors.File, opts LoadOptions) error {
 		if err != nil {
 			return fmt.Errorf("model: %w", err)
 		}
-		copy(j.dst, v)
+		j.dst.FromHost(v)
 	}
 	for i, nb := range bns {
 		if haveCount[i] {

@@ -17,9 +17,9 @@ import (
 func randomInput(seed uint64, shape ...int) *tensor.Tensor {
 	x := tensor.Zeros(shape...)
 	s := seed*6364136223846793005 + 1442695040888963407
-	for i := range x.Data {
+	for i := range x.Host() {
 		s = s*6364136223846793005 + 1442695040888963407
-		x.Data[i] = float32(s>>40) / float32(1<<24)
+		x.Host()[i] = float32(s>>40) / float32(1<<24)
 	}
 	return x
 }
@@ -51,9 +51,9 @@ func TestCheckpointRoundTripBitExact(t *testing.T) {
 		if a[i].Name != b[i].Name {
 			t.Fatalf("order: %s vs %s", a[i].Name, b[i].Name)
 		}
-		for j := range a[i].Value.Data {
-			if math.Float32bits(a[i].Value.Data[j]) != math.Float32bits(b[i].Value.Data[j]) {
-				t.Fatalf("%s[%d]: %v vs %v", a[i].Name, j, a[i].Value.Data[j], b[i].Value.Data[j])
+		for j := range a[i].Value.Host() {
+			if math.Float32bits(a[i].Value.Host()[j]) != math.Float32bits(b[i].Value.Host()[j]) {
+				t.Fatalf("%s[%d]: %v vs %v", a[i].Name, j, a[i].Value.Host()[j], b[i].Value.Host()[j])
 			}
 		}
 	}
@@ -77,7 +77,7 @@ func TestCheckpointRoundTripBitExact(t *testing.T) {
 	if _, err := other.LoadCheckpoint(path); err != nil {
 		t.Fatal(err)
 	}
-	if other.State()[0].Value.Data[0] != m.State()[0].Value.Data[0] {
+	if other.State()[0].Value.Host()[0] != m.State()[0].Value.Host()[0] {
 		t.Error("LoadCheckpoint did not copy the weights")
 	}
 }
@@ -93,7 +93,7 @@ func TestStrictLoadListsEveryProblem(t *testing.T) {
 	f.Tensors["model.99.extra"] = f.Tensors["model.1.bn.bias"]
 	bad, _ := safetensors.FromFloat32(safetensors.F32, []int{3}, []float32{1, 2, 3})
 	f.Tensors["model.1.bn.weight"] = bad
-	before := m.State()[3].Value.Data[0]
+	before := m.State()[3].Value.Host()[0]
 	err = m.LoadState(f, LoadOptions{})
 	var le *LoadError
 	if !errors.As(err, &le) {
@@ -107,7 +107,7 @@ func TestStrictLoadListsEveryProblem(t *testing.T) {
 			t.Errorf("error lacks %q: %v", w, err)
 		}
 	}
-	if m.State()[3].Value.Data[0] != before {
+	if m.State()[3].Value.Host()[0] != before {
 		t.Error("a failed strict load modified the model")
 	}
 	// Relaxed loading still refuses shape mismatches.

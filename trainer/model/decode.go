@@ -23,7 +23,7 @@ type Detection struct {
 // decode l, t, r, b distances from the cell centre, times the stride.
 func Decode(out *Output, maxDet int) ([][]Detection, error) {
 	b := out.One2One
-	if b.Boxes == nil || b.Scores == nil || b.MaskCoefficients == nil || b.Boxes.Data == nil {
+	if b.Boxes == nil || b.Scores == nil || b.MaskCoefficients == nil || !b.Boxes.Buffer().Present() {
 		return nil, fmt.Errorf("model: Decode needs the one-to-one outputs")
 	}
 	if maxDet < 1 {
@@ -47,6 +47,8 @@ func Decode(out *Output, maxDet int) ([][]Detection, error) {
 	}
 	k := min(maxDet, na)
 	res := make([][]Detection, bs)
+	// The one crossing of decoding: the one-to-one outputs come down once.
+	scores, boxes, coefs := b.Scores.ToHost(nil), b.Boxes.ToHost(nil), b.MaskCoefficients.ToHost(nil)
 	best := make([]float32, na)
 	order := make([]int, na)
 	type pair struct {
@@ -55,7 +57,7 @@ func Decode(out *Output, maxDet int) ([][]Detection, error) {
 	}
 	pairs := make([]pair, 0, k*nc)
 	for n := range bs {
-		sc := b.Scores.Data[n*nc*na : (n+1)*nc*na]
+		sc := scores[n*nc*na : (n+1)*nc*na]
 		for a := range na {
 			m := float32(math.Inf(-1))
 			for c := range nc {
@@ -80,8 +82,8 @@ func Decode(out *Output, maxDet int) ([][]Detection, error) {
 			}
 			return pairs[i].c < pairs[j].c
 		})
-		bx := b.Boxes.Data[n*4*na : (n+1)*4*na]
-		mc := b.MaskCoefficients.Data[n*NumMasks*na : (n+1)*NumMasks*na]
+		bx := boxes[n*4*na : (n+1)*4*na]
+		mc := coefs[n*NumMasks*na : (n+1)*NumMasks*na]
 		dets := make([]Detection, k)
 		for i, p := range pairs[:k] {
 			a := p.a

@@ -24,7 +24,7 @@ func TestDecodeAgainstBruteForce(t *testing.T) {
 		}
 		k := min(maxDet, na)
 		for n := range 2 {
-			score := func(a, c int) float32 { return out.One2One.Scores.Data[n*6*na+c*na+a] }
+			score := func(a, c int) float32 { return out.One2One.Scores.Host()[n*6*na+c*na+a] }
 			bestOf := func(a int) float32 {
 				m := float32(math.Inf(-1))
 				for c := range 6 {
@@ -84,14 +84,14 @@ func TestDecodeBoxGeometry(t *testing.T) {
 	out.One2One.MaskCoefficients = tensor.Zeros(1, NumMasks, na)
 	set := func(a int, l, tp, r, b float32) {
 		for i, v := range []float32{l, tp, r, b} {
-			out.One2One.Boxes.Data[i*na+a] = v
+			out.One2One.Boxes.Host()[i*na+a] = v
 		}
 	}
 	set(9, 0.5, 1, 1.5, 2)
-	out.One2One.Scores.Data[1*na+9] = 3 // class 1
+	out.One2One.Scores.Host()[1*na+9] = 3 // class 1
 	set(80, 0.5, 0.5, 0.5, 0.5)
-	out.One2One.Scores.Data[0*na+80] = 1 // class 0
-	out.One2One.MaskCoefficients.Data[5*na+80] = 0.25
+	out.One2One.Scores.Host()[0*na+80] = 1 // class 0
+	out.One2One.MaskCoefficients.Host()[5*na+80] = 0.25
 	dets, err := Decode(out, 2)
 	if err != nil {
 		t.Fatal(err)

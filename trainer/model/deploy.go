@@ -124,18 +124,24 @@ func fuseConv(c *Conv, alloc bool) *Conv {
 	cv := c.Conv
 	nc := newConv2d(cv.C1, cv.C2, cv.K, cv.Stride, cv.Groups, true)
 	if alloc {
-		w := tensor.Zeros(nc.Weight.Shape...)
-		b := tensor.Zeros(nc.Bias.Shape...)
+		// Fusing is a one-off export step, done on host copies.
 		bn := c.BN
-		per := len(w.Data) / cv.C2
+		gamma, beta := bn.Weight.Value.ToHost(nil), bn.Bias.Value.ToHost(nil)
+		mean, variance := bn.RunningMean.Value.ToHost(nil), bn.RunningVar.Value.ToHost(nil)
+		cw := cv.Weight.Value.ToHost(nil)
+		w := make([]float32, len(cw))
+		b := make([]float32, cv.C2)
+		per := len(w) / cv.C2
 		for o := 0; o < cv.C2; o++ {
-			s := float64(bn.Weight.Value.Data[o]) / math.Sqrt(float64(bn.RunningVar.Value.Data[o])+BNEps)
+			s := float64(gamma[o]) / math.Sqrt(float64(variance[o])+BNEps)
 			for j := o * per; j < (o+1)*per; j++ {
-				w.Data[j] = float32(float64(cv.Weight.Value.Data[j]) * s)
+				w[j] = float32(float64(cw[j]) * s)
 			}
-			b.Data[o] = float32(float64(bn.Bias.Value.Data[o]) - float64(bn.RunningMean.Value.Data[o])*s)
+			b[o] = float32(float64(beta[o]) - float64(mean[o])*s)
 		}
-		nc.Weight.Value, nc.Bias.Value = w, b
+		be := cv.Weight.Value.Backend()
+		nc.Weight.Value = tensor.Upload(be, w, nc.Weight.Shape...)
+		nc.Bias.Value = tensor.Upload(be, b, nc.Bias.Shape...)
 	}
 	return &Conv{Conv: nc, Act: c.Act}
 }

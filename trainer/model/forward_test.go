@@ -93,8 +93,8 @@ func TestDeployedForwardEqualsFullEval(t *testing.T) {
 		{"proto", full.Proto, dep.Proto},
 	}
 	for _, p := range pairs {
-		for i := range p.a.Data {
-			if p.a.Data[i] != p.b.Data[i] {
+		for i := range p.a.Host() {
+			if p.a.Host()[i] != p.b.Host()[i] {
 				t.Fatalf("deployed %s differs at %d", p.name, i)
 			}
 		}
@@ -120,7 +120,7 @@ func TestOne2OneGradientStopsAtHead(t *testing.T) {
 		{"one2many", func(o *Output) *tensor.Tensor { return o.One2Many.Scores }, "model.23.one2one", false},
 	} {
 		for _, p := range m.Params() {
-			p.Value.Grad = nil
+			p.Value.ZeroGrad()
 		}
 		tp := tensor.NewTape(nil)
 		out, err := m.Forward(tp, randomInput(3, 1, 3, 64, 64), Train)
@@ -132,7 +132,7 @@ func TestOne2OneGradientStopsAtHead(t *testing.T) {
 		}
 		for _, p := range m.Params() {
 			has := false
-			for _, g := range p.Value.Grad {
+			for _, g := range p.Value.GradHost() {
 				if g != 0 {
 					has = true
 					break

@@ -51,7 +51,7 @@ func TestForwardMatchesReferenceGoldens(t *testing.T) {
 			t.Errorf("stats.json lacks %s", p.Name)
 			continue
 		}
-		got := l2(p.Value.Data)
+		got := l2(p.Value.Host())
 		if math.Abs(got-s.L2) > 1e-4*s.L2 {
 			t.Errorf("%s: l2 %.8g, reference %.8g", p.Name, got, s.L2)
 		}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/segpipe/segpipe/formats/safetensors"
 	"github.com/segpipe/segpipe/trainer/tensor"
+	"github.com/segpipe/segpipe/trainer/tensor/backend"
+	"github.com/segpipe/segpipe/trainer/tensor/cpu"
 )
 
 var goldenCheckpoint = flag.String("golden-checkpoint", "", "write the checkpoint gen_goldens.py reads to this path")
@@ -32,10 +34,10 @@ func goldenModel(t testing.TB) *Model {
 	for _, nb := range m.BatchNorms() {
 		bn := nb.BN
 		for i := range bn.C {
-			bn.Weight.Value.Data[i] = u(0.5, 1.5)
-			bn.Bias.Value.Data[i] = u(-0.2, 0.2)
-			bn.RunningMean.Value.Data[i] = u(-0.1, 0.1)
-			bn.RunningVar.Value.Data[i] = u(0.5, 1.5)
+			bn.Weight.Value.Host()[i] = u(0.5, 1.5)
+			bn.Bias.Value.Host()[i] = u(-0.2, 0.2)
+			bn.RunningMean.Value.Host()[i] = u(-0.1, 0.1)
+			bn.RunningVar.Value.Host()[i] = u(0.5, 1.5)
 		}
 		bn.NumBatchesTracked = 3
 	}
@@ -114,7 +116,14 @@ func compareGrad(t *testing.T, name string, got []float32, ref []float32, st []f
 // TestMatchesPyTorch compares train- and eval-mode outputs, BatchNorm
 // running statistics and every parameter gradient with goldens made by
 // PyTorch from a checkpoint this package wrote (gen_goldens.py).
+// The model matches PyTorch on every backend of the conformance suite.
 func TestMatchesPyTorch(t *testing.T) {
+	for _, be := range []backend.Backend{tensor.CPU(), cpu.NewEmulated()} {
+		t.Run(be.Name(), func(t *testing.T) { matchesPyTorch(t, be) })
+	}
+}
+
+func matchesPyTorch(t *testing.T, be backend.Backend) {
 	g, err := safetensors.ReadFile(goldenFile)
 	if err != nil {
 		t.Fatalf("%v (regenerate with testdata/gen_goldens.py)", err)
@@ -123,7 +132,9 @@ func TestMatchesPyTorch(t *testing.T) {
 	if got, want := weightsDigest(t, m), g.Metadata["weights_sha256"]; got != want {
 		t.Fatalf("the goldens were made from weights %s, goldenModel now gives %s: regenerate them", want, got)
 	}
+	m.To(be)
 	x := tensorOf(t, g, "input")
+	x = tensor.Upload(be, x.Host(), x.Shape...)
 	f32 := func(name string) []float32 {
 		v, _, err := g.Float32s(name)
 		if err != nil {
@@ -146,9 +157,9 @@ func TestMatchesPyTorch(t *testing.T) {
 			gmax = math.Max(gmax, float64(f32(mode + ".grad." + p.Name + ".stats")[3]))
 		}
 		for _, p := range m.Params() {
-			p.Value.Grad = nil
+			p.Value.ZeroGrad()
 		}
-		tp := tensor.NewTape(nil)
+		tp := tensor.NewTape(be)
 		md := Train
 		if mode == "eval" {
 			md = Eval
@@ -183,7 +194,8 @@ func TestMatchesPyTorch(t *testing.T) {
 			}
 			compareTensor(t, mode+" "+key, got, tensorOf(t, g, k), 1e-4)
 			outs = append(outs, got)
-			seeds = append(seeds, tensorOf(t, g, "seed."+key))
+			sd := tensorOf(t, g, "seed."+key)
+			seeds = append(seeds, tensor.Upload(be, sd.Host(), sd.Shape...))
 			count++
 		}
 		if count != len(named) {
@@ -203,10 +215,7 @@ func TestMatchesPyTorch(t *testing.T) {
 		defer func(mode string) { t.Logf("%s: worst gradient error %.3g of absmax (%s)", mode, worst, worstName) }(mode)
 		for _, p := range m.Params() {
 			k := mode + ".grad." + p.Name
-			grad := p.Value.Grad
-			if grad == nil {
-				grad = make([]float32, p.NumElements())
-			}
+			grad := p.Value.GradToHost(nil) // zeros when no gradient reached it
 			if isZero[k] {
 				// Mathematically zero (a following train-mode BatchNorm removes
 				// any per-channel shift): only float noise is allowed.

@@ -58,7 +58,7 @@ func compareTensor(t testing.TB, name string, got, want *tensor.Tensor, rel floa
 		t.Errorf("%s: shape %v, want %v", name, got.Shape, want.Shape)
 		return
 	}
-	d, s := maxAbs(got.Data, want.Data)
+	d, s := maxAbs(got.ToHost(nil), want.ToHost(nil))
 	if !(d <= rel*s) {
 		t.Errorf("%s: max abs error %.3g > %.1g × scale %.3g", name, d, rel, s)
 	} else {

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/segpipe/segpipe/trainer/tensor"
+	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
 
 // ErrNoWeights is returned when an operation needs weights and the model
@@ -54,9 +55,11 @@ func (m *Model) HasWeights() bool {
 	return true
 }
 
+// New initialises on the CPU backend (see To), so these write host views.
 func uniform(r *rand.Rand, t *tensor.Tensor, bound float64) {
-	for i := range t.Data {
-		t.Data[i] = float32((2*r.Float64() - 1) * bound)
+	d := t.Host()
+	for i := range d {
+		d[i] = float32((2*r.Float64() - 1) * bound)
 	}
 }
 
@@ -95,15 +98,39 @@ func (m *Model) initialise(r *rand.Rand) {
 	for _, pair := range [][2]*ModuleList{{h.Cv2, h.O2OCv2}, {h.Cv3, h.O2OCv3}, {h.Cv4, h.O2OCv4}} {
 		src, dst := paramsOf(pair[0]), paramsOf(pair[1])
 		for i := range src {
-			copy(dst[i].Value.Data, src[i].Value.Data)
+			copy(dst[i].Value.Host(), src[i].Value.Host())
 		}
 	}
 }
 
-func fill(t *tensor.Tensor, v float32) {
-	for i := range t.Data {
-		t.Data[i] = v
+func fill(t *tensor.Tensor, v float32) { t.Backend().Fill(t.Buffer(), v) }
+
+// To moves every parameter and running statistic to be, once, so that the
+// model runs on the run's backend: Forward then needs its input there too.
+// Gradients are not moved (they are allocated on first use).
+func (m *Model) To(be backend.Backend) {
+	if be == nil {
+		return
 	}
+	for _, p := range m.State() {
+		if p.Value == nil || p.Value.Backend() == be {
+			continue
+		}
+		t := tensor.Upload(be, p.Value.ToHost(nil), p.Shape...)
+		t.Name, t.RequiresGrad = p.Value.Name, p.Value.RequiresGrad
+		p.Value = t
+	}
+}
+
+// Backend returns the backend the model's weights live on (nil without
+// weights).
+func (m *Model) Backend() backend.Backend {
+	for _, p := range m.State() {
+		if p.Value != nil {
+			return p.Value.Backend()
+		}
+	}
+	return nil
 }
 
 // Mode selects train or eval behaviour of Forward.
@@ -118,7 +145,7 @@ const (
 )
 
 // Forward runs the network on x [B, 3, H, W] (H and W positive multiples
-// of 32) on tape tp (nil: no_grad on the CPU backend). Train mode updates
+// of 32) on tape tp (nil: no_grad), on the backend the model and x live on. Train mode updates
 // the BatchNorm running statistics in place, as the reference does.
 func (m *Model) Forward(tp *tensor.Tape, x *tensor.Tensor, mode Mode) (*Output, error) {
 	if x == nil || len(x.Shape) != 4 || x.Shape[1] != 3 || x.Shape[0] < 1 {
@@ -127,11 +154,14 @@ func (m *Model) Forward(tp *tensor.Tape, x *tensor.Tensor, mode Mode) (*Output, 
 	if h, w := x.Shape[2], x.Shape[3]; h <= 0 || w <= 0 || h%32 != 0 || w%32 != 0 {
 		return nil, fmt.Errorf("model: input size %dx%d: height and width must be positive multiples of 32", h, w)
 	}
-	if len(x.Data) != x.Shape[0]*3*x.Shape[2]*x.Shape[3] {
-		return nil, fmt.Errorf("model: input has %d values for shape %v", len(x.Data), x.Shape)
-	}
 	if !m.HasWeights() {
 		return nil, ErrNoWeights
+	}
+	if x.Backend() == nil || x.Buffer().Len != x.Numel() {
+		return nil, fmt.Errorf("model: input of shape %v holds no data", x.Shape)
+	}
+	if be := m.Backend(); x.Backend() != be {
+		return nil, fmt.Errorf("model: input is on the %s backend, the model on %s", x.Backend().Name(), be.Name())
 	}
 	if m.Fused && mode == Train {
 		return nil, errors.New("model: a fused model has no BatchNorm and supports only Eval mode")

@@ -42,4 +42,16 @@
 //     average's state, Accumulator.Last/Restore the accumulation phase.
 //   - Clip at global norm 10 with coefficient min(10/(norm + 1e-6), 1) before
 //     each step; EMA after it: d = 0.9999·(1 − exp(−u/2000)).
+//
+// # On a device
+//
+// Params are host slices. On the CPU they are the model tensors' own
+// memory; on a device trainer/train downloads the state and the gradients
+// before a step and uploads the parameters after it (one round trip per
+// optimiser step, counted on the emulated device). The optimisers go onto
+// a backend as fused step kernels (this code as the CPU implementation,
+// Newton–Schulz included, llm.c's AdamW kernel being the model), because
+// composing them from tensor ops would change the rounding the golden
+// tests and the bit-identical resume hold; the EMA becomes one Axpby.
+// That port is not done yet.
 package optim

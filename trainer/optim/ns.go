@@ -2,8 +2,8 @@ package optim
 
 import (
 	"math"
-	"runtime"
-	"sync"
+
+	"github.com/segpipe/segpipe/internal/parfor"
 )
 
 // NS5 coefficients and step count of the reference's
@@ -79,20 +79,9 @@ func (ns *newtonSchulz) orthogonalise(out, g []float32, rows, cols int) {
 }
 
 // parallelRows runs f over [0, n) split into contiguous blocks, one per
-// available CPU.
+// available CPU, when the loop touches enough elements to pay for it.
 func parallelRows(n int, work int, f func(lo, hi int)) {
-	w := min(runtime.GOMAXPROCS(0), n)
-	if w <= 1 || work < 1<<16 {
-		f(0, n)
-		return
-	}
-	var wg sync.WaitGroup
-	for k := 0; k < w; k++ {
-		lo, hi := k*n/w, (k+1)*n/w
-		wg.Add(1)
-		go func() { defer wg.Done(); f(lo, hi) }()
-	}
-	wg.Wait()
+	parfor.Blocks(parfor.Workers(work, parfor.MinWork), n, f)
 }
 
 // gramRows writes out = X Xᵀ for X (r×c); rows are contiguous, so each

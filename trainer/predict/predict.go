@@ -19,7 +19,6 @@ import (
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"golang.org/x/image/font"
 	"golang.org/x/image/font/basicfont"
 	"golang.org/x/image/math/fixed"
@@ -29,6 +28,7 @@ import (
 	"github.com/segpipe/segpipe/formats/shard"
 	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/pipeline/augment"
+	"github.com/segpipe/segpipe/pipeline/geom"
 	"github.com/segpipe/segpipe/trainer/model"
 	"github.com/segpipe/segpipe/trainer/tensor"
 )
@@ -123,19 +123,6 @@ func Sources(path string) ([]string, error) {
 	return out, nil
 }
 
-// ToFloat converts uint8 pixels to float32 in [0, 1] (the model's input),
-// reusing dst.
-func ToFloat(dst []float32, px []byte) []float32 {
-	if cap(dst) < len(px) {
-		dst = make([]float32, len(px))
-	}
-	dst = dst[:len(px)]
-	for i, v := range px {
-		dst[i] = float32(v) * (1.0 / 255)
-	}
-	return dst
-}
-
 func imageID(name string, i int, ids map[string]int64) int64 {
 	if id, ok := ids[filepath.Base(name)]; ok {
 		return id
@@ -182,7 +169,6 @@ func Run(ctx context.Context, m *model.Model, files []string, outDir string, opt
 	}
 	defer ld.Close()
 	var results []Result
-	var in []float32
 	sum := Summary{}
 	for {
 		rec, err := ld.Next(ctx)
@@ -192,7 +178,7 @@ func Run(ctx context.Context, m *model.Model, files []string, outDir string, opt
 		if err != nil {
 			return sum, err
 		}
-		dets, protos, err := Infer(m, rec, &in, opt.MaxDet)
+		dets, protos, err := Infer(m, rec, opt.MaxDet)
 		if err != nil {
 			rec.Release()
 			return sum, err
@@ -242,39 +228,9 @@ type ImageInfo struct {
 
 // ReadImageInfo reads image ids, original sizes and transforms of a batch.
 func ReadImageInfo(rec arrow.RecordBatch) ([]ImageInfo, error) {
-	get := func(name string) (arrow.Array, error) {
-		idx := rec.Schema().FieldIndices(name)
-		if len(idx) != 1 {
-			return nil, fmt.Errorf("batch record has %d columns named %s", len(idx), name)
-		}
-		return rec.Column(idx[0]), nil
-	}
-	idc, err := get(batch.ColImageID)
+	rows, err := batch.ImagesOf(rec)
 	if err != nil {
 		return nil, err
-	}
-	hc, err := get(batch.ColOrigHeight)
-	if err != nil {
-		return nil, err
-	}
-	wc, err := get(batch.ColOrigWidth)
-	if err != nil {
-		return nil, err
-	}
-	xc, err := get(batch.ColTransform)
-	if err != nil {
-		return nil, err
-	}
-	ids, ok1 := idc.(*array.Int64)
-	hs, ok2 := hc.(*array.Int32)
-	ws, ok3 := wc.(*array.Int32)
-	xf, ok4 := xc.(*array.FixedSizeList)
-	if !ok1 || !ok2 || !ok3 || !ok4 {
-		return nil, fmt.Errorf("batch record: unexpected column types")
-	}
-	xv, ok := xf.ListValues().(*array.Float64)
-	if !ok {
-		return nil, fmt.Errorf("batch record: transform values are %s", xf.ListValues().DataType())
 	}
 	ms, err := batch.MaskStack(rec)
 	if err != nil {
@@ -285,26 +241,24 @@ func ReadImageInfo(rec arrow.RecordBatch) ([]ImageInfo, error) {
 		return nil, err
 	}
 	hp, wp := ms.Shape[0], ms.Shape[1]
-	out := make([]ImageInfo, rec.NumRows())
-	for i := range out {
-		out[i] = ImageInfo{ImageID: ids.Value(i), OrigH: int(hs.Value(i)), OrigW: int(ws.Value(i)), Hp: hp, Wp: wp,
-			Stride: float32(img.Shape[1]) / float32(hp)}
-		off := xf.Offset() + i
-		copy(out[i].Affine[:], xv.Float64Values()[off*6:off*6+6])
+	out := make([]ImageInfo, len(rows))
+	for i, r := range rows {
+		out[i] = ImageInfo{ImageID: r.ID, OrigH: r.OrigH, OrigW: r.OrigW, Hp: hp, Wp: wp,
+			Stride: float32(img.Shape[1]) / float32(hp), Affine: r.Transform}
 	}
 	return out, nil
 }
 
 // Infer runs m in eval mode on a batch record and decodes the one-to-one
 // outputs: per image the top maxDet detections and the [nm, hp, wp]
-// prototypes (views into the output). in is a reusable input buffer.
-func Infer(m *model.Model, rec arrow.RecordBatch, in *[]float32, maxDet int) ([][]model.Detection, [][]float32, error) {
+// prototypes (host copies). The model runs on its own backend: the uint8
+// images go up, detections and prototypes come down.
+func Infer(m *model.Model, rec arrow.RecordBatch, maxDet int) ([][]model.Detection, [][]float32, error) {
 	img, err := batch.ImageTensor(rec)
 	if err != nil {
 		return nil, nil, err
 	}
-	*in = ToFloat(*in, img.Data)
-	x := tensor.New(*in, img.Count, img.Shape[0], img.Shape[1], img.Shape[2])
+	x := tensor.UploadBytes(m.Backend(), img.Data, 1.0/255, img.Count, img.Shape[0], img.Shape[1], img.Shape[2])
 	out, err := m.Forward(nil, x, model.Eval)
 	if err != nil {
 		return nil, nil, err
@@ -314,9 +268,10 @@ func Infer(m *model.Model, rec arrow.RecordBatch, in *[]float32, maxDet int) ([]
 		return nil, nil, err
 	}
 	per := out.Proto.Shape[1] * out.Proto.Shape[2] * out.Proto.Shape[3]
+	proto := out.Proto.ToHost(nil)
 	protos := make([][]float32, img.Count)
 	for i := range protos {
-		protos[i] = out.Proto.Data[i*per : (i+1)*per]
+		protos[i] = proto[i*per : (i+1)*per]
 	}
 	return dets, protos, nil
 }
@@ -324,15 +279,12 @@ func Infer(m *model.Model, rec arrow.RecordBatch, in *[]float32, maxDet int) ([]
 // nativeResults maps detections to the original image: boxes through the
 // inverse letterbox, masks by bilinear sampling of the logit grid.
 func nativeResults(dets []model.Detection, proto []float32, inf ImageInfo, opt Options) ([]Result, [][]byte, error) {
-	a := inf.Affine
-	det := a[0]*a[4] - a[1]*a[3]
-	if det == 0 {
-		return nil, nil, fmt.Errorf("image %d: singular transform %v", inf.ImageID, a)
+	a := geom.Affine(inf.Affine)
+	back, ok := a.Invert()
+	if !ok {
+		return nil, nil, fmt.Errorf("image %d: singular transform %v", inf.ImageID, inf.Affine)
 	}
-	inv := func(u, v float64) (float64, float64) {
-		u, v = u-a[2], v-a[5]
-		return (a[4]*u - a[1]*v) / det, (-a[3]*u + a[0]*v) / det
-	}
+	inv := back.Apply
 	H, W, hp, wp, s := inf.OrigH, inf.OrigW, inf.Hp, inf.Wp, float64(inf.Stride)
 	logit := make([]float32, hp*wp)
 	var res []Result
@@ -372,7 +324,7 @@ func nativeResults(dets []model.Detection, proto []float32, inf ImageInfo, opt O
 					if cx < x1 || cx >= x2 {
 						continue
 					}
-					u, v := a[0]*cx+a[1]*cy+a[2], a[3]*cx+a[4]*cy+a[5]
+					u, v := a.Apply(cx, cy)
 					if bilinear(logit, wp, r0, r1, c0, c1, u/s-0.5, v/s-0.5) > 0 {
 						mask[y*W+x] = 1
 					}

@@ -4,13 +4,28 @@
 // # Tensors
 //
 // A Tensor is a contiguous row-major float32 array (images are NCHW) with a
-// shape, its data, and a lazily allocated gradient of the same length.
-// Parameters are tensors with RequiresGrad set (see Param).
+// shape, its data, and a lazily allocated gradient of the same length, both
+// in a backend's memory: opaque buffers (backend.Buffer), never Go slices
+// into device memory. The host reaches them only through explicit
+// crossings — Upload/FromHost up, ToHost/Item down — or through Host, a
+// view the CPU backend serves without a copy and every other backend
+// refuses (HostView picks the view where there is one and a copy
+// otherwise). Parameters are tensors with RequiresGrad set (see Param).
+//
+// A tensor's backend is where it was made; an op runs on its tape's
+// backend, or for a nil tape on its first input's, so a no-grad pass over
+// a model on the emulated device stays there. Mixing backends in one op
+// panics.
 //
 // # Ops and the tape
 //
-// Every op is a method on *Tape and dispatches its heavy work through the
-// tape's backend.Backend (package cpu is the reference). Each op's forward
+// Every op is a method on *Tape and runs entirely as kernels of the tape's
+// backend.Backend (package cpu is the reference): no element of a tensor
+// is touched by host code in this package. Layout ops (Permute, Concat,
+// Split, the sums' broadcasts) are one strided Copy kernel; Scale and
+// gradient accumulation are Axpby. Ops that no production code needs
+// (clamps, scalar adds, BCE, index selection) are test helpers, not API:
+// the loss computes its own gradients (package loss). Each op's forward
 // and backward live side by side in one function: the forward computes the
 // output, and when the op is recorded a closure that holds exactly the
 // values the backward needs is pushed on the tape.
@@ -22,13 +37,13 @@
 //
 // BackwardFrom seeds output gradients (several outputs at once) and walks
 // the tape in reverse; Backward is the scalar-loss shorthand. Gradients
-// accumulate into the Grad of leaves (parameters, inputs: tensors no
+// accumulate into the gradients of leaves (parameters, inputs: tensors no
 // recorded op produced) and are never cleared by the package: call ZeroGrad
-// between steps. As in PyTorch, intermediates do not keep a Grad: each
+// between steps. As in PyTorch, intermediates do not keep a gradient: each
 // intermediate gradient buffer is recycled once the op that produced the
 // tensor has consumed it. Backward resets the tape, releasing the graph.
 //
-// Op outputs are drawn from internal pools. A training loop that calls
+// Op outputs are drawn from the backend's pools (Alloc/Free). A training loop that calls
 // RecycleOutputs(keep...) before a backward pass returns every other op
 // output of that step to the pools afterwards (see RecycleOutputs for what
 // must no longer be touched); without it the GC reclaims them. Ops that

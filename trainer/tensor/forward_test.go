@@ -37,7 +37,7 @@ func refConv(x, w, b *Tensor, o ConvOptions) []float64 {
 				for ox := 0; ox < ow; ox++ {
 					s := 0.0
 					if b != nil {
-						s = float64(b.Data[co])
+						s = float64(b.Host()[co])
 					}
 					for ci := 0; ci < cg; ci++ {
 						for ky := 0; ky < kh; ky++ {
@@ -46,7 +46,7 @@ func refConv(x, w, b *Tensor, o ConvOptions) []float64 {
 								if iy < 0 || iy >= h || ix < 0 || ix >= wd {
 									continue
 								}
-								s += float64(x.Data[((in*c+g*cg+ci)*h+iy)*wd+ix]) * float64(w.Data[((co*cg+ci)*kh+ky)*kw+kx])
+								s += float64(x.Host()[((in*c+g*cg+ci)*h+iy)*wd+ix]) * float64(w.Host()[((co*cg+ci)*kh+ky)*kw+kx])
 							}
 						}
 					}
@@ -74,7 +74,7 @@ func refConvT(x, w, b *Tensor, o ConvOptions) []float64 {
 			g := c / cig
 			for iy := 0; iy < h; iy++ {
 				for ix := 0; ix < wd; ix++ {
-					v := float64(x.Data[((in*ci+c)*h+iy)*wd+ix])
+					v := float64(x.Host()[((in*ci+c)*h+iy)*wd+ix])
 					for oc := 0; oc < cog; oc++ {
 						for ky := 0; ky < kh; ky++ {
 							for kx := 0; kx < kw; kx++ {
@@ -82,7 +82,7 @@ func refConvT(x, w, b *Tensor, o ConvOptions) []float64 {
 								if oy < 0 || oy >= oh || ox < 0 || ox >= ow {
 									continue
 								}
-								y[((in*co+g*cog+oc)*oh+oy)*ow+ox] += v * float64(w.Data[((c*cog+oc)*kh+ky)*kw+kx])
+								y[((in*co+g*cog+oc)*oh+oy)*ow+ox] += v * float64(w.Host()[((c*cog+oc)*kh+ky)*kw+kx])
 							}
 						}
 					}
@@ -92,7 +92,7 @@ func refConvT(x, w, b *Tensor, o ConvOptions) []float64 {
 	}
 	if b != nil {
 		for i := range y {
-			y[i] += float64(b.Data[(i/(oh*ow))%co])
+			y[i] += float64(b.Host()[(i/(oh*ow))%co])
 		}
 	}
 	return y
@@ -128,7 +128,7 @@ func TestConv2dMatchesDirectLoop(t *testing.T) {
 				b = Rand(r, -1, 1, c.o)
 			}
 			y := (*Tape)(nil).Conv2d(x, w, b, c.opt)
-			closeTo(t, "conv2d", y.Data, refConv(x, w, b, c.opt), 1e-5)
+			closeTo(t, "conv2d", y.Host(), refConv(x, w, b, c.opt), 1e-5)
 		})
 	}
 }
@@ -151,7 +151,7 @@ func TestConvTranspose2dMatchesScatterDefinition(t *testing.T) {
 			w := Rand(r, -1, 1, c.ci, c.co/g, c.k, c.k)
 			b := Rand(r, -1, 1, c.co)
 			y := (*Tape)(nil).ConvTranspose2d(x, w, b, c.opt)
-			closeTo(t, "convT", y.Data, refConvT(x, w, b, c.opt), 1e-5)
+			closeTo(t, "convT", y.Host(), refConvT(x, w, b, c.opt), 1e-5)
 		})
 	}
 }
@@ -165,18 +165,18 @@ func TestBatchNormTrainAndRunningStats(t *testing.T) {
 	rm0, rv0 := rm.Clone(), rv.Clone()
 	const mom, eps = 0.03, 1e-3
 	y := (*Tape)(nil).BatchNorm2d(x, w, b, rm, rv, BatchNormOptions{Training: true, Momentum: mom, Eps: eps})
-	want := make([]float64, len(x.Data))
+	want := make([]float64, len(x.Host()))
 	for ch := 0; ch < c; ch++ {
 		var s, ss float64
 		for i := 0; i < n; i++ {
 			for j := 0; j < hw; j++ {
-				s += float64(x.Data[(i*c+ch)*hw+j])
+				s += float64(x.Host()[(i*c+ch)*hw+j])
 			}
 		}
 		m := s / float64(n*hw)
 		for i := 0; i < n; i++ {
 			for j := 0; j < hw; j++ {
-				d := float64(x.Data[(i*c+ch)*hw+j]) - m
+				d := float64(x.Host()[(i*c+ch)*hw+j]) - m
 				ss += d * d
 			}
 		}
@@ -184,23 +184,23 @@ func TestBatchNormTrainAndRunningStats(t *testing.T) {
 		for i := 0; i < n; i++ {
 			for j := 0; j < hw; j++ {
 				k := (i*c+ch)*hw + j
-				want[k] = (float64(x.Data[k])-m)/math.Sqrt(vb+eps)*float64(w.Data[ch]) + float64(b.Data[ch])
+				want[k] = (float64(x.Host()[k])-m)/math.Sqrt(vb+eps)*float64(w.Host()[ch]) + float64(b.Host()[ch])
 			}
 		}
-		closeTo(t, "running mean", rm.Data[ch:ch+1], []float64{(1-mom)*float64(rm0.Data[ch]) + mom*m}, 1e-6)
-		closeTo(t, "running var (unbiased)", rv.Data[ch:ch+1], []float64{(1-mom)*float64(rv0.Data[ch]) + mom*vu}, 1e-6)
+		closeTo(t, "running mean", rm.Host()[ch:ch+1], []float64{(1-mom)*float64(rm0.Host()[ch]) + mom*m}, 1e-6)
+		closeTo(t, "running var (unbiased)", rv.Host()[ch:ch+1], []float64{(1-mom)*float64(rv0.Host()[ch]) + mom*vu}, 1e-6)
 	}
-	closeTo(t, "train output", y.Data, want, 1e-5)
+	closeTo(t, "train output", y.Host(), want, 1e-5)
 
 	// Eval mode uses the running statistics and leaves them alone.
 	rm1, rv1 := rm.Clone(), rv.Clone()
 	ye := (*Tape)(nil).BatchNorm2d(x, w, b, rm, rv, BatchNormOptions{Momentum: mom, Eps: eps})
 	for k := range want {
 		ch := (k / hw) % c
-		want[k] = (float64(x.Data[k])-float64(rm.Data[ch]))/math.Sqrt(float64(rv.Data[ch])+eps)*float64(w.Data[ch]) + float64(b.Data[ch])
+		want[k] = (float64(x.Host()[k])-float64(rm.Host()[ch]))/math.Sqrt(float64(rv.Host()[ch])+eps)*float64(w.Host()[ch]) + float64(b.Host()[ch])
 	}
-	closeTo(t, "eval output", ye.Data, want, 1e-5)
-	if !AllClose(rm.Data, rm1.Data, 0, 0) || !AllClose(rv.Data, rv1.Data, 0, 0) {
+	closeTo(t, "eval output", ye.Host(), want, 1e-5)
+	if !AllClose(rm.Host(), rm1.Host(), 0, 0) || !AllClose(rv.Host(), rv1.Host(), 0, 0) {
 		t.Fatal("eval mode changed the running statistics")
 	}
 }
@@ -211,7 +211,7 @@ func TestMaxPoolMatchesWindowMax(t *testing.T) {
 		x := Rand(r, -1, 1, 2, 3, c.h, c.w)
 		y := (*Tape)(nil).MaxPool2d(x, c.k, c.s, c.p)
 		oh, ow := (c.h+2*c.p-c.k)/c.s+1, (c.w+2*c.p-c.k)/c.s+1
-		want := make([]float64, 0, len(y.Data))
+		want := make([]float64, 0, len(y.Host()))
 		for pl := 0; pl < 6; pl++ {
 			for oy := 0; oy < oh; oy++ {
 				for ox := 0; ox < ow; ox++ {
@@ -220,7 +220,7 @@ func TestMaxPoolMatchesWindowMax(t *testing.T) {
 						for kx := 0; kx < c.k; kx++ {
 							iy, ix := oy*c.s-c.p+ky, ox*c.s-c.p+kx
 							if iy >= 0 && iy < c.h && ix >= 0 && ix < c.w {
-								m = math.Max(m, float64(x.Data[(pl*c.h+iy)*c.w+ix]))
+								m = math.Max(m, float64(x.Host()[(pl*c.h+iy)*c.w+ix]))
 							}
 						}
 					}
@@ -228,7 +228,7 @@ func TestMaxPoolMatchesWindowMax(t *testing.T) {
 				}
 			}
 		}
-		closeTo(t, fmt.Sprintf("maxpool %+v", c), y.Data, want, 0)
+		closeTo(t, fmt.Sprintf("maxpool %+v", c), y.Host(), want, 0)
 	}
 }
 
@@ -236,24 +236,24 @@ func TestSoftmaxRowsSumToOneAndMatchDefinition(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
 	x := Rand(r, -30, 30, 2, 5, 3)
 	y := (*Tape)(nil).Softmax(x, 1)
-	want := make([]float64, len(x.Data))
+	want := make([]float64, len(x.Host()))
 	for o := 0; o < 2; o++ {
 		for in := 0; in < 3; in++ {
 			var s float64
 			for i := 0; i < 5; i++ {
-				s += math.Exp(float64(x.Data[(o*5+i)*3+in]))
+				s += math.Exp(float64(x.Host()[(o*5+i)*3+in]))
 			}
 			for i := 0; i < 5; i++ {
 				k := (o*5+i)*3 + in
-				want[k] = math.Exp(float64(x.Data[k])) / s
+				want[k] = math.Exp(float64(x.Host()[k])) / s
 			}
 		}
 	}
-	closeTo(t, "softmax", y.Data, want, 1e-6)
+	closeTo(t, "softmax", y.Host(), want, 1e-6)
 	big := (*Tape)(nil).Softmax(New([]float32{1000, 1001, 999}, 1, 3), -1)
-	for _, v := range big.Data {
+	for _, v := range big.Host() {
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			t.Fatalf("softmax overflowed on large logits: %v", big.Data)
+			t.Fatalf("softmax overflowed on large logits: %v", big.Host())
 		}
 	}
 }
@@ -274,7 +274,7 @@ func TestMatMulMatchesDotProducts(t *testing.T) {
 		}
 		a, b := Rand(r, -1, 1, ash...), Rand(r, -1, 1, bsh...)
 		y := (*Tape)(nil).MatMulT(a, b, c.ta, c.tb)
-		want := make([]float64, 0, len(y.Data))
+		want := make([]float64, 0, len(y.Host()))
 		for bi := 0; bi < c.batch; bi++ {
 			for i := 0; i < c.m; i++ {
 				for j := 0; j < c.n; j++ {
@@ -288,13 +288,13 @@ func TestMatMulMatchesDotProducts(t *testing.T) {
 						if c.tb {
 							bj = (bi*c.n+j)*c.k + p
 						}
-						s += float64(a.Data[ai]) * float64(b.Data[bj])
+						s += float64(a.Host()[ai]) * float64(b.Host()[bj])
 					}
 					want = append(want, s)
 				}
 			}
 		}
-		closeTo(t, fmt.Sprintf("matmul %+v", c), y.Data, want, 1e-5)
+		closeTo(t, fmt.Sprintf("matmul %+v", c), y.Host(), want, 1e-5)
 	}
 }
 
@@ -303,23 +303,23 @@ func TestLayoutOps(t *testing.T) {
 	var tp *Tape
 	p := tp.Permute(x, 2, 0, 1)
 	want := []float64{0, 2, 4, 6, 8, 10, 1, 3, 5, 7, 9, 11}
-	closeTo(t, "permute", p.Data, want, 0)
+	closeTo(t, "permute", p.Host(), want, 0)
 	if fmt.Sprint(p.Shape) != "[2 2 3]" {
 		t.Fatalf("permute shape %v", p.Shape)
 	}
 	parts := tp.Split(x, 1, 1, 2)
-	closeTo(t, "split 0", parts[0].Data, []float64{0, 1, 6, 7}, 0)
-	closeTo(t, "split 1", parts[1].Data, []float64{2, 3, 4, 5, 8, 9, 10, 11}, 0)
+	closeTo(t, "split 0", parts[0].Host(), []float64{0, 1, 6, 7}, 0)
+	closeTo(t, "split 1", parts[1].Host(), []float64{2, 3, 4, 5, 8, 9, 10, 11}, 0)
 	back := tp.Concat(1, parts...)
-	closeTo(t, "concat(split)", back.Data, []float64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, 0)
+	closeTo(t, "concat(split)", back.Host(), []float64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, 0)
 	up := tp.UpsampleNearest(New([]float32{1, 2, 3, 4}, 1, 1, 2, 2), 2)
-	closeTo(t, "upsample", up.Data, []float64{1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4}, 0)
+	closeTo(t, "upsample", up.Host(), []float64{1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4}, 0)
 	sel := tp.IndexSelect(x, 1, []int{2, 0})
-	closeTo(t, "index select", sel.Data, []float64{4, 5, 0, 1, 10, 11, 6, 7}, 0)
+	closeTo(t, "index select", sel.Host(), []float64{4, 5, 0, 1, 10, 11, 6, 7}, 0)
 	s := tp.SumAxis(x, 0, false)
-	closeTo(t, "sum axis", s.Data, []float64{6, 8, 10, 12, 14, 16}, 0)
+	closeTo(t, "sum axis", s.Host(), []float64{6, 8, 10, 12, 14, 16}, 0)
 	bc := tp.Add(x, New([]float32{100, 200, 300}, 3, 1))
-	closeTo(t, "broadcast add", bc.Data, []float64{100, 101, 202, 203, 304, 305, 106, 107, 208, 209, 310, 311}, 0)
+	closeTo(t, "broadcast add", bc.Host(), []float64{100, 101, 202, 203, 304, 305, 106, 107, 208, 209, 310, 311}, 0)
 }
 
 func TestBCEWithLogitsIsStable(t *testing.T) {
@@ -327,9 +327,9 @@ func TestBCEWithLogitsIsStable(t *testing.T) {
 	tg := New([]float32{0, 1, 0.5, 0, 1}, 5)
 	y := (*Tape)(nil).BCEWithLogits(x, tg)
 	want := make([]float64, 5)
-	for i, v := range x.Data {
-		xv, tv := float64(v), float64(tg.Data[i])
+	for i, v := range x.Host() {
+		xv, tv := float64(v), float64(tg.Host()[i])
 		want[i] = math.Max(xv, 0) - xv*tv + math.Log1p(math.Exp(-math.Abs(xv)))
 	}
-	closeTo(t, "bce", y.Data, want, 1e-6)
+	closeTo(t, "bce", y.Host(), want, 1e-6)
 }

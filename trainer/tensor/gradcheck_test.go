@@ -6,6 +6,9 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"testing"
+
+	"github.com/segpipe/segpipe/trainer/tensor/backend"
+	"github.com/segpipe/segpipe/trainer/tensor/cpu"
 )
 
 // gradCase is one differentiable computation checked against central
@@ -33,7 +36,7 @@ const (
 func probeLoss(outs []*Tensor, r [][]float32) float64 {
 	var s float64
 	for k, o := range outs {
-		for i, v := range o.Data {
+		for i, v := range o.ToHost(nil) {
 			s += float64(r[k][i]) * float64(v)
 		}
 	}
@@ -41,10 +44,15 @@ func probeLoss(outs []*Tensor, r [][]float32) float64 {
 }
 
 // checkGrad returns the worst mismatch as an error, or nil.
-func checkGrad(c gradCase, seed uint64) error {
+func checkGrad(c gradCase, seed uint64) error { return checkGradOn(nil, c, seed) }
+
+// checkGradOn runs the check with the inputs on be (nil: where the case
+// makes them), perturbing them through explicit host copies so that it
+// runs on memory the host cannot see.
+func checkGradOn(be backend.Backend, c gradCase, seed uint64) error {
 	rng := rand.New(rand.NewPCG(seed, 7))
-	in := c.inputs(rng)
-	tp := NewTape(nil)
+	in := onBackend(be, c.inputs(rng))
+	tp := NewTape(be)
 	outs := c.f(tp, in)
 	r := make([][]float32, len(outs))
 	seeds := make([]*Tensor, len(outs))
@@ -53,7 +61,7 @@ func checkGrad(c gradCase, seed uint64) error {
 		for i := range r[k] {
 			r[k][i] = float32(rng.Float64()*2 - 1)
 		}
-		seeds[k] = New(r[k], o.Shape...)
+		seeds[k] = Upload(o.Backend(), r[k], o.Shape...)
 	}
 	if err := tp.BackwardFrom(outs, seeds); err != nil {
 		return err
@@ -63,26 +71,31 @@ func checkGrad(c gradCase, seed uint64) error {
 		if x == nil || !x.RequiresGrad {
 			continue
 		}
-		if x.Grad == nil {
+		if !x.HasGrad() {
 			return fmt.Errorf("input %d received no gradient", ii)
 		}
-		for i := range x.Data {
-			orig := x.Data[i]
+		grad := x.GradToHost(nil)
+		vals := x.ToHost(nil)
+		for i := range vals {
+			orig := vals[i]
 			// Richardson extrapolation of two central differences cancels the
 			// eps² truncation term, which dominates for curved ops (batch-norm
 			// over a handful of samples); each difference divides by the step
 			// float32 actually took.
 			diff := func(h float32) float64 {
 				hi, lo := orig+h, orig-h
-				x.Data[i] = hi
+				vals[i] = hi
+				x.FromHost(vals)
 				lp := probeLoss(c.f(nil, in), r)
-				x.Data[i] = lo
+				vals[i] = lo
+				x.FromHost(vals)
 				lm := probeLoss(c.f(nil, in), r)
-				x.Data[i] = orig
+				vals[i] = orig
+				x.FromHost(vals)
 				return (lp - lm) / float64(hi-lo)
 			}
 			num := (4*diff(fdEps/2) - diff(fdEps)) / 3
-			ana := float64(x.Grad[i])
+			ana := float64(grad[i])
 			if d := math.Abs(ana - num); !(d <= fdAtol+fdRtol*math.Max(math.Abs(ana), math.Abs(num))) {
 				return fmt.Errorf("input %d %v element %d: analytic %.6g, numeric %.6g", ii, x.Shape, i, ana, num)
 			}
@@ -93,6 +106,23 @@ func checkGrad(c gradCase, seed uint64) error {
 		return fmt.Errorf("no input requires grad")
 	}
 	return nil
+}
+
+// onBackend uploads copies of in to be (nil: returns in as it is).
+func onBackend(be backend.Backend, in []*Tensor) []*Tensor {
+	if be == nil {
+		return in
+	}
+	out := make([]*Tensor, len(in))
+	for i, x := range in {
+		if x == nil {
+			continue
+		}
+		y := Upload(be, x.ToHost(nil), x.Shape...)
+		y.Name, y.RequiresGrad = x.Name, x.RequiresGrad
+		out[i] = y
+	}
+	return out
 }
 
 // param returns a uniform [-1,1) tensor that requires grad.
@@ -109,7 +139,7 @@ func spaced(r *rand.Rand, shape ...int) *Tensor {
 	t := Zeros(shape...)
 	perm := r.Perm(t.Numel())
 	for i, p := range perm {
-		t.Data[i] = float32(p-t.Numel()/2)*0.1 + 0.05
+		t.Host()[i] = float32(p-t.Numel()/2)*0.1 + 0.05
 	}
 	t.RequiresGrad = true
 	return t
@@ -161,8 +191,8 @@ func gradCases() []gradCase {
 	// |a−b| ≥ 0.05 > 2·eps and no probe crosses a tie.
 	onGrid := func(r *rand.Rand, shape ...int) *Tensor {
 		t := spaced(r, shape...)
-		for i := range t.Data {
-			t.Data[i] -= 0.05
+		for i := range t.Host() {
+			t.Host()[i] -= 0.05
 		}
 		return t
 	}
@@ -364,14 +394,14 @@ func TestGradCheckRejectsWrongGradient(t *testing.T) {
 	wrong := map[string]func(tp *Tape, x *Tensor) *Tensor{
 		"silu with sigmoid derivative": func(tp *Tape, x *Tensor) *Tensor {
 			y := Zeros(x.Shape...)
-			for i, v := range x.Data {
-				y.Data[i] = v * sigmoid(v)
+			for i, v := range x.Host() {
+				y.Host()[i] = v * sigmoid(v)
 			}
 			if tp.wants(x) {
 				tp.push(func() {
-					g := x.GradBuf()
-					for i, d := range y.Grad {
-						s := sigmoid(x.Data[i])
+					g := x.gradAlloc()
+					for i, d := range y.GradHost() {
+						s := sigmoid(x.Host()[i])
 						g[i] += d * s * (1 - s)
 					}
 				}, y)
@@ -382,8 +412,8 @@ func TestGradCheckRejectsWrongGradient(t *testing.T) {
 			y := tp.NoGrad().Scale(x, 2)
 			if tp.wants(x) {
 				tp.push(func() {
-					g := x.GradBuf()
-					for i, d := range y.Grad {
+					g := x.gradAlloc()
+					for i, d := range y.GradHost() {
 						g[i] += d * 2.02
 					}
 				}, y)
@@ -407,9 +437,10 @@ func TestGradCheckRejectsWrongGradient(t *testing.T) {
 // split loops (broadcast runs, concat/split copies, bias sums, upsample)
 // are exercised on small shapes.
 func TestGradientsOnParallelPaths(t *testing.T) {
-	saved := minParallel
-	minParallel = 1
-	defer func() { minParallel = saved }()
+	saved := hostBackend
+	hostBackend = &cpu.Backend{Kernels: cpu.Kernels{MinParallel: 1}}
+	defaultBackend = hostBackend
+	defer func() { hostBackend, defaultBackend = saved, saved }()
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
 	for _, c := range gradCases() {
 		if err := checkGrad(c, 5); err != nil {

@@ -2,7 +2,6 @@ package tensor
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
@@ -46,22 +45,22 @@ func (tp *Tape) Conv2d(x, w, b *Tensor, o ConvOptions) *Tensor {
 	if oh <= 0 || ow <= 0 {
 		panic(fmt.Sprintf("tensor.Conv2d: input %s too small for weight %s", x.desc(), w.desc()))
 	}
-	be := tp.Backend()
-	y := outputUninit(p.N, p.OutC, oh, ow)
-	be.Conv2d(p, x.Data, w.Data, y.Data)
+	be := tp.on(x)
+	y := outputUninit(be, p.N, p.OutC, oh, ow)
+	be.Conv2d(p, x.data, w.data, y.data)
 	if b != nil {
-		addChannelBias(y.Data, b.Data, p.N, p.OutC, oh*ow)
+		be.ChannelAffine(p.N, p.OutC, oh*ow, y.data, backend.Buffer{}, b.data, y.data)
 	}
 	if tp.wants(x, w, b) {
 		tp.push(func() {
 			if needs(x) {
-				be.Conv2dBackwardData(p, y.Grad, w.Data, x.GradBuf())
+				be.Conv2dBackwardData(p, y.grad, w.data, x.GradBuffer())
 			}
 			if needs(w) {
-				be.Conv2dBackwardFilter(p, x.Data, y.Grad, w.GradBuf())
+				be.Conv2dBackwardFilter(p, x.data, y.grad, w.GradBuffer())
 			}
 			if needs(b) {
-				sumChannelGrad(y.Grad, b.GradBuf(), p.N, p.OutC, oh*ow)
+				be.ChannelSum(p.N, p.OutC, oh*ow, y.grad, b.GradBuffer())
 			}
 		}, y)
 	}
@@ -91,61 +90,30 @@ func (tp *Tape) ConvTranspose2d(x, w, b *Tensor, o ConvOptions) *Tensor {
 	// The equivalent forward convolution maps the output back to x.
 	p := backend.Conv{N: x.Shape[0], InC: cout, InH: oh, InW: ow, OutC: x.Shape[1],
 		KH: w.Shape[2], KW: w.Shape[3], Stride: o.Stride, Pad: o.Padding, Groups: o.Groups}
-	be := tp.Backend()
-	y := output(p.N, cout, oh, ow)
-	be.Conv2dBackwardData(p, x.Data, w.Data, y.Data)
+	be := tp.on(x)
+	y := output(be, p.N, cout, oh, ow)
+	be.Conv2dBackwardData(p, x.data, w.data, y.data)
 	if b != nil {
-		addChannelBias(y.Data, b.Data, p.N, cout, oh*ow)
+		be.ChannelAffine(p.N, cout, oh*ow, y.data, backend.Buffer{}, b.data, y.data)
 	}
 	if tp.wants(x, w, b) {
 		tp.push(func() {
 			if needs(x) {
 				// Conv2d overwrites, so its result lands in scratch first.
-				tmp := getBuf(x.Numel())
-				be.Conv2d(p, y.Grad, w.Data, tmp)
-				gx := x.GradBuf()
-				for i, v := range tmp {
-					gx[i] += v
-				}
-				putBuf(tmp)
+				tmp := scratch(be, x.Numel())
+				be.Conv2d(p, y.grad, w.data, tmp)
+				be.Axpby(1, tmp, 1, x.GradBuffer())
+				be.Free(tmp)
 			}
 			if needs(w) {
-				be.Conv2dBackwardFilter(p, y.Grad, x.Data, w.GradBuf())
+				be.Conv2dBackwardFilter(p, y.grad, x.data, w.GradBuffer())
 			}
 			if needs(b) {
-				sumChannelGrad(y.Grad, b.GradBuf(), p.N, cout, oh*ow)
+				be.ChannelSum(p.N, cout, oh*ow, y.grad, b.GradBuffer())
 			}
 		}, y)
 	}
 	return y
-}
-
-func addChannelBias(y, b []float32, n, c, hw int) {
-	parallel(n*c, n*c*hw, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			v := b[i%c]
-			ys := y[i*hw : (i+1)*hw]
-			for j := range ys {
-				ys[j] += v
-			}
-		}
-	})
-}
-
-// sumChannelGrad adds Σ_{n,hw} gy to gb; channels are split across
-// goroutines so each gb entry has one writer.
-func sumChannelGrad(gy, gb []float32, n, c, hw int) {
-	parallel(c, n*c*hw, func(lo, hi int) {
-		for ch := lo; ch < hi; ch++ {
-			var s float64
-			for i := 0; i < n; i++ {
-				for _, v := range gy[(i*c+ch)*hw : (i*c+ch+1)*hw] {
-					s += float64(v)
-				}
-			}
-			gb[ch] += float32(s)
-		}
-	})
 }
 
 // BatchNormOptions configures BatchNorm2d.
@@ -179,44 +147,42 @@ func (tp *Tape) BatchNorm2d(x, weight, bias, runningMean, runningVar *Tensor, o 
 			panic(fmt.Sprintf("tensor.BatchNorm2d: parameter %s for %d channels", t.desc(), c))
 		}
 	}
-	var wd, bd []float32
+	var wd, bd backend.Buffer
 	if weight != nil {
-		wd = weight.Data
+		wd = weight.data
 	}
 	if bias != nil {
-		bd = bias.Data
+		bd = bias.data
 	}
-	be := tp.Backend()
-	y := outputUninit(x.Shape...)
+	be := tp.on(x)
+	y := outputUninit(be, x.Shape...)
 	if o.Training {
 		if n*hw < 2 {
 			// As PyTorch: one value per channel has no batch variance.
 			panic(fmt.Sprintf("tensor.BatchNorm2d: training needs more than one value per channel, input %s", x.desc()))
 		}
-		mean := make([]float32, c)
-		invstd := make([]float32, c)
-		varU := make([]float32, c)
-		be.BatchNormTrain(n, c, hw, o.Eps, x.Data, wd, bd, y.Data, mean, invstd, varU)
+		// The saved statistics live as long as the backward closure.
+		stats := be.Alloc(3 * c)
+		mean, invstd, varU := stats.Slice(0, c), stats.Slice(c, 2*c), stats.Slice(2*c, 3*c)
+		be.BatchNormTrain(n, c, hw, o.Eps, x.data, wd, bd, y.data, mean, invstd, varU)
 		if runningMean != nil && runningVar != nil {
 			m := o.Momentum
-			for i := 0; i < c; i++ {
-				runningMean.Data[i] = (1-m)*runningMean.Data[i] + m*mean[i]
-				runningVar.Data[i] = (1-m)*runningVar.Data[i] + m*varU[i]
-			}
+			be.Axpby(m, mean, 1-m, runningMean.data)
+			be.Axpby(m, varU, 1-m, runningVar.data)
 		}
 		if tp.wants(x, weight, bias) {
 			tp.push(func() {
-				var dx, dw, db []float32
+				var dx, dw, db backend.Buffer
 				if needs(x) {
-					dx = x.GradBuf()
+					dx = x.GradBuffer()
 				}
 				if needs(weight) {
-					dw = weight.GradBuf()
+					dw = weight.GradBuffer()
 				}
 				if needs(bias) {
-					db = bias.GradBuf()
+					db = bias.GradBuffer()
 				}
-				be.BatchNormBackward(n, c, hw, x.Data, y.Grad, mean, invstd, wd, dx, dw, db)
+				be.BatchNormBackward(n, c, hw, x.data, y.grad, mean, invstd, wd, dx, dw, db)
 			}, y)
 		}
 		return y
@@ -224,58 +190,21 @@ func (tp *Tape) BatchNorm2d(x, weight, bias, runningMean, runningVar *Tensor, o 
 	if runningMean == nil || runningVar == nil {
 		panic("tensor.BatchNorm2d: eval mode needs running statistics")
 	}
-	invstd := make([]float32, c)
-	scale := make([]float32, c)
-	shift := make([]float32, c)
-	for i := 0; i < c; i++ {
-		invstd[i] = float32(1 / math.Sqrt(float64(runningVar.Data[i])+float64(o.Eps)))
-		g, b := float32(1), float32(0)
-		if wd != nil {
-			g = wd[i]
-		}
-		if bd != nil {
-			b = bd[i]
-		}
-		scale[i] = g * invstd[i]
-		shift[i] = b - runningMean.Data[i]*scale[i]
-	}
-	be.ChannelAffine(n, c, hw, x.Data, scale, shift, y.Data)
+	rm, rv := runningMean.data, runningVar.data
+	be.BatchNormEval(n, c, hw, o.Eps, x.data, wd, bd, rm, rv, y.data)
 	if tp.wants(x, weight, bias) {
-		rm := runningMean.Data
 		tp.push(func() {
-			var gx, gw, gb []float32
+			var gx, gw, gb backend.Buffer
 			if needs(x) {
-				gx = x.GradBuf()
+				gx = x.GradBuffer()
 			}
 			if needs(weight) {
-				gw = weight.GradBuf()
+				gw = weight.GradBuffer()
 			}
 			if needs(bias) {
-				gb = bias.GradBuf()
+				gb = bias.GradBuffer()
 			}
-			for i := 0; i < n*c; i++ {
-				ch := i % c
-				dy := y.Grad[i*hw : (i+1)*hw]
-				xs := x.Data[i*hw : (i+1)*hw]
-				var sdy, sdyx float32
-				for j, g := range dy {
-					sdy += g
-					sdyx += g * (xs[j] - rm[ch]) * invstd[ch]
-				}
-				if gw != nil {
-					gw[ch] += sdyx
-				}
-				if gb != nil {
-					gb[ch] += sdy
-				}
-				if gx != nil {
-					k := scale[ch]
-					gxs := gx[i*hw : (i+1)*hw]
-					for j, g := range dy {
-						gxs[j] += g * k
-					}
-				}
-			}
+			be.BatchNormEvalBackward(n, c, hw, o.Eps, x.data, y.grad, wd, rm, rv, gx, gw, gb)
 		}, y)
 	}
 	return y
@@ -288,12 +217,12 @@ func (tp *Tape) MaxPool2d(x *Tensor, k, stride, padding int) *Tensor {
 		panic(fmt.Sprintf("tensor.MaxPool2d: input %s with k=%d stride=%d padding=%d", x.desc(), k, stride, padding))
 	}
 	p := backend.Pool{N: x.Shape[0], C: x.Shape[1], H: x.Shape[2], W: x.Shape[3], K: k, Stride: stride, Pad: padding}
-	be := tp.Backend()
-	y := outputUninit(p.N, p.C, p.OutH(), p.OutW())
-	arg := make([]int32, y.Numel())
-	be.MaxPool2d(p, x.Data, y.Data, arg)
+	be := tp.on(x)
+	y := outputUninit(be, p.N, p.C, p.OutH(), p.OutW())
+	arg := be.Alloc(y.Numel()) // int32 winners
+	be.MaxPool2d(p, x.data, y.data, arg)
 	if tp.wants(x) {
-		tp.push(func() { be.MaxPool2dBackward(p, y.Grad, arg, x.GradBuf()) }, y)
+		tp.push(func() { be.MaxPool2dBackward(p, y.grad, arg, x.GradBuffer()) }, y)
 	}
 	return y
 }
@@ -305,37 +234,12 @@ func (tp *Tape) UpsampleNearest(x *Tensor, factor int) *Tensor {
 		panic(fmt.Sprintf("tensor.UpsampleNearest: input %s factor %d", x.desc(), factor))
 	}
 	n, c, h, w := x.Shape[0], x.Shape[1], x.Shape[2], x.Shape[3]
-	H, W := h*factor, w*factor
-	y := outputUninit(n, c, H, W)
-	parallel(n*c, y.Numel(), func(lo, hi int) {
-		for pl := lo; pl < hi; pl++ {
-			src := x.Data[pl*h*w : (pl+1)*h*w]
-			dst := y.Data[pl*H*W : (pl+1)*H*W]
-			for oy := 0; oy < H; oy++ {
-				row := src[(oy/factor)*w : (oy/factor+1)*w]
-				d := dst[oy*W : (oy+1)*W]
-				for ox := range d {
-					d[ox] = row[ox/factor]
-				}
-			}
-		}
-	})
+	p := backend.Upsample{Planes: n * c, H: h, W: w, Factor: factor}
+	be := tp.on(x)
+	y := outputUninit(be, n, c, h*factor, w*factor)
+	be.UpsampleNearest(p, x.data, y.data)
 	if tp.wants(x) {
-		tp.push(func() {
-			gx := x.GradBuf()
-			parallel(n*c, y.Numel(), func(lo, hi int) {
-				for pl := lo; pl < hi; pl++ {
-					g := gx[pl*h*w : (pl+1)*h*w]
-					gy := y.Grad[pl*H*W : (pl+1)*H*W]
-					for oy := 0; oy < H; oy++ {
-						row := g[(oy/factor)*w : (oy/factor+1)*w]
-						for ox, v := range gy[oy*W : (oy+1)*W] {
-							row[ox/factor] += v
-						}
-					}
-				}
-			})
-		}, y)
+		tp.push(func() { be.UpsampleNearestBackward(p, y.grad, x.GradBuffer()) }, y)
 	}
 	return y
 }

@@ -2,19 +2,18 @@ package tensor
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
 
 // unary runs a backend unary function with its backward.
 func (tp *Tape) unary(f backend.Unary, x *Tensor) *Tensor {
-	be := tp.Backend()
-	y := outputUninit(x.Shape...)
-	be.Unary(f, x.Data, y.Data)
+	be := tp.on(x)
+	y := outputUninit(be, x.Shape...)
+	be.Unary(f, x.data, y.data)
 	if tp.wants(x) {
 		tp.push(func() {
-			be.UnaryBackward(f, x.Data, y.Data, y.Grad, x.GradBuf())
+			be.UnaryBackward(f, x.data, y.data, y.grad, x.GradBuffer())
 		}, y)
 	}
 	return y
@@ -55,101 +54,13 @@ func (tp *Tape) Tanh(x *Tensor) *Tensor { return tp.unary(backend.Tanh, x) }
 
 // Scale returns s·x.
 func (tp *Tape) Scale(x *Tensor, s float32) *Tensor {
-	y := outputUninit(x.Shape...)
-	parallel(len(x.Data), len(x.Data), func(lo, hi int) {
-		for i, v := range x.Data[lo:hi] {
-			y.Data[lo+i] = v * s
-		}
-	})
+	be := tp.on(x)
+	y := outputUninit(be, x.Shape...)
+	be.Axpby(s, x.data, 0, y.data)
 	if tp.wants(x) {
-		tp.push(func() {
-			gx := x.GradBuf()
-			parallel(len(gx), len(gx), func(lo, hi int) {
-				for i, g := range y.Grad[lo:hi] {
-					gx[lo+i] += g * s
-				}
-			})
-		}, y)
+		tp.push(func() { be.Axpby(s, y.grad, 1, x.GradBuffer()) }, y)
 	}
 	return y
-}
-
-// AddScalar returns x + s.
-func (tp *Tape) AddScalar(x *Tensor, s float32) *Tensor {
-	y := outputUninit(x.Shape...)
-	for i, v := range x.Data {
-		y.Data[i] = v + s
-	}
-	if tp.wants(x) {
-		tp.push(func() {
-			gx := x.GradBuf()
-			for i, g := range y.Grad {
-				gx[i] += g
-			}
-		}, y)
-	}
-	return y
-}
-
-// Clamp limits x to [lo, hi]; as in PyTorch the gradient passes where
-// lo ≤ x ≤ hi (boundaries included) and is zero elsewhere. Use ±Inf for an
-// open side.
-func (tp *Tape) Clamp(x *Tensor, lo, hi float32) *Tensor {
-	y := outputUninit(x.Shape...)
-	for i, v := range x.Data {
-		y.Data[i] = min(max(v, lo), hi)
-	}
-	if tp.wants(x) {
-		tp.push(func() {
-			gx := x.GradBuf()
-			for i, g := range y.Grad {
-				if v := x.Data[i]; v >= lo && v <= hi {
-					gx[i] += g
-				}
-			}
-		}, y)
-	}
-	return y
-}
-
-// BCEWithLogits returns the elementwise binary cross-entropy of
-// sigmoid(logits) against targets, computed stably as
-// max(x,0) − x·t + log(1+e^−|x|). No reduction is applied. logits and
-// targets must have the same shape; targets may require grad (d/dt = −x).
-func (tp *Tape) BCEWithLogits(logits, targets *Tensor) *Tensor {
-	if !SameShape(logits, targets) {
-		panic(fmt.Sprintf("tensor.BCEWithLogits: logits %s vs targets %s", logits.desc(), targets.desc()))
-	}
-	y := outputUninit(logits.Shape...)
-	for i, x := range logits.Data {
-		t := targets.Data[i]
-		y.Data[i] = max(x, 0) - x*t + float32(math.Log1p(math.Exp(-math.Abs(float64(x)))))
-	}
-	if tp.wants(logits, targets) {
-		tp.push(func() {
-			if needs(logits) {
-				gx := logits.GradBuf()
-				for i, g := range y.Grad {
-					gx[i] += g * (sigmoid(logits.Data[i]) - targets.Data[i])
-				}
-			}
-			if needs(targets) {
-				gt := targets.GradBuf()
-				for i, g := range y.Grad {
-					gt[i] -= g * logits.Data[i]
-				}
-			}
-		}, y)
-	}
-	return y
-}
-
-func sigmoid(v float32) float32 {
-	if v >= 0 {
-		return float32(1 / (1 + math.Exp(-float64(v))))
-	}
-	e := math.Exp(float64(v))
-	return float32(e / (1 + e))
 }
 
 // Binary ops broadcast numpy-style: shapes align from the right and a
@@ -179,19 +90,19 @@ func (tp *Tape) Minimum(a, b *Tensor) *Tensor { return tp.binary(backend.Minimum
 func (tp *Tape) binary(f backend.Binary, a, b *Tensor) *Tensor {
 	out, sa, sb := broadcastShapes(a, b)
 	s := backend.Broadcast{Shape: out, StrideA: sa, StrideB: sb}
-	be := tp.Backend()
-	y := outputUninit(out...)
-	be.Binary(f, s, a.Data, b.Data, y.Data)
+	be := tp.on(a)
+	y := outputUninit(be, out...)
+	be.Binary(f, s, a.data, b.data, y.data)
 	if tp.wants(a, b) {
 		tp.push(func() {
-			var ga, gb []float32
+			var ga, gb backend.Buffer
 			if needs(a) {
-				ga = a.GradBuf()
+				ga = a.GradBuffer()
 			}
 			if needs(b) {
-				gb = b.GradBuf()
+				gb = b.GradBuffer()
 			}
-			be.BinaryBackward(f, s, a.Data, b.Data, y.Grad, ga, gb)
+			be.BinaryBackward(f, s, a.data, b.data, y.grad, ga, gb)
 		}, y)
 	}
 	return y

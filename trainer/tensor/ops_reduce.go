@@ -12,11 +12,11 @@ func (tp *Tape) Softmax(x *Tensor, axis int) *Tensor {
 	axis = x.axis(axis)
 	outer, inner := outerInner(x.Shape, axis)
 	n := x.Shape[axis]
-	be := tp.Backend()
-	y := outputUninit(x.Shape...)
-	be.Softmax(outer, n, inner, x.Data, y.Data)
+	be := tp.on(x)
+	y := outputUninit(be, x.Shape...)
+	be.Softmax(outer, n, inner, x.data, y.data)
 	if tp.wants(x) {
-		tp.push(func() { be.SoftmaxBackward(outer, n, inner, y.Data, y.Grad, x.GradBuf()) }, y)
+		tp.push(func() { be.SoftmaxBackward(outer, n, inner, y.data, y.grad, x.GradBuffer()) }, y)
 	}
 	return y
 }
@@ -24,18 +24,13 @@ func (tp *Tape) Softmax(x *Tensor, axis int) *Tensor {
 // Sum returns the sum of all elements as a 0-d tensor (accumulated in
 // float64).
 func (tp *Tape) Sum(x *Tensor) *Tensor {
-	var s float64
-	for _, v := range x.Data {
-		s += float64(v)
-	}
-	y := Scalar(float32(s))
+	be := tp.on(x)
+	y := output(be, []int{}...)
+	be.ChannelSum(1, 1, x.Numel(), x.data, y.data)
 	if tp.wants(x) {
 		tp.push(func() {
-			g := y.Grad[0]
-			gx := x.GradBuf()
-			for i := range gx {
-				gx[i] += g
-			}
+			gx := x.GradBuffer()
+			be.Copy(backend.Strided{Shape: []int{gx.Len}, Src: []int{0}, Dst: []int{1}, Accumulate: true}, y.grad, gx)
 		}, y)
 	}
 	return y
@@ -60,27 +55,14 @@ func (tp *Tape) SumAxis(x *Tensor, axis int, keepDim bool) *Tensor {
 	} else {
 		shape = slices.Delete(shape, axis, axis+1)
 	}
-	y := output(shape...)
-	for o := 0; o < outer; o++ {
-		dst := y.Data[o*inner : (o+1)*inner]
-		for i := 0; i < n; i++ {
-			for j, v := range x.Data[(o*n+i)*inner : (o*n+i+1)*inner] {
-				dst[j] += v
-			}
-		}
-	}
+	// y[o, j] += x[o, i, j]: a zero destination stride on the summed axis.
+	walk := []int{outer, n, inner}
+	be := tp.on(x)
+	y := output(be, shape...)
+	be.Copy(backend.Strided{Shape: walk, Src: []int{n * inner, inner, 1}, Dst: []int{inner, 0, 1}, Accumulate: true}, x.data, y.data)
 	if tp.wants(x) {
 		tp.push(func() {
-			gx := x.GradBuf()
-			for o := 0; o < outer; o++ {
-				src := y.Grad[o*inner : (o+1)*inner]
-				for i := 0; i < n; i++ {
-					dst := gx[(o*n+i)*inner : (o*n+i+1)*inner]
-					for j, v := range src {
-						dst[j] += v
-					}
-				}
-			}
+			be.Copy(backend.Strided{Shape: walk, Src: []int{inner, 0, 1}, Dst: []int{n * inner, inner, 1}, Accumulate: true}, y.grad, x.GradBuffer())
 		}, y)
 	}
 	return y
@@ -125,26 +107,26 @@ func (tp *Tape) MatMulT(a, b *Tensor, transA, transB bool) *Tensor {
 		strideB = 0
 	}
 	shape := append(slices.Clone(batchA), m, n)
-	be := tp.Backend()
-	y := outputUninit(shape...)
+	be := tp.on(a)
+	y := outputUninit(be, shape...)
 	be.Sgemm(backend.Gemm{TransA: transA, TransB: transB, M: m, N: n, K: k, Alpha: 1,
-		Batch: batch, StrideA: m * k, StrideB: strideB, StrideC: m * n}, a.Data, b.Data, y.Data)
+		Batch: batch, StrideA: m * k, StrideB: strideB, StrideC: m * n}, a.data, b.data, y.data)
 	if tp.wants(a, b) {
 		tp.push(func() {
-			gy := y.Grad
+			gy := y.grad
 			if needs(a) {
 				// dA = dY·op(B)^T, stored in A's layout.
-				ga := a.GradBuf()
+				ga := a.GradBuffer()
 				if !transA {
 					be.Sgemm(backend.Gemm{TransB: !transB, M: m, N: k, K: n, Alpha: 1, Beta: 1,
-						Batch: batch, StrideA: m * n, StrideB: strideB, StrideC: m * k}, gy, b.Data, ga)
+						Batch: batch, StrideA: m * n, StrideB: strideB, StrideC: m * k}, gy, b.data, ga)
 				} else { // A^T stored: dA^T = op(B)·dY^T
 					be.Sgemm(backend.Gemm{TransA: transB, TransB: true, M: k, N: m, K: n, Alpha: 1, Beta: 1,
-						Batch: batch, StrideA: strideB, StrideB: m * n, StrideC: m * k}, b.Data, gy, ga)
+						Batch: batch, StrideA: strideB, StrideB: m * n, StrideC: m * k}, b.data, gy, ga)
 				}
 			}
 			if needs(b) {
-				gb := b.GradBuf()
+				gb := b.GradBuffer()
 				bs := batch
 				sb := strideB
 				if shared {
@@ -158,10 +140,10 @@ func (tp *Tape) MatMulT(a, b *Tensor, transA, transB bool) *Tensor {
 					ao, yo := bi*m*k, bi*m*n
 					if !transB { // dB = op(A)^T·dY
 						be.Sgemm(backend.Gemm{TransA: !transA, M: k, N: n, K: m, Alpha: 1, Beta: 1,
-							Batch: cnt, StrideA: m * k, StrideB: m * n, StrideC: sb}, a.Data[ao:], gy[yo:], gb[bi*sb:])
+							Batch: cnt, StrideA: m * k, StrideB: m * n, StrideC: sb}, a.data.From(ao), gy.From(yo), gb.From(bi*sb))
 					} else { // B^T stored: dB^T = dY^T·op(A)
 						be.Sgemm(backend.Gemm{TransA: true, TransB: transA, M: n, N: k, K: m, Alpha: 1, Beta: 1,
-							Batch: cnt, StrideA: m * n, StrideB: m * k, StrideC: sb}, gy[yo:], a.Data[ao:], gb[bi*sb:])
+							Batch: cnt, StrideA: m * n, StrideB: m * k, StrideC: sb}, gy.From(yo), a.data.From(ao), gb.From(bi*sb))
 					}
 				}
 			}

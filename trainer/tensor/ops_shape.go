@@ -3,6 +3,8 @@ package tensor
 import (
 	"fmt"
 	"slices"
+
+	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
 
 // Reshape returns a view of x with a new shape of the same element count;
@@ -27,14 +29,10 @@ func (tp *Tape) Reshape(x *Tensor, shape ...int) *Tensor {
 	if numel(shape) != x.Numel() {
 		panic(fmt.Sprintf("tensor.Reshape: cannot view %s as %v", x.desc(), shape))
 	}
-	y := &Tensor{Shape: shape, Data: x.Data}
+	y := &Tensor{Shape: shape, be: x.be, data: x.data}
 	if tp.wants(x) {
-		tp.push(func() {
-			gx := x.GradBuf()
-			for i, g := range y.Grad {
-				gx[i] += g
-			}
-		}, y)
+		be := tp.on(x)
+		tp.push(func() { be.Axpby(1, y.grad, 1, x.GradBuffer()) }, y)
 	}
 	return y
 }
@@ -60,10 +58,14 @@ func (tp *Tape) Permute(x *Tensor, perm ...int) *Tensor {
 		shape[i] = x.Shape[p]
 		str[i] = inStr[p]
 	}
-	y := outputUninit(shape...)
-	gather(y.Data, x.Data, shape, str, false)
+	be := tp.on(x)
+	y := outputUninit(be, shape...)
+	dense := contiguousStrides(shape)
+	be.Copy(backend.Strided{Shape: shape, Src: str, Dst: dense}, x.data, y.data)
 	if tp.wants(x) {
-		tp.push(func() { gather(y.Grad, x.GradBuf(), shape, str, true) }, y)
+		tp.push(func() {
+			be.Copy(backend.Strided{Shape: shape, Src: dense, Dst: str, Accumulate: true}, y.grad, x.GradBuffer())
+		}, y)
 	}
 	return y
 }
@@ -77,48 +79,6 @@ func (tp *Tape) Transpose(x *Tensor, a, b int) *Tensor {
 	a, b = x.axis(a), x.axis(b)
 	perm[a], perm[b] = perm[b], perm[a]
 	return tp.Permute(x, perm...)
-}
-
-// gather walks the output (shape, row-major) reading the input at the
-// given per-axis strides; with scatter it instead adds out into in.
-func gather(out, in []float32, shape, str []int, scatter bool) {
-	nd := len(shape)
-	if len(out) == 0 {
-		return
-	}
-	if nd == 0 {
-		if scatter {
-			in[0] += out[0]
-		} else {
-			out[0] = in[0]
-		}
-		return
-	}
-	last := nd - 1
-	n, s := shape[last], str[last]
-	idx := make([]int, last)
-	off := 0
-	for o := 0; o < len(out); o += n {
-		row := out[o : o+n]
-		if scatter {
-			for i, v := range row {
-				in[off+i*s] += v
-			}
-		} else {
-			for i := range row {
-				row[i] = in[off+i*s]
-			}
-		}
-		for k := last - 1; k >= 0; k-- {
-			idx[k]++
-			off += str[k]
-			if idx[k] < shape[k] {
-				break
-			}
-			off -= str[k] * shape[k]
-			idx[k] = 0
-		}
-	}
 }
 
 func contiguousStrides(shape []int) []int {
@@ -165,16 +125,13 @@ func (tp *Tape) Concat(axis int, xs ...*Tensor) *Tensor {
 		shape[axis] += x.Shape[axis]
 	}
 	outer, inner := outerInner(shape, axis)
-	y := outputUninit(shape...)
+	be := tp.on(xs[0])
+	y := outputUninit(be, shape...)
 	rowY := shape[axis] * inner
 	off := 0
 	for _, x := range xs {
 		rowX := x.Shape[axis] * inner
-		parallel(outer, x.Numel(), func(lo, hi int) {
-			for o := lo; o < hi; o++ {
-				copy(y.Data[o*rowY+off:o*rowY+off+rowX], x.Data[o*rowX:(o+1)*rowX])
-			}
-		})
+		be.Copy(rows(outer, rowX, rowX, rowY, false), x.data, y.data.From(off))
 		off += rowX
 	}
 	if tp.wants(xs...) {
@@ -184,22 +141,19 @@ func (tp *Tape) Concat(axis int, xs ...*Tensor) *Tensor {
 			for _, x := range xs {
 				rowX := x.Shape[axis] * inner
 				if needs(x) {
-					gx := x.GradBuf()
-					parallel(outer, x.Numel(), func(lo, hi int) {
-						for o := lo; o < hi; o++ {
-							src := y.Grad[o*rowY+off : o*rowY+off+rowX]
-							dst := gx[o*rowX : (o+1)*rowX]
-							for i, v := range src {
-								dst[i] += v
-							}
-						}
-					})
+					be.Copy(rows(outer, rowX, rowY, rowX, true), y.grad.From(off), x.GradBuffer())
 				}
 				off += rowX
 			}
 		}, y)
 	}
 	return y
+}
+
+// rows is the walk over outer rows of n elements between buffers whose
+// rows start every src and dst elements.
+func rows(outer, n, src, dst int, acc bool) backend.Strided {
+	return backend.Strided{Shape: []int{outer, n}, Src: []int{src, 1}, Dst: []int{dst, 1}, Accumulate: acc}
 }
 
 // Split cuts x along axis into consecutive pieces of the given sizes
@@ -218,37 +172,27 @@ func (tp *Tape) Split(x *Tensor, axis int, sizes ...int) []*Tensor {
 	}
 	outer, inner := outerInner(x.Shape, axis)
 	rowX := x.Shape[axis] * inner
+	be := tp.on(x)
 	outs := make([]*Tensor, len(sizes))
 	off := 0
 	for k, s := range sizes {
 		shape := slices.Clone(x.Shape)
 		shape[axis] = s
-		y := outputUninit(shape...)
+		y := outputUninit(be, shape...)
 		rowY := s * inner
-		parallel(outer, y.Numel(), func(lo, hi int) {
-			for o := lo; o < hi; o++ {
-				copy(y.Data[o*rowY:(o+1)*rowY], x.Data[o*rowX+off:o*rowX+off+rowY])
-			}
-		})
+		be.Copy(rows(outer, rowY, rowX, rowY, false), x.data.From(off), y.data)
 		outs[k] = y
 		off += rowY
 	}
 	if tp.wants(x) {
 		ys := slices.Clone(outs)
 		tp.push(func() {
-			gx := x.GradBuf()
+			gx := x.GradBuffer()
 			off := 0
 			for _, y := range ys {
 				rowY := y.Shape[axis] * inner
-				if y.Grad != nil {
-					parallel(outer, y.Numel(), func(lo, hi int) {
-						for o := lo; o < hi; o++ {
-							dst := gx[o*rowX+off : o*rowX+off+rowY]
-							for i, v := range y.Grad[o*rowY : (o+1)*rowY] {
-								dst[i] += v
-							}
-						}
-					})
+				if y.grad.Present() {
+					be.Copy(rows(outer, rowY, rowY, rowX, true), y.grad, gx.From(off))
 				}
 				off += rowY
 			}
@@ -279,40 +223,4 @@ func (tp *Tape) Slice(x *Tensor, axis, start, end int) *Tensor {
 	}
 	parts := tp.Split(x, axis, start, end-start, d-end)
 	return parts[1]
-}
-
-// IndexSelect gathers the entries idx along axis (like torch.index_select);
-// indices may repeat, and the backward pass adds repeated contributions.
-func (tp *Tape) IndexSelect(x *Tensor, axis int, idx []int) *Tensor {
-	axis = x.axis(axis)
-	d := x.Shape[axis]
-	for _, i := range idx {
-		if i < 0 || i >= d {
-			panic(fmt.Sprintf("tensor.IndexSelect: index %d out of range for axis %d of %s", i, axis, x.desc()))
-		}
-	}
-	idx = slices.Clone(idx)
-	outer, inner := outerInner(x.Shape, axis)
-	shape := slices.Clone(x.Shape)
-	shape[axis] = len(idx)
-	y := outputUninit(shape...)
-	for o := 0; o < outer; o++ {
-		for k, i := range idx {
-			copy(y.Data[(o*len(idx)+k)*inner:(o*len(idx)+k+1)*inner], x.Data[(o*d+i)*inner:(o*d+i+1)*inner])
-		}
-	}
-	if tp.wants(x) {
-		tp.push(func() {
-			gx := x.GradBuf()
-			for o := 0; o < outer; o++ {
-				for k, i := range idx {
-					dst := gx[(o*d+i)*inner : (o*d+i+1)*inner]
-					for j, v := range y.Grad[(o*len(idx)+k)*inner : (o*len(idx)+k+1)*inner] {
-						dst[j] += v
-					}
-				}
-			}
-		}, y)
-	}
-	return y
 }

@@ -3,14 +3,14 @@ package tensor
 import (
 	"fmt"
 	"slices"
-	"unsafe"
 
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
-	"github.com/segpipe/segpipe/trainer/tensor/cpu"
 )
 
-// defaultBackend serves nil tapes and tapes made without a backend.
-var defaultBackend backend.Backend = cpu.New()
+// defaultBackend serves ops on a nil tape, or a tape made without a
+// backend, whose input has no backend of its own (never in practice: every
+// tensor has one).
+var defaultBackend backend.Backend = hostBackend
 
 // Tape records differentiable ops for reverse-mode autodiff and carries the
 // backend ops run on.
@@ -25,22 +25,20 @@ type Tape struct {
 	record bool
 	nodes  []node
 
-	recycle bool              // set by RecycleOutputs for the next backward
-	keep    map[*float32]bool // backing arrays RecycleOutputs must not take
+	recycle bool                 // set by RecycleOutputs for the next backward
+	keep    map[backend.Mem]bool // allocations RecycleOutputs must not take
 }
 
-// node is one recorded op: backward reads its outputs' Grad and
-// accumulates into its inputs' Grad.
+// node is one recorded op: backward reads its outputs' gradients and
+// accumulates into its inputs' gradients.
 type node struct {
 	outs     []*Tensor
 	backward func()
 }
 
-// NewTape returns a recording tape on b (nil means the CPU backend).
+// NewTape returns a recording tape on b; with a nil b every op runs on
+// its first input's backend.
 func NewTape(b backend.Backend) *Tape {
-	if b == nil {
-		b = defaultBackend
-	}
 	return &Tape{be: b, record: true}
 }
 
@@ -49,12 +47,26 @@ func (tp *Tape) NoGrad() *Tape {
 	return &Tape{be: tp.Backend()}
 }
 
-// Backend returns the backend ops on this tape dispatch through.
+// Backend returns the backend ops on this tape dispatch through (the CPU
+// backend for a nil tape or one made without a backend).
 func (tp *Tape) Backend() backend.Backend {
 	if tp == nil || tp.be == nil {
 		return defaultBackend
 	}
 	return tp.be
+}
+
+// on returns the backend an op whose first input is x runs on: the tape's,
+// or for a nil tape or one made without a backend x's own, so that a
+// no-grad pass over tensors on the emulated device stays on it.
+func (tp *Tape) on(x *Tensor) backend.Backend {
+	switch {
+	case tp != nil && tp.be != nil:
+		return tp.be
+	case x != nil && x.be != nil:
+		return x.be
+	}
+	return defaultBackend
 }
 
 // Recording reports whether ops on this tape are recorded.
@@ -75,11 +87,11 @@ func (tp *Tape) Len() int {
 // step's activations. Tensors in keep — and every tensor sharing a data
 // buffer with one of them (Reshape views, Detach copies) — are left alone.
 //
-// After that backward, a recycled tensor's Data is set to nil so stray use
-// panics; a slice of its Data copied elsewhere, or a Detach of it, must not
-// be used either, because the buffer will hold another step's values. Views
-// of memory no op allocated (a Reshape of a parameter or of the input)
-// lose their Data field but the memory itself is never taken. List in keep every
+// After that backward, a recycled tensor's buffer is cleared so stray use
+// panics; a Detach of it must not be used either, because the memory will
+// hold another step's values. Views of memory no op allocated (a Reshape
+// of a parameter or of the input) lose their buffer but the memory itself
+// is never taken. List in keep every
 // output still needed after backward (predictions for metrics, features).
 // The opt-in lasts for one backward pass.
 func (tp *Tape) RecycleOutputs(keep ...*Tensor) {
@@ -87,33 +99,33 @@ func (tp *Tape) RecycleOutputs(keep ...*Tensor) {
 		return
 	}
 	tp.recycle = true
-	tp.keep = make(map[*float32]bool, len(keep))
+	tp.keep = make(map[backend.Mem]bool, len(keep))
 	for _, t := range keep {
-		if t != nil && len(t.Data) > 0 {
-			tp.keep[unsafe.SliceData(t.Data)] = true
+		if t != nil && t.data.Present() {
+			tp.keep[t.data.Mem] = true
 		}
 	}
 }
 
 // recycleOutputs returns the data of every recorded op output not kept.
 func (tp *Tape) recycleOutputs() {
-	done := make(map[*float32]bool)
+	done := make(map[backend.Mem]bool)
 	for _, n := range tp.nodes {
 		for _, o := range n.outs {
-			if len(o.Data) == 0 {
+			if !o.data.Present() {
 				continue
 			}
-			p := unsafe.SliceData(o.Data)
+			p := o.data.Mem
 			if tp.keep[p] {
 				continue
 			}
 			// Only buffers an op allocated go back: a view (Reshape) may
 			// alias a parameter or a caller's input.
-			if o.owned && !done[p] && len(o.Data) == cap(o.Data) {
-				putBuf(o.Data)
+			if o.owned && !done[p] {
+				o.be.Free(o.data)
 				done[p] = true
 			}
-			o.Data = nil
+			o.data = backend.Buffer{}
 		}
 	}
 }
@@ -134,7 +146,9 @@ func (tp *Tape) Backward(loss *Tensor) error {
 	if loss.Numel() != 1 {
 		return fmt.Errorf("tensor: Backward needs a one-element loss, got shape %v (use BackwardFrom)", loss.Shape)
 	}
-	return tp.BackwardFrom([]*Tensor{loss}, []*Tensor{Full(1, loss.Shape...)})
+	one := outputUninit(loss.be, loss.Shape...)
+	loss.be.Fill(one.data, 1)
+	return tp.BackwardFrom([]*Tensor{loss}, []*Tensor{one})
 }
 
 // BackwardFrom adds grads[i] to outputs[i].Grad for every i, then runs the
@@ -158,16 +172,13 @@ func (tp *Tape) BackwardFrom(outputs, grads []*Tensor) error {
 		if !o.RequiresGrad {
 			continue // a constant output contributes nothing
 		}
-		g := o.GradBuf()
-		for j, v := range grads[i].Data {
-			g[j] += v
-		}
+		o.be.Axpby(1, grads[i].data, 1, o.GradBuffer())
 	}
 	for i := len(tp.nodes) - 1; i >= 0; i-- {
 		n := tp.nodes[i]
 		live := false
 		for _, o := range n.outs {
-			if o.Grad != nil {
+			if o.grad.Present() {
 				live = true
 				break
 			}
@@ -178,9 +189,9 @@ func (tp *Tape) BackwardFrom(outputs, grads []*Tensor) error {
 		// Every consumer of these outputs was recorded later and has run,
 		// so their gradients are spent: recycle them for the ops below.
 		for _, o := range n.outs {
-			if o.Grad != nil {
-				putBuf(o.Grad)
-				o.Grad = nil
+			if o.grad.Present() {
+				o.be.Free(o.grad)
+				o.grad = backend.Buffer{}
 			}
 		}
 	}

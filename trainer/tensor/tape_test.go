@@ -38,9 +38,9 @@ func TestDetachBlocksGradient(t *testing.T) {
 	if err := tp.Backward(y); err != nil {
 		t.Fatal(err)
 	}
-	for i, v := range a.Data {
-		if want := 2 * v; a.Grad[i] != want {
-			t.Fatalf("grad[%d] = %v, want %v (detached branch leaked)", i, a.Grad[i], want)
+	for i, v := range a.Host() {
+		if want := 2 * v; a.GradHost()[i] != want {
+			t.Fatalf("grad[%d] = %v, want %v (detached branch leaked)", i, a.GradHost()[i], want)
 		}
 	}
 }
@@ -56,13 +56,13 @@ func TestGradientsAccumulateUntilZeroGrad(t *testing.T) {
 	}
 	step()
 	step()
-	if a.Grad[0] != 4 {
-		t.Fatalf("after two backwards grad = %v, want 4", a.Grad[0])
+	if a.GradHost()[0] != 4 {
+		t.Fatalf("after two backwards grad = %v, want 4", a.GradHost()[0])
 	}
 	ZeroGrad(a)
 	step()
-	if a.Grad[0] != 2 {
-		t.Fatalf("after ZeroGrad and one backward grad = %v, want 2", a.Grad[0])
+	if a.GradHost()[0] != 2 {
+		t.Fatalf("after ZeroGrad and one backward grad = %v, want 2", a.GradHost()[0])
 	}
 }
 
@@ -77,8 +77,8 @@ func TestBackwardFromSeveralOutputs(t *testing.T) {
 		t.Fatal(err)
 	}
 	// d/da = 3·g1 + 2a·g2.
-	if a.Grad[0] != 3+200 || a.Grad[1] != 30+4000 {
-		t.Fatalf("grad %v, want [203 4030]", a.Grad)
+	if a.GradHost()[0] != 3+200 || a.GradHost()[1] != 30+4000 {
+		t.Fatalf("grad %v, want [203 4030]", a.GradHost())
 	}
 	if tp.Len() != 0 {
 		t.Fatal("backward did not release the graph")
@@ -114,13 +114,13 @@ func TestOnlyLeavesKeepGradients(t *testing.T) {
 	if err := tp.Backward(y); err != nil {
 		t.Fatal(err)
 	}
-	if h.Grad != nil || y.Grad != nil {
-		t.Errorf("intermediate gradients kept: h %v, y %v", h.Grad, y.Grad)
+	if h.GradHost() != nil || y.GradHost() != nil {
+		t.Errorf("intermediate gradients kept: h %v, y %v", h.GradHost(), y.GradHost())
 	}
 	// d/da (a^4) = 4a^3, computed through recycled intermediate buffers.
-	for i, v := range a.Data {
-		if want := 4 * v * v * v; a.Grad[i] != want {
-			t.Errorf("grad[%d] = %v, want %v", i, a.Grad[i], want)
+	for i, v := range a.Host() {
+		if want := 4 * v * v * v; a.GradHost()[i] != want {
+			t.Errorf("grad[%d] = %v, want %v", i, a.GradHost()[i], want)
 		}
 	}
 }
@@ -138,7 +138,7 @@ func TestBackwardIsReproducible(t *testing.T) {
 		if err := tp.Backward(tp.Mean(tp.Mul(y, y))); err != nil {
 			t.Fatal(err)
 		}
-		return [][]float32{a.w.Grad, a.g.Grad, a.b.Grad, d.w.Grad, d.g.Grad}
+		return [][]float32{a.w.GradHost(), a.g.GradHost(), a.b.GradHost(), d.w.GradHost(), d.g.GradHost()}
 	}
 	first, second := run(), run()
 	for i := range first {
@@ -181,7 +181,7 @@ func TestRecycleOutputs(t *testing.T) {
 		if err := tp.Backward(loss); err != nil {
 			t.Fatal(err)
 		}
-		return [][]float32{a.w.Grad, a.g.Grad, d.w.Grad, d.b.Grad}, y, view, inter, pview, a.w.Data
+		return [][]float32{a.w.GradHost(), a.g.GradHost(), d.w.GradHost(), d.b.GradHost()}, y, view, inter, pview, a.w.Host()
 	}
 	wantG, wantY, _, _, _, wantW := step(false)
 	for round := 0; round < 3; round++ { // later rounds draw recycled buffers
@@ -189,10 +189,10 @@ func TestRecycleOutputs(t *testing.T) {
 		// Draw and scribble on pooled buffers of the kept output's and the
 		// parameter's sizes: if either had been recycled, this overwrites it.
 		for range 8 {
-			for _, n := range []int{len(wantY.Data), len(wantW)} {
-				b := output(n)
-				for i := range b.Data {
-					b.Data[i] = 7
+			for _, n := range []int{len(wantY.Host()), len(wantW)} {
+				b := output(hostBackend, n)
+				for i := range b.Host() {
+					b.Host()[i] = 7
 				}
 			}
 		}
@@ -201,10 +201,10 @@ func TestRecycleOutputs(t *testing.T) {
 				t.Fatalf("round %d: gradient %d changed under recycling", round, i)
 			}
 		}
-		if !AllClose(y.Data, wantY.Data, 0, 0) || !AllClose(view.Data, wantY.Data, 0, 0) {
+		if !AllClose(y.Host(), wantY.Host(), 0, 0) || !AllClose(view.Host(), wantY.Host(), 0, 0) {
 			t.Fatalf("round %d: kept output or its view lost its values", round)
 		}
-		if inter.Data != nil || pview.Data != nil {
+		if inter.Buffer().Present() || pview.Buffer().Present() {
 			t.Fatalf("round %d: recycled tensors still expose Data", round)
 		}
 		if !AllClose(w, wantW, 0, 0) {

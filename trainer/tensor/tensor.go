@@ -5,75 +5,246 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+
+	"github.com/segpipe/segpipe/trainer/tensor/backend"
+	"github.com/segpipe/segpipe/trainer/tensor/cpu"
 )
 
-// Tensor is a contiguous row-major float32 array.
+// Tensor is a contiguous row-major float32 array in a backend's memory.
 //
-// Data holds len = product(Shape) values. Grad, when non-nil, has the same
-// length and receives gradients during Backward; it is allocated on first
-// use. RequiresGrad marks tensors whose gradient is wanted: parameters set
-// it, and ops set it on their outputs when recording on a Tape and any input
+// Its data is a backend.Buffer: an opaque handle, never a Go slice into
+// device memory. Host code reads and writes it only through explicit
+// crossings: ToHost and FromHost copy (and the emulated and CUDA backends
+// count every one); Host returns a view without copying where the backend
+// can serve one (the CPU backend) and panics elsewhere, so host code that
+// bypasses the backend fails on emu instead of silently working on CPU.
+//
+// The gradient has the same length and is allocated on first use.
+// RequiresGrad marks tensors whose gradient is wanted: parameters set it,
+// and ops set it on their outputs when recording on a Tape and any input
 // requires grad. As in PyTorch, only leaves (tensors not produced by a
-// recorded op: parameters, inputs) keep their Grad after Backward; the
+// recorded op: parameters, inputs) keep their gradient after Backward; the
 // gradient buffers of intermediates are recycled as soon as the op that
 // produced them has consumed them. A Tensor is not safe for concurrent
 // mutation.
 type Tensor struct {
 	Shape        []int
-	Data         []float32
-	Grad         []float32
 	RequiresGrad bool
 	// Name labels parameters (state-dict key) and appears in panics.
 	Name string
 
-	fromOp bool // produced by a recorded op (not a leaf)
-	owned  bool // Data was allocated by an op (not a view of other memory)
+	be         backend.Backend
+	data, grad backend.Buffer
+	fromOp     bool // produced by a recorded op (not a leaf)
+	owned      bool // data was allocated by an op (not a view of other memory)
 }
 
-// New wraps data (not copied) as a tensor of the given shape. It panics
-// when len(data) differs from the shape's element count.
+// hostBackend is the CPU backend New wraps host slices on.
+var hostBackend = cpu.New()
+
+// CPU returns the CPU backend that New, Zeros and the model's initial
+// weights live on: the run's backend for --device cpu.
+func CPU() backend.Backend { return hostBackend }
+
+// New wraps data (not copied) as a tensor of the given shape on the CPU
+// backend. It panics when len(data) differs from the shape's element count.
 func New(data []float32, shape ...int) *Tensor {
 	if n := numel(shape); n != len(data) {
 		panic(fmt.Sprintf("tensor.New: shape %v needs %d values, got %d", shape, n, len(data)))
 	}
-	return &Tensor{Shape: slices.Clone(shape), Data: data}
+	return &Tensor{Shape: slices.Clone(shape), be: hostBackend, data: hostBackend.Wrap(data)}
 }
 
-// Zeros returns a zero-filled tensor.
-func Zeros(shape ...int) *Tensor {
-	return &Tensor{Shape: slices.Clone(shape), Data: make([]float32, numel(shape))}
-}
-
-// Full returns a tensor filled with v.
-func Full(v float32, shape ...int) *Tensor {
-	t := Zeros(shape...)
-	for i := range t.Data {
-		t.Data[i] = v
+// Upload copies data into a new tensor of the given shape on be (nil means
+// the CPU backend).
+func Upload(be backend.Backend, data []float32, shape ...int) *Tensor {
+	if n := numel(shape); n != len(data) {
+		panic(fmt.Sprintf("tensor.Upload: shape %v needs %d values, got %d", shape, n, len(data)))
 	}
+	t := empty(be, shape)
+	t.be.Upload(t.data, data)
 	return t
 }
 
-// Scalar returns a 0-d tensor holding v.
-func Scalar(v float32) *Tensor { return &Tensor{Shape: []int{}, Data: []float32{v}} }
+// UploadBytes sends the bytes px to be as they are and widens them there
+// into a float32 tensor of the given shape, px[i]·scale: an image batch
+// crosses as uint8, a quarter of its float size.
+func UploadBytes(be backend.Backend, px []byte, scale float32, shape ...int) *Tensor {
+	if n := numel(shape); n != len(px) {
+		panic(fmt.Sprintf("tensor.UploadBytes: shape %v needs %d values, got %d", shape, n, len(px)))
+	}
+	if be == nil {
+		be = hostBackend
+	}
+	raw := be.Alloc((len(px) + 3) / 4)
+	be.UploadBytes(raw, px)
+	t := empty(be, shape)
+	be.BytesToFloat(scale, raw, t.data)
+	be.Free(raw)
+	return t
+}
 
-// Param returns a zero-filled tensor that requires grad, named name.
-func Param(name string, shape ...int) *Tensor {
-	t := Zeros(shape...)
+// ZerosOn returns a zero-filled tensor on be (nil means the CPU backend).
+func ZerosOn(be backend.Backend, shape ...int) *Tensor {
+	t := empty(be, shape)
+	t.be.Fill(t.data, 0)
+	return t
+}
+
+// empty allocates a tensor with unspecified contents on be.
+func empty(be backend.Backend, shape []int) *Tensor {
+	if be == nil {
+		be = hostBackend
+	}
+	return &Tensor{Shape: slices.Clone(shape), be: be, data: be.Alloc(numel(shape))}
+}
+
+// Borrow returns data as a tensor of the given shape on be: on the CPU
+// backend without a copy (the tensor aliases data, as New), elsewhere as
+// an uploaded copy. It is how a step hands host arrays (an input batch,
+// loss gradients) to the backend at the cost the backend needs.
+func Borrow(be backend.Backend, data []float32, shape ...int) *Tensor {
+	if c, ok := be.(*cpu.Backend); ok && !c.Emulated() {
+		if n := numel(shape); n != len(data) {
+			panic(fmt.Sprintf("tensor.Borrow: shape %v needs %d values, got %d", shape, n, len(data)))
+		}
+		return &Tensor{Shape: slices.Clone(shape), be: be, data: c.Wrap(data)}
+	}
+	return Upload(be, data, shape...)
+}
+
+// HostView returns t's data as host values: the tensor's own memory where
+// the backend serves a host view (CPU, no copy), otherwise a download into
+// dst (grown when short). Writes to the result reach t only on the CPU.
+func (t *Tensor) HostView(dst []float32) []float32 {
+	if h := t.be.Host(t.data); h != nil || t.data.Len == 0 {
+		return h
+	}
+	return t.ToHost(dst)
+}
+
+// GradHostView is HostView for the gradient (allocated if needed).
+func (t *Tensor) GradHostView(dst []float32) []float32 {
+	g := t.GradBuffer()
+	if h := t.be.Host(g); h != nil || g.Len == 0 {
+		return h
+	}
+	return t.GradToHost(dst)
+}
+
+// Zeros returns a zero-filled tensor on the CPU backend.
+func Zeros(shape ...int) *Tensor { return ZerosOn(nil, shape...) }
+
+// Full returns a tensor on the CPU backend filled with v.
+func Full(v float32, shape ...int) *Tensor {
+	t := empty(nil, shape)
+	t.be.Fill(t.data, v)
+	return t
+}
+
+// Scalar returns a 0-d tensor on the CPU backend holding v.
+func Scalar(v float32) *Tensor { return New([]float32{v}) }
+
+// Param returns a zero-filled CPU tensor that requires grad, named name.
+func Param(name string, shape ...int) *Tensor { return ParamOn(nil, name, shape...) }
+
+// ParamOn is Param on be (nil means the CPU backend).
+func ParamOn(be backend.Backend, name string, shape ...int) *Tensor {
+	t := ZerosOn(be, shape...)
 	t.Name, t.RequiresGrad = name, true
 	return t
 }
 
-// Rand returns a tensor of uniform values in [lo, hi) drawn from r.
+// Rand returns a tensor on the CPU backend of uniform values in [lo, hi)
+// drawn from r.
 func Rand(r *rand.Rand, lo, hi float32, shape ...int) *Tensor {
-	t := Zeros(shape...)
-	for i := range t.Data {
-		t.Data[i] = lo + (hi-lo)*r.Float32()
+	d := make([]float32, numel(shape))
+	for i := range d {
+		d[i] = lo + (hi-lo)*r.Float32()
 	}
-	return t
+	return New(d, shape...)
+}
+
+// Backend returns the backend that owns t's memory.
+func (t *Tensor) Backend() backend.Backend { return t.be }
+
+// Buffer returns t's data buffer, for kernels and backend-level code.
+func (t *Tensor) Buffer() backend.Buffer { return t.data }
+
+// GradBuffer returns t's gradient buffer, allocating it zeroed on first use.
+func (t *Tensor) GradBuffer() backend.Buffer {
+	if !t.grad.Present() {
+		t.grad = t.be.Alloc(t.data.Len)
+		t.be.Fill(t.grad, 0)
+	}
+	return t.grad
+}
+
+// HasGrad reports whether t's gradient has been allocated.
+func (t *Tensor) HasGrad() bool { return t.grad.Present() }
+
+// Host returns t's data as a host slice without copying. Only backends
+// whose memory the host can address serve it (the CPU backend): elsewhere
+// it panics, because host code reading device memory in place is the bug
+// the emulated device exists to catch. Use ToHost and FromHost instead.
+func (t *Tensor) Host() []float32 { return t.hostView(t.data, "data") }
+
+// GradHost is Host for the gradient (nil while none is allocated).
+func (t *Tensor) GradHost() []float32 {
+	if !t.grad.Present() {
+		return nil
+	}
+	return t.hostView(t.grad, "gradient")
+}
+
+func (t *Tensor) hostView(b backend.Buffer, what string) []float32 {
+	if !b.Present() {
+		panic(fmt.Sprintf("tensor %s: %s has been recycled", t.desc(), what))
+	}
+	h := t.be.Host(b)
+	if h == nil && b.Len > 0 {
+		panic(fmt.Sprintf("tensor %s: %s memory of the %s backend is not host-addressable; use ToHost/FromHost", t.desc(), what, t.be.Name()))
+	}
+	return h
+}
+
+// ToHost copies t's data into dst (grown when short) and returns it.
+func (t *Tensor) ToHost(dst []float32) []float32 {
+	dst = slices.Grow(dst[:0], t.data.Len)[:t.data.Len]
+	t.be.Download(dst, t.data)
+	return dst
+}
+
+// GradToHost copies t's gradient into dst (grown when short) and returns
+// it; a tensor without a gradient gives zeros.
+func (t *Tensor) GradToHost(dst []float32) []float32 {
+	dst = slices.Grow(dst[:0], t.data.Len)[:t.data.Len]
+	if !t.grad.Present() {
+		clear(dst)
+		return dst
+	}
+	t.be.Download(dst, t.grad)
+	return dst
+}
+
+// FromHost copies len(src) == Numel() host values into t's data.
+func (t *Tensor) FromHost(src []float32) {
+	if len(src) != t.data.Len {
+		panic(fmt.Sprintf("tensor %s: FromHost of %d values", t.desc(), len(src)))
+	}
+	t.be.Upload(t.data, src)
+}
+
+// GradFromHost copies host values into t's gradient (allocated if needed).
+func (t *Tensor) GradFromHost(src []float32) {
+	if len(src) != t.data.Len {
+		panic(fmt.Sprintf("tensor %s: GradFromHost of %d values", t.desc(), len(src)))
+	}
+	t.be.Upload(t.GradBuffer(), src)
 }
 
 // Numel is the number of elements.
-func (t *Tensor) Numel() int { return len(t.Data) }
+func (t *Tensor) Numel() int { return numel(t.Shape) }
 
 // Dims is the number of axes.
 func (t *Tensor) Dims() int { return len(t.Shape) }
@@ -81,26 +252,20 @@ func (t *Tensor) Dims() int { return len(t.Shape) }
 // Dim returns the size of axis i; negative i counts from the end.
 func (t *Tensor) Dim(i int) int { return t.Shape[t.axis(i)] }
 
-// Item returns the single value of a one-element tensor.
+// Item returns the single value of a one-element tensor (a download).
 func (t *Tensor) Item() float32 {
-	if len(t.Data) != 1 {
-		panic(fmt.Sprintf("tensor.Item: tensor %s has %d elements", t.desc(), len(t.Data)))
+	if t.Numel() != 1 {
+		panic(fmt.Sprintf("tensor.Item: tensor %s has %d elements", t.desc(), t.Numel()))
 	}
-	return t.Data[0]
-}
-
-// GradBuf returns Grad, allocating it zeroed on first use.
-func (t *Tensor) GradBuf() []float32 {
-	if t.Grad == nil {
-		t.Grad = getZeroed(len(t.Data))
-	}
-	return t.Grad
+	var v [1]float32
+	t.be.Download(v[:], t.data)
+	return v[0]
 }
 
 // ZeroGrad sets the gradient to zero, keeping its buffer.
 func (t *Tensor) ZeroGrad() {
-	for i := range t.Grad {
-		t.Grad[i] = 0
+	if t.grad.Present() {
+		t.be.Fill(t.grad, 0)
 	}
 }
 
@@ -114,21 +279,28 @@ func ZeroGrad(ts ...*Tensor) {
 // Detach returns a tensor sharing t's data that requires no grad, so
 // whatever is computed from it sends no gradient back to t.
 func (t *Tensor) Detach() *Tensor {
-	return &Tensor{Shape: slices.Clone(t.Shape), Data: t.Data, Name: t.Name}
+	return &Tensor{Shape: slices.Clone(t.Shape), be: t.be, data: t.data, Name: t.Name}
 }
 
-// Clone returns a deep copy of data and shape, without grad.
+// Clone returns a deep copy of data and shape, without grad, on the same
+// backend.
 func (t *Tensor) Clone() *Tensor {
-	return &Tensor{Shape: slices.Clone(t.Shape), Data: slices.Clone(t.Data), Name: t.Name}
+	c := empty(t.be, t.Shape)
+	c.Name = t.Name
+	t.be.Copy(backend.Strided{Shape: []int{t.data.Len}, Src: []int{1}, Dst: []int{1}}, t.data, c.data)
+	return c
 }
 
 // SameShape reports whether a and b have identical shapes.
 func SameShape(a, b *Tensor) bool { return slices.Equal(a.Shape, b.Shape) }
 
-// String summarises the tensor (name, shape, a few values).
+// String summarises the tensor (name, shape, backend; a few values when
+// the host can see them without a transfer).
 func (t *Tensor) String() string {
-	n := min(len(t.Data), 6)
-	return fmt.Sprintf("Tensor%s%v %v", nameTag(t.Name), t.Shape, t.Data[:n])
+	if h := t.be.Host(t.data); h != nil || t.data.Len == 0 {
+		return fmt.Sprintf("Tensor%s%v %v", nameTag(t.Name), t.Shape, h[:min(len(h), 6)])
+	}
+	return fmt.Sprintf("Tensor%s%v on %s", nameTag(t.Name), t.Shape, t.be.Name())
 }
 
 func nameTag(s string) string {

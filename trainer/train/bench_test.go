@@ -63,7 +63,6 @@ func BenchmarkTrainIteration(b *testing.B) {
 	}
 	defer ld.Close()
 	tp := tensor.NewTape(nil)
-	var in []float32
 	var gs gradSet
 	var ep Epoch
 	tr.st.NI = 1 // past iteration 0's step: measure accumulation iterations
@@ -73,7 +72,7 @@ func BenchmarkTrainIteration(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := tr.step(tp, rec, 0, &in, &gs, &ep); err != nil {
+	if _, err := tr.step(tp, rec, 0, &gs, &ep); err != nil {
 		b.Fatal(err)
 	}
 	rec.Release()
@@ -85,7 +84,7 @@ func BenchmarkTrainIteration(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := tr.step(tp, rec, 0, &in, &gs, &ep); err != nil {
+		if _, err := tr.step(tp, rec, 0, &gs, &ep); err != nil {
 			b.Fatal(err)
 		}
 		rec.Release()

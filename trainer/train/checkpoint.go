@@ -90,6 +90,7 @@ func (t *trainer) interrupt(p *partialEpoch, ep *Epoch, elapsed func(), cause er
 // optimiser step, and the loop state.
 func (t *trainer) saveState() error {
 	dir := t.opt.Out
+	t.host.down(true) // pending gradients live on the backend
 	t.st.LastStep = t.acc.Last()
 	t.st.EMAUpdates = t.ema.Updates
 	t.st.Categories = t.opt.Categories
@@ -193,6 +194,7 @@ func (t *trainer) load() error {
 	if err := t.m.LoadState(mf, model.LoadOptions{}); err != nil {
 		return fmt.Errorf("resume: %w", err)
 	}
+	t.host.down(false)
 	if err := t.opt_.LoadState(ost); err != nil {
 		return fmt.Errorf("resume: %w", err)
 	}
@@ -212,6 +214,7 @@ func (t *trainer) load() error {
 			}
 			copy(p.Grad, g)
 		}
+		t.host.up(true)
 	}
 	t.ema.Updates = t.st.EMAUpdates
 	t.acc.Restore(t.st.LastStep)

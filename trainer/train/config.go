@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/segpipe/segpipe/trainer/device"
 )
 
 // Config is the effective configuration of a training run. It is written
@@ -158,12 +160,17 @@ func (c *Config) Set(key, value string) error {
 }
 
 // ErrDevice is returned for a device this build cannot train on.
-var ErrDevice = fmt.Errorf("only --device cpu is available: the CUDA backend is not built into this binary")
+var ErrDevice = device.ErrUnavailable
 
 // Validate reports a configuration that cannot run.
 func (c *Config) Validate() error {
-	if c.Device != "cpu" {
-		return fmt.Errorf("device %q: %w", c.Device, ErrDevice)
+	switch c.Device {
+	case "cpu", "emu":
+	case "cuda":
+		_, err := device.Open(c.Device)
+		return err
+	default:
+		return fmt.Errorf("config: device %q: want cpu, emu or cuda", c.Device)
 	}
 	if !slices.Contains([]string{"n", "s", "m", "l", "x"}, c.Variant) {
 		return fmt.Errorf("config: variant %q: want n, s, m, l or x", c.Variant)

@@ -43,6 +43,11 @@
 //     Validation loads crowd regions too (the batch's iscrowd column) and
 //     scores them as COCOeval does: ignored truth that absorbs detections.
 //     Training leaves them out (the loss skips flagged instances).
-//   - Only the CPU device exists in this build; other devices are refused
-//     with ErrDevice.
+//   - Config.Device binds the run to a backend (package device): the model,
+//     the EMA model used for validation, and every tensor op of the step
+//     run there. "cpu" and "emu" train with the same numbers; "cuda" is
+//     refused with ErrDevice until the CUDA backend lands. The step owns
+//     the host↔device boundary: the batch goes up, and the loss, the
+//     optimiser, the EMA and the run files work on host values (views on
+//     the CPU, counted copies on a device; see hostState).
 package train

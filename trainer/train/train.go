@@ -19,11 +19,12 @@ import (
 	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/pipeline/augment"
 	"github.com/segpipe/segpipe/pipeline/order"
+	"github.com/segpipe/segpipe/trainer/device"
 	"github.com/segpipe/segpipe/trainer/loss"
 	"github.com/segpipe/segpipe/trainer/model"
 	"github.com/segpipe/segpipe/trainer/optim"
-	"github.com/segpipe/segpipe/trainer/predict"
 	"github.com/segpipe/segpipe/trainer/tensor"
+	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
 
 // Files of a run directory.
@@ -75,25 +76,31 @@ type Epoch struct {
 	// (box, seg, cls, dfl, semseg), as the reference logs them.
 	Loss [loss.NumComponents]float64 `json:"loss"`
 	// Box and mask mAP50 and mAP50-95 of the EMA model (-1: not validated).
-	BoxMAP50, BoxMAP, MaskMAP50, MaskMAP float64
-	LR                                   float64 `json:"lr"`
-	O2M                                  float64 `json:"o2m"`
-	ImagesPerSec                         float64 `json:"images_per_s"`
-	StallSec                             float64 `json:"loader_stall_s"`
-	TrainSec, ValSec                     float64
+	// The keys of these and of TrainSec/ValSec are the names the state
+	// files of earlier runs already hold, so that those runs still resume.
+	BoxMAP50     float64 `json:"BoxMAP50"`
+	BoxMAP       float64 `json:"BoxMAP"`
+	MaskMAP50    float64 `json:"MaskMAP50"`
+	MaskMAP      float64 `json:"MaskMAP"`
+	LR           float64 `json:"lr"`
+	O2M          float64 `json:"o2m"`
+	ImagesPerSec float64 `json:"images_per_s"`
+	StallSec     float64 `json:"loader_stall_s"`
+	TrainSec     float64 `json:"TrainSec"`
+	ValSec       float64 `json:"ValSec"`
 }
 
 // state is what resume needs beyond the tensors.
 type state struct {
-	NextEpoch   int         `json:"next_epoch"`
-	NI          int         `json:"ni"`
-	LastStep    int         `json:"last_step"`
-	EMAUpdates  int         `json:"ema_updates"`
-	CritUpdates int         `json:"crit_updates"`
-	Loader      order.State `json:"loader"`
-	Best        float64     `json:"best_fitness"`
-	History     []Epoch     `json:"history"`
-	Categories  []shard.Category
+	NextEpoch   int              `json:"next_epoch"`
+	NI          int              `json:"ni"`
+	LastStep    int              `json:"last_step"`
+	EMAUpdates  int              `json:"ema_updates"`
+	CritUpdates int              `json:"crit_updates"`
+	Loader      order.State      `json:"loader"`
+	Best        float64          `json:"best_fitness"`
+	History     []Epoch          `json:"history"`
+	Categories  []shard.Category `json:"Categories"` // the key earlier runs hold
 	// Partial is the epoch in progress when the state was saved between
 	// two of its batches (nil at an epoch end).
 	Partial *partialEpoch `json:"partial,omitempty"`
@@ -132,6 +139,8 @@ type trainer struct {
 	cfg    Config
 	log    *slog.Logger
 	m, em  *model.Model
+	be     backend.Backend
+	host   *hostState
 	params []*optim.Param
 	state  [][]float32
 	opt_   optim.Optimizer
@@ -257,24 +266,26 @@ func (t *trainer) setup() error {
 	if t.em, err = model.New(mcfg); err != nil {
 		return err
 	}
+	if t.be, err = device.Open(t.cfg.Device); err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	t.m.To(t.be)
+	t.em.To(t.be)
 	if t.cfg.Weights != "" && !opt.Resume {
 		if _, err := t.m.LoadCheckpoint(t.cfg.Weights); err != nil {
 			return fmt.Errorf("train: initial weights: %w", err)
 		}
 	}
-	for _, p := range t.m.Params() {
-		p.Value.GradBuf()
-	}
+	t.host = newHostState(t.m)
 	norm := map[string]bool{}
 	for _, bn := range t.m.BatchNorms() {
 		norm[bn.Prefix+".weight"] = true
 	}
-	for _, p := range t.m.Params() {
-		t.params = append(t.params, &optim.Param{Name: p.Name, Shape: p.Shape, Data: p.Value.Data, Grad: p.Value.Grad, Norm: norm[p.Name]})
+	for i, p := range t.m.Params() {
+		t.params = append(t.params, &optim.Param{Name: p.Name, Shape: p.Shape,
+			Data: t.host.values[t.host.index[i]], Grad: t.host.grads[i], Norm: norm[p.Name]})
 	}
-	for _, p := range t.m.State() {
-		t.state = append(t.state, p.Value.Data)
-	}
+	t.state = t.host.values
 	if err := t.buildOptimizer(); err != nil {
 		return err
 	}
@@ -345,6 +356,7 @@ func (t *trainer) lr() float64 {
 type gradSet struct {
 	b     int
 	grads *loss.Grads
+	outs  [8][]float32 // host copies of the outputs where the backend needs them
 }
 
 // epoch trains epoch e (0-based) from the batches of ld, continuing a
@@ -373,8 +385,7 @@ func (t *trainer) epoch(ctx context.Context, ld pipeline.Batches, e int) (Epoch,
 		p.StallSec += stall.Seconds()
 		t0, stall = time.Now(), 0
 	}
-	tp := tensor.NewTape(nil)
-	var in []float32
+	tp := tensor.NewTape(t.be)
 	var gs gradSet
 	for {
 		if err := ctx.Err(); err != nil {
@@ -395,7 +406,7 @@ func (t *trainer) epoch(ctx context.Context, ld pipeline.Batches, e int) (Epoch,
 			}
 			return ep, err
 		}
-		k, err := t.step(tp, rec, e, &in, &gs, &ep)
+		k, err := t.step(tp, rec, e, &gs, &ep)
 		rec.Release()
 		if err != nil {
 			return ep, err
@@ -458,7 +469,7 @@ func (t *trainer) epoch(ctx context.Context, ld pipeline.Batches, e int) (Epoch,
 }
 
 // step trains on one batch and returns its image count.
-func (t *trainer) step(tp *tensor.Tape, r arrow.RecordBatch, e int, in *[]float32, gs *gradSet, ep *Epoch) (int, error) {
+func (t *trainer) step(tp *tensor.Tape, r arrow.RecordBatch, e int, gs *gradSet, ep *Epoch) (int, error) {
 	tg, err := loss.TargetsFromRecord(r)
 	if err != nil {
 		return 0, err
@@ -467,18 +478,29 @@ func (t *trainer) step(tp *tensor.Tape, r arrow.RecordBatch, e int, in *[]float3
 	if err != nil {
 		return 0, err
 	}
-	*in = predict.ToFloat(*in, img.Data)
+	// The one upload of the batch's images: uint8, widened on the backend.
 	B := img.Count
-	x := tensor.New(*in, B, img.Shape[0], img.Shape[1], img.Shape[2])
+	x := tensor.UploadBytes(t.be, img.Data, 1.0/255, B, img.Shape[0], img.Shape[1], img.Shape[2])
 	acc := t.sched.Apply(t.opt_.Groups(), e, t.st.NI)
 	mo, err := t.m.Forward(tp, x, model.Train)
 	if err != nil {
 		return 0, err
 	}
+	outs := []*tensor.Tensor{mo.One2Many.Boxes, mo.One2Many.Scores, mo.One2Many.MaskCoefficients,
+		mo.One2One.Boxes, mo.One2One.Scores, mo.One2One.MaskCoefficients, mo.Proto, mo.Semseg}
+	// The loss runs on the host: the outputs are read in place on the CPU
+	// and come down once on a device.
+	var h [8][]float32
+	for i, o := range outs {
+		h[i] = o.HostView(gs.outs[i])
+		if !t.host.views {
+			gs.outs[i] = h[i]
+		}
+	}
 	out := &loss.Outputs{Geometry: geometry(mo, t.cfg.Classes),
-		One2Many: loss.Branch{Boxes: mo.One2Many.Boxes.Data, Scores: mo.One2Many.Scores.Data, Coef: mo.One2Many.MaskCoefficients.Data},
-		One2One:  loss.Branch{Boxes: mo.One2One.Boxes.Data, Scores: mo.One2One.Scores.Data, Coef: mo.One2One.MaskCoefficients.Data},
-		Proto:    mo.Proto.Data, Semseg: mo.Semseg.Data}
+		One2Many: loss.Branch{Boxes: h[0], Scores: h[1], Coef: h[2]},
+		One2One:  loss.Branch{Boxes: h[3], Scores: h[4], Coef: h[5]},
+		Proto:    h[6], Semseg: h[7]}
 	if gs.grads == nil || gs.b != B {
 		gs.grads, gs.b = out.Grads(), B
 	}
@@ -492,12 +514,10 @@ func (t *trainer) step(tp *tensor.Tape, r arrow.RecordBatch, e int, in *[]float3
 		tp.Reset()
 		return 0, fmt.Errorf("iteration %d: loss is %v", t.st.NI, res.Total)
 	}
-	outs := []*tensor.Tensor{mo.One2Many.Boxes, mo.One2Many.Scores, mo.One2Many.MaskCoefficients,
-		mo.One2One.Boxes, mo.One2One.Scores, mo.One2One.MaskCoefficients, mo.Proto, mo.Semseg}
 	seeds := make([]*tensor.Tensor, len(outs))
 	for i, s := range [][]float32{g.One2Many.Boxes, g.One2Many.Scores, g.One2Many.Coef,
 		g.One2One.Boxes, g.One2One.Scores, g.One2One.Coef, g.Proto, g.Semseg} {
-		seeds[i] = tensor.New(s, outs[i].Shape...)
+		seeds[i] = tensor.Borrow(t.be, s, outs[i].Shape...)
 	}
 	// Nothing reads this step's activations after backward: handing them
 	// back lets the next step reuse their memory instead of faulting in
@@ -510,9 +530,12 @@ func (t *trainer) step(tp *tensor.Tape, r arrow.RecordBatch, e int, in *[]float3
 		ep.Loss[i] += v
 	}
 	if t.acc.Due(t.st.NI, acc) {
+		t.host.down(true)
 		optim.ClipGradNorm(t.params, t.cfg.ClipNorm)
 		t.opt_.Step()
 		optim.ZeroGrad(t.params)
+		t.host.up(false)
+		t.host.zeroGrads()
 		if err := t.ema.Update(t.state); err != nil {
 			return 0, err
 		}

@@ -8,9 +8,9 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 
+	"github.com/segpipe/segpipe/formats/batch"
 	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/pipeline/order"
-	"github.com/segpipe/segpipe/trainer/loss"
 	"github.com/segpipe/segpipe/trainer/metrics"
 	"github.com/segpipe/segpipe/trainer/model"
 	"github.com/segpipe/segpipe/trainer/predict"
@@ -31,9 +31,8 @@ type ValConfig struct {
 // false positive. mask is nil only when no image produced mask predictions
 // and the metric therefore has none (see metrics).
 func Validate(ctx context.Context, m *model.Model, data Data, vc ValConfig) (box, mask *metrics.Result, err error) {
-	var in []float32
 	return validate(ctx, data, vc, func(rec arrow.RecordBatch) ([][]model.Detection, [][]float32, error) {
-		return predict.Infer(m, rec, &in, vc.MaxDet)
+		return predict.Infer(m, rec, vc.MaxDet)
 	})
 }
 
@@ -74,7 +73,7 @@ func validate(ctx context.Context, data Data, vc ValConfig, infer inferFunc) (bo
 			if err != nil {
 				return err
 			}
-			tg, err := loss.TargetsFromRecord(rec)
+			tg, err := batch.InstancesOf(rec)
 			if err != nil {
 				return err
 			}
@@ -128,7 +127,7 @@ func (t *trainer) loadEMA() error {
 		return fmt.Errorf("ema holds %d tensors, the model %d", len(vals), len(st))
 	}
 	for i, p := range st {
-		copy(p.Value.Data, vals[i])
+		p.Value.FromHost(vals[i])
 	}
 	src := t.m.BatchNorms()
 	for i, bn := range t.em.BatchNorms() {

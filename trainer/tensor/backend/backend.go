@@ -3,14 +3,17 @@
 //
 // Every kernel works on contiguous row-major float32 buffers whose sizes are
 // fully determined by the parameter struct; kernels never allocate tensors and
-// never keep references to their arguments after returning. Kernels whose
+// never keep references to their arguments after returning. A Buffer is an
+// opaque handle into the backend's own memory plus an offset and a length:
+// no Go slice ever points into device memory, and the only crossings
+// between host and device are the Memory methods, which every backend
+// counts. Kernels whose
 // name ends in Backward, BackwardData or BackwardFilter ACCUMULATE into their
 // gradient outputs (dst += ...), so several consumers of one tensor can add
 // their contributions without a temporary. Forward kernels overwrite.
 //
 // The CPU implementation (package cpu) is the reference; another device
-// implements the same methods on its own memory, so the buffers here are the
-// seam where a device-buffer handle will replace []float32.
+// implements the same methods on its own memory and is checked against it.
 package backend
 
 // Gemm describes a (batched) row-major matrix product
@@ -117,56 +120,169 @@ type Broadcast struct {
 	StrideA, StrideB []int
 }
 
-// Backend is the set of kernels tensor ops dispatch through.
+// Strided describes a walk over a row-major index space of the given Shape
+// that reads the source at Src strides and writes the destination at Dst
+// strides (elements, per axis; 0 repeats an element). It is the one layout
+// kernel: permutes, concatenation, splits, broadcasts and axis sums are all
+// a Copy with the right strides. With Accumulate the destination is added
+// to (dst += src), in row-major order of the walk, which makes a zero Dst
+// stride a sum over that axis; distinct indices of axis 0 must then never
+// reach the same destination element, because the walk may be split there.
+type Strided struct {
+	Shape      []int
+	Src, Dst   []int
+	Accumulate bool
+}
+
+// Upsample describes nearest-neighbour upsampling of Planes H×W planes by
+// an integer Factor in both directions.
+type Upsample struct {
+	Planes, H, W, Factor int
+}
+
+// Mem is a backend's handle to one allocation: a host array for the CPU, a
+// device pointer elsewhere. Host code never looks inside one; only the
+// backend that made it does.
+type Mem interface {
+	// Elems is the allocation's length in 4-byte elements.
+	Elems() int
+}
+
+// Buffer is a range of backend memory: an opaque allocation and an element
+// offset and length into it (elements are 4 bytes: float32, or int32 for
+// MaxPool2d's winners). The zero Buffer is "absent" (a nil gamma, an
+// unwanted gradient).
+type Buffer struct {
+	Mem      Mem
+	Off, Len int
+}
+
+// Slice returns the elements [lo, hi) of b.
+func (b Buffer) Slice(lo, hi int) Buffer {
+	if lo < 0 || hi < lo || hi > b.Len {
+		panic("backend: buffer slice out of range")
+	}
+	return Buffer{Mem: b.Mem, Off: b.Off + lo, Len: hi - lo}
+}
+
+// From returns the elements from off to the end of b.
+func (b Buffer) From(off int) Buffer { return b.Slice(off, b.Len) }
+
+// Present reports whether b refers to memory (is not the zero Buffer).
+func (b Buffer) Present() bool { return b.Mem != nil }
+
+// Transfers counts the crossings between host and backend memory, and the
+// synchronisations, since a backend was made.
+type Transfers struct {
+	Uploads, Downloads         int64 // calls
+	UploadBytes, DownloadBytes int64
+	Syncs                      int64
+}
+
+// Memory is the part of a backend that owns memory and moves it across the
+// host boundary. Crossings are explicit: nothing else reads or writes a
+// Buffer from the host.
+type Memory interface {
+	// Alloc returns a buffer of n elements with unspecified contents,
+	// drawn from the backend's pool.
+	Alloc(n int) Buffer
+	// Free returns a whole buffer Alloc made to the pool; the caller must
+	// drop every reference to it. Other buffers are ignored.
+	Free(b Buffer)
+	// Upload copies len(src) == dst.Len host values into dst.
+	Upload(dst Buffer, src []float32)
+	// UploadBytes copies host bytes into dst, whose Len·4 must be at least
+	// len(src); the bytes keep their order (a uint8 image or mask stack).
+	UploadBytes(dst Buffer, src []byte)
+	// Download copies src into len(dst) == src.Len host values.
+	Download(dst []float32, src Buffer)
+	// Host returns b as a host slice without copying, or nil when the
+	// memory is not host-addressable (emu, cuda): then only Download reads it.
+	Host(b Buffer) []float32
+	// Sync waits for every kernel issued so far.
+	Sync()
+	// Transfers reports the crossings counted so far.
+	Transfers() Transfers
+}
+
+// Backend is the set of kernels tensor ops dispatch through, and the
+// memory they run on.
 //
 // Layout conventions: images are NCHW; a per-channel vector has length C;
 // Softmax views its buffer as outer×n×inner and normalises along n.
 type Backend interface {
 	// Name identifies the backend in logs and benchmarks.
 	Name() string
+	Memory
 
 	// Sgemm computes the matrix product described by g.
-	Sgemm(g Gemm, a, b, c []float32)
+	Sgemm(g Gemm, a, b, c Buffer)
 
 	// Conv2d writes y = conv(x, w) (no bias).
-	Conv2d(p Conv, x, w, y []float32)
+	Conv2d(p Conv, x, w, y Buffer)
 	// Conv2dBackwardData accumulates dx += conv2d's input-gradient for dy.
 	// It is also the forward pass of a transposed convolution.
-	Conv2dBackwardData(p Conv, dy, w, dx []float32)
+	Conv2dBackwardData(p Conv, dy, w, dx Buffer)
 	// Conv2dBackwardFilter accumulates dw += conv2d's filter-gradient.
-	Conv2dBackwardFilter(p Conv, x, dy, dw []float32)
+	Conv2dBackwardFilter(p Conv, x, dy, dw Buffer)
 
 	// BatchNormTrain normalises x (N×C×HW) with its own per-channel batch
 	// statistics, writing y = gamma·(x−mean)·invstd + beta and the saved
 	// mean and invstd = 1/sqrt(biased var + eps); varUnbiased receives the
 	// unbiased variance for the running-statistics update (NaN when the
 	// channel has a single element).
-	BatchNormTrain(n, c, hw int, eps float32, x, gamma, beta, y, mean, invstd, varUnbiased []float32)
-	// ChannelAffine writes y = x·scale[c] + shift[c] (batch-norm in eval mode).
-	ChannelAffine(n, c, hw int, x, scale, shift, y []float32)
+	BatchNormTrain(n, c, hw int, eps float32, x, gamma, beta, y, mean, invstd, varUnbiased Buffer)
+	// ChannelAffine writes y = x·scale[c] + shift[c]; an absent scale
+	// means 1 (a bias add), and y may be x.
+	ChannelAffine(n, c, hw int, x, scale, shift, y Buffer)
+	// ChannelSum accumulates dst[c] += Σ over n and hw of x[n,c,hw], each
+	// channel summed in float64 in index order (bias gradients, and with
+	// n = c = 1 a full sum).
+	ChannelSum(n, c, hw int, x, dst Buffer)
 	// BatchNormBackward accumulates the training-mode batch-norm
-	// gradients into dx, dgamma and dbeta; any of them may be nil.
-	BatchNormBackward(n, c, hw int, x, dy, mean, invstd, gamma, dx, dgamma, dbeta []float32)
+	// gradients into dx, dgamma and dbeta; any of them may be absent.
+	BatchNormBackward(n, c, hw int, x, dy, mean, invstd, gamma, dx, dgamma, dbeta Buffer)
+	// BatchNormEval writes y = gamma·(x−mean)/sqrt(var+eps) + beta from the
+	// running statistics mean and var; absent gamma/beta mean 1 and 0.
+	BatchNormEval(n, c, hw int, eps float32, x, gamma, beta, mean, variance, y Buffer)
+	// BatchNormEvalBackward accumulates the eval-mode batch-norm gradients
+	// into dx, dgamma and dbeta; any of them may be absent.
+	BatchNormEvalBackward(n, c, hw int, eps float32, x, dy, gamma, mean, variance, dx, dgamma, dbeta Buffer)
 
 	// MaxPool2d writes the pooled maxima and the flat input index of each
-	// winner (within its N×C plane) to arg.
-	MaxPool2d(p Pool, x, y []float32, arg []int32)
+	// winner (within its N×C plane, as int32) to arg.
+	MaxPool2d(p Pool, x, y, arg Buffer)
 	// MaxPool2dBackward accumulates dy into dx at the recorded winners.
-	MaxPool2dBackward(p Pool, dy []float32, arg []int32, dx []float32)
+	MaxPool2dBackward(p Pool, dy, arg, dx Buffer)
+	// UpsampleNearest writes y, each x pixel repeated into a Factor×Factor block.
+	UpsampleNearest(p Upsample, x, y Buffer)
+	// UpsampleNearestBackward accumulates into dx the sum of each block of dy.
+	UpsampleNearestBackward(p Upsample, dy, dx Buffer)
 
 	// Softmax writes y = softmax(x) along the middle axis of outer×n×inner.
-	Softmax(outer, n, inner int, x, y []float32)
+	Softmax(outer, n, inner int, x, y Buffer)
 	// SoftmaxBackward accumulates dx += y·(dy − Σ dy·y) along the same axis.
-	SoftmaxBackward(outer, n, inner int, y, dy, dx []float32)
+	SoftmaxBackward(outer, n, inner int, y, dy, dx Buffer)
 
 	// Unary writes y = f(x).
-	Unary(f Unary, x, y []float32)
+	Unary(f Unary, x, y Buffer)
 	// UnaryBackward accumulates dx += f'(x)·dy.
-	UnaryBackward(f Unary, x, y, dy, dx []float32)
-
+	UnaryBackward(f Unary, x, y, dy, dx Buffer)
 	// Binary writes y = f(a, b) over the broadcast shape.
-	Binary(f Binary, s Broadcast, a, b, y []float32)
+	Binary(f Binary, s Broadcast, a, b, y Buffer)
 	// BinaryBackward accumulates the gradients of f into da and db (either
-	// may be nil), summing over the axes an operand is stretched on.
-	BinaryBackward(f Binary, s Broadcast, a, b, dy, da, db []float32)
+	// may be absent), summing over the axes an operand is stretched on.
+	BinaryBackward(f Binary, s Broadcast, a, b, dy, da, db Buffer)
+
+	// Fill sets every element of x to v.
+	Fill(x Buffer, v float32)
+	// Axpby writes y = alpha·x + beta·y elementwise; with beta 0, y is not
+	// read (the BLAS convention), so it may hold garbage.
+	Axpby(alpha float32, x Buffer, beta float32, y Buffer)
+	// Copy walks s, copying (or accumulating) src into dst.
+	Copy(s Strided, src, dst Buffer)
+	// BytesToFloat writes dst[i] = float32(byte i of src)·scale for the n
+	// = dst.Len bytes at the start of src (a uint8 image batch uploaded as
+	// it is, widened on the device).
+	BytesToFloat(scale float32, src, dst Buffer)
 }

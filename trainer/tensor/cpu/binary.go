@@ -7,7 +7,7 @@ import "github.com/segpipe/segpipe/trainer/tensor/backend"
 var minParallel = 1 << 16
 
 // Binary writes y = f(a, b) over the broadcast shape.
-func (be *Backend) Binary(f backend.Binary, s backend.Broadcast, a, b, y []float32) {
+func (be *Kernels) Binary(f backend.Binary, s backend.Broadcast, a, b, y []float32) {
 	bcastRuns(s.Shape, s.StrideA, s.StrideB, be.workers(), func(o, ia, ib, n, da, db int) {
 		ys := y[o : o+n]
 		switch f {
@@ -44,7 +44,7 @@ func (be *Backend) Binary(f backend.Binary, s backend.Broadcast, a, b, y []float
 // BinaryBackward accumulates the gradients of f into da and db. Runs go
 // parallel only when no gradient slot is shared between runs, i.e. neither
 // operand being differentiated is stretched.
-func (be *Backend) BinaryBackward(f backend.Binary, s backend.Broadcast, a, b, dy, da, db []float32) {
+func (be *Kernels) BinaryBackward(f backend.Binary, s backend.Broadcast, a, b, dy, da, db []float32) {
 	w := be.workers()
 	if (da != nil && len(da) != len(dy)) || (db != nil && len(db) != len(dy)) {
 		w = 1

@@ -110,7 +110,7 @@ func TestBinaryMatchesNaive(t *testing.T) {
 					y, wy := make([]float32, total), make([]float32, total)
 					da, db := make([]float32, na), make([]float32, nb)
 					wda, wdb := make([]float32, na), make([]float32, nb)
-					be := &Backend{Workers: w}
+					be := &Kernels{Workers: w}
 					be.Binary(f, s, a, b, y)
 					be.BinaryBackward(f, s, a, b, dy, da, db)
 					naiveBinary(f, s, a, b, dy, wy, wda, wdb)

@@ -18,7 +18,7 @@ func isPointwise(p backend.Conv) bool {
 }
 
 // Conv2d writes y = conv(x, w).
-func (be *Backend) Conv2d(p backend.Conv, x, w, y []float32) {
+func (be *Kernels) Conv2d(p backend.Conv, x, w, y []float32) {
 	p = p.Norm()
 	if isDepthwise(p) {
 		be.dwForward(p, x, w, y)
@@ -28,14 +28,14 @@ func (be *Backend) Conv2d(p backend.Conv, x, w, y []float32) {
 }
 
 // convGemm computes y = conv(x, w) + beta·y by implicit-im2col GEMM.
-func (be *Backend) convGemm(p backend.Conv, x, w, y []float32, beta float32) {
+func (be *Kernels) convGemm(p backend.Conv, x, w, y []float32, beta float32) {
 	oh, ow := p.OutH(), p.OutW()
 	cg, og := p.InC/p.Groups, p.OutC/p.Groups
 	kk := cg * p.KH * p.KW
 	L := oh * ow
 	inner, outer := be.split(p.N)
 	parallelFor(outer, p.N, func(lo, hi int) {
-		sub := &Backend{Workers: inner}
+		sub := &Kernels{Workers: inner}
 		for n := lo; n < hi; n++ {
 			for g := 0; g < p.Groups; g++ {
 				xs := x[(n*p.InC+g*cg)*p.InH*p.InW:]
@@ -135,7 +135,7 @@ func colRow(p backend.Conv, x []float32, r, l0 int, dst []float32) {
 // col2im. At stride 1 it is instead a forward convolution of dy with the
 // flipped, in/out-transposed filter ("full" padding KH−1−Pad), which runs
 // as an implicit GEMM and needs no column buffer.
-func (be *Backend) Conv2dBackwardData(p backend.Conv, dy, w, dx []float32) {
+func (be *Kernels) Conv2dBackwardData(p backend.Conv, dy, w, dx []float32) {
 	p = p.Norm()
 	if isDepthwise(p) {
 		be.dwBackwardData(p, dy, w, dx)
@@ -192,7 +192,7 @@ func (be *Backend) Conv2dBackwardData(p backend.Conv, dy, w, dx []float32) {
 // Conv2dBackwardFilter accumulates dw += dy·col^T. With parallel samples
 // each worker sums into a private filter gradient, reduced at the end in a
 // fixed order so results do not depend on scheduling.
-func (be *Backend) Conv2dBackwardFilter(p backend.Conv, x, dy, dw []float32) {
+func (be *Kernels) Conv2dBackwardFilter(p backend.Conv, x, dy, dw []float32) {
 	p = p.Norm()
 	if isDepthwise(p) {
 		be.dwBackwardFilter(p, x, dy, dw)
@@ -215,7 +215,7 @@ func (be *Backend) Conv2dBackwardFilter(p backend.Conv, x, dy, dw []float32) {
 				zero(acc)
 				parts[wi] = acc
 			}
-			sub := &Backend{Workers: inner}
+			sub := &Kernels{Workers: inner}
 			for n := n0; n < n1; n++ {
 				for g := 0; g < p.Groups; g++ {
 					xs := x[(n*p.InC+g*cg)*p.InH*p.InW:]
@@ -263,14 +263,14 @@ func (be *Backend) Conv2dBackwardFilter(p backend.Conv, x, dy, dw []float32) {
 // on 16 cores runs 8 samples at once with 2 GEMM workers each, rather than
 // one sample at a time, whose small late-layer maps have too few tiles to
 // occupy every core.
-func (be *Backend) split(n int) (inner, outer int) {
+func (be *Kernels) split(n int) (inner, outer int) {
 	w := be.workers()
 	outer = max(min(n, w), 1)
 	return max(w/outer, 1), outer
 }
 
-func (be *Backend) gemmWith(workers int, g backend.Gemm, a, b, c []float32) {
-	sub := Backend{Workers: workers}
+func (be *Kernels) gemmWith(workers int, g backend.Gemm, a, b, c []float32) {
+	sub := Kernels{Workers: workers}
 	sub.Sgemm(g, a, b, c)
 }
 
@@ -380,7 +380,7 @@ func col2im(p backend.Conv, col, x []float32) {
 // one shifted row update per kernel tap so the inner loops are long
 // unit-stride (or fixed-stride) runs without bounds tests.
 
-func (be *Backend) dwForward(p backend.Conv, x, w, y []float32) {
+func (be *Kernels) dwForward(p backend.Conv, x, w, y []float32) {
 	oh, ow := p.OutH(), p.OutW()
 	H, W, S := p.InH, p.InW, p.Stride
 	kh, kw := p.KH, p.KW
@@ -420,7 +420,7 @@ func (be *Backend) dwForward(p backend.Conv, x, w, y []float32) {
 	})
 }
 
-func (be *Backend) dwBackwardData(p backend.Conv, dy, w, dx []float32) {
+func (be *Kernels) dwBackwardData(p backend.Conv, dy, w, dx []float32) {
 	oh, ow := p.OutH(), p.OutW()
 	H, W, S := p.InH, p.InW, p.Stride
 	kh, kw := p.KH, p.KW
@@ -459,7 +459,7 @@ func (be *Backend) dwBackwardData(p backend.Conv, dy, w, dx []float32) {
 	})
 }
 
-func (be *Backend) dwBackwardFilter(p backend.Conv, x, dy, dw []float32) {
+func (be *Kernels) dwBackwardFilter(p backend.Conv, x, dy, dw []float32) {
 	oh, ow := p.OutH(), p.OutW()
 	H, W, S := p.InH, p.InW, p.Stride
 	kh, kw := p.KH, p.KW

@@ -1,4 +1,6 @@
-// Package cpu is the reference implementation of backend.Backend. It needs
+// Package cpu is the reference implementation of backend.Backend, and the
+// emulated device (NewEmulated) that runs the same kernels on memory the host
+// cannot see. It needs
 // no cgo: on amd64 the GEMM micro-kernels (AVX-512 12×32, AVX2 6×16), the
 // sigmoid/SiLU, batch-norm and depthwise inner loops are Go assembly chosen
 // from the CPU's features at start-up; every one has a portable Go twin
@@ -18,24 +20,23 @@ import (
 	"runtime"
 	"sync"
 
-	"github.com/segpipe/segpipe/trainer/tensor/backend"
+	"github.com/segpipe/segpipe/internal/parfor"
 )
 
-// Backend is the CPU kernel set. The zero value uses GOMAXPROCS workers.
-type Backend struct {
+// Kernels is the reference kernel set on host slices: every backend.Backend
+// method's maths, with buffers already resolved to []float32. Backend and
+// the emulated device run these; a device backend's tests run them as the
+// oracle. The zero value uses GOMAXPROCS workers.
+type Kernels struct {
 	// Workers bounds the goroutines one kernel uses; 0 means GOMAXPROCS.
 	Workers int
+	// MinParallel is the element count below which the elementwise and
+	// layout kernels stay on the calling goroutine; 0 means 65536. Tests
+	// set 1 to drive the split paths on small shapes.
+	MinParallel int
 }
 
-var _ backend.Backend = (*Backend)(nil)
-
-// New returns a CPU backend using GOMAXPROCS workers.
-func New() *Backend { return &Backend{} }
-
-// Name reports "cpu".
-func (*Backend) Name() string { return "cpu" }
-
-func (be *Backend) workers() int {
+func (be *Kernels) workers() int {
 	if be != nil && be.Workers > 0 {
 		return be.Workers
 	}
@@ -43,65 +44,11 @@ func (be *Backend) workers() int {
 }
 
 // parallelFor calls fn over [0,n) split into at most w contiguous chunks.
-func parallelFor(w, n int, fn func(lo, hi int)) {
-	if n <= 0 {
-		return
-	}
-	if w > n {
-		w = n
-	}
-	if w <= 1 {
-		fn(0, n)
-		return
-	}
-	var wg sync.WaitGroup
-	wg.Add(w)
-	for i := 0; i < w; i++ {
-		lo, hi := i*n/w, (i+1)*n/w
-		go func() {
-			defer wg.Done()
-			fn(lo, hi)
-		}()
-	}
-	wg.Wait()
-}
+func parallelFor(w, n int, fn func(lo, hi int)) { parfor.Blocks(max(w, 1), n, fn) }
 
 // parallelTasks runs fn(worker, task) for every task in [0,n) with up to w
 // goroutines pulling tasks dynamically, so uneven tasks balance out.
-func parallelTasks(w, n int, fn func(worker, task int)) {
-	if n <= 0 {
-		return
-	}
-	if w > n {
-		w = n
-	}
-	if w <= 1 {
-		for t := 0; t < n; t++ {
-			fn(0, t)
-		}
-		return
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	next := 0
-	wg.Add(w)
-	for i := 0; i < w; i++ {
-		go func(worker int) {
-			defer wg.Done()
-			for {
-				mu.Lock()
-				t := next
-				next++
-				mu.Unlock()
-				if t >= n {
-					return
-				}
-				fn(worker, t)
-			}
-		}(i)
-	}
-	wg.Wait()
-}
+func parallelTasks(w, n int, fn func(worker, task int)) { parfor.Tasks(max(w, 1), n, fn) }
 
 // Scratch pool: size classes are powers of two so a buffer freed by one
 // kernel serves any later request of the same class.

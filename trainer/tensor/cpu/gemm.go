@@ -54,7 +54,7 @@ func KernelName() string { return pickKernel(1<<12, 1<<12).name }
 // tiles of C per batch entry; each tile packs its own panels, so tiles are
 // independent and any shape (tall, wide, batched) parallelises. A zero
 // StrideC with Batch > 1 is not supported (entries would race).
-func (be *Backend) Sgemm(g backend.Gemm, a, b, c []float32) {
+func (be *Kernels) Sgemm(g backend.Gemm, a, b, c []float32) {
 	batch := g.Batch
 	if batch <= 0 {
 		batch = 1
@@ -105,7 +105,7 @@ func (be *Backend) Sgemm(g backend.Gemm, a, b, c []float32) {
 type bPacker func(bp []float32, j0, p0, nc, kc, NR int)
 
 // sgemmPacked is Sgemm for a single product whose B comes from pack.
-func (be *Backend) sgemmPacked(g backend.Gemm, a []float32, pack bPacker, c []float32) {
+func (be *Kernels) sgemmPacked(g backend.Gemm, a []float32, pack bPacker, c []float32) {
 	m, n, k := g.M, g.N, g.K
 	if m == 0 || n == 0 {
 		return

@@ -48,7 +48,7 @@ func testSgemmMatchesNaive(t *testing.T) {
 					c := randSlice(r, batch*sh[0]*sh[1])
 					want := append([]float32(nil), c...)
 					NaiveSgemm(g, a, b, want)
-					(&Backend{Workers: 3}).Sgemm(g, a, b, c)
+					(&Kernels{Workers: 3}).Sgemm(g, a, b, c)
 					for i := range c {
 						tol := 1e-5 * float64(sh[2]+1) * 4
 						if d := math.Abs(float64(c[i] - want[i])); d > tol {
@@ -68,7 +68,7 @@ func testSgemmMatchesNaive(t *testing.T) {
 			c[i] = float32(math.NaN())
 		}
 		NaiveSgemm(g, a, b, want)
-		New().Sgemm(g, a, b, c)
+		(&Kernels{}).Sgemm(g, a, b, c)
 		for i := range c {
 			if math.Abs(float64(c[i]-want[i])) > 1e-4 {
 				t.Fatalf("beta 0 over NaN: element %d = %v, want %v", i, c[i], want[i])
@@ -80,7 +80,7 @@ func testSgemmMatchesNaive(t *testing.T) {
 	a, b := randSlice(r, 105), randSlice(r, 42)
 	c, want := make([]float32, 90), make([]float32, 90)
 	NaiveSgemm(g, a, b, want)
-	New().Sgemm(g, a, b, c)
+	(&Kernels{}).Sgemm(g, a, b, c)
 	for i := range c {
 		if math.Abs(float64(c[i]-want[i])) > 1e-5 {
 			t.Fatalf("shared B: element %d = %v, want %v", i, c[i], want[i])
@@ -156,7 +156,7 @@ func TestConvBackwardIsAdjoint(t *testing.T) {
 		// split of samples and GEMM workers.
 		for _, nw := range []int{1, 2, 5} {
 			t.Run(fmt.Sprintf("%+v workers=%d", p, nw), func(t *testing.T) {
-				be := &Backend{Workers: nw}
+				be := &Kernels{Workers: nw}
 				L := p.OutH() * p.OutW()
 				x := randSlice(r, p.N*p.InC*p.InH*p.InW)
 				w := randSlice(r, p.OutC*p.InC/p.Groups*p.KH*p.KW)
@@ -203,7 +203,7 @@ func BenchmarkSgemm(b *testing.B) {
 			}
 		}
 		b.Run(fmt.Sprintf("blocked-parallel/%d", n), func(b *testing.B) {
-			be := New()
+			be := &Kernels{}
 			done := meter(b)
 			for b.Loop() {
 				be.Sgemm(g, a, bb, c)
@@ -211,7 +211,7 @@ func BenchmarkSgemm(b *testing.B) {
 			done()
 		})
 		b.Run(fmt.Sprintf("blocked-1thread/%d", n), func(b *testing.B) {
-			be := &Backend{Workers: 1}
+			be := &Kernels{Workers: 1}
 			done := meter(b)
 			for b.Loop() {
 				be.Sgemm(g, a, bb, c)
@@ -222,7 +222,7 @@ func BenchmarkSgemm(b *testing.B) {
 			b.Run(fmt.Sprintf("blocked-1thread-%s/%d", k.name, n), func(b *testing.B) {
 				kern = k
 				defer func() { kern = microKernel{} }()
-				be := &Backend{Workers: 1}
+				be := &Kernels{Workers: 1}
 				done := meter(b)
 				for b.Loop() {
 					be.Sgemm(g, a, bb, c)
@@ -264,7 +264,7 @@ func BenchmarkConv(b *testing.B) {
 		y := make([]float32, p.N*p.OutC*L)
 		dx, dw := make([]float32, len(x)), make([]float32, len(w))
 		flops := 2 * float64(p.N*p.OutC*L) * float64(p.InC/p.Groups*p.KH*p.KW)
-		be := New()
+		be := &Kernels{}
 		col := make([]float32, p.InC/p.Groups*p.KH*p.KW*L)
 		type run struct {
 			name string

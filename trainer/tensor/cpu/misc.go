@@ -8,7 +8,7 @@ import (
 
 // MaxPool2d takes the first maximum in row-major window order, as PyTorch
 // does, so ties send the gradient to one input only.
-func (be *Backend) MaxPool2d(p backend.Pool, x, y []float32, arg []int32) {
+func (be *Kernels) MaxPool2d(p backend.Pool, x, y []float32, arg []int32) {
 	oh, ow := p.OutH(), p.OutW()
 	H, W := p.H, p.W
 	parallelFor(be.workers(), p.N*p.C, func(lo, hi int) {
@@ -44,7 +44,7 @@ func (be *Backend) MaxPool2d(p backend.Pool, x, y []float32, arg []int32) {
 }
 
 // MaxPool2dBackward routes each output gradient to its recorded winner.
-func (be *Backend) MaxPool2dBackward(p backend.Pool, dy []float32, arg []int32, dx []float32) {
+func (be *Kernels) MaxPool2dBackward(p backend.Pool, dy []float32, arg []int32, dx []float32) {
 	oh, ow := p.OutH(), p.OutW()
 	H, W := p.H, p.W
 	parallelFor(be.workers(), p.N*p.C, func(lo, hi int) {
@@ -61,7 +61,7 @@ func (be *Backend) MaxPool2dBackward(p backend.Pool, dy []float32, arg []int32, 
 
 // Softmax subtracts the maximum before exponentiating so large logits do
 // not overflow.
-func (be *Backend) Softmax(outer, n, inner int, x, y []float32) {
+func (be *Kernels) Softmax(outer, n, inner int, x, y []float32) {
 	parallelFor(be.workers(), outer*inner, func(lo, hi int) {
 		for t := lo; t < hi; t++ {
 			o, in := t/inner, t%inner
@@ -85,7 +85,7 @@ func (be *Backend) Softmax(outer, n, inner int, x, y []float32) {
 }
 
 // SoftmaxBackward accumulates dx += y·(dy − Σ dy·y).
-func (be *Backend) SoftmaxBackward(outer, n, inner int, y, dy, dx []float32) {
+func (be *Kernels) SoftmaxBackward(outer, n, inner int, y, dy, dx []float32) {
 	parallelFor(be.workers(), outer*inner, func(lo, hi int) {
 		for t := lo; t < hi; t++ {
 			o, in := t/inner, t%inner
@@ -104,7 +104,7 @@ func (be *Backend) SoftmaxBackward(outer, n, inner int, y, dy, dx []float32) {
 }
 
 // Unary writes y = f(x).
-func (be *Backend) Unary(f backend.Unary, x, y []float32) {
+func (be *Kernels) Unary(f backend.Unary, x, y []float32) {
 	w := be.workers()
 	if len(x) < 1<<15 {
 		w = 1
@@ -159,7 +159,7 @@ func (be *Backend) Unary(f backend.Unary, x, y []float32) {
 }
 
 // UnaryBackward accumulates dx += f'(x)·dy.
-func (be *Backend) UnaryBackward(f backend.Unary, x, y, dy, dx []float32) {
+func (be *Kernels) UnaryBackward(f backend.Unary, x, y, dy, dx []float32) {
 	w := be.workers()
 	if len(x) < 1<<15 {
 		w = 1

@@ -60,7 +60,7 @@ func sumDyDyxGo(dy, x []float32, k float64) (s, sx float64) {
 
 // BatchNormTrain computes per-channel batch statistics in float64 in one
 // pass over the data and normalises x with them.
-func (be *Backend) BatchNormTrain(n, c, hw int, eps float32, x, gamma, beta, y, mean, invstd, varUnbiased []float32) {
+func (be *Kernels) BatchNormTrain(n, c, hw int, eps float32, x, gamma, beta, y, mean, invstd, varUnbiased []float32) {
 	cnt := n * hw
 	parallelFor(be.workers(), c, func(lo, hi int) {
 		for ch := lo; ch < hi; ch++ {
@@ -105,8 +105,21 @@ func (be *Backend) BatchNormTrain(n, c, hw int, eps float32, x, gamma, beta, y, 
 	})
 }
 
-// ChannelAffine writes y = x·scale[c] + shift[c].
-func (be *Backend) ChannelAffine(n, c, hw int, x, scale, shift, y []float32) {
+// ChannelAffine writes y = x·scale[c] + shift[c]; a nil scale is a bias
+// add, split like any elementwise loop.
+func (be *Kernels) ChannelAffine(n, c, hw int, x, scale, shift, y []float32) {
+	if scale == nil {
+		parallelFor(be.workersFor(n*c*hw), n*c, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				v := shift[i%c]
+				xs, ys := x[i*hw:(i+1)*hw], y[i*hw:(i+1)*hw]
+				for j, u := range xs {
+					ys[j] = u + v
+				}
+			}
+		})
+		return
+	}
 	parallelFor(be.workers(), n*c, func(lo, hi int) {
 		for nc := lo; nc < hi; nc++ {
 			ch := nc % c
@@ -120,7 +133,7 @@ func (be *Backend) ChannelAffine(n, c, hw int, x, scale, shift, y []float32) {
 //	dx = gamma·invstd·(dy − mean(dy) − xhat·mean(dy·xhat))
 //
 // with the two channel sums accumulated in float64.
-func (be *Backend) BatchNormBackward(n, c, hw int, x, dy, mean, invstd, gamma, dx, dgamma, dbeta []float32) {
+func (be *Kernels) BatchNormBackward(n, c, hw int, x, dy, mean, invstd, gamma, dx, dgamma, dbeta []float32) {
 	cnt := float64(n * hw)
 	parallelFor(be.workers(), c, func(lo, hi int) {
 		for ch := lo; ch < hi; ch++ {

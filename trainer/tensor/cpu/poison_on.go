@@ -1,6 +1,6 @@
 //go:build segpipe_poison
 
-package tensor
+package cpu
 
 // poison: see poison_off.go.
 const poison = true

@@ -1,7 +1,7 @@
 //go:build !segpipe_poison
 
-package tensor
+package cpu
 
 // poison fills buffers handed out with unspecified contents with NaN (see
-// getBuf); on only in builds with the segpipe_poison tag.
+// Backend.Alloc); on only in builds with the segpipe_poison tag.
 const poison = false
