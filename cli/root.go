@@ -42,6 +42,7 @@ var commands = []func() *ucli.Command{
 	serveCommand,
 	dumpCommand,
 	previewCommand,
+	deviceCommand,
 }
 
 // usageError marks errors caused by how the command was invoked.
