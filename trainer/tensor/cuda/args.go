@@ -21,27 +21,35 @@ const (
 	argInt32   argKind = 'i' // int (4 bytes)
 	argInt64   argKind = 'l' // long long (8 bytes)
 	argFloat32 argKind = 'f' // float (4 bytes)
+	argStruct  argKind = 's' // a struct by value (its C layout, 8-aligned)
 )
 
-func (k argKind) size() int {
-	if k == argInt32 || k == argFloat32 {
+// arg is one kernel argument: its C type and its value's bits (or, for a
+// struct, its bytes).
+type arg struct {
+	kind  argKind
+	bits  uint64
+	bytes []byte
+}
+
+func (a arg) size() int {
+	switch a.kind {
+	case argInt32, argFloat32:
 		return 4
+	case argStruct:
+		return len(a.bytes)
 	}
 	return 8
 }
 
-// arg is one kernel argument: its C type and its value's bits.
-type arg struct {
-	kind argKind
-	bits uint64
-}
+func (a arg) align() int { return min(a.size(), 8) }
 
-func ptrArg(p Ptr) arg       { return arg{argPointer, uint64(p)} }
-func i32Arg(v int) arg       { return arg{argInt32, uint64(uint32(int32(v)))} }
-func i64Arg(v int) arg       { return arg{argInt64, uint64(int64(v))} }
-func f32Arg(v float32) arg   { return arg{argFloat32, uint64(math.Float32bits(v))} }
+func ptrArg(p Ptr) arg       { return arg{kind: argPointer, bits: uint64(p)} }
+func i32Arg(v int) arg       { return arg{kind: argInt32, bits: uint64(uint32(int32(v)))} }
+func i64Arg(v int) arg       { return arg{kind: argInt64, bits: uint64(int64(v))} }
+func f32Arg(v float32) arg   { return arg{kind: argFloat32, bits: uint64(math.Float32bits(v))} }
+func structArg(b []byte) arg { return arg{kind: argStruct, bytes: b} }
 func boolArg(v bool) arg     { return i32Arg(map[bool]int{false: 0, true: 1}[v]) }
-func (a arg) String() string { return fmt.Sprintf("%c:%#x", a.kind, a.bits) }
 
 // maxArgBytes bounds one launch's argument block: a table of pointers and
 // the values they point to (the driver copies both at launch).
@@ -55,15 +63,18 @@ const maxArgBytes = 4096
 func packArgs(block []byte, base uintptr, args []arg) (int, error) {
 	off := 8 * len(args)
 	for i, a := range args {
-		sz := a.kind.size()
-		off = (off + sz - 1) &^ (sz - 1)
-		if off+sz > len(block) {
+		sz, al := a.size(), a.align()
+		off = (off + al - 1) / al * al
+		if off+sz > len(block) || 8*len(args) > len(block) {
 			return 0, fmt.Errorf("cuda: %d kernel arguments need more than %d bytes", len(args), len(block))
 		}
 		binary.LittleEndian.PutUint64(block[8*i:], uint64(base)+uint64(off))
-		if sz == 4 {
+		switch {
+		case a.kind == argStruct:
+			copy(block[off:], a.bytes)
+		case sz == 4:
 			binary.LittleEndian.PutUint32(block[off:], uint32(a.bits))
-		} else {
+		default:
 			binary.LittleEndian.PutUint64(block[off:], a.bits)
 		}
 		off += sz

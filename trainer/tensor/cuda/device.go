@@ -33,6 +33,11 @@ type Device struct {
 	args     uintptr
 	argBytes []byte
 
+	kernelsOnce sync.Once
+	kernelsErr  error
+	modules     []uintptr
+	functions   [numKernels]uintptr
+
 	work      chan func()
 	quit      chan struct{}
 	closeOnce sync.Once
@@ -124,6 +129,10 @@ func (d *Device) teardown() {
 		ccall(drv.cuStreamDestroy, uintptr(d.stream))
 		d.stream = 0
 	}
+	for _, m := range d.modules {
+		ccall(drv.cuModuleUnload, m)
+	}
+	d.modules = nil
 	if d.args != 0 {
 		ccall(drv.cuMemFreeHost, d.args)
 		d.args, d.argBytes = 0, nil
