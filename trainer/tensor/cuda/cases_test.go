@@ -445,6 +445,18 @@ func kernelCases() []kernelCase {
 			closeTo(t, "ax+t", got[1], wantY, rtolExact)
 		}
 	}})
+	for _, sh := range [][2]int{{12, 40}, {40, 12}, {16, 16}} {
+		cs = append(cs, kernelCase{"newton_schulz", func(d kdev) ([]Ptr, func(*testing.T, [][]byte)) {
+			r := rnd(uint64(30 + sh[0]))
+			rows, cols := sh[0], sh[1]
+			g := uniform(r, rows*cols, -0.1, 0.1)
+			want := refNewtonSchulz(g, rows, cols)
+			k := d.kernels()
+			out, ws := d.alloc(4*rows*cols), d.alloc(k.NewtonSchulzBytes(rows, cols))
+			must(k.NewtonSchulz(d.matmul(), out, d.upload(g), rows, cols, ws))
+			return []Ptr{out}, func(t *testing.T, got [][]byte) { closeTo(t, "orthogonalised", got[0], want, 2e-3) }
+		}})
+	}
 	cs = append(cs, kernelCase{"ema", func(d kdev) ([]Ptr, func(*testing.T, [][]byte)) {
 		r := rnd(29)
 		const n = 555

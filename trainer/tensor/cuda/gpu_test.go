@@ -29,10 +29,12 @@ type gpuDev struct {
 	t     *testing.T
 	d     *Device
 	k     *Kernels
+	mm    Matmul
 	sizes map[Ptr]int
 }
 
 func (g *gpuDev) kernels() *Kernels { return g.k }
+func (g *gpuDev) matmul() Matmul    { return g.mm }
 
 func (g *gpuDev) alloc(n int) Ptr {
 	p, err := g.d.Alloc(n)
@@ -74,9 +76,14 @@ func TestKernelsOnGPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	bl, err := d.NewBlas(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bl.Close(d)
 	for _, c := range kernelCases() {
 		t.Run(c.name, func(t *testing.T) {
-			g := &gpuDev{t: t, d: d, k: k, sizes: map[Ptr]int{}}
+			g := &gpuDev{t: t, d: d, k: k, mm: d.Matmul(bl), sizes: map[Ptr]int{}}
 			outs, check := c.run(g)
 			if err := d.Sync(); err != nil {
 				t.Fatal(err)

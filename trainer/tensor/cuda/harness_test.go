@@ -22,6 +22,8 @@ type kdev interface {
 	// alloc returns a buffer of bytes filled with 0xFF (NaN as floats),
 	// so a kernel that skips an element it should write is caught.
 	alloc(bytes int) Ptr
+	// matmul is the device's GEMM (cuBLAS, or the harness's naive one).
+	matmul() Matmul
 }
 
 // kernelCase is one kernel check: run uploads inputs and launches, and
@@ -67,6 +69,31 @@ type emuDev struct {
 func (e *emuDev) kernels() *Kernels {
 	// Three blocks at most, so every grid-stride loop goes round.
 	return &Kernels{l: e, maxBlocks: 3}
+}
+
+func (e *emuDev) matmul() Matmul { return emuMatmul{e} }
+
+// emuMatmul hands a GEMM to the harness as cuBLAS would receive it, so
+// the row-major mapping runs end to end on the CPU too.
+type emuMatmul struct{ e *emuDev }
+
+func (m emuMatmul) Gemm(g Gemm, a, b, c Ptr) error {
+	cm, err := g.toColMajor()
+	if err != nil {
+		return err
+	}
+	ops := [2]Ptr{a, b}
+	p := func(x Ptr) string { return fmt.Sprintf("p%d+%d", uint64(x)>>32, uint64(x)&0xffffffff) }
+	b01 := func(v bool) int {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	fmt.Fprintf(&m.e.script, "gemm %d %d %d %d %d %x %x %d %s %d %d %s %d %d %s %d %d\n",
+		b01(cm.transA), b01(cm.transB), cm.m, cm.n, cm.k, math.Float32bits(g.Alpha), math.Float32bits(g.Beta), cm.batch,
+		p(ops[cm.a]), cm.lda, cm.strideA, p(ops[cm.b]), cm.ldb, cm.strideB, p(c), cm.ldc, cm.strid)
+	return nil
 }
 
 func (e *emuDev) alloc(n int) Ptr {

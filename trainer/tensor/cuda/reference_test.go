@@ -4,6 +4,8 @@ package cuda
 // kernel API changes, this is the file to adapt.
 
 import (
+	"math"
+
 	"github.com/segpipe/segpipe/pipeline/raster"
 	"github.com/segpipe/segpipe/trainer/optim"
 	"github.com/segpipe/segpipe/trainer/predict"
@@ -219,4 +221,20 @@ func refBatchNorm(n, c, hw int, eps float32, x, gamma, beta, dy []float32) [][]f
 	dx, dg, db := make([]float32, len(x)), make([]float32, c), make([]float32, c)
 	refBE.BatchNormBackward(n, c, hw, x, dy, mean, inv, gamma, dx, dg, db)
 	return [][]float32{y, mean, inv, v, dx, dg, db}
+}
+
+// refNewtonSchulz recovers MuSGD's orthogonalised update O from one step
+// with the SGD part weighted 0 and no momentum (so u = g): the step is
+// p ← p − lr·muonWeight·√max(1, rows/cols)·O from p = 0.
+func refNewtonSchulz(g []float32, rows, cols int) []float32 {
+	const lr, mw = 1.0, 1.0
+	par := &optim.Param{Name: "w", Shape: []int{rows, cols}, Data: make([]float32, len(g)), Grad: clone(g)}
+	o := optim.NewMuSGD([]*optim.Group{{Params: []*optim.Param{par}, LR: lr, Momentum: 0, UseMuon: true}}, mw, 0)
+	o.Step()
+	s := float32(lr * mw * math.Sqrt(max(1, float64(rows)/float64(cols))))
+	out := make([]float32, len(g))
+	for i, v := range par.Data {
+		out[i] = -v / s
+	}
+	return out
 }

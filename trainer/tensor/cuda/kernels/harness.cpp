@@ -5,6 +5,9 @@
 //   load ID FILE              fill buffer ID from FILE (its exact size)
 //   launch NAME GX GY GZ BX BY BZ NARGS ARG...
 //   save ID FILE              write buffer ID to FILE
+//   gemm TA TB M N K ALPHA BETA BATCH pA LDA SA pB LDB SB pC LDC SC
+//                             cublasSgemmStridedBatched's column-major
+//                             product, naively (ALPHA, BETA as float bits)
 //
 // An ARG is pID+OFF (a buffer address; p0+0 is null), iN (int), lN
 // (long long), fHEX (float bits) or sHEX (a struct's bytes). Every
@@ -240,6 +243,33 @@ int main() {
       std::vector<void*> params;
       for (auto& a : args) params.push_back(a.bytes.data());
       launch(workers, it->second, g, b, params.data());
+    } else if (cmd == "gemm") {
+      int ta, tb, m, n, kk, batch, lda, ldb, ldc;
+      std::string alpha, beta, pa, pb, pc;
+      long long sa, sb, sc;
+      in >> ta >> tb >> m >> n >> kk >> alpha >> beta >> batch >> pa >> lda >> sa >> pb >> ldb >> sb >> pc >> ldc >> sc;
+      if (!in) fail(where + "bad gemm");
+      float al, be;
+      Arg fa = parse_arg("f" + alpha), fb = parse_arg("f" + beta);
+      std::memcpy(&al, fa.bytes.data(), 4);
+      std::memcpy(&be, fb.bytes.data(), 4);
+      float *A, *B, *C;
+      Arg xa = parse_arg(pa), xb = parse_arg(pb), xc = parse_arg(pc);
+      std::memcpy(&A, xa.bytes.data(), 8);
+      std::memcpy(&B, xb.bytes.data(), 8);
+      std::memcpy(&C, xc.bytes.data(), 8);
+      for (int bi = 0; bi < batch; bi++)
+        for (int i = 0; i < m; i++)
+          for (int j = 0; j < n; j++) {
+            float acc = 0;
+            for (int p = 0; p < kk; p++) {
+              float av = ta ? A[bi * sa + p + (long long)i * lda] : A[bi * sa + i + (long long)p * lda];
+              float bv = tb ? B[bi * sb + j + (long long)p * ldb] : B[bi * sb + p + (long long)j * ldb];
+              acc += av * bv;
+            }
+            float& cv = C[bi * sc + i + (long long)j * ldc];
+            cv = be == 0.f ? al * acc : al * acc + be * cv;
+          }
     } else {
       fail(where + "unknown command " + cmd);
     }
