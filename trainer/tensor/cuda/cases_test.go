@@ -207,6 +207,25 @@ func kernelCases() []kernelCase {
 		must(d.kernels().Gather([]int{3, 3, 4}, []int{28, 4, 1}, d.upload(x).Add(4*8), y))
 		return []Ptr{y}, func(t *testing.T, got [][]byte) { closeTo(t, "y", got[0], want, 0) }
 	}})
+	cs = append(cs, kernelCase{"index_select", func(d kdev) ([]Ptr, func(*testing.T, [][]byte)) {
+		r := rnd(31)
+		shape, idx := []int{3, 7, 5}, []int{6, 0, 2, 2, 6, 1}
+		x, dy, dx0 := uniform(r, 3*7*5, -1, 1), uniform(r, 3*len(idx)*5, -1, 1), uniform(r, 3*7*5, -1, 1)
+		wantY, g := refIndexSelect(x, dy, shape, 1, idx)
+		wantDx := addTo(dx0, g)
+		idx32 := make([]int32, len(idx))
+		for i, v := range idx {
+			idx32[i] = int32(v)
+		}
+		k := d.kernels()
+		pi, py, pdx := d.upload(idx32), d.alloc(4*len(wantY)), d.upload(dx0)
+		must(k.IndexSelect(d.upload(x), py, pi, 3, 7, len(idx), 5))
+		must(k.IndexSelectBackward(d.upload(dy), pdx, pi, 3, 7, len(idx), 5))
+		return []Ptr{py, pdx}, func(t *testing.T, got [][]byte) {
+			closeTo(t, "y", got[0], wantY, 0)
+			closeTo(t, "dx", got[1], wantDx, rtolExact)
+		}
+	}})
 	cs = append(cs, kernelCase{"upsample_nearest", func(d kdev) ([]Ptr, func(*testing.T, [][]byte)) {
 		r := rnd(17)
 		shape, f := []int{2, 3, 5, 4}, 2

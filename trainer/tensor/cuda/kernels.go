@@ -53,6 +53,7 @@ const (
 	kAxpby
 	kScaleInvNorm
 	kEMAUpdate
+	kIndexSelect
 	numKernels
 )
 
@@ -64,6 +65,7 @@ var kernelNames = [numKernels]string{
 	"expand_windows", "reduce_partial", "reduce_finish", "sum_axis", "sum_axis_backward",
 	"softmax_forward", "softmax_backward", "clip_coef", "scale_by", "sgd_nesterov",
 	"adamw_step", "muon_momentum", "axpby", "scale_inv_norm", "ema_update",
+	"index_select",
 }
 
 func (k kernel) String() string { return kernelNames[k] }
@@ -318,6 +320,21 @@ func (k *Kernels) Scatter(shape, stride []int, x, y Ptr) error {
 	}
 	n := numel(shape)
 	return k.run(kStridedCopy, n, structArg(st), ptrArg(x), ptrArg(y), i32Arg(1), i64Arg(n))
+}
+
+// IndexSelect gathers entries idx (m int32 indices, on the device) along
+// the middle axis of x viewed as outer×d×inner into y (outer×m×inner).
+// The indices must lie in [0, d): check them on the host.
+func (k *Kernels) IndexSelect(x, y, idx Ptr, outer, d, m, inner int) error {
+	n := outer * m * inner
+	return k.run(kIndexSelect, n, ptrArg(x), ptrArg(y), ptrArg(idx), i32Arg(d), i32Arg(m), i64Arg(inner), i32Arg(0), i64Arg(n))
+}
+
+// IndexSelectBackward adds dy back into dx at the selected entries;
+// repeated indices add up.
+func (k *Kernels) IndexSelectBackward(dy, dx, idx Ptr, outer, d, m, inner int) error {
+	n := outer * m * inner
+	return k.run(kIndexSelect, n, ptrArg(dx), ptrArg(dy), ptrArg(idx), i32Arg(d), i32Arg(m), i64Arg(inner), i32Arg(1), i64Arg(n))
 }
 
 // PermuteStrides returns the output shape and the input stride of each

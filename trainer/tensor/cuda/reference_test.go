@@ -94,6 +94,11 @@ func refPermute(x, dy []float32, shape, perm []int) ([]float32, []float32) {
 	return y, g[0]
 }
 
+func refIndexSelect(x, dy []float32, shape []int, axis int, idx []int) ([]float32, []float32) {
+	y, g := tapeRef(func(tp *tensor.Tape, xs []*tensor.Tensor) *tensor.Tensor { return tp.IndexSelect(xs[0], axis, idx) }, dy, [][]int{shape}, x)
+	return y, g[0]
+}
+
 func refUpsample(x, dy []float32, shape []int, f int) ([]float32, []float32) {
 	y, g := tapeRef(func(tp *tensor.Tape, xs []*tensor.Tensor) *tensor.Tensor { return tp.UpsampleNearest(xs[0], f) }, dy, [][]int{shape}, x)
 	return y, g[0]

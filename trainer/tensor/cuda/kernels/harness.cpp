@@ -104,6 +104,7 @@ const std::map<std::string, Kernel> kernels = {
     K(expand_windows),  K(reduce_partial),    K(reduce_finish),     K(sum_axis),        K(sum_axis_backward),
     K(softmax_forward), K(softmax_backward),  K(clip_coef),         K(scale_by),        K(sgd_nesterov),
     K(adamw_step),      K(muon_momentum),     K(axpby),             K(scale_inv_norm),  K(ema_update),
+    K(index_select),
 };
 
 std::map<long, std::vector<unsigned char>> buffers;

@@ -157,3 +157,16 @@ extern "C" __global__ void expand_windows(const Window* __restrict__ wins, const
     dst[o] = (wy >= 0 && wy < wi.h && wx >= 0 && wx < wi.w) ? data[wi.off + (long long)wy * wi.w + wx] : 0;
   }
 }
+
+// index_select gathers rows along an axis (torch.index_select): y viewed
+// as outer×m×inner takes y[o,k,j] = x[o,idx[k],j] from x as outer×d×inner.
+// With scatter it adds instead, x[o,idx[k],j] += y[o,k,j]; indices may
+// repeat, so the scatter adds atomically.
+extern "C" __global__ void index_select(float* x, float* y, const int* __restrict__ idx, int d, int m, long long inner,
+                                        int scatter, long long n) {
+  SP_FOR(t, n) {
+    long long o = t / ((long long)m * inner), k = (t / inner) % m, j = t % inner;
+    long long src = (o * d + idx[k]) * inner + j;
+    if (scatter) atomicAdd(&x[src], y[t]); else y[t] = x[src];
+  }
+}
