@@ -222,3 +222,45 @@ func TestHostBufferRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestStagerOnGPU uploads batches of growing and shrinking sizes through
+// the double-buffered stager, converts the images on the device and
+// checks every byte and the upload count.
+func TestStagerOnGPU(t *testing.T) {
+	d := openGPU(t)
+	k, err := d.Kernels()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := d.NewStager()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var want int64
+	for b, n := range []int{3000, 70000, 500, 70001, 12} {
+		img := make([]byte, n)
+		for i := range img {
+			img[i] = byte(i*7 + b)
+		}
+		masks := []byte{1, 0, 1, byte(b)}
+		st, err := s.Stage(img, nil, masks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want += int64(n + len(masks))
+		g := &gpuDev{t: t, d: d, sizes: map[Ptr]int{}}
+		y := g.alloc(4 * n)
+		must(k.ImageToFloat(st.Parts[0], y, n))
+		mk := g.alloc(len(masks))
+		must(d.CopyAsync(mk, st.Parts[2], len(masks)))
+		must(st.Done())
+		closeTo(t, "image", g.read(y), refImageToFloat(img), 0)
+		if got := g.read(mk); string(got) != string(masks) {
+			t.Errorf("batch %d masks %v, want %v", b, got, masks)
+		}
+	}
+	if s.Uploaded() != want {
+		t.Errorf("uploaded %d bytes, want %d", s.Uploaded(), want)
+	}
+}
