@@ -59,6 +59,10 @@
 // memory), because the kernelParams block is a table of raw addresses that
 // Go memory must not hold.
 //
+// Batches go up through a Stager: two pinned slots and a copy stream,
+// so one batch's host-to-device copies overlap the step on the previous
+// one, and the compute stream waits on an event rather than the host.
+//
 // # Kernels
 //
 // The kernels are CUDA C in kernels/*.cu, compiled to PTX for compute_80
@@ -67,6 +71,11 @@
 // C++ with g++ through kernels/shim.h, which runs each block's threads as
 // OS threads with a barrier for __syncthreads: TestKernelsOnCPU runs every
 // Kernels method that way and compares it with the CPU reference, which is
-// how the kernels are checked on hosts without a GPU. On a GPU host the
-// same cases run on the device (TestKernelsOnGPU) and skip elsewhere.
+// how the kernels are checked on hosts without a GPU (the harness also
+// stands in for cuBLAS with a naive column-major GEMM, so MuSGD's
+// Newton–Schulz runs end to end). On a GPU host the same cases run on the
+// device (TestKernelsOnGPU) and skip elsewhere. Kernel op codes (UnaryOp,
+// BinaryOp) and parameter structs (Gemm, Conv, Pool) mirror the CPU
+// backend's on purpose, so that this package does not follow that
+// interface's changes; the CPU cases fail if the two ever disagree.
 package cuda
