@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"errors"
+	"math"
 	"testing"
 )
 
@@ -186,6 +187,33 @@ func TestCudnnOnGPU(t *testing.T) {
 	for i, got := range [][]byte{gd.read(py), gd.read(pm), gd.read(pi), gd.read(pv), gd.read(pdx), gd.read(pdg), gd.read(pdb)} {
 		closeTo(t, []string{"bn y", "bn mean", "bn invstd", "bn var", "bn dx", "bn dgamma", "bn dbeta"}[i], got, want[i], 1e-4)
 	}
+
+	// Inference with running statistics is the CPU's channel affine with
+	// scale = γ/√(var+eps), shift = β − mean·scale.
+	mean, variance := uniform(r, ch, -1, 1), uniform(r, ch, 0.5, 2)
+	scale, shift := make([]float32, ch), make([]float32, ch)
+	for i := range scale {
+		scale[i] = gamma[i] / float32(math.Sqrt(float64(variance[i])+1e-3))
+		shift[i] = beta[i] - mean[i]*scale[i]
+	}
+	wantInf := refChannelAffine(n, ch, hw, x, scale, shift)
+	pyi := gd.alloc(4 * len(x))
+	must(d.BatchNormInference(dn, n, ch, hw, 1e-3, px, pg, pb, gd.upload(mean), gd.upload(variance), pyi))
+	closeTo(t, "bn inference", gd.read(pyi), wantInf, 1e-4)
+
+	// cuDNN max pooling on tie-free inputs matches the CPU's (with ties
+	// the two may route the gradient differently: the trainer's own
+	// MaxPool kernel keeps PyTorch's rule).
+	p := Pool{N: 2, C: 3, H: 9, W: 11, K: 5, Stride: 1, Pad: 2}
+	xp := uniform(r, p.N*p.C*p.H*p.W, -1, 1)
+	no := p.N * p.C * p.OutH() * p.OutW()
+	dyp := uniform(r, no, -1, 1)
+	wantPY, _, wantPDx := refMaxPool(p, xp, dyp, make([]float32, len(xp)))
+	pxp, pyp, pdxp := gd.upload(xp), gd.alloc(4*no), gd.upload(make([]float32, len(xp)))
+	must(d.PoolForward(dn, p, pxp, pyp))
+	must(d.PoolBackward(dn, p, pxp, pyp, gd.upload(dyp), pdxp))
+	closeTo(t, "cudnn pool y", gd.read(pyp), wantPY, 0)
+	closeTo(t, "cudnn pool dx", gd.read(pdxp), wantPDx, 1e-5)
 }
 
 // TestHostBufferRoundTrip checks pinned memory, events and the async
