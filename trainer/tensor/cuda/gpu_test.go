@@ -292,3 +292,28 @@ func TestStagerOnGPU(t *testing.T) {
 		t.Errorf("uploaded %d bytes, want %d", s.Uploaded(), want)
 	}
 }
+
+// TestRunOnGPU queues several kernels in one hand-off to the device thread.
+func TestRunOnGPU(t *testing.T) {
+	d := openGPU(t)
+	g := &gpuDev{t: t, d: d, sizes: map[Ptr]int{}}
+	const n = 10007
+	x := g.alloc(4 * n)
+	err := d.Run(func(k *Kernels) error {
+		if err := k.Fill(x, 2, n); err != nil {
+			return err
+		}
+		if err := k.Scale(x, x, 1.5, false, n); err != nil {
+			return err
+		}
+		return k.AddScalar(x, x, -1, n)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]float32, n)
+	for i := range want {
+		want[i] = 2
+	}
+	closeTo(t, "fill, scale, add", g.read(x), want, 0)
+}

@@ -71,17 +71,41 @@ func (d *Device) loadModules() error {
 	return nil
 }
 
-// launch implements launcher: the arguments are packed into the device's
-// pinned block and the kernel is queued on the compute stream. The
-// driver copies the arguments during cuLaunchKernel, so one block serves
-// every launch of the device thread.
+// launch implements launcher from any goroutine: one hand-off to the
+// device thread per launch.
 func (d *Device) launch(k kernel, grid, block dim3, args []arg) error {
-	return d.Do(func() error {
-		if _, err := packArgs(d.argBytes, d.args, args); err != nil {
-			return err
-		}
-		return d.drv.check("cuLaunchKernel", ccall(d.drv.cuLaunchKernel, d.functions[k],
-			uintptr(grid.x), uintptr(grid.y), uintptr(grid.z), uintptr(block.x), uintptr(block.y), uintptr(block.z),
-			0, uintptr(d.stream), d.args, 0))
-	})
+	return d.Do(func() error { return d.launchLocked(k, grid, block, args) })
+}
+
+// launchLocked packs the arguments into the device's pinned block and
+// queues the kernel on the compute stream; it runs on the device thread.
+// The driver copies the arguments during cuLaunchKernel, so one block
+// serves every launch.
+func (d *Device) launchLocked(k kernel, grid, block dim3, args []arg) error {
+	if _, err := packArgs(d.argBytes, d.args, args); err != nil {
+		return err
+	}
+	return d.drv.check("cuLaunchKernel", ccall(d.drv.cuLaunchKernel, d.functions[k],
+		uintptr(grid.x), uintptr(grid.y), uintptr(grid.z), uintptr(block.x), uintptr(block.y), uintptr(block.z),
+		0, uintptr(d.stream), d.args, 0))
+}
+
+// onThread launches directly: it is only handed out inside Run, on the
+// device thread.
+type onThread struct{ d *Device }
+
+func (o onThread) launch(k kernel, grid, block dim3, args []arg) error {
+	return o.d.launchLocked(k, grid, block, args)
+}
+
+// Run calls f on the device's thread with Kernels that launch without a
+// thread hand-off each: the way to queue a whole step's kernels at the
+// cost of one. f must not call the Device's own methods (Alloc, Upload,
+// Gemm…): they hand work to this same thread and would wait forever.
+func (d *Device) Run(f func(k *Kernels) error) error {
+	k, err := d.Kernels()
+	if err != nil {
+		return err
+	}
+	return d.Do(func() error { return f(&Kernels{l: onThread{d}, maxBlocks: k.maxBlocks}) })
 }
