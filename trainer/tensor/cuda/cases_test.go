@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/segpipe/segpipe/pipeline/raster"
@@ -288,7 +289,7 @@ func kernelCases() []kernelCase {
 			must(k.MaxPoolBackward(p, d.upload(dy), d.upload(wantArg), pdx))
 			return []Ptr{py, parg, pdx}, func(t *testing.T, got [][]byte) {
 				closeTo(t, "y", got[0], wantY, 0)
-				if a := i32s(got[1]); !equalInt32(a, wantArg) {
+				if a := i32s(got[1]); !slices.Equal(a, wantArg) {
 					t.Errorf("winners %v, want %v", a[:min(len(a), 12)], wantArg[:min(len(a), 12)])
 				}
 				closeTo(t, "dx", got[2], wantDx, rtolExact)
@@ -521,18 +522,6 @@ func addTo(a, b []float32) []float32 {
 		out[i] += b[i]
 	}
 	return out
-}
-
-func equalInt32(a, b []int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // must panics on a launch error: in a case it means a programming error
