@@ -46,6 +46,7 @@ var commands = []func() *ucli.Command{
 	dumpCommand,
 	previewCommand,
 	manifestCommand,
+	deviceCommand,
 }
 
 // usageError marks errors caused by how the command was invoked.

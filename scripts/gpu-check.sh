@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# gpu-check.sh: the checks segpipe runs on a GPU machine, as one report.
+#
+# Build on a machine with Go, from the repository root, and carry the two
+# results (both are git-ignored) with the tree:
+#
+#   CGO_ENABLED=0 go build -o segpipe . &&
+#   CGO_ENABLED=0 go test -c -o trainer/tensor/cuda/cuda.test ./trainer/tensor/cuda
+#
+# The GPU machine may have no Go, so the CUDA tests run as that prebuilt
+# test binary. Then, on the GPU machine, from the repository root:
+#
+#   bash scripts/gpu-check.sh            # report in $OUT/gpu-check/report.txt
+#
+# It needs no network. The CUDA libraries are found in the nvidia/*/lib
+# folders of /opt/torch/.venv (PyTorch's CUDA 13 wheels) unless
+# TORCH_VENV says otherwise. Every step has its own timeout, and a failed
+# step does not stop the others; the whole run stays under 5 minutes.
+# The exit status is 1 when any step that exists failed.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+outroot="${OUT:-$PWD/gpu-check-out}"
+out="$outroot/gpu-check"
+mkdir -p "$out"
+report="$out/report.txt"
+: >"$report"
+venv="${TORCH_VENV:-/opt/torch/.venv}"
+start=$SECONDS
+failed=0
+
+say() { printf '%s\n' "$*" | tee -a "$report"; }
+
+# step NAME TIMEOUT_SECONDS COMMAND...: runs the command with its own
+# timeout, keeps its whole output in $out/NAME.log and its tail in the
+# report.
+step() {
+  local name="$1" limit="$2"
+  shift 2
+  say ""
+  say "==== $name (timeout ${limit}s) ===="
+  say "\$ $*"
+  local t0=$SECONDS
+  timeout --kill-after=5 "$limit" "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  tail -n 60 "$out/$name.log" | tee -a "$report"
+  if [[ $rc -eq 124 || $rc -eq 137 ]]; then
+    say "---- $name: TIMED OUT after ${limit}s"
+    failed=1
+  elif [[ $rc -ne 0 ]]; then
+    say "---- $name: FAILED (exit $rc) in $((SECONDS - t0))s; full output in $name.log"
+    failed=1
+  else
+    say "---- $name: ok in $((SECONDS - t0))s"
+  fi
+}
+
+not_yet() {
+  say ""
+  say "==== $1 ===="
+  say "---- NOT YET AVAILABLE: $2"
+}
+
+say "segpipe gpu-check $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
+say "repository: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+
+# The pip wheels' folders go on LD_LIBRARY_PATH too, for the libraries
+# cuDNN and cuBLAS open by soname themselves (NVRTC, cuBLASLt).
+libdirs="$(ls -d "$venv"/lib/python3*/site-packages/nvidia/*/lib 2>/dev/null | paste -sd: -)"
+if [[ -n "$libdirs" ]]; then
+  export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  say "LD_LIBRARY_PATH += the nvidia/*/lib folders of $venv"
+else
+  say "no nvidia/*/lib folders under $venv: relying on the system's CUDA libraries"
+fi
+export VIRTUAL_ENV="${VIRTUAL_ENV:-$venv}"
+
+if command -v nvidia-smi >/dev/null 2>&1; then
+  step nvidia-smi 20 nvidia-smi
+fi
+
+if [[ -x ./segpipe ]]; then
+  step segpipe-device 30 ./segpipe device
+else
+  say ""
+  say "==== segpipe-device ===="
+  say "---- FAILED: ./segpipe is missing (see the build command at the top of this script)"
+  failed=1
+fi
+
+# The CUDA tests: every kernel against the CPU reference, cuBLAS GEMMs
+# (fp32 and TF32), cuDNN convolutions and batch-norm, pinned copies and
+# events. -test.v prints each kernel's worst relative error.
+test_bin=trainer/tensor/cuda/cuda.test
+if [[ -x "$test_bin" ]]; then
+  step cuda-kernel-tests 150 bash -c "cd trainer/tensor/cuda && ./cuda.test -test.v -test.count=1 -test.run 'OnGPU|HostBuffer|NoDriver'"
+  if [[ -f "$out/cuda-kernel-tests.log" ]]; then
+    say ""
+    say "worst relative error per kernel check (TF32 off unless named):"
+    grep -E -- '--- (PASS|FAIL|SKIP)|worst relative error|algorithms fwd|no CUDA device' "$out/cuda-kernel-tests.log" | sed 's/^ *//' >>"$report"
+    if grep -q -- '--- SKIP: TestKernelsOnGPU' "$out/cuda-kernel-tests.log"; then
+      say "---- cuda-kernel-tests: FAILED: the GPU tests skipped (no usable device: see above)"
+      failed=1
+    fi
+  fi
+elif command -v go >/dev/null 2>&1; then
+  step cuda-kernel-tests 200 go test -count=1 -v -run 'OnGPU|HostBuffer|NoDriver' ./trainer/tensor/cuda
+else
+  say ""
+  say "==== cuda-kernel-tests ===="
+  say "---- FAILED: $test_bin is missing and there is no Go here (see the build command at the top)"
+  failed=1
+fi
+
+if [[ -f python/device_check.sh ]]; then
+  step python-device-check 90 bash python/device_check.sh ./segpipe "$outroot/python"
+else
+  not_yet python-device-check "python/device_check.sh is not in this tree"
+fi
+
+not_yet "conformance suite on the cuda backend" "the CUDA backend (backend interface implementation) is not built yet; the kernel tests above are its kernels alone"
+not_yet "one training iteration, variant n, batch 2, 256 px vs the CPU backend" "needs the CUDA backend"
+not_yet "training-step throughput vs PyTorch eager (640 px, batch 32/16, fp32/TF32)" "needs the CUDA backend"
+not_yet "segpipe train --device cuda (images/s, GPU wait for data, host-device bytes)" "needs the CUDA backend"
+
+say ""
+say "done in $((SECONDS - start))s; report $report"
+exit $failed

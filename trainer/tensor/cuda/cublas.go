@@ -1,0 +1,142 @@
+package cuda
+
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+)
+
+type cublasAPI struct {
+	lib                                          *dylib
+	create, destroy, setStream, setMathMode      uintptr
+	getProperty, sgemmStridedBatched, setWorkspc uintptr
+}
+
+var (
+	cublasOnce sync.Once
+	cublasLib  *cublasAPI
+	cublasErr  error
+)
+
+func loadCublas() (*cublasAPI, error) {
+	cublasOnce.Do(func() {
+		lib, err := openLibrary(LibCUBLAS)
+		if err != nil {
+			cublasErr = err
+			return
+		}
+		c := &cublasAPI{lib: lib}
+		cublasErr = lib.bind(map[string]*uintptr{
+			"cublasCreate_v2": &c.create, "cublasDestroy_v2": &c.destroy,
+			"cublasSetStream_v2": &c.setStream, "cublasSetMathMode": &c.setMathMode,
+			"cublasGetProperty": &c.getProperty, "cublasSgemmStridedBatched": &c.sgemmStridedBatched,
+		})
+		if cublasErr == nil {
+			cublasLib = c
+		}
+	})
+	return cublasLib, cublasErr
+}
+
+func (c *cublasAPI) check(call string, r uintptr) error {
+	if code := int(int32(r)); code != 0 {
+		return &Status{Lib: "cublas", Call: call, Code: code, Name: CublasStatusName(code)}
+	}
+	return nil
+}
+
+// libraryVersion reads MAJOR, MINOR and PATCH through a
+// xxxGetProperty(libraryPropertyType, int*) entry point.
+func libraryVersion(fn uintptr) string {
+	var v [3]int32
+	for i := range v {
+		if ccall(fn, uintptr(i), uintptr(unsafe.Pointer(&v[i]))) != 0 {
+			return "unknown"
+		}
+	}
+	return fmt.Sprintf("%d.%d.%d", v[0], v[1], v[2])
+}
+
+// CublasVersion returns the cuBLAS version found and its path.
+func CublasVersion() (version, path string, err error) {
+	c, err := loadCublas()
+	if err != nil {
+		return "", "", err
+	}
+	return libraryVersion(c.getProperty), c.lib.path, nil
+}
+
+// Blas is a cuBLAS handle bound to a device's compute stream. Use it from
+// the device's thread only (inside Device.Do), like the device's other
+// calls; Device.Gemm does that.
+type Blas struct {
+	api    *cublasAPI
+	handle uintptr
+}
+
+// Math modes (cublasMath_t): pedantic keeps every product in full fp32;
+// TF32 lets tensor cores round the inputs to 10-bit mantissas.
+const (
+	cublasPedanticMath = 2
+	cublasTF32Math     = 3
+)
+
+// NewBlas creates a cuBLAS handle on d's compute stream. TF32 off (the
+// default for parity with the CPU reference) selects pedantic fp32 math.
+func (d *Device) NewBlas(tf32 bool) (*Blas, error) {
+	api, err := loadCublas()
+	if err != nil {
+		return nil, err
+	}
+	b := &Blas{api: api}
+	err = d.Do(func() error {
+		if err := api.check("cublasCreate", ccall(api.create, uintptr(unsafe.Pointer(&b.handle)))); err != nil {
+			return err
+		}
+		if err := api.check("cublasSetStream", ccall(api.setStream, b.handle, uintptr(d.stream))); err != nil {
+			return err
+		}
+		mode := uintptr(cublasPedanticMath)
+		if tf32 {
+			mode = cublasTF32Math
+		}
+		return api.check("cublasSetMathMode", ccall(api.setMathMode, b.handle, mode))
+	})
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// Close destroys the handle.
+func (b *Blas) Close(d *Device) error {
+	return d.Do(func() error { return b.api.check("cublasDestroy", ccall(b.api.destroy, b.handle)) })
+}
+
+// Gemm queues the row-major product g on the device's compute stream; a,
+// b and c are device buffers laid out as g describes.
+func (d *Device) Gemm(bl *Blas, g Gemm, a, b, c Ptr) error {
+	cm, err := g.toColMajor()
+	if err != nil {
+		return err
+	}
+	if cm.m == 0 || cm.n == 0 {
+		return nil
+	}
+	ops := [2]Ptr{a, b}
+	alpha, beta := g.Alpha, g.Beta
+	op := func(t bool) uintptr {
+		if t {
+			return 1 // CUBLAS_OP_T
+		}
+		return 0
+	}
+	return d.Do(func() error {
+		return bl.api.check("cublasSgemmStridedBatched", ccall(bl.api.sgemmStridedBatched, bl.handle,
+			op(cm.transA), op(cm.transB), uintptr(cm.m), uintptr(cm.n), uintptr(cm.k),
+			uintptr(unsafe.Pointer(&alpha)), uintptr(ops[cm.a]), uintptr(cm.lda), uintptr(int64(cm.strideA)),
+			uintptr(ops[cm.b]), uintptr(cm.ldb), uintptr(int64(cm.strideB)),
+			uintptr(unsafe.Pointer(&beta)), uintptr(c), uintptr(cm.ldc), uintptr(int64(cm.strid)),
+			uintptr(cm.batch)))
+	})
+}

@@ -1,0 +1,520 @@
+package cuda
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"sync"
+	"unsafe"
+)
+
+// cuDNN enum values used here (cudnn_graph.h / cudnn_ops.h, unchanged from
+// cuDNN 8 for the legacy API).
+const (
+	dnnTensorNCHW      = 0 // cudnnTensorFormat_t
+	dnnFloat           = 0 // cudnnDataType_t
+	dnnCrossCorrelate  = 1 // cudnnConvolutionMode_t
+	dnnBatchNormSpatal = 1 // cudnnBatchNormMode_t
+	dnnPoolMax         = 0 // cudnnPoolingMode_t
+	dnnPropagateNaN    = 1
+	dnnDefaultMath     = 0 // tensor cores allowed (TF32 on Ampere and later)
+	dnnFMAMath         = 3 // fp32 FMA only
+	// dnnBNMinEpsilon is CUDNN_BN_MIN_EPSILON.
+	dnnBNMinEpsilon = 1e-5
+)
+
+type cudnnAPI struct {
+	lib *dylib
+
+	getVersion, getErrorString, create, destroy, setStream uintptr
+
+	createTensor, setTensor4d, destroyTensor             uintptr
+	createFilter, setFilter4d, destroyFilter             uintptr
+	createConv, setConv2d, setConvGroups, setConvMath    uintptr
+	destroyConv                                          uintptr
+	findFwd, findBwdData, findBwdFilter                  uintptr
+	wsFwd, wsBwdData, wsBwdFilter                        uintptr
+	convFwd, convBwdData, convBwdFilter                  uintptr
+	deriveBN                                             uintptr
+	createPool, setPool2d, destroyPool, poolFwd, poolBwd uintptr
+	bnTrainSym, bnInferSym, bnBackSym                    uintptr
+
+	bnTrain func(h uintptr, mode int32, alpha, beta, xd, x, yd, y, bnd, scale, bias uintptr, factor float64, rmean, rvar uintptr, eps float64, smean, sinv uintptr) int32
+	bnInfer func(h uintptr, mode int32, alpha, beta, xd, x, yd, y, bnd, scale, bias, mean, variance uintptr, eps float64) int32
+	bnBack  func(h uintptr, mode int32, aData, bData, aParam, bParam, xd, x, dyd, dy, dxd, dx, bnd, scale, dscale, dbias uintptr, eps float64, smean, sinv uintptr) int32
+}
+
+var (
+	cudnnOnce sync.Once
+	cudnnLib  *cudnnAPI
+	cudnnErr  error
+)
+
+func loadCudnn() (*cudnnAPI, error) {
+	cudnnOnce.Do(func() {
+		lib, err := openLibrary(LibCUDNN)
+		if err != nil {
+			cudnnErr = err
+			return
+		}
+		c := &cudnnAPI{lib: lib}
+		cudnnErr = lib.bind(map[string]*uintptr{
+			"cudnnGetVersion": &c.getVersion, "cudnnGetErrorString": &c.getErrorString,
+			"cudnnCreate": &c.create, "cudnnDestroy": &c.destroy, "cudnnSetStream": &c.setStream,
+			"cudnnCreateTensorDescriptor": &c.createTensor, "cudnnSetTensor4dDescriptor": &c.setTensor4d,
+			"cudnnDestroyTensorDescriptor": &c.destroyTensor,
+			"cudnnCreateFilterDescriptor":  &c.createFilter, "cudnnSetFilter4dDescriptor": &c.setFilter4d,
+			"cudnnDestroyFilterDescriptor":     &c.destroyFilter,
+			"cudnnCreateConvolutionDescriptor": &c.createConv, "cudnnSetConvolution2dDescriptor": &c.setConv2d,
+			"cudnnSetConvolutionGroupCount": &c.setConvGroups, "cudnnSetConvolutionMathType": &c.setConvMath,
+			"cudnnDestroyConvolutionDescriptor":              &c.destroyConv,
+			"cudnnFindConvolutionForwardAlgorithm":           &c.findFwd,
+			"cudnnFindConvolutionBackwardDataAlgorithm":      &c.findBwdData,
+			"cudnnFindConvolutionBackwardFilterAlgorithm":    &c.findBwdFilter,
+			"cudnnGetConvolutionForwardWorkspaceSize":        &c.wsFwd,
+			"cudnnGetConvolutionBackwardDataWorkspaceSize":   &c.wsBwdData,
+			"cudnnGetConvolutionBackwardFilterWorkspaceSize": &c.wsBwdFilter,
+			"cudnnConvolutionForward":                        &c.convFwd, "cudnnConvolutionBackwardData": &c.convBwdData,
+			"cudnnConvolutionBackwardFilter": &c.convBwdFilter,
+			"cudnnDeriveBNTensorDescriptor":  &c.deriveBN,
+			"cudnnCreatePoolingDescriptor":   &c.createPool, "cudnnSetPooling2dDescriptor": &c.setPool2d,
+			"cudnnDestroyPoolingDescriptor": &c.destroyPool, "cudnnPoolingForward": &c.poolFwd,
+			"cudnnPoolingBackward":                    &c.poolBwd,
+			"cudnnBatchNormalizationForwardTraining":  &c.bnTrainSym,
+			"cudnnBatchNormalizationForwardInference": &c.bnInferSym,
+			"cudnnBatchNormalizationBackward":         &c.bnBackSym,
+		})
+		if cudnnErr != nil {
+			return
+		}
+		// The batch-norm calls take doubles by value, which only a typed
+		// binding passes in the right registers.
+		bindFunc(&c.bnTrain, c.bnTrainSym)
+		bindFunc(&c.bnInfer, c.bnInferSym)
+		bindFunc(&c.bnBack, c.bnBackSym)
+		cudnnLib = c
+	})
+	return cudnnLib, cudnnErr
+}
+
+func (c *cudnnAPI) check(call string, r uintptr) error {
+	code := int(int32(r))
+	if code == 0 {
+		return nil
+	}
+	return &Status{Lib: "cudnn", Call: call, Code: code, Name: CudnnStatusName(code), Detail: goString(ccall(c.getErrorString, r))}
+}
+
+// CudnnVersion returns the cuDNN version found ("9.10.2") and its path.
+func CudnnVersion() (version, path string, err error) {
+	c, err := loadCudnn()
+	if err != nil {
+		return "", "", err
+	}
+	v := int(ccall(c.getVersion))
+	// cuDNN 9 encodes major·10000 + minor·100 + patch.
+	return fmt.Sprintf("%d.%d.%d", v/10000, v%10000/100, v%100), c.lib.path, nil
+}
+
+// Dnn is a cuDNN handle on a device's compute stream.
+type Dnn struct {
+	api    *cudnnAPI
+	handle uintptr
+	math   uintptr
+}
+
+// NewDnn creates a cuDNN handle on d's compute stream; tf32 allows tensor
+// cores to round convolution inputs to TF32 (off for parity).
+func (d *Device) NewDnn(tf32 bool) (*Dnn, error) {
+	api, err := loadCudnn()
+	if err != nil {
+		return nil, err
+	}
+	dn := &Dnn{api: api, math: dnnFMAMath}
+	if tf32 {
+		dn.math = dnnDefaultMath
+	}
+	err = d.Do(func() error {
+		if err := api.check("cudnnCreate", ccall(api.create, uintptr(unsafe.Pointer(&dn.handle)))); err != nil {
+			return err
+		}
+		return api.check("cudnnSetStream", ccall(api.setStream, dn.handle, uintptr(d.stream)))
+	})
+	if err != nil {
+		return nil, err
+	}
+	return dn, nil
+}
+
+// Close destroys the handle.
+func (dn *Dnn) Close(d *Device) error {
+	return d.Do(func() error { return dn.api.check("cudnnDestroy", ccall(dn.api.destroy, dn.handle)) })
+}
+
+// Conv describes a 2-D cross-correlation (dilation 1) of an N×InC×InH×InW
+// input with an OutC×(InC/Groups)×KH×KW filter, as the CPU backend's.
+type Conv struct {
+	N, InC, InH, InW int
+	OutC, KH, KW     int
+	Stride, Pad      int
+	Groups           int
+}
+
+// OutH is (InH + 2·Pad − KH)/Stride + 1.
+func (c Conv) OutH() int { return (c.InH+2*c.Pad-c.KH)/max(c.Stride, 1) + 1 }
+
+// OutW is (InW + 2·Pad − KW)/Stride + 1.
+func (c Conv) OutW() int { return (c.InW+2*c.Pad-c.KW)/max(c.Stride, 1) + 1 }
+
+// algoPerf is one entry of a cudnnFind*Algorithm result
+// (cudnnConvolution{Fwd,BwdData,BwdFilter}AlgoPerf_t share a layout: algo,
+// status, time float, memory size_t at offset 16, determinism, mathType,
+// three reserved ints: 48 bytes).
+type algoPerf struct {
+	algo, status int32
+	ms           float32
+	memory       uint64
+	determinism  int32
+	math         int32
+}
+
+const algoPerfSize = 48
+
+func parseAlgoPerf(b []byte, n int) []algoPerf {
+	out := make([]algoPerf, 0, n)
+	for i := 0; i < n && (i+1)*algoPerfSize <= len(b); i++ {
+		r := b[i*algoPerfSize:]
+		out = append(out, algoPerf{
+			algo:        int32(binary.LittleEndian.Uint32(r[0:])),
+			status:      int32(binary.LittleEndian.Uint32(r[4:])),
+			ms:          math.Float32frombits(binary.LittleEndian.Uint32(r[8:])),
+			memory:      binary.LittleEndian.Uint64(r[16:]),
+			determinism: int32(binary.LittleEndian.Uint32(r[24:])),
+			math:        int32(binary.LittleEndian.Uint32(r[28:])),
+		})
+	}
+	return out
+}
+
+// pickAlgo returns the first successful entry (cuDNN sorts by time) whose
+// math type is allowed: without TF32 only FMA or default-math entries that
+// do not use tensor ops.
+func pickAlgo(perf []algoPerf, allowTensorOps bool) (algoPerf, bool) {
+	for _, p := range perf {
+		if p.status != 0 {
+			continue
+		}
+		if !allowTensorOps && p.math != dnnFMAMath && p.math != dnnDefaultMath {
+			continue
+		}
+		return p, true
+	}
+	return algoPerf{}, false
+}
+
+// ConvPlan is a convolution's descriptors and the algorithms cuDNN's
+// search chose for its three passes, with their workspace sizes.
+type ConvPlan struct {
+	Conv
+	x, y, w, conv                     uintptr
+	FwdAlgo, BwdDataAlgo, BwdFiltAlgo int32
+	FwdWS, BwdDataWS, BwdFiltWS       uint64
+}
+
+// PlanConv creates c's descriptors and runs cuDNN's algorithm search
+// (which times each candidate on the device) for all three passes.
+func (d *Device) PlanConv(dn *Dnn, c Conv) (*ConvPlan, error) {
+	c.Stride, c.Groups = max(c.Stride, 1), max(c.Groups, 1)
+	p := &ConvPlan{Conv: c}
+	a := dn.api
+	err := d.Do(func() error {
+		steps := []struct {
+			name string
+			r    func() uintptr
+		}{
+			{"cudnnCreateTensorDescriptor", func() uintptr { return ccall(a.createTensor, uintptr(unsafe.Pointer(&p.x))) }},
+			{"cudnnCreateTensorDescriptor", func() uintptr { return ccall(a.createTensor, uintptr(unsafe.Pointer(&p.y))) }},
+			{"cudnnCreateFilterDescriptor", func() uintptr { return ccall(a.createFilter, uintptr(unsafe.Pointer(&p.w))) }},
+			{"cudnnCreateConvolutionDescriptor", func() uintptr { return ccall(a.createConv, uintptr(unsafe.Pointer(&p.conv))) }},
+			{"cudnnSetTensor4dDescriptor", func() uintptr {
+				return ccall(a.setTensor4d, p.x, dnnTensorNCHW, dnnFloat, uintptr(c.N), uintptr(c.InC), uintptr(c.InH), uintptr(c.InW))
+			}},
+			{"cudnnSetTensor4dDescriptor", func() uintptr {
+				return ccall(a.setTensor4d, p.y, dnnTensorNCHW, dnnFloat, uintptr(c.N), uintptr(c.OutC), uintptr(c.OutH()), uintptr(c.OutW()))
+			}},
+			{"cudnnSetFilter4dDescriptor", func() uintptr {
+				return ccall(a.setFilter4d, p.w, dnnFloat, dnnTensorNCHW, uintptr(c.OutC), uintptr(c.InC/c.Groups), uintptr(c.KH), uintptr(c.KW))
+			}},
+			{"cudnnSetConvolution2dDescriptor", func() uintptr {
+				return ccall(a.setConv2d, p.conv, uintptr(c.Pad), uintptr(c.Pad), uintptr(c.Stride), uintptr(c.Stride), 1, 1, dnnCrossCorrelate, dnnFloat)
+			}},
+			{"cudnnSetConvolutionGroupCount", func() uintptr { return ccall(a.setConvGroups, p.conv, uintptr(c.Groups)) }},
+			{"cudnnSetConvolutionMathType", func() uintptr { return ccall(a.setConvMath, p.conv, dn.math) }},
+		}
+		for _, s := range steps {
+			if err := a.check(s.name, s.r()); err != nil {
+				return err
+			}
+		}
+		const want = 8
+		buf := make([]byte, want*algoPerfSize)
+		var got int32
+		type search struct {
+			name     string
+			find, ws uintptr
+			algo     *int32
+			size     *uint64
+		}
+		for _, s := range []search{
+			{"Forward", a.findFwd, a.wsFwd, &p.FwdAlgo, &p.FwdWS},
+			{"BackwardData", a.findBwdData, a.wsBwdData, &p.BwdDataAlgo, &p.BwdDataWS},
+			{"BackwardFilter", a.findBwdFilter, a.wsBwdFilter, &p.BwdFiltAlgo, &p.BwdFiltWS},
+		} {
+			// Descriptor order per pass: forward (x, w, conv, y), backward
+			// data (w, dy, conv, dx), backward filter (x, dy, conv, dw).
+			d1, d2, d3 := p.x, p.w, p.y
+			switch s.name {
+			case "BackwardData":
+				d1, d2, d3 = p.w, p.y, p.x
+			case "BackwardFilter":
+				d1, d2, d3 = p.x, p.y, p.w
+			}
+			if err := a.check("cudnnFindConvolution"+s.name+"Algorithm", ccall(s.find, dn.handle, d1, d2, p.conv, d3, want,
+				uintptr(unsafe.Pointer(&got)), uintptr(unsafe.Pointer(&buf[0])))); err != nil {
+				return err
+			}
+			best, ok := pickAlgo(parseAlgoPerf(buf, int(got)), dn.math == dnnDefaultMath)
+			if !ok {
+				return fmt.Errorf("cudnn: no %s algorithm for %+v", s.name, c)
+			}
+			*s.algo = best.algo
+			if err := a.check("cudnnGetConvolution"+s.name+"WorkspaceSize", ccall(s.ws, dn.handle, d1, d2, p.conv, d3,
+				uintptr(best.algo), uintptr(unsafe.Pointer(s.size)))); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		p.destroy(d, dn)
+		return nil, fmt.Errorf("conv %+v: %w", c, err)
+	}
+	return p, nil
+}
+
+func (p *ConvPlan) destroy(d *Device, dn *Dnn) {
+	a := dn.api
+	_ = d.Do(func() error {
+		for _, t := range []uintptr{p.x, p.y} {
+			if t != 0 {
+				ccall(a.destroyTensor, t)
+			}
+		}
+		if p.w != 0 {
+			ccall(a.destroyFilter, p.w)
+		}
+		if p.conv != 0 {
+			ccall(a.destroyConv, p.conv)
+		}
+		return nil
+	})
+}
+
+// Close destroys the plan's descriptors.
+func (p *ConvPlan) Close(d *Device, dn *Dnn) { p.destroy(d, dn) }
+
+// withWorkspace runs f with a stream-ordered workspace of n bytes (from the
+// pool, so the allocation is a cache hit in steady state).
+func (d *Device) withWorkspace(n uint64, f func(ws Ptr) error) error {
+	var ws Ptr
+	if n > 0 {
+		if err := d.drv.check("cuMemAllocAsync", ccall(d.drv.cuMemAllocAsync, uintptr(unsafe.Pointer(&ws)), uintptr(n), uintptr(d.stream))); err != nil {
+			return err
+		}
+	}
+	err := f(ws)
+	if ws != 0 {
+		if ferr := d.drv.check("cuMemFreeAsync", ccall(d.drv.cuMemFreeAsync, uintptr(ws), uintptr(d.stream))); err == nil {
+			err = ferr
+		}
+	}
+	return err
+}
+
+// ConvForward writes y = conv(x, w).
+func (d *Device) ConvForward(dn *Dnn, p *ConvPlan, x, w, y Ptr) error {
+	alpha, beta := float32(1), float32(0)
+	return d.Do(func() error {
+		return d.withWorkspace(p.FwdWS, func(ws Ptr) error {
+			return dn.api.check("cudnnConvolutionForward", ccall(dn.api.convFwd, dn.handle, uintptr(unsafe.Pointer(&alpha)),
+				p.x, uintptr(x), p.w, uintptr(w), p.conv, uintptr(p.FwdAlgo), uintptr(ws), uintptr(p.FwdWS),
+				uintptr(unsafe.Pointer(&beta)), p.y, uintptr(y)))
+		})
+	})
+}
+
+// ConvBackwardData accumulates dx += the input gradient of dy.
+func (d *Device) ConvBackwardData(dn *Dnn, p *ConvPlan, dy, w, dx Ptr) error {
+	alpha, beta := float32(1), float32(1)
+	return d.Do(func() error {
+		return d.withWorkspace(p.BwdDataWS, func(ws Ptr) error {
+			return dn.api.check("cudnnConvolutionBackwardData", ccall(dn.api.convBwdData, dn.handle, uintptr(unsafe.Pointer(&alpha)),
+				p.w, uintptr(w), p.y, uintptr(dy), p.conv, uintptr(p.BwdDataAlgo), uintptr(ws), uintptr(p.BwdDataWS),
+				uintptr(unsafe.Pointer(&beta)), p.x, uintptr(dx)))
+		})
+	})
+}
+
+// ConvBackwardFilter accumulates dw += the filter gradient.
+func (d *Device) ConvBackwardFilter(dn *Dnn, p *ConvPlan, x, dy, dw Ptr) error {
+	alpha, beta := float32(1), float32(1)
+	return d.Do(func() error {
+		return d.withWorkspace(p.BwdFiltWS, func(ws Ptr) error {
+			return dn.api.check("cudnnConvolutionBackwardFilter", ccall(dn.api.convBwdFilter, dn.handle, uintptr(unsafe.Pointer(&alpha)),
+				p.x, uintptr(x), p.y, uintptr(dy), p.conv, uintptr(p.BwdFiltAlgo), uintptr(ws), uintptr(p.BwdFiltWS),
+				uintptr(unsafe.Pointer(&beta)), p.w, uintptr(dw)))
+		})
+	})
+}
+
+// tensorDescs creates an N×C×H×W descriptor and its derived per-channel
+// batch-norm descriptor, calls f, and destroys both.
+func (d *Device) tensorDescs(dn *Dnn, n, c, h, w int, f func(x, bn uintptr) error) error {
+	a := dn.api
+	var x, bn uintptr
+	if err := a.check("cudnnCreateTensorDescriptor", ccall(a.createTensor, uintptr(unsafe.Pointer(&x)))); err != nil {
+		return err
+	}
+	defer ccall(a.destroyTensor, x)
+	if err := a.check("cudnnCreateTensorDescriptor", ccall(a.createTensor, uintptr(unsafe.Pointer(&bn)))); err != nil {
+		return err
+	}
+	defer ccall(a.destroyTensor, bn)
+	if err := a.check("cudnnSetTensor4dDescriptor", ccall(a.setTensor4d, x, dnnTensorNCHW, dnnFloat, uintptr(n), uintptr(c), uintptr(h), uintptr(w))); err != nil {
+		return err
+	}
+	if err := a.check("cudnnDeriveBNTensorDescriptor", ccall(a.deriveBN, bn, x, dnnBatchNormSpatal)); err != nil {
+		return err
+	}
+	return f(x, bn)
+}
+
+func checkBNEps(eps float32) error {
+	if float64(eps) < dnnBNMinEpsilon {
+		return fmt.Errorf("cudnn: batch-norm eps %g below CUDNN_BN_MIN_EPSILON %g", eps, dnnBNMinEpsilon)
+	}
+	return nil
+}
+
+// BatchNormTrain normalises x (n×c×hw) with its batch statistics: y,
+// the saved mean and inverse std, and in varUnbiased the batch's unbiased
+// variance (cuDNN's running-variance update with factor 1 over a zeroed
+// buffer), as the CPU backend's BatchNormTrain.
+func (d *Device) BatchNormTrain(dn *Dnn, n, c, hw int, eps float32, x, gamma, beta, y, mean, invstd, varUnbiased Ptr) error {
+	if err := checkBNEps(eps); err != nil {
+		return err
+	}
+	one, zero := float32(1), float32(0)
+	return d.Do(func() error {
+		return d.tensorDescs(dn, n, c, hw, 1, func(xd, bnd uintptr) error {
+			// Factor 1 makes the "running" outputs the batch's own statistics;
+			// zeroing first keeps 0·(whatever was there) from being NaN.
+			return d.withWorkspace(uint64(4*c), func(runMean Ptr) error {
+				for _, p := range []Ptr{runMean, varUnbiased} {
+					if err := d.drv.check("cuMemsetD32Async", ccall(d.drv.cuMemsetD32Async, uintptr(p), 0, uintptr(c), uintptr(d.stream))); err != nil {
+						return err
+					}
+				}
+				return dn.api.check("cudnnBatchNormalizationForwardTraining", uintptr(uint32(dn.api.bnTrain(dn.handle, dnnBatchNormSpatal,
+					uintptr(unsafe.Pointer(&one)), uintptr(unsafe.Pointer(&zero)), xd, uintptr(x), xd, uintptr(y), bnd,
+					uintptr(gamma), uintptr(beta), 1, uintptr(runMean), uintptr(varUnbiased), float64(eps), uintptr(mean), uintptr(invstd)))))
+			})
+		})
+	})
+}
+
+// BatchNormInference writes y = gamma·(x − mean)/√(var + eps) + beta.
+func (d *Device) BatchNormInference(dn *Dnn, n, c, hw int, eps float32, x, gamma, beta, mean, variance, y Ptr) error {
+	if err := checkBNEps(eps); err != nil {
+		return err
+	}
+	one, zero := float32(1), float32(0)
+	return d.Do(func() error {
+		return d.tensorDescs(dn, n, c, hw, 1, func(xd, bnd uintptr) error {
+			return dn.api.check("cudnnBatchNormalizationForwardInference", uintptr(uint32(dn.api.bnInfer(dn.handle, dnnBatchNormSpatal,
+				uintptr(unsafe.Pointer(&one)), uintptr(unsafe.Pointer(&zero)), xd, uintptr(x), xd, uintptr(y), bnd,
+				uintptr(gamma), uintptr(beta), uintptr(mean), uintptr(variance), float64(eps)))))
+		})
+	})
+}
+
+// BatchNormBackward accumulates the training-mode gradients into dx,
+// dgamma and dbeta (all three required) from the saved mean and invstd.
+func (d *Device) BatchNormBackward(dn *Dnn, n, c, hw int, eps float32, x, dy, mean, invstd, gamma, dx, dgamma, dbeta Ptr) error {
+	if err := checkBNEps(eps); err != nil {
+		return err
+	}
+	one := float32(1)
+	return d.Do(func() error {
+		return d.tensorDescs(dn, n, c, hw, 1, func(xd, bnd uintptr) error {
+			o := uintptr(unsafe.Pointer(&one))
+			return dn.api.check("cudnnBatchNormalizationBackward", uintptr(uint32(dn.api.bnBack(dn.handle, dnnBatchNormSpatal,
+				o, o, o, o, xd, uintptr(x), xd, uintptr(dy), xd, uintptr(dx), bnd,
+				uintptr(gamma), uintptr(dgamma), uintptr(dbeta), float64(eps), uintptr(mean), uintptr(invstd)))))
+		})
+	})
+}
+
+// Pool describes max pooling of an N×C×H×W input with a K×K window.
+type Pool struct {
+	N, C, H, W     int
+	K, Stride, Pad int
+}
+
+// OutH is (H + 2·Pad − K)/Stride + 1.
+func (p Pool) OutH() int { return (p.H+2*p.Pad-p.K)/p.Stride + 1 }
+
+// OutW is (W + 2·Pad − K)/Stride + 1.
+func (p Pool) OutW() int { return (p.W+2*p.Pad-p.K)/p.Stride + 1 }
+
+// poolDescs creates the pooling and the two tensor descriptors.
+func (d *Device) poolDescs(dn *Dnn, p Pool, f func(pd, xd, yd uintptr) error) error {
+	a := dn.api
+	var pd uintptr
+	if err := a.check("cudnnCreatePoolingDescriptor", ccall(a.createPool, uintptr(unsafe.Pointer(&pd)))); err != nil {
+		return err
+	}
+	defer ccall(a.destroyPool, pd)
+	if err := a.check("cudnnSetPooling2dDescriptor", ccall(a.setPool2d, pd, dnnPoolMax, dnnPropagateNaN,
+		uintptr(p.K), uintptr(p.K), uintptr(p.Pad), uintptr(p.Pad), uintptr(p.Stride), uintptr(p.Stride))); err != nil {
+		return err
+	}
+	return d.tensorDescs(dn, p.N, p.C, p.H, p.W, func(xd, _ uintptr) error {
+		return d.tensorDescs(dn, p.N, p.C, p.OutH(), p.OutW(), func(yd, _ uintptr) error { return f(pd, xd, yd) })
+	})
+}
+
+// PoolForward writes y = maxpool(x) with cuDNN. The trainer's own
+// MaxPool kernel records winners for PyTorch's tie rule; this one is for
+// inference, where no gradient is needed.
+func (d *Device) PoolForward(dn *Dnn, p Pool, x, y Ptr) error {
+	one, zero := float32(1), float32(0)
+	return d.Do(func() error {
+		return d.poolDescs(dn, p, func(pd, xd, yd uintptr) error {
+			return dn.api.check("cudnnPoolingForward", ccall(dn.api.poolFwd, dn.handle, pd, uintptr(unsafe.Pointer(&one)), xd, uintptr(x),
+				uintptr(unsafe.Pointer(&zero)), yd, uintptr(y)))
+		})
+	})
+}
+
+// PoolBackward accumulates dx += maxpool's input gradient.
+func (d *Device) PoolBackward(dn *Dnn, p Pool, x, y, dy, dx Ptr) error {
+	one := float32(1)
+	return d.Do(func() error {
+		return d.poolDescs(dn, p, func(pd, xd, yd uintptr) error {
+			o := uintptr(unsafe.Pointer(&one))
+			return dn.api.check("cudnnPoolingBackward", ccall(dn.api.poolBwd, dn.handle, pd, o, yd, uintptr(y), yd, uintptr(dy), xd, uintptr(x),
+				o, xd, uintptr(dx)))
+		})
+	})
+}

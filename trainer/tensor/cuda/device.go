@@ -1,0 +1,343 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"unsafe"
+)
+
+// Stream is a CUDA stream handle (CUstream); 0 is the legacy default stream.
+type Stream uintptr
+
+// Event is a CUDA event handle (CUevent).
+type Event uintptr
+
+// Device owns one GPU's primary context on one locked OS thread.
+//
+// CUDA makes a context current per OS thread while goroutines migrate
+// between threads, so every driver, cuBLAS and cuDNN call of a Device runs
+// on its own goroutine, locked to its thread, where the context is
+// current: the methods submit work to it and wait. A Device is safe for
+// concurrent use; calls are serialised in submission order.
+type Device struct {
+	GPU
+	drv *driver
+
+	ctx    uintptr
+	stream Stream // the compute stream every launch and copy uses by default
+
+	// args is pinned host memory for kernel argument blocks: the driver
+	// reads raw addresses from it, which Go memory must not hold.
+	args     uintptr
+	argBytes []byte
+
+	kernelsOnce sync.Once
+	kernelsErr  error
+	modules     []uintptr
+	functions   [numKernels]uintptr
+
+	work      chan func()
+	quit      chan struct{}
+	closeOnce sync.Once
+}
+
+// Open makes the primary context of GPU ordinal current on a new locked
+// thread, creates a non-blocking compute stream, raises the release
+// threshold of the device's default memory pool so that memory freed with
+// Free stays cached in the pool (the driver's own caching allocator), and
+// allocates the pinned argument block.
+func Open(ordinal int) (*Device, error) {
+	drv, err := loadDriver()
+	if err != nil {
+		return nil, err
+	}
+	g, err := drv.gpu(ordinal)
+	if err != nil {
+		return nil, fmt.Errorf("gpu %d: %w", ordinal, err)
+	}
+	if !g.MemoryPools {
+		return nil, fmt.Errorf("%w: gpu %d (%s) lacks stream-ordered allocation (memory pools)", ErrUnavailable, ordinal, g.Name)
+	}
+	d := &Device{GPU: g, drv: drv, work: make(chan func()), quit: make(chan struct{})}
+	started := make(chan error)
+	go d.loop(started)
+	if err := <-started; err != nil {
+		return nil, fmt.Errorf("gpu %d (%s): %w", ordinal, g.Name, err)
+	}
+	return d, nil
+}
+
+// loop is the device's goroutine: it locks its thread, sets the context
+// up, then runs submitted work until Close.
+func (d *Device) loop(started chan<- error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := d.setup(); err != nil {
+		d.teardown()
+		started <- err
+		return
+	}
+	started <- nil
+	for {
+		select {
+		case f := <-d.work:
+			f()
+		case <-d.quit:
+			d.teardown()
+			return
+		}
+	}
+}
+
+func (d *Device) setup() error {
+	drv := d.drv
+	var dev int32
+	if err := drv.check("cuDeviceGet", ccall(drv.cuDeviceGet, uintptr(unsafe.Pointer(&dev)), uintptr(d.Ordinal))); err != nil {
+		return err
+	}
+	if err := drv.check("cuDevicePrimaryCtxRetain", ccall(drv.cuDevicePrimaryCtxRetain, uintptr(unsafe.Pointer(&d.ctx)), uintptr(dev))); err != nil {
+		return err
+	}
+	if err := drv.check("cuCtxSetCurrent", ccall(drv.cuCtxSetCurrent, d.ctx)); err != nil {
+		return err
+	}
+	const streamNonBlocking = 1
+	if err := drv.check("cuStreamCreate", ccall(drv.cuStreamCreate, uintptr(unsafe.Pointer(&d.stream)), streamNonBlocking)); err != nil {
+		return err
+	}
+	var pool uintptr
+	if err := drv.check("cuDeviceGetDefaultMemPool", ccall(drv.cuDeviceGetDefaultMemPool, uintptr(unsafe.Pointer(&pool)), uintptr(dev))); err != nil {
+		return err
+	}
+	threshold := ^uint64(0) // keep everything freed cached; trimmed only at exit
+	if err := drv.check("cuMemPoolSetAttribute", ccall(drv.cuMemPoolSetAttribute, pool, memPoolReleaseThresh, uintptr(unsafe.Pointer(&threshold)))); err != nil {
+		return err
+	}
+	if err := drv.check("cuMemHostAlloc", ccall(drv.cuMemHostAlloc, uintptr(unsafe.Pointer(&d.args)), maxArgBytes, 0)); err != nil {
+		return err
+	}
+	d.argBytes = unsafe.Slice(*(**byte)(unsafe.Pointer(&d.args)), maxArgBytes)
+	return nil
+}
+
+func (d *Device) teardown() {
+	drv := d.drv
+	if d.stream != 0 {
+		ccall(drv.cuStreamSynchronize, uintptr(d.stream))
+		ccall(drv.cuStreamDestroy, uintptr(d.stream))
+		d.stream = 0
+	}
+	for _, m := range d.modules {
+		ccall(drv.cuModuleUnload, m)
+	}
+	d.modules = nil
+	if d.args != 0 {
+		ccall(drv.cuMemFreeHost, d.args)
+		d.args, d.argBytes = 0, nil
+	}
+	if d.ctx != 0 {
+		var dev int32
+		ccall(drv.cuDeviceGet, uintptr(unsafe.Pointer(&dev)), uintptr(d.Ordinal))
+		ccall(drv.cuDevicePrimaryCtxRelease, uintptr(dev))
+		d.ctx = 0
+	}
+}
+
+var errClosed = errors.New("cuda: device closed")
+
+// Do runs f on the device's thread (where its context is current) and
+// returns f's error. f must not call Do itself.
+func (d *Device) Do(f func() error) error {
+	done := make(chan error, 1)
+	select {
+	case d.work <- func() { done <- f() }:
+		return <-done
+	case <-d.quit:
+		return errClosed
+	}
+}
+
+// Close waits for the compute stream, releases the context and stops the
+// device's goroutine. Buffers not freed are released with the context.
+func (d *Device) Close() error {
+	var err error
+	d.closeOnce.Do(func() {
+		err = d.Sync()
+		close(d.quit)
+	})
+	return err
+}
+
+// Stream returns the device's compute stream.
+func (d *Device) Stream() Stream { return d.stream }
+
+// Alloc returns bytes of device memory from the default pool, ordered on
+// the compute stream (usable by work submitted after it on that stream).
+func (d *Device) Alloc(bytes int) (Ptr, error) {
+	var p Ptr
+	err := d.Do(func() error {
+		return d.drv.check("cuMemAllocAsync", ccall(d.drv.cuMemAllocAsync, uintptr(unsafe.Pointer(&p)), uintptr(max(bytes, 1)), uintptr(d.stream)))
+	})
+	return p, err
+}
+
+// Free returns p to the pool once the compute stream's prior work is done.
+func (d *Device) Free(p Ptr) error {
+	return d.Do(func() error {
+		return d.drv.check("cuMemFreeAsync", ccall(d.drv.cuMemFreeAsync, uintptr(p), uintptr(d.stream)))
+	})
+}
+
+// Upload copies src to dst and waits for the copy: src is Go memory, which
+// must not be read by the device after this returns.
+func (d *Device) Upload(dst Ptr, src []byte) error {
+	if len(src) == 0 {
+		return nil
+	}
+	return d.Do(func() error {
+		if err := d.drv.check("cuMemcpyHtoDAsync", ccall(d.drv.cuMemcpyHtoDAsync, uintptr(dst), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)), uintptr(d.stream))); err != nil {
+			return err
+		}
+		return d.syncLocked()
+	})
+}
+
+// Download copies len(dst) bytes from src into dst after the compute
+// stream's prior work, and waits for them.
+func (d *Device) Download(dst []byte, src Ptr) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	return d.Do(func() error {
+		if err := d.drv.check("cuMemcpyDtoHAsync", ccall(d.drv.cuMemcpyDtoHAsync, uintptr(unsafe.Pointer(&dst[0])), uintptr(src), uintptr(len(dst)), uintptr(d.stream))); err != nil {
+			return err
+		}
+		return d.syncLocked()
+	})
+}
+
+// UploadAsync queues a copy of the pinned host buffer src to dst on
+// stream s; src must stay untouched until the stream passes the copy
+// (record an Event after it).
+func (d *Device) UploadAsync(s Stream, dst Ptr, src *HostBuffer) error {
+	return d.Do(func() error {
+		return d.drv.check("cuMemcpyHtoDAsync", ccall(d.drv.cuMemcpyHtoDAsync, uintptr(dst), src.addr, uintptr(src.n), uintptr(s)))
+	})
+}
+
+// CopyAsync queues a device-to-device copy of n bytes on the compute stream.
+func (d *Device) CopyAsync(dst, src Ptr, n int) error {
+	return d.Do(func() error {
+		return d.drv.check("cuMemcpyDtoDAsync", ccall(d.drv.cuMemcpyDtoDAsync, uintptr(dst), uintptr(src), uintptr(n), uintptr(d.stream)))
+	})
+}
+
+// Memset32 queues filling n 32-bit words at p with v on the compute stream.
+func (d *Device) Memset32(p Ptr, v uint32, n int) error {
+	return d.Do(func() error {
+		return d.drv.check("cuMemsetD32Async", ccall(d.drv.cuMemsetD32Async, uintptr(p), uintptr(v), uintptr(n), uintptr(d.stream)))
+	})
+}
+
+// Sync waits for all work queued on the compute stream.
+func (d *Device) Sync() error { return d.Do(d.syncLocked) }
+
+func (d *Device) syncLocked() error {
+	return d.drv.check("cuStreamSynchronize", ccall(d.drv.cuStreamSynchronize, uintptr(d.stream)))
+}
+
+// NewStream creates a non-blocking stream (a copy stream beside the
+// compute stream, say).
+func (d *Device) NewStream() (Stream, error) {
+	var s Stream
+	err := d.Do(func() error {
+		return d.drv.check("cuStreamCreate", ccall(d.drv.cuStreamCreate, uintptr(unsafe.Pointer(&s)), 1))
+	})
+	return s, err
+}
+
+// DestroyStream destroys s once its work is done.
+func (d *Device) DestroyStream(s Stream) error {
+	return d.Do(func() error { return d.drv.check("cuStreamDestroy", ccall(d.drv.cuStreamDestroy, uintptr(s))) })
+}
+
+// NewEvent creates an event; timing makes it usable with Elapsed.
+func (d *Device) NewEvent(timing bool) (Event, error) {
+	var e Event
+	flags := uintptr(2) // CU_EVENT_DISABLE_TIMING
+	if timing {
+		flags = 0
+	}
+	err := d.Do(func() error {
+		return d.drv.check("cuEventCreate", ccall(d.drv.cuEventCreate, uintptr(unsafe.Pointer(&e)), flags))
+	})
+	return e, err
+}
+
+// Record marks e at the current end of stream s.
+func (d *Device) Record(e Event, s Stream) error {
+	return d.Do(func() error { return d.drv.check("cuEventRecord", ccall(d.drv.cuEventRecord, uintptr(e), uintptr(s))) })
+}
+
+// Wait makes future work on stream s wait for e (no host wait).
+func (d *Device) Wait(s Stream, e Event) error {
+	return d.Do(func() error {
+		return d.drv.check("cuStreamWaitEvent", ccall(d.drv.cuStreamWaitEvent, uintptr(s), uintptr(e), 0))
+	})
+}
+
+// SyncEvent blocks until e has completed.
+func (d *Device) SyncEvent(e Event) error {
+	return d.Do(func() error { return d.drv.check("cuEventSynchronize", ccall(d.drv.cuEventSynchronize, uintptr(e))) })
+}
+
+// Elapsed returns the milliseconds between two completed timing events.
+func (d *Device) Elapsed(start, end Event) (float32, error) {
+	var ms float32
+	err := d.Do(func() error {
+		return d.drv.check("cuEventElapsedTime", ccall(d.drv.cuEventElapsedTime, uintptr(unsafe.Pointer(&ms)), uintptr(start), uintptr(end)))
+	})
+	return ms, err
+}
+
+// DestroyEvent destroys e.
+func (d *Device) DestroyEvent(e Event) error {
+	return d.Do(func() error { return d.drv.check("cuEventDestroy", ccall(d.drv.cuEventDestroy, uintptr(e))) })
+}
+
+// HostBuffer is pinned (page-locked) host memory: copies from it run
+// asynchronously at full bus speed. Its bytes are C memory.
+type HostBuffer struct {
+	d    *Device
+	addr uintptr
+	n    int
+}
+
+// AllocHost allocates n bytes of pinned host memory.
+func (d *Device) AllocHost(n int) (*HostBuffer, error) {
+	h := &HostBuffer{d: d, n: n}
+	err := d.Do(func() error {
+		return d.drv.check("cuMemHostAlloc", ccall(d.drv.cuMemHostAlloc, uintptr(unsafe.Pointer(&h.addr)), uintptr(max(n, 1)), 0))
+	})
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// Bytes returns the buffer's memory; it is invalid after Free.
+func (h *HostBuffer) Bytes() []byte {
+	return unsafe.Slice(*(**byte)(unsafe.Pointer(&h.addr)), h.n)
+}
+
+// Free releases the pinned memory.
+func (h *HostBuffer) Free() error {
+	if h.addr == 0 {
+		return nil
+	}
+	err := h.d.Do(func() error { return h.d.drv.check("cuMemFreeHost", ccall(h.d.drv.cuMemFreeHost, h.addr)) })
+	h.addr = 0
+	return err
+}

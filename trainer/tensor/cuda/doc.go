@@ -1,0 +1,81 @@
+// Package cuda binds the CUDA driver API, cuBLAS and cuDNN 9 at run time
+// and provides the device-side pieces of segpipe's CUDA trainer backend:
+// one locked OS thread per device, streams, events, stream-ordered
+// allocation, pinned host memory, cuBLAS GEMMs, cuDNN convolutions,
+// batch-norm and pooling, and the project's own kernels (see Kernels).
+//
+// # Why run-time binding with purego
+//
+// The libraries are opened with dlopen through github.com/ebitengine/purego,
+// with no cgo: a CGO_ENABLED=0 build links this package, and on a host
+// without a GPU every entry point returns an error wrapping ErrUnavailable
+// that names the missing library and the paths tried, while the rest of
+// segpipe works as before. gorgonia.org/cu, the older Go binding, is not
+// usable: its last release (v0.9.6, 2024-06) calls the cuCtxCreate
+// signature that CUDA 13 headers redefine, its init() exits the process on
+// a host without a GPU (so it cannot be linked into the default binary),
+// its cuBLAS package imports that init, and its cuDNN bindings target
+// cuDNN 7/8 without workspace-size queries.
+//
+// This package uses the primary context (cuDevicePrimaryCtxRetain, what the
+// CUDA runtime and PyTorch use), whose signature is the same from CUDA 11 to
+// 13, and the _v2 entry points that cuda.h maps the plain names to; a
+// driver keeps exporting every older entry point, so one binding serves
+// drivers from CUDA 11.2 (stream-ordered allocation) on.
+//
+// # Builds
+//
+// purego needs the system's dynamic loader, so the default binary is
+// dynamically linked (against the C library only, loaded at start) even
+// with CGO_ENABLED=0; it does not start on musl or distroless-static
+// images. The nocuda build tag replaces the binding with one that reports
+// "built with -tags nocuda" and drops purego: `CGO_ENABLED=0 go build
+// -tags nocuda` gives a fully static binary. The default includes CUDA
+// because segpipe is a GPU trainer's tool and one binary should run on
+// every glibc host with or without a GPU; CI builds and tests both.
+//
+// # Library discovery
+//
+// For each library (LibCUDA, LibCUBLAS, LibCUDNN) the paths tried are, in
+// order: the override variable alone when set (SEGPIPE_LIBCUDA,
+// SEGPIPE_LIBCUBLAS, SEGPIPE_LIBCUDNN: a full path); otherwise each soname,
+// newest major first (libcublas.so.13 before .12), in LD_LIBRARY_PATH, the
+// StandardDirs, and the site-packages/nvidia/*/lib folders of VIRTUAL_ENV,
+// CONDA_PREFIX and PythonEnvs (pip's CUDA wheels, as PyTorch installs
+// them); last the bare sonames, for the dynamic loader's own cache.
+// Dependencies found beside a library (cuBLASLt, cuDNN's sub-libraries) are
+// loaded first, with RTLD_GLOBAL, so a library found in a wheel folder
+// that is not on LD_LIBRARY_PATH still resolves them.
+//
+// # Threads, memory and launches
+//
+// CUDA contexts are current per OS thread and goroutines migrate, so a
+// Device runs every call on one goroutine locked to its thread; methods
+// submit closures to it (Device.Do) and wait. Device memory comes from the
+// device's default memory pool with cuMemAllocAsync/cuMemFreeAsync on the
+// compute stream, with the pool's release threshold raised to the maximum
+// so freed memory stays cached: the driver's caching allocator, not one
+// written here. Kernel arguments are packed into pinned host memory (C
+// memory), because the kernelParams block is a table of raw addresses that
+// Go memory must not hold.
+//
+// Batches go up through a Stager: two pinned slots and a copy stream,
+// so one batch's host-to-device copies overlap the step on the previous
+// one, and the compute stream waits on an event rather than the host.
+//
+// # Kernels
+//
+// The kernels are CUDA C in kernels/*.cu, compiled to PTX for compute_80
+// by `go generate` (nvcc; the PTX is committed and embedded, and the
+// driver JIT-compiles it for the GPU at hand). The same sources compile as
+// C++ with g++ through kernels/shim.h, which runs each block's threads as
+// OS threads with a barrier for __syncthreads: TestKernelsOnCPU runs every
+// Kernels method that way and compares it with the CPU reference, which is
+// how the kernels are checked on hosts without a GPU (the harness also
+// stands in for cuBLAS with a naive column-major GEMM, so MuSGD's
+// Newton–Schulz runs end to end). On a GPU host the same cases run on the
+// device (TestKernelsOnGPU) and skip elsewhere. Kernel op codes (UnaryOp,
+// BinaryOp) and parameter structs (Gemm, Conv, Pool) mirror the CPU
+// backend's on purpose, so that this package does not follow that
+// interface's changes; the CPU cases fail if the two ever disagree.
+package cuda

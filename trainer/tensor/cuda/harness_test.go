@@ -1,0 +1,292 @@
+package cuda
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// kdev is what a kernel case needs from a device: its kernels, and
+// buffers. The CPU harness (emuDev) and a GPU (gpuDev) implement it.
+type kdev interface {
+	kernels() *Kernels
+	// upload copies a []float32, []int32 or []byte into a new buffer.
+	upload(data any) Ptr
+	// alloc returns a buffer of bytes filled with 0xFF (NaN as floats),
+	// so a kernel that skips an element it should write is caught.
+	alloc(bytes int) Ptr
+	// matmul is the device's GEMM (cuBLAS, or the harness's naive one).
+	matmul() Matmul
+}
+
+// kernelCase is one kernel check: run uploads inputs and launches, and
+// returns the buffers to read back and the check of their bytes.
+type kernelCase struct {
+	name string
+	run  func(d kdev) (outs []Ptr, check func(t *testing.T, got [][]byte))
+}
+
+func toBytes(data any) []byte {
+	var b bytes.Buffer
+	if err := binary.Write(&b, binary.LittleEndian, data); err != nil {
+		panic(err)
+	}
+	return b.Bytes()
+}
+
+func f32s(b []byte) []float32 {
+	out := make([]float32, len(b)/4)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return out
+}
+
+func i32s(b []byte) []int32 {
+	out := make([]int32, len(b)/4)
+	for i := range out {
+		out[i] = int32(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return out
+}
+
+// emuDev records a script for the CPU harness: buffers are numbered,
+// and a Ptr is id<<32 + offset so that Ptr.Add works as on a device.
+type emuDev struct {
+	dir    string
+	script strings.Builder
+	sizes  map[uint64]int
+	next   uint64
+}
+
+func (e *emuDev) kernels() *Kernels {
+	// Three blocks at most, so every grid-stride loop goes round.
+	return &Kernels{l: e, maxBlocks: 3}
+}
+
+func (e *emuDev) matmul() Matmul { return emuMatmul{e} }
+
+// emuMatmul hands a GEMM to the harness as cuBLAS would receive it, so
+// the row-major mapping runs end to end on the CPU too.
+type emuMatmul struct{ e *emuDev }
+
+func (m emuMatmul) Gemm(g Gemm, a, b, c Ptr) error {
+	cm, err := g.toColMajor()
+	if err != nil {
+		return err
+	}
+	ops := [2]Ptr{a, b}
+	p := func(x Ptr) string { return fmt.Sprintf("p%d+%d", uint64(x)>>32, uint64(x)&0xffffffff) }
+	b01 := func(v bool) int {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	fmt.Fprintf(&m.e.script, "gemm %d %d %d %d %d %x %x %d %s %d %d %s %d %d %s %d %d\n",
+		b01(cm.transA), b01(cm.transB), cm.m, cm.n, cm.k, math.Float32bits(g.Alpha), math.Float32bits(g.Beta), cm.batch,
+		p(ops[cm.a]), cm.lda, cm.strideA, p(ops[cm.b]), cm.ldb, cm.strideB, p(c), cm.ldc, cm.strid)
+	return nil
+}
+
+func (e *emuDev) alloc(n int) Ptr {
+	e.next++
+	e.sizes[e.next] = n
+	fmt.Fprintf(&e.script, "alloc %d %d\n", e.next, n)
+	return Ptr(e.next << 32)
+}
+
+func (e *emuDev) upload(data any) Ptr {
+	b := toBytes(data)
+	p := e.alloc(len(b))
+	f := filepath.Join(e.dir, fmt.Sprintf("in%d.bin", e.next))
+	if err := os.WriteFile(f, b, 0o644); err != nil {
+		panic(err)
+	}
+	fmt.Fprintf(&e.script, "load %d %s\n", e.next, f)
+	return p
+}
+
+func (e *emuDev) launch(k kernel, grid, block dim3, args []arg) error {
+	fmt.Fprintf(&e.script, "launch %s %d %d %d %d %d %d %d", k, grid.x, grid.y, grid.z, block.x, block.y, block.z, len(args))
+	for _, a := range args {
+		switch a.kind {
+		case argPointer:
+			fmt.Fprintf(&e.script, " p%d+%d", a.bits>>32, a.bits&0xffffffff)
+		case argInt32:
+			fmt.Fprintf(&e.script, " i%d", int32(a.bits))
+		case argInt64:
+			fmt.Fprintf(&e.script, " l%d", int64(a.bits))
+		case argFloat32:
+			fmt.Fprintf(&e.script, " f%x", uint32(a.bits))
+		case argStruct:
+			fmt.Fprintf(&e.script, " s%x", a.bytes)
+		}
+	}
+	e.script.WriteString("\n")
+	return nil
+}
+
+var harness struct {
+	once     sync.Once
+	bin, dir string
+	skip     string
+	err      error
+}
+
+// buildHarness compiles kernels/harness.cpp (the .cu sources as C++20)
+// with g++ once per test binary, or skips the test when there is none.
+func buildHarness(t *testing.T) string {
+	t.Helper()
+	harness.once.Do(func() {
+		// Reading the sources makes go test's result cache depend on them
+		// (it does not see the files g++ opens).
+		srcs, _ := filepath.Glob("kernels/*")
+		for _, s := range srcs {
+			if _, err := os.ReadFile(s); err != nil {
+				harness.err = err
+				return
+			}
+		}
+		gxx, err := exec.LookPath("g++")
+		if err != nil {
+			harness.skip = "g++ not found: the kernels' CPU harness needs a C++20 compiler (apt-get install g++)"
+			return
+		}
+		if harness.dir, err = os.MkdirTemp("", "segpipe-harness"); err != nil {
+			harness.err = err
+			return
+		}
+		harness.bin = filepath.Join(harness.dir, "harness")
+		cmd := exec.Command(gxx, "-std=c++20", "-O1", "-pthread", "-Wall", "-Werror", "-o", harness.bin, "kernels/harness.cpp")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			harness.err = fmt.Errorf("g++ kernels/harness.cpp: %v\n%s", err, out)
+		}
+	})
+	if harness.skip != "" {
+		t.Skip(harness.skip)
+	}
+	if harness.err != nil {
+		t.Fatal(harness.err)
+	}
+	return harness.bin
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if harness.dir != "" {
+		os.RemoveAll(harness.dir)
+	}
+	os.Exit(code)
+}
+
+// TestKernelsOnCPU runs every kernel case through the CPU harness (the
+// CUDA sources compiled with g++, a block's threads as OS threads) and
+// compares with the CPU reference.
+func TestKernelsOnCPU(t *testing.T) {
+	bin := buildHarness(t)
+	dir := t.TempDir()
+	e := &emuDev{dir: dir, sizes: map[uint64]int{}}
+	type pending struct {
+		c     kernelCase
+		files []string
+		check func(*testing.T, [][]byte)
+	}
+	var all []pending
+	for _, c := range kernelCases() {
+		outs, check := c.run(e)
+		p := pending{c: c, check: check}
+		for _, o := range outs {
+			id := uint64(o) >> 32
+			f := filepath.Join(dir, fmt.Sprintf("out%d.bin", id))
+			fmt.Fprintf(&e.script, "save %d %s\n", id, f)
+			p.files = append(p.files, f)
+		}
+		all = append(all, p)
+	}
+	cmd := exec.Command(bin)
+	cmd.Stdin = strings.NewReader(e.script.String())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("harness: %v\n%s", err, out)
+	}
+	for _, p := range all {
+		t.Run(p.c.name, func(t *testing.T) {
+			var got [][]byte
+			for _, f := range p.files {
+				b, err := os.ReadFile(f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, b)
+			}
+			p.check(t, got)
+		})
+	}
+}
+
+// TestHarnessRejectsMismatchedArguments proves the harness's signature
+// check: a launch whose argument kinds disagree with the kernel fails.
+func TestHarnessRejectsMismatchedArguments(t *testing.T) {
+	bin := buildHarness(t)
+	for _, script := range []string{
+		"alloc 1 16\nlaunch fill 1 1 1 4 1 1 3 p1+0 i2 l4\n",                         // float passed as int
+		"alloc 1 16\nlaunch fill 1 1 1 4 1 1 2 p1+0 f3f800000\n",                     // missing argument
+		"alloc 1 16\nlaunch binary_forward 1 1 1 4 1 1 6 i0 s00 p1+0 p1+0 p1+0 l4\n", // short struct
+		"launch no_such_kernel 1 1 1 1 1 1 0\n",
+	} {
+		cmd := exec.Command(bin)
+		cmd.Stdin = strings.NewReader(script)
+		if out, err := cmd.CombinedOutput(); err == nil {
+			t.Errorf("script %q ran; want a rejection (output %s)", script, out)
+		}
+	}
+}
+
+// worst returns the largest |got−want| / (atol + rtol·|want|) and where;
+// a value above 1 is a failure. NaN where the reference has none fails.
+func worst(got, want []float32, rtol, atol float64) (float64, int) {
+	w, at := 0.0, -1
+	for i := range want {
+		g, r := float64(got[i]), float64(want[i])
+		if g == r || math.IsNaN(r) && math.IsNaN(g) {
+			continue
+		}
+		e := math.Abs(g-r) / (atol + rtol*math.Abs(r))
+		if math.IsNaN(e) {
+			e = math.Inf(1)
+		}
+		if e > w || at < 0 {
+			w, at = e, i
+		}
+	}
+	return w, at
+}
+
+// closeTo checks got (bytes of floats) against want and logs the worst
+// relative error, the figure the GPU report quotes per kernel.
+func closeTo(t *testing.T, what string, got []byte, want []float32, rtol float64) {
+	t.Helper()
+	g := f32s(got)
+	if len(g) != len(want) {
+		t.Fatalf("%s: %d values, want %d", what, len(g), len(want))
+	}
+	atol := rtol * 1e-3
+	w, at := worst(g, want, rtol, atol)
+	maxRel := 0.0
+	for i := range want {
+		if d := math.Abs(float64(g[i]-want[i])) / max(math.Abs(float64(want[i])), 1e-6); d > maxRel && !math.IsNaN(d) {
+			maxRel = d
+		}
+	}
+	t.Logf("%s: worst relative error %.3g (%d values)", what, maxRel, len(want))
+	if w > 1 {
+		t.Errorf("%s: element %d = %v, want %v (tolerance %g relative)", what, at, g[at], want[at], rtol)
+	}
+}

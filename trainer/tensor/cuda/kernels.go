@@ -1,0 +1,562 @@
+package cuda
+
+//go:generate bash kernels/build-ptx.sh
+
+import (
+	"embed"
+	"encoding/binary"
+	"fmt"
+	"math"
+)
+
+// ptx holds the compiled kernels, one module per kernels/*.cu.
+//
+//go:embed kernels/*.ptx
+var ptx embed.FS
+
+// kernel names one __global__ function of kernels/*.cu.
+type kernel int
+
+const (
+	kUnaryForward kernel = iota
+	kUnaryBackward
+	kBinaryForward
+	kBinaryBackward
+	kScale
+	kAddScalar
+	kClampForward
+	kClampBackward
+	kFill
+	kBCELogitsForward
+	kBCELogitsBackward
+	kImageToFloat
+	kStridedCopy
+	kUpsampleForward
+	kUpsampleBackward
+	kBiasAdd
+	kBiasGrad
+	kChannelAffine
+	kMaxPoolForward
+	kMaxPoolBackward
+	kExpandWindows
+	kReducePartial
+	kReduceFinish
+	kSumAxis
+	kSumAxisBackward
+	kSoftmaxForward
+	kSoftmaxBackward
+	kClipCoef
+	kScaleBy
+	kSGDNesterov
+	kAdamWStep
+	kMuonMomentum
+	kAxpby
+	kScaleInvNorm
+	kEMAUpdate
+	kIndexSelect
+	numKernels
+)
+
+var kernelNames = [numKernels]string{
+	"unary_forward", "unary_backward", "binary_forward", "binary_backward", "scale",
+	"add_scalar", "clamp_forward", "clamp_backward", "fill", "bce_logits_forward",
+	"bce_logits_backward", "image_to_float", "strided_copy", "upsample_forward", "upsample_backward",
+	"bias_add", "bias_grad", "channel_affine", "maxpool_forward", "maxpool_backward",
+	"expand_windows", "reduce_partial", "reduce_finish", "sum_axis", "sum_axis_backward",
+	"softmax_forward", "softmax_backward", "clip_coef", "scale_by", "sgd_nesterov",
+	"adamw_step", "muon_momentum", "axpby", "scale_inv_norm", "ema_update",
+	"index_select",
+}
+
+func (k kernel) String() string { return kernelNames[k] }
+
+type dim3 struct{ x, y, z uint32 }
+
+// launcher runs one kernel launch on a stream: a Device, or the CPU
+// harness's script recorder in the tests.
+type launcher interface {
+	launch(k kernel, grid, block dim3, args []arg) error
+}
+
+// blockSize is every launch's block: a power of two (the tree reductions
+// need one) and SP_MAX_BLOCK in shim.h.
+const blockSize = 256
+
+// maxDims is SP_MAX_DIMS in shim.h.
+const maxDims = 8
+
+// Kernels launches the project's kernels on a device's compute stream.
+// Every method takes device pointers and element counts, queues the
+// launch and returns; errors are launch errors (a kernel's own faults
+// surface at the next synchronising call). Backward methods accumulate
+// into their gradient outputs, as the CPU backend's do.
+type Kernels struct {
+	l launcher
+	// maxBlocks caps a grid-stride launch's grid (a few waves of the SMs).
+	maxBlocks int
+}
+
+// grid1 is the launch geometry of n elements, one per thread in
+// grid-stride loops.
+func (k *Kernels) grid1(n int) dim3 {
+	b := (n + blockSize - 1) / blockSize
+	return dim3{uint32(max(min(b, k.maxBlocks), 1)), 1, 1}
+}
+
+func (k *Kernels) run(kn kernel, n int, args ...arg) error {
+	if n <= 0 {
+		return nil
+	}
+	if err := k.l.launch(kn, k.grid1(n), dim3{blockSize, 1, 1}, args); err != nil {
+		return fmt.Errorf("%s: %w", kn, err)
+	}
+	return nil
+}
+
+// UnaryOp is an elementwise function with a closed-form derivative, in
+// the CPU backend's order.
+type UnaryOp int
+
+// Unary functions.
+const (
+	SiLU UnaryOp = iota
+	Sigmoid
+	ReLU
+	Exp
+	Log
+	Abs
+	Neg
+	Sqrt
+	Square
+	Atan
+	Tanh
+)
+
+// Unary writes y = f(x) over n elements.
+func (k *Kernels) Unary(f UnaryOp, x, y Ptr, n int) error {
+	return k.run(kUnaryForward, n, i32Arg(int(f)), ptrArg(x), ptrArg(y), i64Arg(n))
+}
+
+// UnaryBackward accumulates dx += f'(x)·dy; y = f(x) is read by the
+// functions whose derivative uses it.
+func (k *Kernels) UnaryBackward(f UnaryOp, x, y, dy, dx Ptr, n int) error {
+	return k.run(kUnaryBackward, n, i32Arg(int(f)), ptrArg(x), ptrArg(y), ptrArg(dy), ptrArg(dx), i64Arg(n))
+}
+
+// BinaryOp is an elementwise function of two operands, in the CPU
+// backend's order.
+type BinaryOp int
+
+// Binary functions; Maximum and Minimum split the gradient of ties.
+const (
+	Add BinaryOp = iota
+	Sub
+	Mul
+	Div
+	Maximum
+	Minimum
+)
+
+// Broadcast describes a broadcasting binary op as the CPU backend's: the
+// row-major output shape and each operand's element stride per output
+// axis (0 where it is stretched).
+type Broadcast struct {
+	Shape            []int
+	StrideA, StrideB []int
+}
+
+// merged drops unit axes and merges adjacent axes whose strides compose
+// (as the CPU backend's run walk does), so that same-shape and
+// per-channel cases use few axes; it fails beyond maxDims.
+func (s Broadcast) merged() (shape, sa, sb []int, err error) {
+	for i, d := range s.Shape {
+		if d == 1 {
+			continue
+		}
+		if k := len(shape) - 1; k >= 0 && sa[k] == s.StrideA[i]*d && sb[k] == s.StrideB[i]*d {
+			shape[k] *= d
+			sa[k], sb[k] = s.StrideA[i], s.StrideB[i]
+			continue
+		}
+		shape = append(shape, d)
+		sa = append(sa, s.StrideA[i])
+		sb = append(sb, s.StrideB[i])
+	}
+	if len(shape) > maxDims {
+		return nil, nil, nil, fmt.Errorf("cuda: broadcast of %v needs %d axes after merging, at most %d", s.Shape, len(shape), maxDims)
+	}
+	return shape, sa, sb, nil
+}
+
+func numel(shape []int) int {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
+// encodeBcast lays out struct Bcast (shim.h): int nd, int shape[8], pad,
+// long long sa[8], long long sb[8].
+func encodeBcast(shape, sa, sb []int) []byte {
+	b := make([]byte, 40+2*8*maxDims)
+	binary.LittleEndian.PutUint32(b, uint32(len(shape)))
+	for i := range shape {
+		binary.LittleEndian.PutUint32(b[4+4*i:], uint32(shape[i]))
+		binary.LittleEndian.PutUint64(b[40+8*i:], uint64(sa[i]))
+		binary.LittleEndian.PutUint64(b[40+8*maxDims+8*i:], uint64(sb[i]))
+	}
+	return b
+}
+
+// Binary writes y = f(a, b) over the broadcast shape.
+func (k *Kernels) Binary(f BinaryOp, s Broadcast, a, b, y Ptr) error {
+	shape, sa, sb, err := s.merged()
+	if err != nil {
+		return err
+	}
+	n := numel(s.Shape)
+	return k.run(kBinaryForward, n, i32Arg(int(f)), structArg(encodeBcast(shape, sa, sb)), ptrArg(a), ptrArg(b), ptrArg(y), i64Arg(n))
+}
+
+// BinaryBackward accumulates f's gradients into da and db (either may be
+// 0), summed over the axes an operand is stretched on (atomically there).
+func (k *Kernels) BinaryBackward(f BinaryOp, s Broadcast, a, b, dy, da, db Ptr) error {
+	shape, sa, sb, err := s.merged()
+	if err != nil {
+		return err
+	}
+	stretched := func(st []int) int {
+		for i, d := range shape {
+			if st[i] == 0 && d > 1 {
+				return 1
+			}
+		}
+		return 0
+	}
+	n := numel(s.Shape)
+	return k.run(kBinaryBackward, n, i32Arg(int(f)), structArg(encodeBcast(shape, sa, sb)), ptrArg(a), ptrArg(b), ptrArg(dy),
+		ptrArg(da), ptrArg(db), i32Arg(stretched(sa)), i32Arg(stretched(sb)), i64Arg(n))
+}
+
+// Scale writes y = s·x; with accumulate, y += s·x (Scale's backward).
+func (k *Kernels) Scale(x, y Ptr, s float32, accumulate bool, n int) error {
+	acc := 0
+	if accumulate {
+		acc = 1
+	}
+	return k.run(kScale, n, ptrArg(x), ptrArg(y), f32Arg(s), i32Arg(acc), i64Arg(n))
+}
+
+// AddScalar writes y = x + s.
+func (k *Kernels) AddScalar(x, y Ptr, s float32, n int) error {
+	return k.run(kAddScalar, n, ptrArg(x), ptrArg(y), f32Arg(s), i64Arg(n))
+}
+
+// Clamp writes y = min(max(x, lo), hi).
+func (k *Kernels) Clamp(x, y Ptr, lo, hi float32, n int) error {
+	return k.run(kClampForward, n, ptrArg(x), ptrArg(y), f32Arg(lo), f32Arg(hi), i64Arg(n))
+}
+
+// ClampBackward accumulates dx += dy where lo ≤ x ≤ hi.
+func (k *Kernels) ClampBackward(x, dy, dx Ptr, lo, hi float32, n int) error {
+	return k.run(kClampBackward, n, ptrArg(x), ptrArg(dy), ptrArg(dx), f32Arg(lo), f32Arg(hi), i64Arg(n))
+}
+
+// Fill writes v to n floats.
+func (k *Kernels) Fill(y Ptr, v float32, n int) error {
+	return k.run(kFill, n, ptrArg(y), f32Arg(v), i64Arg(n))
+}
+
+// BCEWithLogits writes the unreduced max(x,0) − x·t + log(1+e^−|x|).
+func (k *Kernels) BCEWithLogits(x, t, y Ptr, n int) error {
+	return k.run(kBCELogitsForward, n, ptrArg(x), ptrArg(t), ptrArg(y), i64Arg(n))
+}
+
+// BCEWithLogitsBackward accumulates dx += dy·(σ(x) − t) and dt −= dy·x;
+// either output may be 0.
+func (k *Kernels) BCEWithLogitsBackward(x, t, dy, dx, dt Ptr, n int) error {
+	return k.run(kBCELogitsBackward, n, ptrArg(x), ptrArg(t), ptrArg(dy), ptrArg(dx), ptrArg(dt), i64Arg(n))
+}
+
+// ImageToFloat converts n uint8 pixels to floats in [0, 1].
+func (k *Kernels) ImageToFloat(px, y Ptr, n int) error {
+	return k.run(kImageToFloat, n, ptrArg(px), ptrArg(y), i64Arg(n))
+}
+
+// encodeStrided lays out struct Strided: int nd, int shape[8], pad, long
+// long stride[8].
+func encodeStrided(shape, stride []int) ([]byte, error) {
+	if len(shape) > maxDims {
+		return nil, fmt.Errorf("cuda: strided copy of %d axes, at most %d", len(shape), maxDims)
+	}
+	b := make([]byte, 40+8*maxDims)
+	binary.LittleEndian.PutUint32(b, uint32(len(shape)))
+	for i := range shape {
+		binary.LittleEndian.PutUint32(b[4+4*i:], uint32(shape[i]))
+		binary.LittleEndian.PutUint64(b[40+8*i:], uint64(stride[i]))
+	}
+	return b, nil
+}
+
+// Gather writes y (row-major over shape) with y[o] = x[Σ idx_k·stride[k]]:
+// a permutation, slice or concatenation part as a strided copy (x may be
+// offset with Ptr.Add).
+func (k *Kernels) Gather(shape, stride []int, x, y Ptr) error {
+	st, err := encodeStrided(shape, stride)
+	if err != nil {
+		return err
+	}
+	n := numel(shape)
+	return k.run(kStridedCopy, n, structArg(st), ptrArg(x), ptrArg(y), i32Arg(0), i64Arg(n))
+}
+
+// Scatter is Gather's backward: x[Σ idx_k·stride[k]] += y[o]. The strides
+// must not map two outputs to one input (true of permutations and slices).
+func (k *Kernels) Scatter(shape, stride []int, x, y Ptr) error {
+	st, err := encodeStrided(shape, stride)
+	if err != nil {
+		return err
+	}
+	n := numel(shape)
+	return k.run(kStridedCopy, n, structArg(st), ptrArg(x), ptrArg(y), i32Arg(1), i64Arg(n))
+}
+
+// IndexSelect gathers entries idx (m int32 indices, on the device) along
+// the middle axis of x viewed as outer×d×inner into y (outer×m×inner).
+// The indices must lie in [0, d): check them on the host.
+func (k *Kernels) IndexSelect(x, y, idx Ptr, outer, d, m, inner int) error {
+	n := outer * m * inner
+	return k.run(kIndexSelect, n, ptrArg(x), ptrArg(y), ptrArg(idx), i32Arg(d), i32Arg(m), i64Arg(inner), i32Arg(0), i64Arg(n))
+}
+
+// IndexSelectBackward adds dy back into dx at the selected entries;
+// repeated indices add up.
+func (k *Kernels) IndexSelectBackward(dy, dx, idx Ptr, outer, d, m, inner int) error {
+	n := outer * m * inner
+	return k.run(kIndexSelect, n, ptrArg(dx), ptrArg(dy), ptrArg(idx), i32Arg(d), i32Arg(m), i64Arg(inner), i32Arg(1), i64Arg(n))
+}
+
+// PermuteStrides returns the output shape and the input stride of each
+// output axis for permuting a contiguous tensor of shape by perm (output
+// axis i is input axis perm[i]), the arguments of Gather.
+func PermuteStrides(shape, perm []int) (outShape, stride []int) {
+	in := make([]int, len(shape))
+	st := 1
+	for i := len(shape) - 1; i >= 0; i-- {
+		in[i] = st
+		st *= shape[i]
+	}
+	outShape = make([]int, len(perm))
+	stride = make([]int, len(perm))
+	for i, p := range perm {
+		outShape[i], stride[i] = shape[p], in[p]
+	}
+	return outShape, stride
+}
+
+// UpsampleNearest repeats each pixel of nc planes of h×w into f×f blocks.
+func (k *Kernels) UpsampleNearest(x, y Ptr, nc, h, w, f int) error {
+	n := nc * h * w * f * f
+	return k.run(kUpsampleForward, n, ptrArg(x), ptrArg(y), i32Arg(h), i32Arg(w), i32Arg(f), i64Arg(n))
+}
+
+// UpsampleNearestBackward accumulates into dx the sum of each f×f block of dy.
+func (k *Kernels) UpsampleNearestBackward(dy, dx Ptr, nc, h, w, f int) error {
+	n := nc * h * w
+	return k.run(kUpsampleBackward, n, ptrArg(dy), ptrArg(dx), i32Arg(h), i32Arg(w), i32Arg(f), i64Arg(n))
+}
+
+// BiasAdd adds b[c] to channel c of the n×c×hw tensor y in place.
+func (k *Kernels) BiasAdd(y, b Ptr, n, c, hw int) error {
+	total := n * c * hw
+	return k.run(kBiasAdd, total, ptrArg(y), ptrArg(b), i32Arg(c), i64Arg(hw), i64Arg(total))
+}
+
+// BiasGrad accumulates db[c] += Σ_{n,hw} dy: one block per channel.
+func (k *Kernels) BiasGrad(dy, db Ptr, n, c, hw int) error {
+	if c <= 0 {
+		return nil
+	}
+	g := dim3{uint32(min(c, 65535)), 1, 1}
+	if err := k.l.launch(kBiasGrad, g, dim3{blockSize, 1, 1}, []arg{ptrArg(dy), ptrArg(db), i32Arg(n), i32Arg(c), i64Arg(hw)}); err != nil {
+		return fmt.Errorf("%s: %w", kBiasGrad, err)
+	}
+	return nil
+}
+
+// ChannelAffine writes y = x·scale[c] + shift[c] over n×c×hw.
+func (k *Kernels) ChannelAffine(x, scale, shift, y Ptr, n, c, hw int) error {
+	total := n * c * hw
+	return k.run(kChannelAffine, total, ptrArg(x), ptrArg(scale), ptrArg(shift), ptrArg(y), i32Arg(c), i64Arg(hw), i64Arg(total))
+}
+
+func encodePool(p Pool) []byte {
+	b := make([]byte, 36)
+	for i, v := range []int{p.N, p.C, p.H, p.W, p.K, p.Stride, p.Pad, p.OutH(), p.OutW()} {
+		binary.LittleEndian.PutUint32(b[4*i:], uint32(v))
+	}
+	return b
+}
+
+// MaxPool writes the window maxima and each winner's index within its
+// plane (int32) to arg: the first maximum in row-major order wins.
+func (k *Kernels) MaxPool(p Pool, x, y, arg Ptr) error {
+	n := p.N * p.C * p.OutH() * p.OutW()
+	return k.run(kMaxPoolForward, n, structArg(encodePool(p)), ptrArg(x), ptrArg(y), ptrArg(arg), i64Arg(n))
+}
+
+// MaxPoolBackward accumulates dy into dx at the recorded winners.
+func (k *Kernels) MaxPoolBackward(p Pool, dy, arg, dx Ptr) error {
+	n := p.N * p.C * p.H * p.W
+	return k.run(kMaxPoolBackward, n, structArg(encodePool(p)), ptrArg(dy), ptrArg(arg), ptrArg(dx), i64Arg(n))
+}
+
+// WindowBytes is the size of one entry of ExpandWindows' window table.
+const WindowBytes = 24
+
+// AppendWindow appends the table entry of a mask window (x0, y0, w, h on
+// the grid) whose w·h bytes start at off in the window data.
+func AppendWindow(table []byte, x0, y0, w, h int, off int64) []byte {
+	table = binary.LittleEndian.AppendUint32(table, uint32(x0))
+	table = binary.LittleEndian.AppendUint32(table, uint32(y0))
+	table = binary.LittleEndian.AppendUint32(table, uint32(w))
+	table = binary.LittleEndian.AppendUint32(table, uint32(h))
+	return binary.LittleEndian.AppendUint64(table, uint64(off))
+}
+
+// ExpandWindows writes the dense {0,1} stack of nwin rows×cols masks to
+// dst from a window table (AppendWindow) and the windows' bytes. The
+// windows must have been validated against the grid (raster.Expand's
+// checks) on the host.
+func (k *Kernels) ExpandWindows(table, data, dst Ptr, nwin, rows, cols int) error {
+	n := nwin * rows * cols
+	return k.run(kExpandWindows, n, ptrArg(table), ptrArg(data), ptrArg(dst), i32Arg(rows), i32Arg(cols), i64Arg(n))
+}
+
+// ReduceScratch is the number of float64 partial sums one Sum needs in
+// its scratch buffer.
+func (k *Kernels) ReduceScratch(n int) int { return int(k.grid1(n).x) }
+
+// Sum writes y[0] = alpha·Σ x over n elements (Sum, or Mean with alpha
+// 1/n), in two fixed-order passes through scratch (ReduceScratch(n)
+// float64s): the result does not depend on scheduling.
+func (k *Kernels) Sum(x Ptr, n int, scratch, y Ptr, alpha float32) error {
+	if n <= 0 {
+		return k.Fill(y, 0, 1)
+	}
+	if err := k.run(kReducePartial, n, ptrArg(x), ptrArg(scratch), i32Arg(0), i64Arg(n)); err != nil {
+		return err
+	}
+	return k.finish(scratch, k.ReduceScratch(n), y, alpha, false)
+}
+
+func (k *Kernels) finish(partial Ptr, m int, y Ptr, alpha float32, root bool) error {
+	r := 0
+	if root {
+		r = 1
+	}
+	if err := k.l.launch(kReduceFinish, dim3{1, 1, 1}, dim3{blockSize, 1, 1},
+		[]arg{ptrArg(partial), i32Arg(m), ptrArg(y), f32Arg(alpha), i32Arg(r)}); err != nil {
+		return fmt.Errorf("%s: %w", kReduceFinish, err)
+	}
+	return nil
+}
+
+// GlobalNorm writes y[0] = √(Σ over every buffer of Σ x²), the L2 norm of
+// all gradients together; scratch holds Σ ReduceScratch(ns[i]) float64s.
+func (k *Kernels) GlobalNorm(xs []Ptr, ns []int, scratch, y Ptr) error {
+	m := 0
+	for i, x := range xs {
+		if ns[i] <= 0 {
+			continue
+		}
+		if err := k.run(kReducePartial, ns[i], ptrArg(x), ptrArg(scratch.Add(8*m)), i32Arg(1), i64Arg(ns[i])); err != nil {
+			return err
+		}
+		m += k.ReduceScratch(ns[i])
+	}
+	if m == 0 {
+		return k.Fill(y, 0, 1)
+	}
+	return k.finish(scratch, m, y, 1, true)
+}
+
+// ClipCoef turns the norm at normToCoef into clip_grad_norm_'s
+// coefficient min(maxNorm/(norm+1e-6), 1), in place.
+func (k *Kernels) ClipCoef(normToCoef Ptr, maxNorm float32) error {
+	if err := k.l.launch(kClipCoef, dim3{1, 1, 1}, dim3{1, 1, 1}, []arg{ptrArg(normToCoef), f32Arg(maxNorm)}); err != nil {
+		return fmt.Errorf("%s: %w", kClipCoef, err)
+	}
+	return nil
+}
+
+// ScaleBy multiplies n floats at x by the device scalar s[0].
+func (k *Kernels) ScaleBy(x, s Ptr, n int) error {
+	return k.run(kScaleBy, n, ptrArg(x), ptrArg(s), i64Arg(n))
+}
+
+// SumAxis writes y[o,j] = Σ_i x[o,i,j] over outer×n×inner.
+func (k *Kernels) SumAxis(x, y Ptr, outer, n, inner int) error {
+	total := outer * inner
+	return k.run(kSumAxis, total, ptrArg(x), ptrArg(y), i32Arg(n), i64Arg(inner), i64Arg(total))
+}
+
+// SumAxisBackward accumulates dx[o,i,j] += dy[o,j].
+func (k *Kernels) SumAxisBackward(dy, dx Ptr, outer, n, inner int) error {
+	total := outer * n * inner
+	return k.run(kSumAxisBackward, total, ptrArg(dy), ptrArg(dx), i32Arg(n), i64Arg(inner), i64Arg(total))
+}
+
+// Softmax normalises along the middle axis of outer×n×inner.
+func (k *Kernels) Softmax(x, y Ptr, outer, n, inner int) error {
+	total := outer * inner
+	return k.run(kSoftmaxForward, total, ptrArg(x), ptrArg(y), i32Arg(n), i64Arg(inner), i64Arg(total))
+}
+
+// SoftmaxBackward accumulates dx += y·(dy − Σ dy·y) along the same axis.
+func (k *Kernels) SoftmaxBackward(y, dy, dx Ptr, outer, n, inner int) error {
+	total := outer * inner
+	return k.run(kSoftmaxBackward, total, ptrArg(y), ptrArg(dy), ptrArg(dx), i32Arg(n), i64Arg(inner), i64Arg(total))
+}
+
+// SGDNesterov applies trainer/optim's SGD step (L2 decay wd, Nesterov
+// momentum mu, step = lr·weight) to n parameters; first starts the buffer.
+func (k *Kernels) SGDNesterov(p, grad, buf Ptr, n int, lr, weight, mu, wd float64, first bool) error {
+	f := 0
+	if first {
+		f = 1
+	}
+	return k.run(kSGDNesterov, n, ptrArg(p), ptrArg(grad), ptrArg(buf), f32Arg(float32(lr*weight)), f32Arg(float32(mu)),
+		f32Arg(float32(wd)), i32Arg(f), i64Arg(n))
+}
+
+// AdamW applies trainer/optim's AdamW step t (1-based) to n parameters.
+func (k *Kernels) AdamW(p, grad, m, v Ptr, n int, lr, wd, beta1, beta2, eps float64, t int) error {
+	bc1 := 1 - math.Pow(beta1, float64(t))
+	bc2 := math.Sqrt(1 - math.Pow(beta2, float64(t)))
+	return k.run(kAdamWStep, n, ptrArg(p), ptrArg(grad), ptrArg(m), ptrArg(v), f32Arg(float32(1-lr*wd)),
+		f32Arg(float32(beta1)), f32Arg(float32(beta2)), f32Arg(float32(lr/bc1)), f32Arg(float32(1/bc2)), f32Arg(float32(eps)), i64Arg(n))
+}
+
+// MuonMomentum updates Muon's buffer m ← lerp(m, g, 1−mu) and writes the
+// Nesterov blend u = lerp(g, m, mu), the matrix Newton–Schulz takes.
+func (k *Kernels) MuonMomentum(grad, m, u Ptr, n int, mu float64) error {
+	return k.run(kMuonMomentum, n, ptrArg(grad), ptrArg(m), ptrArg(u), f32Arg(float32(1-mu)), f32Arg(float32(mu)), i64Arg(n))
+}
+
+// Axpby writes y = a·y + b·x.
+func (k *Kernels) Axpby(x, y Ptr, a, b float32, n int) error {
+	return k.run(kAxpby, n, ptrArg(x), ptrArg(y), f32Arg(a), f32Arg(b), i64Arg(n))
+}
+
+// ScaleInvNorm writes y = x/(norm[0] + eps) with norm a device scalar
+// (Newton–Schulz's normalisation, after GlobalNorm of x).
+func (k *Kernels) ScaleInvNorm(x, y, norm Ptr, eps float32, n int) error {
+	return k.run(kScaleInvNorm, n, ptrArg(x), ptrArg(y), ptrArg(norm), f32Arg(eps), i64Arg(n))
+}
+
+// EMA folds x into the average: ema = ema·d + (1 − d)·x.
+func (k *Kernels) EMA(ema, x Ptr, d float32, n int) error {
+	return k.run(kEMAUpdate, n, ptrArg(ema), ptrArg(x), f32Arg(d), i64Arg(n))
+}

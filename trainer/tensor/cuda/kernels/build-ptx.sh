@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Compiles each kernel source to PTX for compute_80 (Ampere; the driver
+# JIT-compiles it for any newer GPU). Run by `go generate` in
+# trainer/tensor/cuda; CI reruns it and fails when the committed PTX
+# differs. NVCC overrides the compiler (the committed PTX comes from
+# Debian bookworm's nvidia-cuda-toolkit, nvcc 11.8).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+nvcc="${NVCC:-nvcc}"
+for src in *.cu; do
+  "$nvcc" -ptx -arch=compute_80 -std=c++17 -o "${src%.cu}.ptx" "$src"
+done

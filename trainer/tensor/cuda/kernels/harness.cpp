@@ -1,0 +1,279 @@
+// harness.cpp runs the kernels on the CPU: the .cu sources compiled as
+// C++20 through shim.h. It reads a script on stdin, one command a line:
+//
+//   alloc ID BYTES            a buffer filled with 0xFF bytes (NaN floats)
+//   load ID FILE              fill buffer ID from FILE (its exact size)
+//   launch NAME GX GY GZ BX BY BZ NARGS ARG...
+//   save ID FILE              write buffer ID to FILE
+//   gemm TA TB M N K ALPHA BETA BATCH pA LDA SA pB LDB SB pC LDC SC
+//                             cublasSgemmStridedBatched's column-major
+//                             product, naively (ALPHA, BETA as float bits)
+//
+// An ARG is pID+OFF (a buffer address; p0+0 is null), iN (int), lN
+// (long long), fHEX (float bits) or sHEX (a struct's bytes). Every
+// launch checks each argument against the kernel's C parameter type
+// (pointer, 4- or 8-byte integer, float, struct size), so a Go launch
+// whose arguments disagree with the kernel's signature fails here as it
+// would corrupt memory on a GPU.
+#include <barrier>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "shim.h"
+
+thread_local uint3 threadIdx;
+thread_local uint3 blockIdx;
+dim3 blockDim;
+dim3 gridDim;
+thread_local std::barrier<>* sp_block_barrier;
+
+#include "elementwise.cu"
+#include "layout.cu"
+#include "optim.cu"
+#include "reduce.cu"
+
+namespace {
+
+[[noreturn]] void fail(const std::string& msg) {
+  std::cerr << "harness: " << msg << "\n";
+  std::exit(2);
+}
+
+struct Arg {
+  char kind;
+  std::vector<unsigned char> bytes;  // the value as the kernel receives it
+};
+
+template <typename T>
+std::string check_one(const Arg& a, int i) {
+  using U = std::remove_cv_t<std::remove_reference_t<T>>;
+  char want;
+  if constexpr (std::is_pointer_v<U>) want = 'p';
+  else if constexpr (std::is_floating_point_v<U>) want = sizeof(U) == 4 ? 'f' : 'd';
+  else if constexpr (std::is_integral_v<U>) want = sizeof(U) == 4 ? 'i' : (sizeof(U) == 8 ? 'l' : '?');
+  else want = 's';
+  if (a.kind != want || a.bytes.size() != sizeof(U))
+    return "argument " + std::to_string(i) + " is '" + a.kind + "' of " + std::to_string(a.bytes.size()) +
+           " bytes, the kernel takes '" + want + "' of " + std::to_string(sizeof(U));
+  return "";
+}
+
+template <typename... A, size_t... I>
+std::string check_all(const std::vector<Arg>& args, std::index_sequence<I...>) {
+  std::string err;
+  ((err.empty() ? (void)(err = check_one<A>(args[I], I)) : (void)0), ...);
+  return err;
+}
+
+template <typename... A, size_t... I>
+void invoke(void (*f)(A...), void** p, std::index_sequence<I...>) {
+  f(*static_cast<std::remove_cv_t<std::remove_reference_t<A>>*>(p[I])...);
+}
+
+struct Kernel {
+  std::function<std::string(const std::vector<Arg>&)> check;
+  std::function<void(void**)> run;
+};
+
+template <typename... A>
+Kernel entry(void (*f)(A...)) {
+  return Kernel{
+      [](const std::vector<Arg>& args) -> std::string {
+        if (args.size() != sizeof...(A))
+          return std::to_string(args.size()) + " arguments, the kernel takes " + std::to_string(sizeof...(A));
+        return check_all<A...>(args, std::index_sequence_for<A...>{});
+      },
+      [f](void** p) { invoke(f, p, std::index_sequence_for<A...>{}); }};
+}
+
+#define K(name) {#name, entry(&name)}
+const std::map<std::string, Kernel> kernels = {
+    K(unary_forward),   K(unary_backward),    K(binary_forward),    K(binary_backward), K(scale),
+    K(add_scalar),      K(clamp_forward),     K(clamp_backward),    K(fill),            K(bce_logits_forward),
+    K(bce_logits_backward), K(image_to_float), K(strided_copy),     K(upsample_forward), K(upsample_backward),
+    K(bias_add),        K(bias_grad),         K(channel_affine),    K(maxpool_forward), K(maxpool_backward),
+    K(expand_windows),  K(reduce_partial),    K(reduce_finish),     K(sum_axis),        K(sum_axis_backward),
+    K(softmax_forward), K(softmax_backward),  K(clip_coef),         K(scale_by),        K(sgd_nesterov),
+    K(adamw_step),      K(muon_momentum),     K(axpby),             K(scale_inv_norm),  K(ema_update),
+    K(index_select),
+};
+
+std::map<long, std::vector<unsigned char>> buffers;
+
+std::vector<unsigned char> hex_bytes(const std::string& h) {
+  std::vector<unsigned char> out(h.size() / 2);
+  for (size_t i = 0; i < out.size(); i++) out[i] = (unsigned char)std::stoul(h.substr(2 * i, 2), nullptr, 16);
+  return out;
+}
+
+Arg parse_arg(const std::string& t) {
+  Arg a{t[0], {}};
+  std::string v = t.substr(1);
+  auto put = [&](auto x) {
+    a.bytes.resize(sizeof(x));
+    std::memcpy(a.bytes.data(), &x, sizeof(x));
+  };
+  switch (a.kind) {
+    case 'p': {
+      size_t plus = v.find('+');
+      long id = std::stol(v.substr(0, plus));
+      long long off = std::stoll(v.substr(plus + 1));
+      void* p = nullptr;
+      if (id != 0) {
+        auto it = buffers.find(id);
+        if (it == buffers.end()) fail("no buffer " + std::to_string(id));
+        if (off < 0 || (size_t)off > it->second.size()) fail("offset " + std::to_string(off) + " outside buffer " + std::to_string(id));
+        p = it->second.data() + off;
+      }
+      put(p);
+      break;
+    }
+    case 'i': put((int32_t)std::stol(v)); break;
+    case 'l': put((int64_t)std::stoll(v)); break;
+    case 'f': put((uint32_t)std::stoul(v, nullptr, 16)); break;
+    case 's': a.bytes = hex_bytes(v); break;
+    default: fail("bad argument " + t);
+  }
+  return a;
+}
+
+// Workers run a block's threads: SP_MAX_BLOCK OS threads started once and
+// reused, since starting threads per block dominates the harness's time.
+struct Workers {
+  std::barrier<> start{SP_MAX_BLOCK + 1}, done{SP_MAX_BLOCK + 1};
+  std::function<void(unsigned)> job;
+  bool quit = false;
+  std::vector<std::thread> threads;
+  Workers() {
+    for (unsigned t = 0; t < SP_MAX_BLOCK; t++)
+      threads.emplace_back([this, t] {
+        for (;;) {
+          start.arrive_and_wait();
+          if (quit) return;
+          job(t);
+          done.arrive_and_wait();
+        }
+      });
+  }
+  void run(std::function<void(unsigned)> f) {
+    job = std::move(f);
+    start.arrive_and_wait();
+    done.arrive_and_wait();
+  }
+  ~Workers() {
+    quit = true;
+    start.arrive_and_wait();
+    for (auto& th : threads) th.join();
+  }
+};
+
+void launch(Workers& w, const Kernel& k, dim3 grid, dim3 block, void** params) {
+  gridDim = grid;
+  blockDim = block;
+  unsigned nthreads = block.x * block.y * block.z;
+  for (unsigned bz = 0; bz < grid.z; bz++)
+    for (unsigned by = 0; by < grid.y; by++)
+      for (unsigned bx = 0; bx < grid.x; bx++) {
+        std::barrier<> bar(nthreads);
+        w.run([&](unsigned t) {
+          if (t >= nthreads) return;
+          blockIdx = {bx, by, bz};
+          threadIdx = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
+          sp_block_barrier = &bar;
+          k.run(params);
+        });
+      }
+}
+
+}  // namespace
+
+int main() {
+  Workers workers;
+  std::string line;
+  int lineno = 0;
+  while (std::getline(std::cin, line)) {
+    lineno++;
+    std::istringstream in(line);
+    std::string cmd;
+    if (!(in >> cmd)) continue;
+    auto where = "line " + std::to_string(lineno) + ": ";
+    if (cmd == "alloc") {
+      long id;
+      size_t n;
+      in >> id >> n;
+      buffers[id].assign(n, 0xFF);
+    } else if (cmd == "load" || cmd == "save") {
+      long id;
+      std::string file;
+      in >> id >> file;
+      auto it = buffers.find(id);
+      if (it == buffers.end()) fail(where + "no buffer " + std::to_string(id));
+      if (cmd == "load") {
+        std::ifstream f(file, std::ios::binary);
+        f.read(reinterpret_cast<char*>(it->second.data()), it->second.size());
+        if (!f) fail(where + "short read from " + file);
+      } else {
+        std::ofstream f(file, std::ios::binary);
+        f.write(reinterpret_cast<const char*>(it->second.data()), it->second.size());
+        if (!f) fail(where + "cannot write " + file);
+      }
+    } else if (cmd == "launch") {
+      std::string name;
+      dim3 g, b;
+      int nargs;
+      in >> name >> g.x >> g.y >> g.z >> b.x >> b.y >> b.z >> nargs;
+      auto it = kernels.find(name);
+      if (it == kernels.end()) fail(where + "no kernel " + name);
+      if (b.x * b.y * b.z > SP_MAX_BLOCK) fail(where + name + ": block larger than SP_MAX_BLOCK");
+      std::vector<Arg> args;
+      for (int i = 0; i < nargs; i++) {
+        std::string t;
+        in >> t;
+        args.push_back(parse_arg(t));
+      }
+      if (auto err = it->second.check(args); !err.empty()) fail(where + name + ": " + err);
+      std::vector<void*> params;
+      for (auto& a : args) params.push_back(a.bytes.data());
+      launch(workers, it->second, g, b, params.data());
+    } else if (cmd == "gemm") {
+      int ta, tb, m, n, kk, batch, lda, ldb, ldc;
+      std::string alpha, beta, pa, pb, pc;
+      long long sa, sb, sc;
+      in >> ta >> tb >> m >> n >> kk >> alpha >> beta >> batch >> pa >> lda >> sa >> pb >> ldb >> sb >> pc >> ldc >> sc;
+      if (!in) fail(where + "bad gemm");
+      float al, be;
+      Arg fa = parse_arg("f" + alpha), fb = parse_arg("f" + beta);
+      std::memcpy(&al, fa.bytes.data(), 4);
+      std::memcpy(&be, fb.bytes.data(), 4);
+      float *A, *B, *C;
+      Arg xa = parse_arg(pa), xb = parse_arg(pb), xc = parse_arg(pc);
+      std::memcpy(&A, xa.bytes.data(), 8);
+      std::memcpy(&B, xb.bytes.data(), 8);
+      std::memcpy(&C, xc.bytes.data(), 8);
+      for (int bi = 0; bi < batch; bi++)
+        for (int i = 0; i < m; i++)
+          for (int j = 0; j < n; j++) {
+            float acc = 0;
+            for (int p = 0; p < kk; p++) {
+              float av = ta ? A[bi * sa + p + (long long)i * lda] : A[bi * sa + i + (long long)p * lda];
+              float bv = tb ? B[bi * sb + j + (long long)p * ldb] : B[bi * sb + p + (long long)j * ldb];
+              acc += av * bv;
+            }
+            float& cv = C[bi * sc + i + (long long)j * ldc];
+            cv = be == 0.f ? al * acc : al * acc + be * cv;
+          }
+    } else {
+      fail(where + "unknown command " + cmd);
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,93 @@
+// shim.h: what the kernels need from CUDA, so that the same sources
+// compile with nvcc (to PTX) and with g++ (C++20) for the CPU harness.
+//
+// Under g++ every block of a launch runs in turn; its threads run as OS
+// threads that share the block's __shared__ arrays (static storage, as
+// only one block runs at a time) and meet at a std::barrier in
+// __syncthreads. Atomics are std::atomic_ref. The harness (harness.cpp)
+// defines the thread-local indices and runs the launches.
+#pragma once
+
+#include <stdint.h>
+
+#ifdef __CUDACC__
+
+#define SP_INLINE __device__ __forceinline__
+
+#else  // the CPU harness
+
+#include <atomic>
+#include <barrier>
+#include <cmath>
+#include <math.h>
+
+struct uint3 { unsigned x, y, z; };
+struct dim3 { unsigned x = 1, y = 1, z = 1; };
+
+extern thread_local uint3 threadIdx;
+extern thread_local uint3 blockIdx;
+extern dim3 blockDim;
+extern dim3 gridDim;
+extern thread_local std::barrier<>* sp_block_barrier;
+
+#define __global__
+#define __device__
+#define __restrict__ __restrict
+#define __shared__ static
+#define SP_INLINE static inline
+
+inline void __syncthreads() { sp_block_barrier->arrive_and_wait(); }
+
+inline float atomicAdd(float* p, float v) { return std::atomic_ref<float>(*p).fetch_add(v); }
+inline double atomicAdd(double* p, double v) { return std::atomic_ref<double>(*p).fetch_add(v); }
+
+
+#endif
+
+// The largest block any kernel here is launched with; kernels with
+// __shared__ reduction arrays size them with it.
+#define SP_MAX_BLOCK 256
+
+// Grid-stride loop over [0, n): correct for any launch geometry.
+#define SP_FOR(i, n)                                                              \
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+       i += (long long)blockDim.x * gridDim.x)
+
+// The most axes a broadcast or strided copy takes after merging.
+#define SP_MAX_DIMS 8
+
+// Bcast describes a broadcasting binary op: the output shape and each
+// operand's element stride per output axis (0 where it is stretched).
+struct Bcast {
+  int nd;
+  int shape[SP_MAX_DIMS];
+  long long sa[SP_MAX_DIMS];
+  long long sb[SP_MAX_DIMS];
+};
+
+// Strided describes a gather: output element o (row-major over shape)
+// reads input element Σ idx_k·stride[k].
+struct Strided {
+  int nd;
+  int shape[SP_MAX_DIMS];
+  long long stride[SP_MAX_DIMS];
+};
+
+// Window is a mask window on the prototype grid (raster.Window) with the
+// offset of its bytes in the window data.
+struct Window {
+  int x0, y0, w, h;
+  long long off;
+};
+
+// Pool2d is a max-pooling geometry (backend.Pool).
+struct Pool2d {
+  int n, c, h, w, k, stride, pad, oh, ow;
+};
+
+// 1/(1+e^-v) without overflow for large |v|, as the CPU reference.
+SP_INLINE float sp_sigmoid(float v) {
+  if (v >= 0.f) return 1.f / (1.f + expf(-v));
+  float e = expf(v);
+  return e / (1.f + e);
+}

@@ -1,0 +1,111 @@
+package cuda
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io/fs"
+	"strings"
+	"unsafe"
+)
+
+// Kernels returns the device's kernels, loading the embedded PTX modules
+// (JIT-compiled by the driver for this GPU) on first use.
+func (d *Device) Kernels() (*Kernels, error) {
+	d.kernelsOnce.Do(func() { d.kernelsErr = d.Do(d.loadModules) })
+	if d.kernelsErr != nil {
+		return nil, d.kernelsErr
+	}
+	return &Kernels{l: d, maxBlocks: max(d.SMs, 1) * 8}, nil
+}
+
+// loadModules runs on the device thread.
+func (d *Device) loadModules() error {
+	names, err := fs.Glob(ptx, "kernels/*.ptx")
+	if err != nil {
+		return err
+	}
+	// JIT options and the two log buffers live in pinned host memory: the
+	// option values are raw addresses the driver writes through.
+	const logBytes = 8192
+	var scratch uintptr
+	if err := d.drv.check("cuMemHostAlloc", ccall(d.drv.cuMemHostAlloc, uintptr(unsafe.Pointer(&scratch)), 2*logBytes+256, 0)); err != nil {
+		return err
+	}
+	defer ccall(d.drv.cuMemFreeHost, scratch)
+	mem := unsafe.Slice(*(**byte)(unsafe.Pointer(&scratch)), 2*logBytes+256)
+	for _, name := range names {
+		src, err := ptx.ReadFile(name)
+		if err != nil {
+			return err
+		}
+		clear(mem)
+		opts := []uint32{jitInfoLogBuffer, jitInfoLogBufferSize, jitErrorLogBuffer, jitErrorLogBufferSize, jitLogVerbose}
+		vals := []uint64{uint64(scratch) + 256, logBytes, uint64(scratch) + 256 + logBytes, logBytes, 0}
+		for i, o := range opts {
+			binary.LittleEndian.PutUint32(mem[4*i:], o)
+			binary.LittleEndian.PutUint64(mem[64+8*i:], vals[i])
+		}
+		image := append(src, 0) // cuModuleLoadDataEx reads PTX as a C string
+		var mod uintptr
+		r := ccall(d.drv.cuModuleLoadDataEx, uintptr(unsafe.Pointer(&mod)), uintptr(unsafe.Pointer(&image[0])),
+			uintptr(len(opts)), scratch, scratch+64)
+		if err := d.drv.check("cuModuleLoadDataEx", r); err != nil {
+			log := strings.TrimRight(string(mem[256+logBytes:256+2*logBytes]), "\x00")
+			return fmt.Errorf("load %s: %w\n%s", name, err, log)
+		}
+		d.modules = append(d.modules, mod)
+	}
+	for k := range numKernels {
+		name := append([]byte(kernelNames[k]), 0)
+		for _, mod := range d.modules {
+			var f uintptr
+			if ccall(d.drv.cuModuleGetFunction, uintptr(unsafe.Pointer(&f)), mod, uintptr(unsafe.Pointer(&name[0]))) == 0 {
+				d.functions[k] = f
+				break
+			}
+		}
+		if d.functions[k] == 0 {
+			return fmt.Errorf("cuda: kernel %s is in none of the embedded modules", kernelNames[k])
+		}
+	}
+	return nil
+}
+
+// launch implements launcher from any goroutine: one hand-off to the
+// device thread per launch.
+func (d *Device) launch(k kernel, grid, block dim3, args []arg) error {
+	return d.Do(func() error { return d.launchLocked(k, grid, block, args) })
+}
+
+// launchLocked packs the arguments into the device's pinned block and
+// queues the kernel on the compute stream; it runs on the device thread.
+// The driver copies the arguments during cuLaunchKernel, so one block
+// serves every launch.
+func (d *Device) launchLocked(k kernel, grid, block dim3, args []arg) error {
+	if _, err := packArgs(d.argBytes, d.args, args); err != nil {
+		return err
+	}
+	return d.drv.check("cuLaunchKernel", ccall(d.drv.cuLaunchKernel, d.functions[k],
+		uintptr(grid.x), uintptr(grid.y), uintptr(grid.z), uintptr(block.x), uintptr(block.y), uintptr(block.z),
+		0, uintptr(d.stream), d.args, 0))
+}
+
+// onThread launches directly: it is only handed out inside Run, on the
+// device thread.
+type onThread struct{ d *Device }
+
+func (o onThread) launch(k kernel, grid, block dim3, args []arg) error {
+	return o.d.launchLocked(k, grid, block, args)
+}
+
+// Run calls f on the device's thread with Kernels that launch without a
+// thread hand-off each: the way to queue a whole step's kernels at the
+// cost of one. f must not call the Device's own methods (Alloc, Upload,
+// Gemm…): they hand work to this same thread and would wait forever.
+func (d *Device) Run(f func(k *Kernels) error) error {
+	k, err := d.Kernels()
+	if err != nil {
+		return err
+	}
+	return d.Do(func() error { return f(&Kernels{l: onThread{d}, maxBlocks: k.maxBlocks}) })
+}
