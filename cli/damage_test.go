@@ -202,3 +202,33 @@ func waitAddr(t *testing.T, out, errs *syncBuffer) string {
 	t.Fatalf("server did not start: %s", errs.String())
 	return ""
 }
+
+// Issue 16 (item 6): train did not summarise skipped samples. It prints
+// the loader's skip summary and keeps it in the run directory.
+func TestTrainSummarisesSkips(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains an epoch")
+	}
+	dir, _ := damagedShards(t)
+	runDir := filepath.Join(t.TempDir(), "run")
+	code, out, errs := run(t, "train", "--shards", dir, "--out", runDir, "--variant", "n", "--epochs", "1", "--batch", "4",
+		"--imgsz", "64", "--workers", "1", "--optimizer", "sgd", "--nbs", "8", "--warmup-epochs", "0", "--mosaic", "0",
+		"--close-mosaic", "0", "--max-det", "50")
+	if code != ExitOK {
+		t.Fatalf("train over damaged shards: exit %d\n%s\n%s", code, out, errs)
+	}
+	if !strings.Contains(out, "skipped") || !strings.Contains(out, "image_checksum=1") {
+		t.Errorf("train printed no skip summary:\n%s", out)
+	}
+	b, err := os.ReadFile(filepath.Join(runDir, "skipped.json"))
+	if err != nil {
+		t.Fatalf("run directory: %v", err)
+	}
+	var s struct {
+		Images  int64            `json:"images"`
+		Skipped map[string]int64 `json:"skipped"`
+	}
+	if err := json.Unmarshal(b, &s); err != nil || s.Images == 0 || s.Skipped["bad_shard"] == 0 || s.Skipped["bad_row_group"] == 0 {
+		t.Errorf("skipped.json %s: want images and bad_shard, bad_row_group counts (%v)", b, err)
+	}
+}

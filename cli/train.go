@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"syscall"
@@ -57,6 +58,29 @@ var trainFlagUsage = map[string]string{
 
 func flagOf(key string) string { return strings.ReplaceAll(key, "_", "-") }
 
+// valueKind names what a config key takes, for --help: the flags are read
+// as text and parsed by Config.Set (so that a flag overrides --config
+// exactly as the file's value would), and without this every one would
+// show as "string".
+func valueKind(cfg train.Config, key string) string {
+	t := reflect.TypeOf(cfg)
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if strings.Split(f.Tag.Get("json"), ",")[0] != key {
+			continue
+		}
+		switch f.Type.Kind() {
+		case reflect.Int, reflect.Int32, reflect.Int64:
+			return " (an integer `N`)"
+		case reflect.Float32, reflect.Float64:
+			return " (a number `X`)"
+		case reflect.Bool:
+			return " (`true|false`)"
+		}
+	}
+	return ""
+}
+
 func trainCommand() *ucli.Command {
 	def := train.DefaultConfig()
 	defJSON := configStrings(def)
@@ -73,7 +97,7 @@ func trainCommand() *ucli.Command {
 	}
 	for _, k := range train.Keys() {
 		f := flagOf(k)
-		flags = append(flags, &ucli.StringFlag{Name: f, Value: defJSON[k], Usage: trainFlagUsage[f]})
+		flags = append(flags, &ucli.StringFlag{Name: f, Value: defJSON[k], Usage: trainFlagUsage[f] + valueKind(def, k)})
 	}
 	return &ucli.Command{
 		Name:      "train",
@@ -226,6 +250,9 @@ func runTrain(ctx context.Context, c *ucli.Command) error {
 	cfg.Weights = absPath(cfg.Weights)
 	opt.Config = cfg
 	sum, err := train.Run(ctx, opt)
+	if sum != nil && sum.Skips != nil {
+		sum.Skips.Print(c.Root().Writer)
+	}
 	if errors.Is(err, train.ErrInterrupted) {
 		fmt.Fprintf(c.Root().Writer, "stopped between two batches; the run is saved: continue with\n  segpipe train --resume %s\n", opt.Out)
 		return err

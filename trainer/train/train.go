@@ -132,6 +132,11 @@ type runMeta struct {
 type Summary struct {
 	Epochs []Epoch
 	Wall   time.Duration
+	// Skips counts the training samples this call's loader skipped (damaged
+	// rows, unreadable images), by reason; nil when the batches came from a
+	// loader that does not count them here (a remote server counts its own).
+	// It is also written to RUN_DIR/skipped.json.
+	Skips *pipeline.SkipSummary
 }
 
 type trainer struct {
@@ -185,6 +190,7 @@ func Run(ctx context.Context, opt Options) (*Summary, error) {
 		return nil, err
 	}
 	defer ld.Close()
+	defer t.recordSkips(ld, sum)
 	for e := t.st.NextEpoch; e < end; e++ {
 		ep, err := t.epoch(ctx, ld, e)
 		if errors.Is(err, ErrInterrupted) {
@@ -210,6 +216,24 @@ func Run(ctx context.Context, opt Options) (*Summary, error) {
 }
 
 func r4(v float64) float64 { return math.Round(v*1e4) / 1e4 }
+
+// recordSkips puts the loader's skip summary into sum and the run
+// directory, on every way out of the training loop, so that damaged data is
+// reported where a user looks after the run.
+func (t *trainer) recordSkips(ld pipeline.Batches, sum *Summary) {
+	st, ok := ld.(interface{ Stats() pipeline.Stats })
+	if !ok {
+		return
+	}
+	s := st.Stats().Summary()
+	sum.Skips = &s
+	if n := s.Total(); n > 0 {
+		t.log.Warn("training samples skipped", "skipped", n, "summary", s.String())
+	}
+	if err := s.WriteFile(t.opt.Out); err != nil {
+		t.log.Error("writing the skip summary", "run", t.opt.Out, "err", err)
+	}
+}
 
 func (t *trainer) augment() augment.Config {
 	a := augment.DefaultConfig()
