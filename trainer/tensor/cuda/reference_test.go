@@ -8,15 +8,26 @@ import (
 
 	"github.com/segpipe/segpipe/pipeline/raster"
 	"github.com/segpipe/segpipe/trainer/optim"
-	"github.com/segpipe/segpipe/trainer/predict"
 	"github.com/segpipe/segpipe/trainer/tensor"
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 	"github.com/segpipe/segpipe/trainer/tensor/cpu"
 )
 
+// refBE is the CPU backend: its kernels take backend.Buffers, and a host
+// slice becomes one without a copy through Wrap (the CPU backend's memory
+// is host memory, so Host reads results back in place).
 var refBE = cpu.New()
 
 func clone(x []float32) []float32 { return append([]float32(nil), x...) }
+
+// buf wraps x as a CPU buffer; a nil slice is the absent Buffer (no scale,
+// an unwanted gradient).
+func buf(x []float32) backend.Buffer {
+	if x == nil {
+		return backend.Buffer{}
+	}
+	return refBE.Wrap(x)
+}
 
 // tapeRef runs f on a recording tape over inputs of the given shapes and
 // back-propagates dy; it returns the output and each input's gradient.
@@ -28,26 +39,26 @@ func tapeRef(f func(tp *tensor.Tape, xs []*tensor.Tensor) *tensor.Tensor, dy []f
 		xs[i].RequiresGrad = true
 	}
 	y := f(tp, xs)
-	out := clone(y.Data)
+	out := y.ToHost(nil)
 	if err := tp.BackwardFrom([]*tensor.Tensor{y}, []*tensor.Tensor{tensor.New(clone(dy), y.Shape...)}); err != nil {
 		panic(err)
 	}
 	grads := make([][]float32, len(xs))
 	for i, x := range xs {
-		grads[i] = clone(x.GradBuf())
+		grads[i] = x.GradToHost(nil)
 	}
 	return out, grads
 }
 
 func refUnary(op UnaryOp, x []float32) []float32 {
 	y := make([]float32, len(x))
-	refBE.Unary(backend.Unary(op), x, y)
+	refBE.Unary(backend.Unary(op), buf(x), buf(y))
 	return y
 }
 
 func refUnaryBackward(op UnaryOp, x, y, dy, dx0 []float32) []float32 {
 	dx := clone(dx0)
-	refBE.UnaryBackward(backend.Unary(op), x, y, dy, dx)
+	refBE.UnaryBackward(backend.Unary(op), buf(x), buf(y), buf(dy), buf(dx))
 	return dx
 }
 
@@ -57,13 +68,13 @@ func refBroadcast(s Broadcast) backend.Broadcast {
 
 func refBinary(op BinaryOp, s Broadcast, a, b []float32) []float32 {
 	y := make([]float32, numel(s.Shape))
-	refBE.Binary(backend.Binary(op), refBroadcast(s), a, b, y)
+	refBE.Binary(backend.Binary(op), refBroadcast(s), buf(a), buf(b), buf(y))
 	return y
 }
 
 func refBinaryBackward(op BinaryOp, s Broadcast, a, b, dy, da0, db0 []float32) ([]float32, []float32) {
 	da, db := clone(da0), clone(db0)
-	refBE.BinaryBackward(backend.Binary(op), refBroadcast(s), a, b, dy, da, db)
+	refBE.BinaryBackward(backend.Binary(op), refBroadcast(s), buf(a), buf(b), buf(dy), buf(da), buf(db))
 	return da, db
 }
 
@@ -72,30 +83,60 @@ func refScale(x, dy []float32, s float32) ([]float32, []float32) {
 	return y, g[0]
 }
 
+// refAddScalar is x + s through the CPU Binary Add kernel with s
+// broadcast (stride 0), the kernel a scalar add runs on now that the tape
+// has no AddScalar.
 func refAddScalar(x []float32, s float32) []float32 {
-	return (*tensor.Tape)(nil).AddScalar(tensor.New(clone(x), len(x)), s).Data
+	return refBinary(Add, Broadcast{Shape: []int{len(x)}, StrideA: []int{1}, StrideB: []int{0}}, x, []float32{s})
 }
 
+// refClamp is clamp(x, lo, hi) as the tape composition
+// x − ReLU(x − hi) + ReLU(lo − x), the tape having no Clamp. Not
+// Minimum(Maximum(x, lo), hi): that splits the gradient in half at the
+// boundaries, while ReLU passes none at 0, so this composition passes all
+// of it on lo ≤ x ≤ hi, boundaries included, as PyTorch's clamp does.
 func refClamp(x, dy []float32, lo, hi float32) ([]float32, []float32) {
-	y, g := tapeRef(func(tp *tensor.Tape, xs []*tensor.Tensor) *tensor.Tensor { return tp.Clamp(xs[0], lo, hi) }, dy, [][]int{{len(x)}}, x)
+	y, g := tapeRef(func(tp *tensor.Tape, xs []*tensor.Tensor) *tensor.Tensor {
+		above := tp.ReLU(tp.Sub(xs[0], tensor.Scalar(hi)))
+		below := tp.ReLU(tp.Sub(tensor.Scalar(lo), xs[0]))
+		return tp.Add(tp.Sub(xs[0], above), below)
+	}, dy, [][]int{{len(x)}}, x)
 	return y, g[0]
 }
 
+// refBCE is BCE with logits in its stable form as the tape composition
+// (ReLU(x) − x·t) + Log(1 + Exp(−|x|)), the tape having no BCEWithLogits;
+// its backward gives dy·(σ(x) − t) and −dy·x.
 func refBCE(x, t, dy []float32) (y, dx, dt []float32) {
-	y, g := tapeRef(func(tp *tensor.Tape, xs []*tensor.Tensor) *tensor.Tensor { return tp.BCEWithLogits(xs[0], xs[1]) },
-		dy, [][]int{{len(x)}, {len(t)}}, x, t)
+	y, g := tapeRef(func(tp *tensor.Tape, xs []*tensor.Tensor) *tensor.Tensor {
+		lin := tp.Sub(tp.ReLU(xs[0]), tp.Mul(xs[0], xs[1]))
+		return tp.Add(lin, tp.Log(tp.Add(tensor.Scalar(1), tp.Exp(tp.Neg(tp.Abs(xs[0]))))))
+	}, dy, [][]int{{len(x)}, {len(t)}}, x, t)
 	return y, g[0], g[1]
 }
 
-func refImageToFloat(px []byte) []float32 { return predict.ToFloat(nil, px) }
+// refImageToFloat widens pixels to the model's input as predict does:
+// tensor.UploadBytes with scale 1/255, the CPU BytesToFloat kernel.
+func refImageToFloat(px []byte) []float32 {
+	return tensor.UploadBytes(refBE, px, 1.0/255, len(px)).ToHost(nil)
+}
 
 func refPermute(x, dy []float32, shape, perm []int) ([]float32, []float32) {
 	y, g := tapeRef(func(tp *tensor.Tape, xs []*tensor.Tensor) *tensor.Tensor { return tp.Permute(xs[0], perm...) }, dy, [][]int{shape}, x)
 	return y, g[0]
 }
 
+// refIndexSelect gathers idx along axis as the tape composition
+// Concat(Slice(x, i, i+1) for i in idx), the tape having no IndexSelect:
+// the backward adds the contributions of repeated indices.
 func refIndexSelect(x, dy []float32, shape []int, axis int, idx []int) ([]float32, []float32) {
-	y, g := tapeRef(func(tp *tensor.Tape, xs []*tensor.Tensor) *tensor.Tensor { return tp.IndexSelect(xs[0], axis, idx) }, dy, [][]int{shape}, x)
+	y, g := tapeRef(func(tp *tensor.Tape, xs []*tensor.Tensor) *tensor.Tensor {
+		parts := make([]*tensor.Tensor, len(idx))
+		for k, i := range idx {
+			parts[k] = tp.Slice(xs[0], axis, i, i+1)
+		}
+		return tp.Concat(axis, parts...)
+	}, dy, [][]int{shape}, x)
 	return y, g[0]
 }
 
@@ -106,17 +147,22 @@ func refUpsample(x, dy []float32, shape []int, f int) ([]float32, []float32) {
 
 func refChannelAffine(n, c, hw int, x, scale, shift []float32) []float32 {
 	y := make([]float32, len(x))
-	refBE.ChannelAffine(n, c, hw, x, scale, shift, y)
+	refBE.ChannelAffine(n, c, hw, buf(x), buf(scale), buf(shift), buf(y))
 	return y
 }
 
 func refMaxPool(p Pool, x, dy, dx0 []float32) (y []float32, arg []int32, dx []float32) {
 	bp := backend.Pool{N: p.N, C: p.C, H: p.H, W: p.W, K: p.K, Stride: p.Stride, Pad: p.Pad}
 	y = make([]float32, p.N*p.C*p.OutH()*p.OutW())
+	// The winners are int32 elements of a 4-byte buffer.
+	argBuf := refBE.Alloc(len(y))
+	refBE.MaxPool2d(bp, buf(x), buf(y), argBuf)
 	arg = make([]int32, len(y))
-	refBE.MaxPool2d(bp, x, y, arg)
+	for i, v := range refBE.Host(argBuf) {
+		arg[i] = int32(math.Float32bits(v))
+	}
 	dx = clone(dx0)
-	refBE.MaxPool2dBackward(bp, dy, arg, dx)
+	refBE.MaxPool2dBackward(bp, buf(dy), argBuf, buf(dx))
 	return y, arg, dx
 }
 
@@ -137,9 +183,9 @@ func refSumAxis(x, dy []float32, shape []int, axis int) ([]float32, []float32) {
 
 func refSoftmax(outer, n, inner int, x, dy, dx0 []float32) ([]float32, []float32) {
 	y := make([]float32, len(x))
-	refBE.Softmax(outer, n, inner, x, y)
+	refBE.Softmax(outer, n, inner, buf(x), buf(y))
 	dx := clone(dx0)
-	refBE.SoftmaxBackward(outer, n, inner, y, dy, dx)
+	refBE.SoftmaxBackward(outer, n, inner, buf(y), buf(dy), buf(dx))
 	return y, dx
 }
 
@@ -212,19 +258,19 @@ func refGemm(g Gemm, a, b, c []float32) []float32 {
 func refConv(c Conv, x, w, dy, dx0, dw0 []float32) (y, dx, dw []float32) {
 	p := backend.Conv{N: c.N, InC: c.InC, InH: c.InH, InW: c.InW, OutC: c.OutC, KH: c.KH, KW: c.KW, Stride: c.Stride, Pad: c.Pad, Groups: c.Groups}
 	y = make([]float32, c.N*c.OutC*c.OutH()*c.OutW())
-	refBE.Conv2d(p, x, w, y)
+	refBE.Conv2d(p, buf(x), buf(w), buf(y))
 	dx, dw = clone(dx0), clone(dw0)
-	refBE.Conv2dBackwardData(p, dy, w, dx)
-	refBE.Conv2dBackwardFilter(p, x, dy, dw)
+	refBE.Conv2dBackwardData(p, buf(dy), buf(w), buf(dx))
+	refBE.Conv2dBackwardFilter(p, buf(x), buf(dy), buf(dw))
 	return y, dx, dw
 }
 
 // refBatchNorm returns y, mean, invstd, unbiased var, dx, dgamma, dbeta.
 func refBatchNorm(n, c, hw int, eps float32, x, gamma, beta, dy []float32) [][]float32 {
 	y, mean, inv, v := make([]float32, len(x)), make([]float32, c), make([]float32, c), make([]float32, c)
-	refBE.BatchNormTrain(n, c, hw, eps, x, gamma, beta, y, mean, inv, v)
+	refBE.BatchNormTrain(n, c, hw, eps, buf(x), buf(gamma), buf(beta), buf(y), buf(mean), buf(inv), buf(v))
 	dx, dg, db := make([]float32, len(x)), make([]float32, c), make([]float32, c)
-	refBE.BatchNormBackward(n, c, hw, x, dy, mean, inv, gamma, dx, dg, db)
+	refBE.BatchNormBackward(n, c, hw, buf(x), buf(dy), buf(mean), buf(inv), buf(gamma), buf(dx), buf(dg), buf(db))
 	return [][]float32{y, mean, inv, v, dx, dg, db}
 }
 
