@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/segpipe/segpipe/pipeline/raster"
+	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
 
 // Tolerances: the kernels use float intrinsics (expf, logf…) where the
@@ -33,9 +34,9 @@ func uniform(r *rand.Rand, n int, lo, hi float32) []float32 {
 // grid-stride loops and the tails are exercised.
 func kernelCases() []kernelCase {
 	var cs []kernelCase
-	unaryRange := map[UnaryOp][2]float32{Log: {0.05, 4}, Sqrt: {0.05, 4}}
+	unaryRange := map[backend.Unary][2]float32{backend.Log: {0.05, 4}, backend.Sqrt: {0.05, 4}}
 	for op, name := range []string{"silu", "sigmoid", "relu", "exp", "log", "abs", "neg", "sqrt", "square", "atan", "tanh"} {
-		op := UnaryOp(op)
+		op := backend.Unary(op)
 		cs = append(cs, kernelCase{"unary/" + name, func(d kdev) ([]Ptr, func(*testing.T, [][]byte)) {
 			r := rnd(uint64(op) + 1)
 			const n = 1037
@@ -74,7 +75,7 @@ func kernelCases() []kernelCase {
 		{"scalar", []int{3, 50}, []int{}},
 	} {
 		for op, name := range []string{"add", "sub", "mul", "div", "maximum", "minimum"} {
-			op := BinaryOp(op)
+			op := backend.Binary(op)
 			cs = append(cs, kernelCase{"binary/" + name + "/" + sh.name, func(d kdev) ([]Ptr, func(*testing.T, [][]byte)) {
 				r := rnd(uint64(op)*31 + uint64(len(sh.a)))
 				s := broadcastOf(sh.a, sh.b)
@@ -248,8 +249,8 @@ func kernelCases() []kernelCase {
 		n, c, hw := 3, 5, 37
 		y0, b, dy, db0 := uniform(r, n*c*hw, -1, 1), uniform(r, c, -1, 1), uniform(r, n*c*hw, -1, 1), uniform(r, c, -1, 1)
 		s := broadcastOf([]int{n, c, hw}, []int{c, 1})
-		wantY := refBinary(Add, s, y0, b)
-		_, wantDb := refBinaryBackward(Add, s, y0, b, dy, make([]float32, len(y0)), db0)
+		wantY := refBinary(backend.Add, s, y0, b)
+		_, wantDb := refBinaryBackward(backend.Add, s, y0, b, dy, make([]float32, len(y0)), db0)
 		k := d.kernels()
 		py, pdb := d.upload(y0), d.upload(db0)
 		must(k.BiasAdd(py, d.upload(b), n, c, hw))
@@ -491,7 +492,7 @@ func kernelCases() []kernelCase {
 
 // broadcastOf is the broadcast of shapes a and b (numpy rules), as the
 // tensor package computes it.
-func broadcastOf(a, b []int) Broadcast {
+func broadcastOf(a, b []int) backend.Broadcast {
 	n := max(len(a), len(b))
 	out, sa, sb := make([]int, n), make([]int, n), make([]int, n)
 	stA, stB := 1, 1
@@ -513,7 +514,7 @@ func broadcastOf(a, b []int) Broadcast {
 		stA *= da
 		stB *= db
 	}
-	return Broadcast{Shape: out, StrideA: sa, StrideB: sb}
+	return backend.Broadcast{Shape: out, StrideA: sa, StrideB: sb}
 }
 
 func addTo(a, b []float32) []float32 {

@@ -74,8 +74,8 @@
 // how the kernels are checked on hosts without a GPU (the harness also
 // stands in for cuBLAS with a naive column-major GEMM, so MuSGD's
 // Newton–Schulz runs end to end). On a GPU host the same cases run on the
-// device (TestKernelsOnGPU) and skip elsewhere. Kernel op codes (UnaryOp,
-// BinaryOp) and parameter structs (Gemm, Conv, Pool) mirror the CPU
-// backend's on purpose, so that this package does not follow that
-// interface's changes; the CPU cases fail if the two ever disagree.
+// device (TestKernelsOnGPU) and skip elsewhere. Kernel op codes and the
+// broadcast description are the backend's own (backend.Unary, Binary,
+// Broadcast); the parameter structs (Gemm, Conv, Pool) mirror the CPU
+// backend's, and the CPU cases fail if the two ever disagree.
 package cuda

@@ -7,6 +7,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+
+	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
 
 // ptx holds the compiled kernels, one module per kernels/*.cu.
@@ -113,62 +115,21 @@ func (k *Kernels) run(kn kernel, n int, args ...arg) error {
 	return nil
 }
 
-// UnaryOp is an elementwise function with a closed-form derivative, in
-// the CPU backend's order.
-type UnaryOp int
-
-// Unary functions.
-const (
-	SiLU UnaryOp = iota
-	Sigmoid
-	ReLU
-	Exp
-	Log
-	Abs
-	Neg
-	Sqrt
-	Square
-	Atan
-	Tanh
-)
-
 // Unary writes y = f(x) over n elements.
-func (k *Kernels) Unary(f UnaryOp, x, y Ptr, n int) error {
+func (k *Kernels) Unary(f backend.Unary, x, y Ptr, n int) error {
 	return k.run(kUnaryForward, n, i32Arg(int(f)), ptrArg(x), ptrArg(y), i64Arg(n))
 }
 
 // UnaryBackward accumulates dx += f'(x)·dy; y = f(x) is read by the
 // functions whose derivative uses it.
-func (k *Kernels) UnaryBackward(f UnaryOp, x, y, dy, dx Ptr, n int) error {
+func (k *Kernels) UnaryBackward(f backend.Unary, x, y, dy, dx Ptr, n int) error {
 	return k.run(kUnaryBackward, n, i32Arg(int(f)), ptrArg(x), ptrArg(y), ptrArg(dy), ptrArg(dx), i64Arg(n))
-}
-
-// BinaryOp is an elementwise function of two operands, in the CPU
-// backend's order.
-type BinaryOp int
-
-// Binary functions; Maximum and Minimum split the gradient of ties.
-const (
-	Add BinaryOp = iota
-	Sub
-	Mul
-	Div
-	Maximum
-	Minimum
-)
-
-// Broadcast describes a broadcasting binary op as the CPU backend's: the
-// row-major output shape and each operand's element stride per output
-// axis (0 where it is stretched).
-type Broadcast struct {
-	Shape            []int
-	StrideA, StrideB []int
 }
 
 // merged drops unit axes and merges adjacent axes whose strides compose
 // (as the CPU backend's run walk does), so that same-shape and
 // per-channel cases use few axes; it fails beyond maxDims.
-func (s Broadcast) merged() (shape, sa, sb []int, err error) {
+func merged(s backend.Broadcast) (shape, sa, sb []int, err error) {
 	for i, d := range s.Shape {
 		if d == 1 {
 			continue
@@ -210,8 +171,8 @@ func encodeBcast(shape, sa, sb []int) []byte {
 }
 
 // Binary writes y = f(a, b) over the broadcast shape.
-func (k *Kernels) Binary(f BinaryOp, s Broadcast, a, b, y Ptr) error {
-	shape, sa, sb, err := s.merged()
+func (k *Kernels) Binary(f backend.Binary, s backend.Broadcast, a, b, y Ptr) error {
+	shape, sa, sb, err := merged(s)
 	if err != nil {
 		return err
 	}
@@ -221,8 +182,8 @@ func (k *Kernels) Binary(f BinaryOp, s Broadcast, a, b, y Ptr) error {
 
 // BinaryBackward accumulates f's gradients into da and db (either may be
 // 0), summed over the axes an operand is stretched on (atomically there).
-func (k *Kernels) BinaryBackward(f BinaryOp, s Broadcast, a, b, dy, da, db Ptr) error {
-	shape, sa, sb, err := s.merged()
+func (k *Kernels) BinaryBackward(f backend.Binary, s backend.Broadcast, a, b, dy, da, db Ptr) error {
+	shape, sa, sb, err := merged(s)
 	if err != nil {
 		return err
 	}

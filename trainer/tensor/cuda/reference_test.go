@@ -50,31 +50,27 @@ func tapeRef(f func(tp *tensor.Tape, xs []*tensor.Tensor) *tensor.Tensor, dy []f
 	return out, grads
 }
 
-func refUnary(op UnaryOp, x []float32) []float32 {
+func refUnary(op backend.Unary, x []float32) []float32 {
 	y := make([]float32, len(x))
-	refBE.Unary(backend.Unary(op), buf(x), buf(y))
+	refBE.Unary(op, buf(x), buf(y))
 	return y
 }
 
-func refUnaryBackward(op UnaryOp, x, y, dy, dx0 []float32) []float32 {
+func refUnaryBackward(op backend.Unary, x, y, dy, dx0 []float32) []float32 {
 	dx := clone(dx0)
-	refBE.UnaryBackward(backend.Unary(op), buf(x), buf(y), buf(dy), buf(dx))
+	refBE.UnaryBackward(op, buf(x), buf(y), buf(dy), buf(dx))
 	return dx
 }
 
-func refBroadcast(s Broadcast) backend.Broadcast {
-	return backend.Broadcast{Shape: s.Shape, StrideA: s.StrideA, StrideB: s.StrideB}
-}
-
-func refBinary(op BinaryOp, s Broadcast, a, b []float32) []float32 {
+func refBinary(op backend.Binary, s backend.Broadcast, a, b []float32) []float32 {
 	y := make([]float32, numel(s.Shape))
-	refBE.Binary(backend.Binary(op), refBroadcast(s), buf(a), buf(b), buf(y))
+	refBE.Binary(op, s, buf(a), buf(b), buf(y))
 	return y
 }
 
-func refBinaryBackward(op BinaryOp, s Broadcast, a, b, dy, da0, db0 []float32) ([]float32, []float32) {
+func refBinaryBackward(op backend.Binary, s backend.Broadcast, a, b, dy, da0, db0 []float32) ([]float32, []float32) {
 	da, db := clone(da0), clone(db0)
-	refBE.BinaryBackward(backend.Binary(op), refBroadcast(s), buf(a), buf(b), buf(dy), buf(da), buf(db))
+	refBE.BinaryBackward(op, s, buf(a), buf(b), buf(dy), buf(da), buf(db))
 	return da, db
 }
 
@@ -87,7 +83,7 @@ func refScale(x, dy []float32, s float32) ([]float32, []float32) {
 // broadcast (stride 0), the kernel a scalar add runs on now that the tape
 // has no AddScalar.
 func refAddScalar(x []float32, s float32) []float32 {
-	return refBinary(Add, Broadcast{Shape: []int{len(x)}, StrideA: []int{1}, StrideB: []int{0}}, x, []float32{s})
+	return refBinary(backend.Add, backend.Broadcast{Shape: []int{len(x)}, StrideA: []int{1}, StrideB: []int{0}}, x, []float32{s})
 }
 
 // refClamp is clamp(x, lo, hi) as the tape composition
