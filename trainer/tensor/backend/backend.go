@@ -286,3 +286,28 @@ type Backend interface {
 	// it is, widened on the device).
 	BytesToFloat(scale float32, src, dst Buffer)
 }
+
+// View resolves buffers to a host-kernel backend's own memory, inside
+// RunHost only: the slices alias device memory and must not escape the
+// kernel.
+type View interface {
+	// Float32 returns b's elements (nil for the zero Buffer).
+	Float32(b Buffer) []float32
+	// Int32 returns b's elements read as int32.
+	Int32(b Buffer) []int32
+	// Bytes returns b's memory as its 4·b.Len bytes, in order (a uint8
+	// image or mask stack UploadBytes put there).
+	Bytes(b Buffer) []byte
+}
+
+// HostKernels is implemented by backends whose kernels run on the host CPU
+// (cpu and emu). It is how fused kernels whose CPU implementation is Go
+// code — the loss, the optimiser steps, the EMA, clipping — run on a
+// backend's memory without crossing it: RunHost calls f once, as one
+// kernel launch, with a View of the backend's memory. Nothing f does is a
+// transfer, and f must not keep the slices. A device backend does not
+// implement it; it supplies device twins of those kernels instead, checked
+// against the Go code.
+type HostKernels interface {
+	RunHost(f func(View))
+}

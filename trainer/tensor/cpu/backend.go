@@ -273,3 +273,17 @@ func (be *Backend) BytesToFloat(scale float32, src, dst backend.Buffer) {
 func (be *Backend) Copy(s backend.Strided, src, dst backend.Buffer) {
 	be.Kernels.Copy(s, be.f(src), be.f(dst))
 }
+
+var _ backend.HostKernels = (*Backend)(nil)
+
+// RunHost runs f as one kernel on this backend's memory (see
+// backend.HostKernels); on the emulated device it is the one way Go-coded
+// fused kernels (loss, optimisers) read device memory, and it counts no
+// transfer.
+func (be *Backend) RunHost(f func(backend.View)) { f(hostView{be}) }
+
+type hostView struct{ be *Backend }
+
+func (v hostView) Float32(b backend.Buffer) []float32 { return v.be.f(b) }
+func (v hostView) Int32(b backend.Buffer) []int32     { return v.be.i(b) }
+func (v hostView) Bytes(b backend.Buffer) []byte      { return v.be.b(b) }
