@@ -7,12 +7,14 @@
 #
 #   sh trainer/configs/overfit-coco16.sh            # from the repository root
 #   SHARED=/path/to/shared OUT=/tmp/ov sh trainer/configs/overfit-coco16.sh
+#   CONFIG=my-320px.json sh trainer/configs/overfit-coco16.sh  # another config
 #
 # About an hour on 2 CPU cores (250 epochs at 640 px, 16 images).
 set -eu
 SHARED=${SHARED:-../shared}
 OUT=${OUT:-runs/overfit-coco16}
 SEGPIPE=${SEGPIPE:-go run .}
+CONFIG=${CONFIG:-trainer/configs/overfit-coco16.json}
 TINY="$SHARED/data/coco-tiny"
 mkdir -p "$OUT/images"
 
@@ -35,7 +37,7 @@ for i in json.load(open(sys.argv[1]))["images"]:
 PY
 
 $SEGPIPE convert coco --annotations "$OUT/train16.json" --images "$TINY/train2017" --out "$OUT/shards"
-$SEGPIPE train --shards "$OUT/shards" --config trainer/configs/overfit-coco16.json --out "$OUT/run"
+$SEGPIPE train --shards "$OUT/shards" --config "$CONFIG" --out "$OUT/run"
 $SEGPIPE predict --weights "$OUT/run/last.safetensors" --source "$OUT/images" --out "$OUT/pred" \
     --conf 0.001 --annotations "$OUT/train16.json"
 $SEGPIPE eval --annotations "$OUT/train16.json" --detections "$OUT/pred/results.json" --iou-type both
