@@ -138,6 +138,9 @@ func TestForwardOnIsForward(t *testing.T) {
 				if err != nil || items != wres.Items || total != wres.Total {
 					t.Errorf("case %d without gradients: %v %v %v", k, items, total, err)
 				}
+				if k == 1 {
+					d.tg.Free() // freed targets upload again from scratch
+				}
 			}
 		})
 	}
