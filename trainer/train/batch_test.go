@@ -6,12 +6,38 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/segpipe/segpipe/formats/shard"
 	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/trainer/loss"
 	"github.com/segpipe/segpipe/trainer/model"
 	"github.com/segpipe/segpipe/trainer/tensor"
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
+
+// firstBatch sets up a tiny run at batch 2 on dev and returns it with the
+// loader's first batch, which the caller releases.
+func firstBatch(t *testing.T, src *pipeline.ShardSource, cats []shard.Category, dev string) (*trainer, arrow.RecordBatch) {
+	t.Helper()
+	cfg := tinyConfig(1)
+	cfg.Device, cfg.Batch = dev, 2
+	tr := &trainer{opt: Options{Config: cfg, Train: Local(src), Categories: cats, Out: t.TempDir()}, log: discardLogger()}
+	if err := tr.setup(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ld, err := pipeline.New(ctx, pipeline.Repeat(src, 1), pipeline.Config{BatchSize: cfg.Batch, Augment: defaultAugFrom(cfg), Epochs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ld.Close()
+	rec, err := ld.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr, rec
+}
 
 // TestStepRefusesNonFiniteLoss: the total that comes down from the loss
 // on the backend is what the NaN check reads, on cpu and emu alike.
@@ -20,18 +46,8 @@ func TestStepRefusesNonFiniteLoss(t *testing.T) {
 	src, cats := open(t, shards)
 	for _, dev := range []string{"cpu", "emu"} {
 		t.Run(dev, func(t *testing.T) {
-			cfg := tinyConfig(1)
-			cfg.Device, cfg.Batch = dev, 2
-			tr := &trainer{opt: Options{Config: cfg, Train: Local(src), Categories: cats, Out: t.TempDir()}, log: discardLogger()}
-			if err := tr.setup(); err != nil {
-				t.Fatal(err)
-			}
-			ctx := context.Background()
-			ld, err := pipeline.New(ctx, pipeline.Repeat(src, 1), pipeline.Config{BatchSize: cfg.Batch, Augment: defaultAugFrom(cfg), Epochs: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ld.Close()
+			tr, rec := firstBatch(t, src, cats, dev)
+			defer rec.Release()
 			for _, p := range tr.m.Params() {
 				v := make([]float32, p.Value.Numel())
 				for i := range v {
@@ -39,14 +55,9 @@ func TestStepRefusesNonFiniteLoss(t *testing.T) {
 				}
 				p.Value.FromHost(v)
 			}
-			rec, err := ld.Next(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rec.Release()
 			var gs gradSet
 			var ep Epoch
-			_, err = tr.step(tensor.NewTape(tr.be), rec, 0, &gs, &ep)
+			_, err := tr.step(tensor.NewTape(tr.be), rec, 0, &gs, &ep)
 			if err == nil || !strings.Contains(err.Error(), "loss is NaN") {
 				t.Fatalf("step with NaN weights: %v, want the NaN loss refused", err)
 			}
@@ -65,22 +76,7 @@ type noLossKernel struct{ backend.Backend }
 func TestLossWithoutLossKernel(t *testing.T) {
 	shards, _, _ := synthShards(t, 4)
 	src, cats := open(t, shards)
-	cfg := tinyConfig(1)
-	cfg.Device, cfg.Batch = "emu", 2
-	tr := &trainer{opt: Options{Config: cfg, Train: Local(src), Categories: cats, Out: t.TempDir()}, log: discardLogger()}
-	if err := tr.setup(); err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	ld, err := pipeline.New(ctx, pipeline.Repeat(src, 1), pipeline.Config{BatchSize: cfg.Batch, Augment: defaultAugFrom(cfg), Epochs: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ld.Close()
-	rec, err := ld.Next(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr, rec := firstBatch(t, src, cats, "emu")
 	defer rec.Release()
 	var db deviceBatch
 	x, tg, err := db.upload(tr.be, rec)
