@@ -3,6 +3,8 @@ package loss
 import (
 	"math/rand/v2"
 	"testing"
+
+	"github.com/segpipe/segpipe/trainer/tensor/cpu"
 )
 
 // benchCase builds a variant-n-shaped batch: B images at imgsz² (80
@@ -88,11 +90,36 @@ func benchLoss(b *testing.B, B, imgsz, nGT int, withGrad bool) {
 	}
 }
 
+// benchLossOnBackend times what a step pays for the loss on the CPU
+// backend: the targets' upload, ForwardOn (forward+backward) and the
+// result's download.
+func benchLossOnBackend(b *testing.B, B, imgsz, nGT int) {
+	out, tg := benchCase(B, imgsz, nGT)
+	c, err := NewCriterion(DefaultConfig(100))
+	if err != nil {
+		b.Fatal(err)
+	}
+	d := newOnBackend(cpu.New(), out)
+	if _, _, _, err := d.run(c, out.Geometry, tg, true); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		d.tg.Upload(d.be, tg)
+		if err := c.ForwardOn(d.be, out.Geometry, d.out, d.grads, &d.tg, d.res); err != nil {
+			b.Fatal(err)
+		}
+		ReadResult(d.be, d.res)
+	}
+}
+
 // BenchmarkLoss times the full E2E loss per batch, forward+backward, with
-// the forward alone as the same-run baseline. Variant-n shapes, 8 GTs per
-// image.
+// the forward alone as the same-run baseline, and forward+backward as a
+// step runs it on the CPU backend. Variant-n shapes, 8 GTs per image.
 func BenchmarkLoss(b *testing.B) {
 	b.Run("b8-640/forward+backward", func(b *testing.B) { benchLoss(b, 8, 640, 8, true) })
+	b.Run("b8-640/on-cpu-backend", func(b *testing.B) { benchLossOnBackend(b, 8, 640, 8) })
 	b.Run("b8-640/forward", func(b *testing.B) { benchLoss(b, 8, 640, 8, false) })
 	b.Run("b2-128/forward+backward", func(b *testing.B) { benchLoss(b, 2, 128, 6, true) })
 }

@@ -58,10 +58,26 @@
 //
 // # On a device
 //
-// The criterion reads the model outputs and writes their gradients as
-// host slices. On the CPU these are the tensors' own memory (no copy); on
-// a device the step downloads the eight outputs once and uploads the eight
-// gradients once (trainer/train counts them on the emulated device).
+// ForwardOn is the loss as one fused, loss-level kernel on a backend's
+// memory: it reads the eight head outputs where the model left them and
+// the batch's targets where DeviceTargets.Upload put them (boxes as
+// float32, classes and boxes_per_image as int32, the iscrowd flags and the
+// {0,1} mask stack as the loader's bytes, never widened on the host),
+// writes the eight output gradients into backend buffers that the
+// backward pass takes as its seeds, and leaves the loss items and the
+// total in a result buffer of ResultLen elements that ReadResult brings
+// down in one transfer. A training step's crossings for the loss are
+// therefore the targets up and a few scalars down.
+//
+// On the cpu and emu backends (backend.HostKernels) the kernel is Forward
+// itself, run through RunHost on views of the backend's memory: one
+// definition of the loss, no copy of the outputs on the CPU, nothing
+// counted on emu, and results equal to Forward on host slices to the bit
+// (the goldens run through both). A backend without that interface has
+// no loss kernel yet; ForwardOn then downloads the outputs and targets,
+// runs Forward on the host and uploads the gradients and the result —
+// exactly the crossings a device twin of ForwardOn removes — and
+// HostRoundTrips counts those calls.
 //
 // The loss goes onto a backend as fused, loss-level kernels — this Go code
 // as the CPU implementation, a device twin checked against it — rather
@@ -70,6 +86,5 @@
 // the gathers of positives and the float64 reductions would need a dozen
 // new ops whose composition changes rounding, and the goldens in
 // ../shared/goldens/loss hold these numbers; one kernel per term keeps
-// that reference readable and exact. That port is not done yet: until it
-// is, the outputs and gradients cross the device boundary every step.
+// that reference readable and exact. The device twin is not written yet.
 package loss

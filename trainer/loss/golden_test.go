@@ -260,14 +260,7 @@ type tensorStats struct {
 // and the gradients of the total w.r.t. every output.
 func TestLossGolden(t *testing.T) {
 	out, tg, dir := goldenCase(t)
-	var want goldenLosses
-	raw, err := os.ReadFile(filepath.Join(dir, "losses.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(raw, &want); err != nil {
-		t.Fatal(err)
-	}
+	want := readGoldenLosses(t, dir)
 	c, err := NewCriterion(DefaultConfig(100))
 	if err != nil {
 		t.Fatal(err)
@@ -282,15 +275,7 @@ func TestLossGolden(t *testing.T) {
 	t.Run("assignment/one2many", func(t *testing.T) { compareAssignment(t, af, "one2many.", o2m) })
 	t.Run("assignment/one2one", func(t *testing.T) { compareAssignment(t, af, "one2one.", o2o) })
 
-	check := func(name string, got, want float64) {
-		t.Helper()
-		e := relErr(got, want)
-		if e > 1e-4 {
-			t.Errorf("%s = %.7g, want %.7g (rel %.3g)", name, got, want, e)
-		} else {
-			t.Logf("%s = %.7g, want %.7g (rel %.2g)", name, got, want, e)
-		}
-	}
+	check := func(name string, got, want float64) { t.Helper(); checkRel(t, name, got, want) }
 	for k := 0; k < NumComponents; k++ {
 		check("one2many."+ComponentNames[k], res.One2Many[k], want.Epoch0.O2MVec[k])
 		check("one2one."+ComponentNames[k], res.One2One[k], want.Epoch0.O2OVec[k])
@@ -304,13 +289,30 @@ func TestLossGolden(t *testing.T) {
 		t.Errorf("positives %v, want %v", res.NumFG, want.NumFG)
 	}
 
-	// Output gradients: stored tensors element-wise, the score and semseg
-	// gradients through their statistics.
+	checkGoldenGrads(t, dir, grads)
+
+	// The last epoch: 99 updates give o2m 0.1.
+	c.SetUpdates(99)
+	res, err = c.Forward(out, tg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := 0; k < NumComponents; k++ {
+		check("last combined."+ComponentNames[k], res.Combined[k], want.Last.Combined[k])
+	}
+	check("total last epoch", res.Total, want.Last.Total)
+}
+
+// checkGoldenGrads compares the output gradients of epoch 0 with the
+// reference: stored tensors element-wise, the score and semseg gradients
+// through their statistics.
+func checkGoldenGrads(t *testing.T, dir string, grads *Grads) {
+	t.Helper()
 	gf := openGolden(t, dir, "output_grads.safetensors")
 	var stats struct {
 		Out map[string]tensorStats `json:"output_grad_stats_epoch0"`
 	}
-	raw, err = os.ReadFile(filepath.Join(dir, "stats.json"))
+	raw, err := os.ReadFile(filepath.Join(dir, "stats.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,14 +365,84 @@ func TestLossGolden(t *testing.T) {
 		}
 	}
 
-	// The last epoch: 99 updates give o2m 0.1.
-	c.SetUpdates(99)
-	res, err = c.Forward(out, tg, nil)
+}
+
+func readGoldenLosses(t *testing.T, dir string) goldenLosses {
+	t.Helper()
+	var want goldenLosses
+	raw, err := os.ReadFile(filepath.Join(dir, "losses.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for k := 0; k < NumComponents; k++ {
-		check("last combined."+ComponentNames[k], res.Combined[k], want.Last.Combined[k])
+	if err := json.Unmarshal(raw, &want); err != nil {
+		t.Fatal(err)
 	}
-	check("total last epoch", res.Total, want.Last.Total)
+	return want
+}
+
+// checkRel requires got within rel 1e-4 of the reference's want.
+func checkRel(t *testing.T, name string, got, want float64) {
+	t.Helper()
+	e := relErr(got, want)
+	if e > 1e-4 {
+		t.Errorf("%s = %.7g, want %.7g (rel %.3g)", name, got, want, e)
+	} else {
+		t.Logf("%s = %.7g, want %.7g (rel %.2g)", name, got, want, e)
+	}
+}
+
+// TestLossGoldenOnBackends runs the golden batch through ForwardOn on
+// every backend (cpu, emu, and the host round trip of a backend without a
+// loss kernel): the loss items, both totals and every output gradient
+// match the reference, and each backend equals cpu bit for bit.
+func TestLossGoldenOnBackends(t *testing.T) {
+	out, tg, dir := goldenCase(t)
+	want := readGoldenLosses(t, dir)
+	type run struct {
+		items       [NumComponents]float64
+		total, last float64
+		grads       *Grads
+	}
+	var runs []run
+	bes := lossBackends()
+	for _, nb := range bes {
+		var r run
+		t.Run(nb.name, func(t *testing.T) {
+			c, err := NewCriterion(DefaultConfig(100))
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := newOnBackend(nb.be, out)
+			r.items, r.total, r.grads, err = d.run(c, out.Geometry, tg, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k := range NumComponents {
+				checkRel(t, "items."+ComponentNames[k], r.items[k], want.Epoch0.O2OItems[k])
+			}
+			checkRel(t, "total epoch 0", r.total, want.Epoch0.Total)
+			checkGoldenGrads(t, dir, r.grads)
+			c.SetUpdates(99)
+			if _, r.last, _, err = d.run(c, out.Geometry, tg, false); err != nil {
+				t.Fatal(err)
+			}
+			checkRel(t, "total last epoch", r.last, want.Last.Total)
+		})
+		runs = append(runs, r)
+	}
+	for i, r := range runs[1:] {
+		ref := runs[0]
+		if r.grads == nil || ref.grads == nil {
+			t.Fatal("a backend did not run")
+		}
+		if r.items != ref.items || math.Float64bits(r.total) != math.Float64bits(ref.total) || math.Float64bits(r.last) != math.Float64bits(ref.last) {
+			t.Errorf("%s: items %v totals %v %v, cpu %v %v %v", bes[i+1].name, r.items, r.total, r.last, ref.items, ref.total, ref.last)
+		}
+		gs, ws := gradSlices(r.grads), gradSlices(ref.grads)
+		for k := range gs {
+			if j := sameBits(gs[k], ws[k]); j >= 0 {
+				t.Errorf("%s: gradient %d differs from cpu at %d", bes[i+1].name, k, j)
+			}
+		}
+	}
 }

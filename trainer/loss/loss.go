@@ -202,6 +202,9 @@ type Criterion struct {
 	last     [2]*Assignment
 	semVal   float64
 	semDone  bool
+	// dev and roundTrips serve ForwardOn.
+	dev        deviceScratch
+	roundTrips int
 }
 
 // NewCriterion checks cfg and returns a criterion at epoch 0.

@@ -316,6 +316,13 @@ func TestTargetsRejected(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want mention of %q", err, tc.want)
 			}
+			// The same error, not a panic, from the loss on a backend.
+			for _, nb := range lossBackends() {
+				_, _, _, berr := newOnBackend(nb.be, out).run(c, out.Geometry, tg, true)
+				if berr == nil || berr.Error() != err.Error() {
+					t.Errorf("%s: error %v, want %v", nb.name, berr, err)
+				}
+			}
 		})
 	}
 }

@@ -4,21 +4,23 @@ import (
 	"context"
 	"testing"
 
+	fbatch "github.com/segpipe/segpipe/formats/batch"
 	"github.com/segpipe/segpipe/pipeline"
+	"github.com/segpipe/segpipe/trainer/loss"
 	"github.com/segpipe/segpipe/trainer/tensor"
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
 
 // The host↔device crossings of one training iteration on the emulated
-// device, counted by the backend. With the loss and the optimiser still on
-// the host, an accumulation iteration moves: up, the images as uint8 (one
-// call) and the eight output gradients of the loss; down, the eight outputs — a fixed
-// number of calls whatever the batch size or the instance count, and
-// exactly those bytes (nothing else in the step crosses). An optimiser
-// iteration adds the state and the gradients down and the updated
-// parameters up (gradients are cleared on the device). The target
-// (the batch up, a few scalars down) needs the loss and the optimiser on
-// the backend; these figures are what is left to remove.
+// device, counted by the backend. The loss runs on the backend, so an
+// accumulation iteration moves only the batch up — the images as uint8,
+// boxes (float32), classes and boxes_per_image (int32), iscrowd and the
+// mask stack (the loader's bytes): six calls — and the loss items and
+// total down, one call of loss.ResultLen floats: a fixed number of calls
+// whatever the batch size or the instance count, and exactly those bytes
+// (nothing else in the step crosses). An optimiser iteration adds the
+// state and the gradients down and the updated parameters up (gradients
+// are cleared on the device): the optimiser still runs on the host.
 func TestTransferBudgetPerIteration(t *testing.T) {
 	shards, _, _ := synthShards(t, 8)
 	src, cats := open(t, shards)
@@ -37,13 +39,25 @@ func TestTransferBudgetPerIteration(t *testing.T) {
 		tp := tensor.NewTape(tr.be)
 		var gs gradSet
 		var ep Epoch
-		step := func() (backend.Transfers, int) {
+		// step runs one iteration and returns its crossings and the bytes
+		// its batch has: images, and each of the five target arrays.
+		step := func() (backend.Transfers, [6]int64) {
 			t.Helper()
 			rec, err := ld.Next(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer rec.Release()
+			in, err := fbatch.InstancesOf(rec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := int64(len(in.Classes))
+			sizes := [6]int64{rec.NumRows() * int64(3*cfg.Imgsz*cfg.Imgsz), // uint8
+				4 * int64(len(in.BoxesPerImage)), 4 * n, 16 * n, int64(len(in.IsCrowd)), int64(len(in.Masks))}
+			if int64(len(in.Masks)) != n*int64(cfg.Imgsz/4*cfg.Imgsz/4) || int64(len(in.Boxes)) != 4*n {
+				t.Fatalf("batch of %d instances has %d mask bytes and %d box values", n, len(in.Masks), len(in.Boxes))
+			}
 			t0 := tr.be.Transfers()
 			if _, err := tr.step(tp, rec, 0, &gs, &ep); err != nil {
 				t.Fatal(err)
@@ -52,23 +66,23 @@ func TestTransferBudgetPerIteration(t *testing.T) {
 			t1 := tr.be.Transfers()
 			return backend.Transfers{Uploads: t1.Uploads - t0.Uploads, Downloads: t1.Downloads - t0.Downloads,
 				UploadBytes: t1.UploadBytes - t0.UploadBytes, DownloadBytes: t1.DownloadBytes - t0.DownloadBytes,
-				Syncs: t1.Syncs - t0.Syncs}, int(rec.NumRows())
+				Syncs: t1.Syncs - t0.Syncs}, sizes
 		}
-		acc, n := step()
-		opt, _ := step()
+		acc, sizes := step()
+		opt, optSizes := step()
 		if opt.Uploads < acc.Uploads { // which of the two stepped depends on the schedule's start
 			acc, opt = opt, acc
+			sizes, optSizes = optSizes, sizes
 		}
 		ld.Close()
 
-		in3 := int64(n * 3 * cfg.Imgsz * cfg.Imgsz) // uint8
-		var outs int64
-		for _, g := range [][]float32{gs.grads.One2Many.Boxes, gs.grads.One2Many.Scores, gs.grads.One2Many.Coef,
-			gs.grads.One2One.Boxes, gs.grads.One2One.Scores, gs.grads.One2One.Coef, gs.grads.Proto, gs.grads.Semseg} {
-			outs += int64(4 * len(g))
+		var batchBytes int64
+		for _, b := range sizes {
+			batchBytes += b
 		}
-		if acc.Uploads != 9 || acc.Downloads != 8 || acc.UploadBytes != in3+outs || acc.DownloadBytes != outs {
-			t.Errorf("batch %d accumulation iteration: %+v; want 9 uploads of %d bytes, 8 downloads of %d", batch, acc, in3+outs, outs)
+		if acc.Uploads != 6 || acc.UploadBytes != batchBytes || acc.Downloads != 1 || acc.DownloadBytes != 4*loss.ResultLen {
+			t.Errorf("batch %d accumulation iteration: %+v; want 6 uploads of %d bytes (images, boxes_per_image, classes, boxes, iscrowd, masks: %v), 1 download of %d",
+				batch, acc, batchBytes, sizes, 4*loss.ResultLen)
 		}
 		var state, grads int64
 		for _, p := range tr.m.State() {
@@ -79,12 +93,16 @@ func TestTransferBudgetPerIteration(t *testing.T) {
 		}
 		np := int64(len(tr.m.Params()))
 		ns := int64(len(tr.m.State()))
+		var optBatch int64
+		for _, b := range optSizes {
+			optBatch += b
+		}
 		if opt.Uploads != acc.Uploads+np || opt.Downloads != acc.Downloads+ns+np ||
-			opt.UploadBytes != acc.UploadBytes+grads || opt.DownloadBytes != acc.DownloadBytes+state+grads {
+			opt.UploadBytes != optBatch+grads || opt.DownloadBytes != acc.DownloadBytes+state+grads {
 			t.Errorf("batch %d optimiser iteration: %+v, want the accumulation figures plus one state round trip", batch, opt)
 		}
-		t.Logf("batch %d at %d px: accumulation iteration up %d calls / %d B (images %d B as uint8, loss gradients %d B), down %d calls / %d B; optimiser iteration adds up %d calls / %d B, down %d calls / %d B; syncs %d",
-			batch, cfg.Imgsz, acc.Uploads, acc.UploadBytes, in3, outs, acc.Downloads, acc.DownloadBytes,
-			opt.Uploads-acc.Uploads, opt.UploadBytes-acc.UploadBytes, opt.Downloads-acc.Downloads, opt.DownloadBytes-acc.DownloadBytes, acc.Syncs)
+		t.Logf("batch %d at %d px: accumulation iteration up %d calls / %d B (images %d B as uint8, boxes_per_image %d B, classes %d B, boxes %d B, iscrowd %d B, masks %d B as uint8), down %d calls / %d B; optimiser iteration adds up %d calls / %d B, down %d calls / %d B; syncs %d",
+			batch, cfg.Imgsz, acc.Uploads, acc.UploadBytes, sizes[0], sizes[1], sizes[2], sizes[3], sizes[4], sizes[5], acc.Downloads, acc.DownloadBytes,
+			opt.Uploads-acc.Uploads, opt.UploadBytes-optBatch, opt.Downloads-acc.Downloads, opt.DownloadBytes-acc.DownloadBytes, acc.Syncs)
 	}
 }

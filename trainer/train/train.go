@@ -14,7 +14,6 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 
-	"github.com/segpipe/segpipe/formats/batch"
 	"github.com/segpipe/segpipe/formats/shard"
 	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/pipeline/augment"
@@ -377,12 +376,6 @@ func (t *trainer) lr() float64 {
 	return g[len(g)-1].LR
 }
 
-type gradSet struct {
-	b     int
-	grads *loss.Grads
-	outs  [8][]float32 // host copies of the outputs where the backend needs them
-}
-
 // epoch trains epoch e (0-based) from the batches of ld, continuing a
 // partial epoch the saved state holds. Loader stall is the time spent
 // waiting in Next, whatever the transport.
@@ -494,17 +487,13 @@ func (t *trainer) epoch(ctx context.Context, ld pipeline.Batches, e int) (Epoch,
 
 // step trains on one batch and returns its image count.
 func (t *trainer) step(tp *tensor.Tape, r arrow.RecordBatch, e int, gs *gradSet, ep *Epoch) (int, error) {
-	tg, err := loss.TargetsFromRecord(r)
+	// The one upload of the batch: images as uint8, widened on the
+	// backend, and the loss targets.
+	x, tg, err := gs.batch.upload(t.be, r)
 	if err != nil {
 		return 0, err
 	}
-	img, err := batch.ImageTensor(r)
-	if err != nil {
-		return 0, err
-	}
-	// The one upload of the batch's images: uint8, widened on the backend.
-	B := img.Count
-	x := tensor.UploadBytes(t.be, img.Data, 1.0/255, B, img.Shape[0], img.Shape[1], img.Shape[2])
+	B := x.Shape[0]
 	acc := t.sched.Apply(t.opt_.Groups(), e, t.st.NI)
 	mo, err := t.m.Forward(tp, x, model.Train)
 	if err != nil {
@@ -512,24 +501,9 @@ func (t *trainer) step(tp *tensor.Tape, r arrow.RecordBatch, e int, gs *gradSet,
 	}
 	outs := []*tensor.Tensor{mo.One2Many.Boxes, mo.One2Many.Scores, mo.One2Many.MaskCoefficients,
 		mo.One2One.Boxes, mo.One2One.Scores, mo.One2One.MaskCoefficients, mo.Proto, mo.Semseg}
-	// The loss runs on the host: the outputs are read in place on the CPU
-	// and come down once on a device.
-	var h [8][]float32
-	for i, o := range outs {
-		h[i] = o.HostView(gs.outs[i])
-		if !t.host.views {
-			gs.outs[i] = h[i]
-		}
-	}
-	out := &loss.Outputs{Geometry: geometry(mo, t.cfg.Classes),
-		One2Many: loss.Branch{Boxes: h[0], Scores: h[1], Coef: h[2]},
-		One2One:  loss.Branch{Boxes: h[3], Scores: h[4], Coef: h[5]},
-		Proto:    h[6], Semseg: h[7]}
-	if gs.grads == nil || gs.b != B {
-		gs.grads, gs.b = out.Grads(), B
-	}
-	g := gs.grads
-	res, err := t.crit.Forward(out, tg, g)
+	// The loss runs on the backend as one fused kernel; its gradients
+	// are the backward seeds and only its items and total come down.
+	res, err := gs.loss.run(t.be, t.crit, geometry(mo, t.cfg.Classes), outs, tg, t.log.Warn)
 	if err != nil {
 		tp.Reset()
 		return 0, err
@@ -538,11 +512,7 @@ func (t *trainer) step(tp *tensor.Tape, r arrow.RecordBatch, e int, gs *gradSet,
 		tp.Reset()
 		return 0, fmt.Errorf("iteration %d: loss is %v", t.st.NI, res.Total)
 	}
-	seeds := make([]*tensor.Tensor, len(outs))
-	for i, s := range [][]float32{g.One2Many.Boxes, g.One2Many.Scores, g.One2Many.Coef,
-		g.One2One.Boxes, g.One2One.Scores, g.One2One.Coef, g.Proto, g.Semseg} {
-		seeds[i] = tensor.Borrow(t.be, s, outs[i].Shape...)
-	}
+	seeds := gs.loss.seeds
 	// Nothing reads this step's activations after backward: handing them
 	// back lets the next step reuse their memory instead of faulting in
 	// gigabytes of fresh pages every iteration.

@@ -1,0 +1,98 @@
+package train
+
+import (
+	"fmt"
+
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/segpipe/segpipe/formats/batch"
+	"github.com/segpipe/segpipe/trainer/loss"
+	"github.com/segpipe/segpipe/trainer/tensor"
+	"github.com/segpipe/segpipe/trainer/tensor/backend"
+)
+
+// gradSet is what a training step keeps on the backend from one batch to
+// the next: the batch's buffers and the loss's.
+type gradSet struct {
+	batch deviceBatch
+	loss  deviceLoss
+}
+
+// deviceBatch is the batch on the run's backend. Its upload is the one
+// crossing of a batch onto the device: the images as uint8 (widened on
+// the backend) and the loss targets (boxes float32, classes and
+// boxes_per_image int32, iscrowd and the mask stack as the loader's
+// bytes), six uploads whatever the batch, into buffers reused while large
+// enough.
+type deviceBatch struct {
+	targets loss.DeviceTargets
+}
+
+// upload sends rec to be and returns the image tensor, [B, 3, H, W] in
+// [0, 1], and the targets the loss reads there. Both are valid until the
+// next upload; rec may be released as soon as upload returns.
+func (d *deviceBatch) upload(be backend.Backend, rec arrow.RecordBatch) (*tensor.Tensor, *loss.DeviceTargets, error) {
+	tg, err := loss.TargetsFromRecord(rec)
+	if err != nil {
+		return nil, nil, err
+	}
+	img, err := batch.ImageTensor(rec)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(img.Shape) != 3 {
+		return nil, nil, fmt.Errorf("batch: images have shape %v, want [3, H, W]", img.Shape)
+	}
+	x := tensor.UploadBytes(be, img.Data, 1.0/255, img.Count, img.Shape[0], img.Shape[1], img.Shape[2])
+	d.targets.Upload(be, tg)
+	return x, &d.targets, nil
+}
+
+// deviceLoss is the loss's side of a step on the backend: the gradient
+// tensors the loss kernel writes, which are the backward pass's seeds,
+// and the small result buffer that is the step's one download.
+type deviceLoss struct {
+	seeds []*tensor.Tensor
+	res   backend.Buffer
+}
+
+// lossResult is what comes down of a step's loss: the logged items and
+// the total (checked for NaN and Inf).
+type lossResult struct {
+	Items [loss.NumComponents]float64
+	Total float64
+}
+
+// run computes the loss of the model outputs outs (loss.NumOutputs of
+// them, in its order) against tg on be, leaving d(total)/d(output) in
+// d.seeds, and downloads the result. It warns once when the backend has
+// no loss kernel and the loss takes the host round trip.
+func (d *deviceLoss) run(be backend.Backend, crit *loss.Criterion, g loss.Geometry, outs []*tensor.Tensor, tg *loss.DeviceTargets, warn func(string, ...any)) (lossResult, error) {
+	if len(outs) != loss.NumOutputs {
+		return lossResult{}, fmt.Errorf("loss: %d model outputs, want %d", len(outs), loss.NumOutputs)
+	}
+	if len(d.seeds) != len(outs) {
+		d.seeds = make([]*tensor.Tensor, len(outs))
+	}
+	var ob, gb [loss.NumOutputs]backend.Buffer
+	for i, o := range outs {
+		if s := d.seeds[i]; s == nil || s.Backend() != be || !tensor.SameShape(s, o) {
+			d.seeds[i] = tensor.ZerosOn(be, o.Shape...)
+		}
+		ob[i], gb[i] = o.Buffer(), d.seeds[i].Buffer()
+	}
+	if !d.res.Present() {
+		d.res = be.Alloc(loss.ResultLen)
+	}
+	n := crit.HostRoundTrips()
+	if err := crit.ForwardOn(be, g, ob, gb, tg, d.res); err != nil {
+		return lossResult{}, err
+	}
+	if n == 0 && crit.HostRoundTrips() > 0 && warn != nil {
+		warn("the backend has no loss kernel: every step downloads the head outputs and targets and uploads their gradients",
+			"backend", be.Name())
+	}
+	var r lossResult
+	r.Items, r.Total = loss.ReadResult(be, d.res)
+	return r, nil
+}
