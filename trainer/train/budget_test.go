@@ -15,10 +15,10 @@ import (
 // call) and the eight output gradients of the loss; down, the eight outputs — a fixed
 // number of calls whatever the batch size or the instance count, and
 // exactly those bytes (nothing else in the step crosses). An optimiser
-// iteration adds the state and the gradients down and the updated
-// parameters up (gradients are cleared on the device). The target
-// (the batch up, a few scalars down) needs the loss and the optimiser on
-// the backend; these figures are what is left to remove.
+// iteration crosses exactly what an accumulation iteration does, whatever
+// the model's size: clipping, the step, zeroing and the EMA run on the
+// backend's buffers. The target (the batch up, a few scalars
+// down) needs the loss on the backend too.
 func TestTransferBudgetPerIteration(t *testing.T) {
 	shards, _, _ := synthShards(t, 8)
 	src, cats := open(t, shards)
@@ -70,18 +70,13 @@ func TestTransferBudgetPerIteration(t *testing.T) {
 		if acc.Uploads != 9 || acc.Downloads != 8 || acc.UploadBytes != in3+outs || acc.DownloadBytes != outs {
 			t.Errorf("batch %d accumulation iteration: %+v; want 9 uploads of %d bytes, 8 downloads of %d", batch, acc, in3+outs, outs)
 		}
-		var state, grads int64
-		for _, p := range tr.m.State() {
-			state += int64(4 * p.Value.Numel())
+		// Iteration 0 always steps, so one of the two was an optimiser
+		// iteration; it must cross exactly what the other did.
+		if tr.acc.Last() < 0 {
+			t.Fatalf("batch %d: no optimiser step in the first two iterations", batch)
 		}
-		for _, p := range tr.m.Params() {
-			grads += int64(4 * p.Value.Numel())
-		}
-		np := int64(len(tr.m.Params()))
-		ns := int64(len(tr.m.State()))
-		if opt.Uploads != acc.Uploads+np || opt.Downloads != acc.Downloads+ns+np ||
-			opt.UploadBytes != acc.UploadBytes+grads || opt.DownloadBytes != acc.DownloadBytes+state+grads {
-			t.Errorf("batch %d optimiser iteration: %+v, want the accumulation figures plus one state round trip", batch, opt)
+		if opt != acc {
+			t.Errorf("batch %d optimiser iteration: %+v, want the accumulation iteration's %+v", batch, opt, acc)
 		}
 		t.Logf("batch %d at %d px: accumulation iteration up %d calls / %d B (images %d B as uint8, loss gradients %d B), down %d calls / %d B; optimiser iteration adds up %d calls / %d B, down %d calls / %d B; syncs %d",
 			batch, cfg.Imgsz, acc.Uploads, acc.UploadBytes, in3, outs, acc.Downloads, acc.DownloadBytes,

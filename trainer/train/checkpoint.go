@@ -12,7 +12,6 @@ import (
 	"github.com/segpipe/segpipe/internal/atomicfile"
 	"github.com/segpipe/segpipe/pipeline/augment"
 	"github.com/segpipe/segpipe/trainer/model"
-	"github.com/segpipe/segpipe/trainer/optim"
 )
 
 const (
@@ -90,7 +89,6 @@ func (t *trainer) interrupt(p *partialEpoch, ep *Epoch, elapsed func(), cause er
 // optimiser step, and the loop state.
 func (t *trainer) saveState() error {
 	dir := t.opt.Out
-	t.host.down(true) // pending gradients live on the backend
 	t.st.LastStep = t.acc.Last()
 	t.st.EMAUpdates = t.ema.Updates
 	t.st.Categories = t.opt.Categories
@@ -104,8 +102,11 @@ func (t *trainer) saveState() error {
 	}
 	// The EMA is stored here as well as in last.safetensors so that the
 	// state file alone is consistent if the process dies between writes.
+	// Values, State and the pending gradients are the explicit crossings
+	// of a save: the training state lives on the backend.
+	ema := t.ema.Values()
 	for i, p := range t.em.State() {
-		ts, err := safetensors.FromFloat32(safetensors.F32, p.Shape, t.ema.Values()[i])
+		ts, err := safetensors.FromFloat32(safetensors.F32, p.Shape, ema[i])
 		if err != nil {
 			return err
 		}
@@ -121,9 +122,9 @@ func (t *trainer) saveState() error {
 	// Gradients are pending whenever the accumulation to the nominal batch
 	// straddles the save (an epoch end or an interruption); without them
 	// the resumed step would miss those batches.
-	if pendingGrads(t.params) {
-		for _, p := range t.params {
-			ts, err := safetensors.FromFloat32(safetensors.F32, p.Shape, p.Grad)
+	if grads := t.host.gradsToHost(); grads != nil {
+		for i, p := range t.params {
+			ts, err := safetensors.FromFloat32(safetensors.F32, p.Shape, grads[i])
 			if err != nil {
 				return err
 			}
@@ -136,17 +137,6 @@ func (t *trainer) saveState() error {
 	}
 	out.Metadata = map[string]string{metaState: string(sj), "config": string(t.meta)}
 	return safetensors.WriteFile(filepath.Join(dir, StateFile), out)
-}
-
-func pendingGrads(ps []*optim.Param) bool {
-	for _, p := range ps {
-		for _, g := range p.Grad {
-			if g != 0 {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // load restores everything save wrote: raw weights and BatchNorm counters,
@@ -194,27 +184,30 @@ func (t *trainer) load() error {
 	if err := t.m.LoadState(mf, model.LoadOptions{}); err != nil {
 		return fmt.Errorf("resume: %w", err)
 	}
-	t.host.down(false)
 	if err := t.opt_.LoadState(ost); err != nil {
 		return fmt.Errorf("resume: %w", err)
 	}
-	vals := t.ema.Values()
-	for i, p := range t.em.State() {
+	var vals [][]float32
+	for _, p := range t.em.State() {
 		x, ok := ef[p.Name]
-		if !ok || len(x) != len(vals[i]) {
+		if !ok || len(x) != p.Value.Numel() {
 			return fmt.Errorf("resume: %s: EMA tensor %s missing or mis-sized", StateFile, p.Name)
 		}
-		copy(vals[i], x)
+		vals = append(vals, x)
+	}
+	if err := t.ema.Load(vals); err != nil {
+		return fmt.Errorf("resume: %w", err)
 	}
 	if len(grads) > 0 {
+		var gs [][]float32
 		for _, p := range t.params {
 			g, ok := grads[p.Name]
-			if !ok || len(g) != len(p.Grad) {
+			if !ok || len(g) != p.Gradient.Len {
 				return fmt.Errorf("resume: %s: gradient %s missing or mis-sized", StateFile, p.Name)
 			}
-			copy(p.Grad, g)
+			gs = append(gs, g)
 		}
-		t.host.up(true)
+		t.host.gradsFromHost(gs)
 	}
 	t.ema.Updates = t.st.EMAUpdates
 	t.acc.Restore(t.st.LastStep)

@@ -147,7 +147,7 @@ type trainer struct {
 	be     backend.Backend
 	host   *hostState
 	params []*optim.Param
-	state  [][]float32
+	state  []backend.Buffer // the model's state tensors, which the EMA averages
 	opt_   optim.Optimizer
 	sched  optim.Schedule
 	acc    optim.Accumulator
@@ -301,19 +301,29 @@ func (t *trainer) setup() error {
 		}
 	}
 	t.host = newHostState(t.m)
+	// The optimiser, clipping and the EMA work on the model's own buffers
+	// on the backend; the EMA's average is the evaluation model's state.
 	norm := map[string]bool{}
 	for _, bn := range t.m.BatchNorms() {
 		norm[bn.Prefix+".weight"] = true
 	}
-	for i, p := range t.m.Params() {
-		t.params = append(t.params, &optim.Param{Name: p.Name, Shape: p.Shape,
-			Data: t.host.values[t.host.index[i]], Grad: t.host.grads[i], Norm: norm[p.Name]})
+	for _, p := range t.m.Params() {
+		t.params = append(t.params, &optim.Param{Name: p.Name, Shape: p.Shape, Backend: t.be,
+			Value: p.Value.Buffer(), Gradient: p.Value.GradBuffer(), Norm: norm[p.Name]})
 	}
-	t.state = t.host.values
+	var avg []backend.Buffer
+	for _, p := range t.m.State() {
+		t.state = append(t.state, p.Value.Buffer())
+	}
+	for _, p := range t.em.State() {
+		avg = append(avg, p.Value.Buffer())
+	}
 	if err := t.buildOptimizer(); err != nil {
 		return err
 	}
-	t.ema = optim.NewEMA(t.state)
+	if t.ema, err = optim.NewEMAOn(t.be, avg, t.state); err != nil {
+		return err
+	}
 	t.ema.Tau = t.cfg.EMATau
 	lc := loss.DefaultConfig(t.cfg.Epochs)
 	if t.crit, err = loss.NewCriterion(lc); err != nil {
@@ -554,13 +564,13 @@ func (t *trainer) step(tp *tensor.Tape, r arrow.RecordBatch, e int, gs *gradSet,
 		ep.Loss[i] += v
 	}
 	if t.acc.Due(t.st.NI, acc) {
-		t.host.down(true)
-		optim.ClipGradNorm(t.params, t.cfg.ClipNorm)
+		// Clip, step, zero and average are kernels on the backend's own
+		// buffers: an optimiser iteration crosses nothing more than an
+		// accumulation iteration.
+		optim.ClipGrads(t.params, t.cfg.ClipNorm)
 		t.opt_.Step()
 		optim.ZeroGrad(t.params)
-		t.host.up(false)
-		t.host.zeroGrads()
-		if err := t.ema.Update(t.state); err != nil {
+		if err := t.ema.UpdateOn(t.state); err != nil {
 			return 0, err
 		}
 	}
