@@ -3,13 +3,10 @@ package train
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/segpipe/segpipe/formats/safetensors"
 	"github.com/segpipe/segpipe/formats/shard"
-	"github.com/segpipe/segpipe/internal/atomicfile"
 	"github.com/segpipe/segpipe/pipeline/augment"
 	"github.com/segpipe/segpipe/trainer/model"
 )
@@ -38,33 +35,24 @@ func fitness(ep Epoch) float64 {
 // save writes the run directory after an epoch: last (EMA weights), best
 // when fitness improved, the resumable state, results.csv and the plot.
 func (t *trainer) save(ep Epoch) error {
-	dir := t.opt.Out
 	if err := t.loadEMA(); err != nil {
 		return err
 	}
-	meta := model.Meta{Imgsz: t.cfg.Imgsz, Step: int64(t.st.NI), Config: t.meta}
-	last := filepath.Join(dir, LastFile)
-	if err := t.em.SaveCheckpoint(last, meta); err != nil {
+	meta := model.Meta{Imgsz: t.cfg.Imgsz, Step: int64(t.st.NI), Config: t.dir.meta}
+	if err := t.em.SaveCheckpoint(t.dir.file(LastFile), meta); err != nil {
 		return err
 	}
 	validated := ep.BoxMAP >= 0 || ep.MaskMAP >= 0
 	if f := fitness(ep); validated && f >= t.st.Best {
 		t.st.Best = f
-		b, err := os.ReadFile(last)
-		if err != nil {
-			return err
-		}
-		if err := atomicfile.WriteFile(filepath.Join(dir, BestFile), b, 0o644); err != nil {
+		if err := t.dir.promoteBest(); err != nil {
 			return err
 		}
 	}
 	if err := t.saveState(); err != nil {
 		return err
 	}
-	if err := writeResults(filepath.Join(dir, ResultsFile), t.st.History); err != nil {
-		return err
-	}
-	return writePlot(filepath.Join(dir, PlotFile), t.st.History)
+	return t.dir.writeHistory(t.st.History)
 }
 
 // interrupt saves the run between two batches of an epoch (p is what the
@@ -77,7 +65,7 @@ func (t *trainer) interrupt(p *partialEpoch, ep *Epoch, elapsed func(), cause er
 	if err := t.saveState(); err != nil {
 		return fmt.Errorf("saving the interrupted run: %w", err)
 	}
-	t.log.Info("run saved mid-epoch", "run", t.opt.Out, "epoch", p.Epoch, "batches_done", p.Batches, "iteration", t.st.NI)
+	t.log.Info("run saved mid-epoch", "run", t.dir.path, "epoch", p.Epoch, "batches_done", p.Batches, "iteration", t.st.NI)
 	if cause != nil {
 		return fmt.Errorf("%w: %w", ErrInterrupted, cause)
 	}
@@ -88,7 +76,6 @@ func (t *trainer) interrupt(p *partialEpoch, ep *Epoch, elapsed func(), cause er
 // the EMA, optimiser buffers, gradients accumulated towards the next
 // optimiser step, and the loop state.
 func (t *trainer) saveState() error {
-	dir := t.opt.Out
 	t.st.LastStep = t.acc.Last()
 	t.st.EMAUpdates = t.ema.Updates
 	t.st.Categories = t.opt.Categories
@@ -131,25 +118,16 @@ func (t *trainer) saveState() error {
 			out.Tensors[prefixGrad+p.Name] = ts
 		}
 	}
-	sj, err := json.Marshal(t.st)
-	if err != nil {
-		return err
-	}
-	out.Metadata = map[string]string{metaState: string(sj), "config": string(t.meta)}
-	return safetensors.WriteFile(filepath.Join(dir, StateFile), out)
+	return t.dir.writeState(out, &t.st)
 }
 
 // load restores everything save wrote: raw weights and BatchNorm counters,
 // optimiser buffers, EMA (from last.safetensors), schedule position,
 // ProgLoss updates and the loader position.
 func (t *trainer) load() error {
-	dir := t.opt.Out
-	f, err := safetensors.ReadFile(filepath.Join(dir, StateFile))
+	f, err := t.dir.readState(&t.st)
 	if err != nil {
-		return fmt.Errorf("resume: %w", err)
-	}
-	if err := json.Unmarshal([]byte(f.Metadata[metaState]), &t.st); err != nil {
-		return fmt.Errorf("resume: %s: %w", StateFile, err)
+		return err
 	}
 	mf := safetensors.New()
 	ef := map[string][]float32{}
@@ -212,7 +190,7 @@ func (t *trainer) load() error {
 	t.ema.Updates = t.st.EMAUpdates
 	t.acc.Restore(t.st.LastStep)
 	t.crit.SetUpdates(t.st.CritUpdates)
-	t.log.Info("resuming", "run", dir, "epoch", t.st.NextEpoch+1, "iteration", t.st.NI,
+	t.log.Info("resuming", "run", t.dir.path, "epoch", t.st.NextEpoch+1, "iteration", t.st.NI,
 		"loader_epoch", t.st.Loader.Epoch, "loader_consumed", t.st.Loader.Consumed)
 	return nil
 }

@@ -2,14 +2,11 @@ package train
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -25,16 +22,6 @@ import (
 	"github.com/segpipe/segpipe/trainer/optim"
 	"github.com/segpipe/segpipe/trainer/tensor"
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
-)
-
-// Files of a run directory.
-const (
-	ConfigFile  = "config.json"
-	LastFile    = "last.safetensors"
-	BestFile    = "best.safetensors"
-	StateFile   = "state.safetensors"
-	ResultsFile = "results.csv"
-	PlotFile    = "results.png"
 )
 
 // Progress shows one epoch's progress (a terminal bar or periodic logs).
@@ -90,43 +77,10 @@ type Epoch struct {
 	ValSec       float64 `json:"ValSec"`
 }
 
-// state is what resume needs beyond the tensors.
-type state struct {
-	NextEpoch   int              `json:"next_epoch"`
-	NI          int              `json:"ni"`
-	LastStep    int              `json:"last_step"`
-	EMAUpdates  int              `json:"ema_updates"`
-	CritUpdates int              `json:"crit_updates"`
-	Loader      order.State      `json:"loader"`
-	Best        float64          `json:"best_fitness"`
-	History     []Epoch          `json:"history"`
-	Categories  []shard.Category `json:"Categories"` // the key earlier runs hold
-	// Partial is the epoch in progress when the state was saved between
-	// two of its batches (nil at an epoch end).
-	Partial *partialEpoch `json:"partial,omitempty"`
-}
-
-// partialEpoch is what an epoch has accumulated so far: resuming adds to
-// it, so the epoch's results.csv row equals an uninterrupted epoch's.
-type partialEpoch struct {
-	Epoch    int                         `json:"epoch"` // 1-based
-	Loss     [loss.NumComponents]float64 `json:"loss"`
-	Images   int                         `json:"images"`
-	Batches  int                         `json:"batches"`
-	TrainSec float64                     `json:"train_s"`
-	StallSec float64                     `json:"stall_s"`
-}
-
 // ErrInterrupted is returned (wrapping the context's error) when a run was
 // cancelled or split at a batch: the state is saved and the run resumes
 // from the next batch.
 var ErrInterrupted = errors.New("train: interrupted; the run resumes from the next batch")
-
-// runMeta is the JSON stored as config in checkpoints and config.json.
-type runMeta struct {
-	Config
-	Categories []shard.Category `json:"categories"`
-}
 
 // Summary is what Run reports.
 type Summary struct {
@@ -155,7 +109,7 @@ type trainer struct {
 	crit   *loss.Criterion
 	nb, n  int
 	st     state
-	meta   []byte
+	dir    *runDir
 	iters  int // iterations run by this call
 }
 
@@ -230,8 +184,8 @@ func (t *trainer) recordSkips(ld pipeline.Batches, sum *Summary) {
 	if n := s.Total(); n > 0 {
 		t.log.Warn("training samples skipped", "skipped", n, "summary", s.String())
 	}
-	if err := s.WriteFile(t.opt.Out); err != nil {
-		t.log.Error("writing the skip summary", "run", t.opt.Out, "err", err)
+	if err := s.WriteFile(t.dir.path); err != nil {
+		t.log.Error("writing the skip summary", "run", t.dir.path, "err", err)
 	}
 }
 
@@ -244,45 +198,19 @@ func (t *trainer) augment() augment.Config {
 
 func (t *trainer) setup() error {
 	opt := t.opt
-	if opt.Out == "" {
-		return errors.New("train: no run directory")
-	}
 	if opt.Train == nil {
 		return errors.New("train: no training data")
 	}
-	t.cfg = opt.Config
-	cats := opt.Categories
-	if opt.Resume {
-		b, err := os.ReadFile(filepath.Join(opt.Out, ConfigFile))
-		if err != nil {
-			return fmt.Errorf("resume: %w", err)
-		}
-		var rm runMeta
-		rm.Config = DefaultConfig()
-		if err := json.Unmarshal(b, &rm); err != nil {
-			return fmt.Errorf("resume: %s: %w", filepath.Join(opt.Out, ConfigFile), err)
-		}
-		t.cfg, cats = rm.Config, rm.Categories
-	}
-	if t.cfg.Classes == 0 {
-		t.cfg.Classes = len(cats)
-	}
-	if err := t.cfg.Validate(); err != nil {
+	d, err := openRunDir(opt)
+	if err != nil {
 		return err
 	}
-	if t.cfg.Classes < 1 {
-		return errors.New("train: class count unknown: the shards have no categories and the config sets none")
-	}
-	if cats != nil && len(cats) != t.cfg.Classes {
-		return fmt.Errorf("train: config has %d classes, the category table %d", t.cfg.Classes, len(cats))
-	}
-	t.opt.Categories = cats
+	t.dir, t.cfg, t.opt.Categories = d, d.cfg, d.cats
 	t.n = opt.Train.Images()
 	if t.n == 0 {
 		return errors.New("train: the training data has no images")
 	}
 	t.nb = (t.n + t.cfg.Batch - 1) / t.cfg.Batch
-	var err error
 	mcfg := model.Config{Variant: t.cfg.Variant, Classes: t.cfg.Classes, Seed: t.cfg.Seed}
 	if t.m, err = model.New(mcfg); err != nil {
 		return err
@@ -330,22 +258,13 @@ func (t *trainer) setup() error {
 		return err
 	}
 	t.st = state{Loader: order.State{Seed: t.cfg.Seed}, Best: -1}
-	meta, err := json.Marshal(runMeta{Config: t.cfg, Categories: cats})
-	if err != nil {
-		return err
-	}
-	t.meta = meta
-	if err := os.MkdirAll(opt.Out, 0o755); err != nil {
+	if err := t.dir.mkdir(); err != nil {
 		return err
 	}
 	if opt.Resume {
 		return t.load()
 	}
-	if _, err := os.Stat(filepath.Join(opt.Out, StateFile)); err == nil {
-		return fmt.Errorf("train: %s already holds a run; use --resume %s or another --out", opt.Out, opt.Out)
-	}
-	pretty, _ := json.MarshalIndent(runMeta{Config: t.cfg, Categories: cats}, "", "  ")
-	return os.WriteFile(filepath.Join(opt.Out, ConfigFile), append(pretty, '\n'), 0o644)
+	return t.dir.create()
 }
 
 func (t *trainer) buildOptimizer() error {
