@@ -6,8 +6,9 @@
 //
 // Semantics a user must know:
 //
-//   - Parameters are Param values whose Data and Grad alias the model's
-//     storage. Steps update Data in place; ClipGradNorm scales Grad in place.
+//   - Parameters are Param values whose Value and Gradient are the model
+//     tensors' buffers on the run's backend. Steps update the values in
+//     place; ClipGradNorm scales the gradients in place.
 //   - Groups (BuildGroups), first matching rule wins: ndim ≥ 2 → Muon (or
 //     the decayed weight group when not using MuSGD); name contains "bias" →
 //     bias (no decay); Norm or logit_scale → bn (no decay); otherwise weight
@@ -45,13 +46,25 @@
 //
 // # On a device
 //
-// Params are host slices. On the CPU they are the model tensors' own
-// memory; on a device trainer/train downloads the state and the gradients
-// before a step and uploads the parameters after it (one round trip per
-// optimiser step, counted on the emulated device). The optimisers go onto
-// a backend as fused step kernels (this code as the CPU implementation,
-// Newton–Schulz included, llm.c's AdamW kernel being the model), because
-// composing them from tensor ops would change the rounding the golden
-// tests and the bit-identical resume hold; the EMA becomes one Axpby.
-// That port is not done yet.
+// Every optimiser step, ClipGradNorm (norm and coefficient together),
+// GlobalNorm, ScaleGrads and the EMA update is one fused kernel over all
+// the tensors it touches, on the parameters' backend; ZeroGrad is the
+// backend's Fill. The Go loops in this package are those kernels' CPU
+// implementation (Newton–Schulz included), written once: on backends that
+// run Go kernels on their own memory (backend.HostKernels: cpu and emu)
+// they run through RunHost on the buffers in place, so nothing crosses
+// during training and emu equals cpu bit for bit. The optimisers' own
+// buffers (momentum, Adam moments, the Newton–Schulz scratch) and the EMA's
+// average are allocated on that backend too; State/LoadState and
+// EMA.Values/Load are the only crossings, made at checkpoint save and
+// load, and the checkpoint keys are the reference's.
+//
+// They are fused kernels rather than compositions of tensor ops because a
+// composition would change the rounding that the golden tests and the
+// bit-identical resume hold. On a backend without host kernels (the CUDA
+// backend, until it has its twins) a kernel falls back to a host round
+// trip: each buffer it reads is downloaded and uploaded back afterwards,
+// counted by the backend. That round trip is what each device twin
+// (llm.c's AdamW kernel being the model) replaces, checked against this
+// code.
 package optim

@@ -159,8 +159,26 @@ func TestGroupsGolden(t *testing.T) {
 // TestIterationZeroLeavesParamsUnchanged: under auto, warmup starts every
 // group's lr at 0, so the first step changes nothing, and fills the
 // buffers (SGD: g + λp, Muon: (1 − 0.8)·g).
+// It runs on every test backend, each bit-identical to the host form.
 func TestIterationZeroLeavesParamsUnchanged(t *testing.T) {
+	var ref map[string][]float32
+	for _, tb := range testBackends {
+		t.Run(tb.name, func(t *testing.T) {
+			st := iterationZero(t, tb)
+			if ref == nil {
+				ref = st
+				return
+			}
+			for k, v := range ref {
+				sameBits(t, k, st[k], v)
+			}
+		})
+	}
+}
+
+func iterationZero(t *testing.T, tb testBackend) map[string][]float32 {
 	gm := loadGolden(t)
+	place(tb, gm.params)
 	groups := autoGroups(t, gm)
 	sched := DefaultSchedule(100, 59144, 2)
 	sched.WarmupBiasLR = 0
@@ -176,6 +194,7 @@ func TestIterationZeroLeavesParamsUnchanged(t *testing.T) {
 	ScaleGrads(gm.params, ClipCoef(gm.stats.Optimizer.Iter0.Norm, 10))
 	opt := NewMuSGD(groups, 0.5, 0.5)
 	opt.Step()
+	pull(gm.params)
 	for _, p := range gm.params {
 		for i, v := range p.Data {
 			if v != gm.before[p.Name][i] {
@@ -183,20 +202,25 @@ func TestIterationZeroLeavesParamsUnchanged(t *testing.T) {
 			}
 		}
 	}
+	st := opt.State()
 	for _, g := range groups {
 		for _, p := range g.Params {
-			st := opt.state[p]
+			sgd, muon := st[p.Name+".momentum_buffer_SGD"], st[p.Name+".momentum_buffer"]
 			for i, gr := range p.Grad {
 				want := gr + float32(g.WeightDecay)*p.Data[i]
-				if st.sgd[i] != want {
-					t.Fatalf("%s: sgd buffer[%d] %v, want %v", p.Name, i, st.sgd[i], want)
+				if sgd[i] != want {
+					t.Fatalf("%s: sgd buffer[%d] %v, want %v", p.Name, i, sgd[i], want)
 				}
-				if g.UseMuon && math.Abs(float64(st.muon[i]-0.2*gr)) > 1e-7*math.Abs(float64(gr)) {
-					t.Fatalf("%s: muon buffer[%d] %v, want 0.2·%v", p.Name, i, st.muon[i], gr)
+				if g.UseMuon && math.Abs(float64(muon[i]-0.2*gr)) > 1e-7*math.Abs(float64(gr)) {
+					t.Fatalf("%s: muon buffer[%d] %v, want 0.2·%v", p.Name, i, muon[i], gr)
 				}
 			}
 		}
 	}
+	for _, p := range gm.params {
+		st[p.Name] = p.Data
+	}
+	return st
 }
 
 // TestNominalStepGolden takes one post-warmup step from fresh buffers and
@@ -205,9 +229,27 @@ func TestIterationZeroLeavesParamsUnchanged(t *testing.T) {
 // tensors whose gradient is fully stored against the float32 Newton–Schulz
 // fixture (relative Frobenius error of the update ≤ 1e-2). Muon tensors
 // with sampled gradients cannot be stepped here: Newton–Schulz needs the
-// whole gradient matrix.
+// whole gradient matrix. It runs on every test backend, each
+// bit-identical to the host form.
 func TestNominalStepGolden(t *testing.T) {
+	var ref map[string][]float32
+	for _, tb := range testBackends {
+		t.Run(tb.name, func(t *testing.T) {
+			got := nominalStep(t, tb)
+			if ref == nil {
+				ref = got
+				return
+			}
+			for k, v := range ref {
+				sameBits(t, k, got[k], v)
+			}
+		})
+	}
+}
+
+func nominalStep(t *testing.T, tb testBackend) map[string][]float32 {
 	gm := loadGolden(t)
+	place(tb, gm.params)
 	groups := autoGroups(t, gm)
 	sched := DefaultSchedule(100, 59144, 2)
 	sched.WarmupBiasLR = 0
@@ -232,6 +274,7 @@ func TestNominalStepGolden(t *testing.T) {
 	}
 	opt := NewMuSGD(stepGroups, nom.Muon, nom.SGD)
 	opt.Step()
+	pull(gm.params)
 
 	ref, err := safetensors.ReadFile(filepath.Join(gm.dir, "musgd_step_params.safetensors"))
 	if err != nil {
@@ -302,5 +345,10 @@ func TestNominalStepGolden(t *testing.T) {
 	if sgdChecked != 288 {
 		t.Errorf("checked %d bn/bias tensors, want all 288", sgdChecked)
 	}
-
+	out := opt.State()
+	for _, p := range gm.params {
+		out[p.Name] = p.Data
+		out[p.Name+".grad"] = p.Grad
+	}
+	return out
 }

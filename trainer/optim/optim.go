@@ -3,24 +3,33 @@ package optim
 import (
 	"fmt"
 	"math"
+
+	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
 
+// Every Step below is one fused kernel over all parameters (see launch):
+// the Go loops are the CPU implementation that runs on cpu and emu memory
+// in place, and the reference a device twin is checked against. The
+// optimisers' own buffers (momentum, Adam moments, Newton–Schulz scratch)
+// are allocated on the parameters' backend; State and LoadState are the
+// only crossings.
+
 // sgdNesterov applies one SGD step with L2 weight decay and Nesterov
-// momentum to p, scaled by w (MuSGD's sgd weight; 1 for plain SGD). The
+// momentum to data, scaled by w (MuSGD's sgd weight; 1 for plain SGD). The
 // buffer starts as the first decayed gradient, as PyTorch's SGD does.
-func sgdNesterov(p *Param, buf []float32, first bool, lr, mu, wd, w float64) {
+func sgdNesterov(data, grad, buf []float32, first bool, lr, mu, wd, w float64) {
 	step := float32(lr * w)
 	m, d := float32(mu), float32(wd)
-	for i, g := range p.Grad {
+	for i, g := range grad {
 		if d != 0 {
-			g += d * p.Data[i]
+			g += d * data[i]
 		}
 		if first {
 			buf[i] = g
 		} else {
 			buf[i] = m*buf[i] + g
 		}
-		p.Data[i] -= step * (g + m*buf[i])
+		data[i] -= step * (g + m*buf[i])
 	}
 }
 
@@ -28,12 +37,13 @@ func sgdNesterov(p *Param, buf []float32, first bool, lr, mu, wd, w float64) {
 // decay, the reference's optimizer=SGD.
 type SGD struct {
 	groups []*Group
-	buf    map[*Param][]float32
+	be     backend.Backend
+	buf    map[*Param]backend.Buffer
 }
 
-// NewSGD returns an SGD over groups.
+// NewSGD returns an SGD over groups, on their parameters' backend.
 func NewSGD(groups []*Group) *SGD {
-	return &SGD{groups: groups, buf: map[*Param][]float32{}}
+	return &SGD{groups: groups, be: groupsBackend(groups), buf: map[*Param]backend.Buffer{}}
 }
 
 // Groups implements Optimizer.
@@ -41,16 +51,25 @@ func (o *SGD) Groups() []*Group { return o.groups }
 
 // Step implements Optimizer.
 func (o *SGD) Step() {
+	if o.be == nil {
+		return
+	}
+	first := map[*Param]bool{}
 	for _, g := range o.groups {
 		for _, p := range g.Params {
-			b, ok := o.buf[p]
-			if !ok {
-				b = make([]float32, len(p.Data))
-				o.buf[p] = b
+			if _, ok := o.buf[p]; !ok {
+				// The first step writes the whole buffer.
+				o.buf[p], first[p] = o.be.Alloc(p.Value.Len), true
 			}
-			sgdNesterov(p, b, !ok, g.LR, g.Momentum, g.WeightDecay, 1)
 		}
 	}
+	launch(o.be, func(v backend.View) {
+		for _, g := range o.groups {
+			for _, p := range g.Params {
+				sgdNesterov(v.Float32(p.Value), v.Float32(p.Gradient), v.Float32(o.buf[p]), first[p], g.LR, g.Momentum, g.WeightDecay, 1)
+			}
+		}
+	})
 }
 
 // MuSGD is the reference's hybrid optimiser: Muon groups take a Muon
@@ -62,46 +81,89 @@ func (o *SGD) Step() {
 type MuSGD struct {
 	groups                []*Group
 	MuonWeight, SGDWeight float64
+	be                    backend.Backend
 	state                 map[*Param]*musgdState
-	ns                    newtonSchulz
-	u, o                  []float32
+	// scratch on the backend: the Muon input and output (u, o) and the
+	// Newton–Schulz matrices (x, t as large as a parameter, a, b square in
+	// its smaller side), each sized for the largest Muon parameter.
+	u, o, x, t, a, b backend.Buffer
+	ns               newtonSchulz
 }
 
 type musgdState struct {
-	muon, sgd []float32
+	muon, sgd backend.Buffer
 	first     bool
 }
 
 // NewMuSGD returns a MuSGD over groups with the given part weights
-// (0.5/0.5 above 10,000 iterations, 0.1/1.0 otherwise: see Auto).
+// (0.5/0.5 above 10,000 iterations, 0.1/1.0 otherwise: see Auto), on
+// their parameters' backend.
 func NewMuSGD(groups []*Group, muonWeight, sgdWeight float64) *MuSGD {
-	return &MuSGD{groups: groups, MuonWeight: muonWeight, SGDWeight: sgdWeight, state: map[*Param]*musgdState{}}
+	return &MuSGD{groups: groups, MuonWeight: muonWeight, SGDWeight: sgdWeight, be: groupsBackend(groups), state: map[*Param]*musgdState{}}
 }
 
 // Groups implements Optimizer.
 func (o *MuSGD) Groups() []*Group { return o.groups }
 
-// Step implements Optimizer.
-func (o *MuSGD) Step() {
+// prepare allocates the buffers of parameters seen for the first time and
+// grows the scratch to the largest Muon parameter.
+func (o *MuSGD) prepare() {
+	var n, sq int
 	for _, g := range o.groups {
 		for _, p := range g.Params {
-			st, ok := o.state[p]
-			if !ok {
-				st = &musgdState{sgd: make([]float32, len(p.Data)), first: true}
+			if _, ok := o.state[p]; !ok {
+				st := &musgdState{sgd: o.be.Alloc(p.Value.Len), first: true}
 				if g.UseMuon {
-					st.muon = make([]float32, len(p.Data))
+					st.muon = zeroed(o.be, p.Value.Len)
 				}
 				o.state[p] = st
 			}
 			if g.UseMuon {
-				o.muonPart(p, st.muon, g.LR, g.Momentum)
-				sgdNesterov(p, st.sgd, st.first, g.LR, g.Momentum, g.WeightDecay, o.SGDWeight)
-			} else {
-				sgdNesterov(p, st.sgd, st.first, g.LR, g.Momentum, g.WeightDecay, 1)
+				r, c := muonMatrix(p.Shape)
+				n, sq = max(n, r*c), max(sq, min(r, c)*min(r, c))
 			}
-			st.first = false
 		}
 	}
+	grow := func(b *backend.Buffer, n int) {
+		if b.Len < n {
+			if b.Present() {
+				o.be.Free(*b)
+			}
+			*b = o.be.Alloc(n)
+		}
+	}
+	grow(&o.u, n)
+	grow(&o.o, n)
+	grow(&o.x, n)
+	grow(&o.t, n)
+	grow(&o.a, sq)
+	grow(&o.b, sq)
+}
+
+// Step implements Optimizer.
+func (o *MuSGD) Step() {
+	if o.be == nil {
+		return
+	}
+	o.prepare()
+	launch(o.be, func(v backend.View) {
+		o.ns = newtonSchulz{x: v.Float32(o.x), a: v.Float32(o.a), b: v.Float32(o.b), t: v.Float32(o.t)}
+		u, out := v.Float32(o.u), v.Float32(o.o)
+		for _, g := range o.groups {
+			for _, p := range g.Params {
+				st := o.state[p]
+				data, grad := v.Float32(p.Value), v.Float32(p.Gradient)
+				if g.UseMuon {
+					o.muonPart(p.Shape, data, grad, v.Float32(st.muon), u, out, g.LR, g.Momentum)
+					sgdNesterov(data, grad, v.Float32(st.sgd), st.first, g.LR, g.Momentum, g.WeightDecay, o.SGDWeight)
+				} else {
+					sgdNesterov(data, grad, v.Float32(st.sgd), st.first, g.LR, g.Momentum, g.WeightDecay, 1)
+				}
+				st.first = false
+			}
+		}
+		o.ns = newtonSchulz{} // the views must not outlive the kernel
+	})
 }
 
 // muonMatrix is the 2-D view Newton–Schulz orthogonalises: (dim0, rest).
@@ -116,27 +178,28 @@ func muonMatrix(shape []int) (rows, cols int) {
 // muonPart applies the upstream muon_update: m ← lerp(m, g, 1−μ); u =
 // lerp(g, m, μ) (Nesterov); O = NS5(u as dim0 × rest); p ← p − lr·muonWeight
 // ·√max(1, size(−2)/size(−1))·O. The gradient itself is left unchanged,
-// so the SGD part that follows sees g.
-func (o *MuSGD) muonPart(p *Param, m []float32, lr, mu float64) {
-	n := len(p.Data)
-	o.u, o.o = grow(o.u, n), grow(o.o, n)
+// so the SGD part that follows sees g. u and out are scratch of at least
+// len(data) elements.
+func (o *MuSGD) muonPart(shape []int, data, grad, m, u, out []float32, lr, mu float64) {
+	n := len(data)
+	u, out = u[:n], out[:n]
 	w := float32(1 - mu)
 	muf := float32(mu)
-	for i, g := range p.Grad {
+	for i, g := range grad {
 		m[i] += w * (g - m[i])
-		o.u[i] = g + muf*(m[i]-g)
+		u[i] = g + muf*(m[i]-g)
 	}
-	s := math.Sqrt(max(1, float64(p.Shape[len(p.Shape)-2])/float64(p.Shape[len(p.Shape)-1])))
+	s := math.Sqrt(max(1, float64(shape[len(shape)-2])/float64(shape[len(shape)-1])))
 	step := float32(lr * o.MuonWeight * s)
 	if step == 0 {
 		// The first warmup iteration has lr 0: only the buffer moves, and
 		// the orthogonalisation (the step's dominant cost) can be skipped.
 		return
 	}
-	rows, cols := muonMatrix(p.Shape)
-	o.ns.orthogonalise(o.o, o.u, rows, cols)
-	for i, v := range o.o {
-		p.Data[i] -= step * v
+	rows, cols := muonMatrix(shape)
+	o.ns.orthogonalise(out, u, rows, cols)
+	for i, v := range out {
+		data[i] -= step * v
 	}
 }
 
@@ -148,17 +211,19 @@ type AdamW struct {
 	groups       []*Group
 	Beta1, Beta2 float64
 	Eps          float64
+	be           backend.Backend
 	state        map[*Param]*adamState
 }
 
 type adamState struct {
-	m, v []float32
+	m, v backend.Buffer
 	t    int
 }
 
-// NewAdamW returns an AdamW over groups with betas (beta1, 0.999), eps 1e-8.
+// NewAdamW returns an AdamW over groups with betas (beta1, 0.999), eps
+// 1e-8, on their parameters' backend.
 func NewAdamW(groups []*Group, beta1 float64) *AdamW {
-	return &AdamW{groups: groups, Beta1: beta1, Beta2: 0.999, Eps: 1e-8, state: map[*Param]*adamState{}}
+	return &AdamW{groups: groups, Beta1: beta1, Beta2: 0.999, Eps: 1e-8, be: groupsBackend(groups), state: map[*Param]*adamState{}}
 }
 
 // Groups implements Optimizer.
@@ -166,30 +231,39 @@ func (o *AdamW) Groups() []*Group { return o.groups }
 
 // Step implements Optimizer.
 func (o *AdamW) Step() {
-	b1, b2 := float32(o.Beta1), float32(o.Beta2)
+	if o.be == nil {
+		return
+	}
 	for _, g := range o.groups {
 		for _, p := range g.Params {
-			st, ok := o.state[p]
-			if !ok {
-				st = &adamState{m: make([]float32, len(p.Data)), v: make([]float32, len(p.Data))}
-				o.state[p] = st
-			}
-			st.t++
-			bc1 := 1 - math.Pow(o.Beta1, float64(st.t))
-			bc2 := math.Sqrt(1 - math.Pow(o.Beta2, float64(st.t)))
-			decay := float32(1 - g.LR*g.WeightDecay)
-			stepSize := float32(g.LR / bc1)
-			inv := float32(1 / bc2)
-			eps := float32(o.Eps)
-			for i, gr := range p.Grad {
-				p.Data[i] *= decay
-				st.m[i] = b1*st.m[i] + (1-b1)*gr
-				st.v[i] = b2*st.v[i] + (1-b2)*gr*gr
-				den := float32(math.Sqrt(float64(st.v[i])))*inv + eps
-				p.Data[i] -= stepSize * st.m[i] / den
+			if _, ok := o.state[p]; !ok {
+				o.state[p] = &adamState{m: zeroed(o.be, p.Value.Len), v: zeroed(o.be, p.Value.Len)}
 			}
 		}
 	}
+	b1, b2 := float32(o.Beta1), float32(o.Beta2)
+	launch(o.be, func(v backend.View) {
+		for _, g := range o.groups {
+			for _, p := range g.Params {
+				st := o.state[p]
+				st.t++
+				bc1 := 1 - math.Pow(o.Beta1, float64(st.t))
+				bc2 := math.Sqrt(1 - math.Pow(o.Beta2, float64(st.t)))
+				decay := float32(1 - g.LR*g.WeightDecay)
+				stepSize := float32(g.LR / bc1)
+				inv := float32(1 / bc2)
+				eps := float32(o.Eps)
+				data, m, vv := v.Float32(p.Value), v.Float32(st.m), v.Float32(st.v)
+				for i, gr := range v.Float32(p.Gradient) {
+					data[i] *= decay
+					m[i] = b1*m[i] + (1-b1)*gr
+					vv[i] = b2*vv[i] + (1-b2)*gr*gr
+					den := float32(math.Sqrt(float64(vv[i])))*inv + eps
+					data[i] -= stepSize * m[i] / den
+				}
+			}
+		}
+	})
 }
 
 // AutoSettings is what the reference's optimizer=auto chooses.

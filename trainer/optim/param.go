@@ -4,21 +4,61 @@ import (
 	"fmt"
 	"math"
 	"strings"
+
+	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
 
-// Param is one trainable tensor. Data and Grad alias the model's storage
-// (allocate the gradient buffer before building the Param: the optimiser
-// reads and clips Grad in place).
+// Param is one trainable tensor: its value and gradient buffers on a
+// backend, which the optimiser updates and clips in place (allocate the
+// gradient before building the Param). A Param given instead as host
+// slices Data and Grad (a test, a reference computation) runs on the CPU
+// backend over those slices, without a copy: its Backend, Value and
+// Gradient are filled in on first use.
 type Param struct {
 	// Name is the state-dict key; it decides the 3×-lr subgroup.
 	Name string
 	// Shape decides the Muon group (ndim ≥ 2) and the Newton–Schulz matrix.
 	Shape []int
-	Data  []float32
-	Grad  []float32
+	// Backend owns Value and Gradient (the model tensors' buffers).
+	Backend         backend.Backend
+	Value, Gradient backend.Buffer
+	// Data and Grad are the host form (see above).
+	Data, Grad []float32
 	// Norm marks the weight of a normalisation layer (BatchNorm): it is
 	// never decayed.
 	Norm bool
+}
+
+// bind gives a host-form Param its CPU buffers.
+func (p *Param) bind() {
+	if p.Backend == nil {
+		p.Backend, p.Value, p.Gradient = hostCPU, hostCPU.Wrap(p.Data), hostCPU.Wrap(p.Grad)
+	}
+}
+
+// backendOf binds params and returns the one backend they share (nil for
+// none); parameters on different backends are an error.
+func backendOf(params []*Param) (backend.Backend, error) {
+	var be backend.Backend
+	for _, p := range params {
+		p.bind()
+		if be == nil {
+			be = p.Backend
+		} else if p.Backend != be {
+			return nil, fmt.Errorf("optim: parameter %q is on the %s backend, others on %s", p.Name, p.Backend.Name(), be.Name())
+		}
+	}
+	return be, nil
+}
+
+// groupsBackend is mustBackend over every group's parameters: an
+// optimiser runs on one backend.
+func groupsBackend(groups []*Group) backend.Backend {
+	var all []*Param
+	for _, g := range groups {
+		all = append(all, g.Params...)
+	}
+	return mustBackend(all)
 }
 
 // Kind is a parameter group's role.
@@ -107,6 +147,9 @@ func BuildGroups(params []*Param, cfg GroupConfig) ([]*Group, error) {
 		g.UseMuon = k == KindMuon
 		groups[i] = g
 	}
+	if _, err := backendOf(params); err != nil {
+		return nil, err
+	}
 	seen := make(map[*Param]bool, len(params))
 	for _, p := range params {
 		if seen[p] {
@@ -117,8 +160,8 @@ func BuildGroups(params []*Param, cfg GroupConfig) ([]*Group, error) {
 		for _, d := range p.Shape {
 			n *= d
 		}
-		if n != len(p.Data) || len(p.Grad) != len(p.Data) {
-			return nil, fmt.Errorf("optim: parameter %q: shape %v, %d values, %d gradients", p.Name, p.Shape, len(p.Data), len(p.Grad))
+		if n != p.Value.Len || p.Gradient.Len != n {
+			return nil, fmt.Errorf("optim: parameter %q: shape %v, %d values, %d gradients", p.Name, p.Shape, p.Value.Len, p.Gradient.Len)
 		}
 		i := 2 * int(KindOf(p, cfg.Muon))
 		if !IsFast(p.Name) {
@@ -129,11 +172,22 @@ func BuildGroups(params []*Param, cfg GroupConfig) ([]*Group, error) {
 	return groups, nil
 }
 
-// GlobalNorm is the L2 norm of all gradients together.
+// GlobalNorm is the L2 norm of all gradients together, computed in one
+// kernel on their backend.
 func GlobalNorm(params []*Param) float64 {
+	be := mustBackend(params)
+	if be == nil {
+		return 0
+	}
+	var n float64
+	launch(be, func(v backend.View) { n = globalNorm(v, params) })
+	return n
+}
+
+func globalNorm(v backend.View, params []*Param) float64 {
 	s := 0.0
 	for _, p := range params {
-		for _, g := range p.Grad {
+		for _, g := range v.Float32(p.Gradient) {
 			s += float64(g) * float64(g)
 		}
 	}
@@ -146,32 +200,66 @@ func ClipCoef(norm, maxNorm float64) float64 {
 	return min(maxNorm/(norm+1e-6), 1)
 }
 
-// ScaleGrads multiplies every gradient by c (in float32, as the reference).
+// ScaleGrads multiplies every gradient by c (in float32, as the
+// reference), in one kernel on their backend.
 func ScaleGrads(params []*Param, c float64) {
+	be := mustBackend(params)
+	if c == 1 || be == nil {
+		return
+	}
+	launch(be, func(v backend.View) { scaleGrads(v, params, c) })
+}
+
+func scaleGrads(v backend.View, params []*Param, c float64) {
 	if c == 1 {
 		return
 	}
 	f := float32(c)
 	for _, p := range params {
-		for i := range p.Grad {
-			p.Grad[i] *= f
+		g := v.Float32(p.Gradient)
+		for i := range g {
+			g[i] *= f
 		}
 	}
 }
 
 // ClipGradNorm scales all gradients so that their global L2 norm is at
 // most maxNorm (10 in the reference) and returns the norm before clipping.
+// The norm and the coefficient are computed and applied in one kernel on
+// the gradients' backend; ClipGrads is the same kernel for a caller that
+// does not read the norm, so that a device never has to send it back.
 func ClipGradNorm(params []*Param, maxNorm float64) float64 {
-	n := GlobalNorm(params)
-	ScaleGrads(params, ClipCoef(n, maxNorm))
+	be := mustBackend(params)
+	if be == nil {
+		return 0
+	}
+	var n float64
+	launch(be, func(v backend.View) {
+		n = globalNorm(v, params)
+		scaleGrads(v, params, ClipCoef(n, maxNorm))
+	})
 	return n
 }
 
-// ZeroGrad clears every gradient in place.
+// ClipGrads is ClipGradNorm without reading the norm back.
+func ClipGrads(params []*Param, maxNorm float64) { ClipGradNorm(params, maxNorm) }
+
+// ZeroGrad clears every gradient in place, on its backend.
 func ZeroGrad(params []*Param) {
 	for _, p := range params {
-		clear(p.Grad)
+		p.bind()
+		p.Backend.Fill(p.Gradient, 0)
 	}
+}
+
+// mustBackend is backendOf for the package's free functions, whose
+// parameters come from one model: a mix of backends is a programming error.
+func mustBackend(params []*Param) backend.Backend {
+	be, err := backendOf(params)
+	if err != nil {
+		panic(err)
+	}
+	return be
 }
 
 // Optimizer updates parameters from their gradients.

@@ -4,13 +4,17 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
 
 // Optimiser state is exchanged as named float32 buffers, "<param>.<buffer>"
 // with the reference's buffer names (momentum_buffer, momentum_buffer_SGD,
 // exp_avg, exp_avg_sq, step), so that a checkpoint can hold it next to the
-// weights. State returns copies; LoadState copies in. A parameter without
-// entries starts fresh, as it would in the reference.
+// weights. State returns host copies (downloads from the backend);
+// LoadState uploads copies. They are the optimiser's only crossings, made
+// at checkpoint save and load. A parameter without entries starts fresh,
+// as it would in the reference.
 
 func paramIndex(groups []*Group) map[string]*Param {
 	m := map[string]*Param{}
@@ -57,7 +61,7 @@ func sortedKeys(m map[string][]float32) []string {
 func (o *SGD) State() map[string][]float32 {
 	out := map[string][]float32{}
 	for p, b := range o.buf {
-		out[p.Name+".momentum_buffer"] = append([]float32(nil), b...)
+		out[p.Name+".momentum_buffer"] = download(o.be, b)
 	}
 	return out
 }
@@ -65,16 +69,22 @@ func (o *SGD) State() map[string][]float32 {
 // LoadState implements Optimizer.
 func (o *SGD) LoadState(st map[string][]float32) error {
 	params := paramIndex(o.groups)
-	buf := map[*Param][]float32{}
 	for _, k := range sortedKeys(st) {
 		p, _, err := splitKey(params, k, "momentum_buffer")
 		if err != nil {
 			return err
 		}
-		if err := checkLen(k, st[k], len(p.Data)); err != nil {
+		if err := checkLen(k, st[k], p.Value.Len); err != nil {
 			return err
 		}
-		buf[p] = append([]float32(nil), st[k]...)
+	}
+	buf := map[*Param]backend.Buffer{}
+	for _, k := range sortedKeys(st) {
+		p, _, _ := splitKey(params, k, "momentum_buffer")
+		buf[p] = upload(o.be, st[k])
+	}
+	for _, b := range o.buf {
+		o.be.Free(b)
 	}
 	o.buf = buf
 	return nil
@@ -87,9 +97,9 @@ func (o *MuSGD) State() map[string][]float32 {
 		if s.first {
 			continue
 		}
-		out[p.Name+".momentum_buffer_SGD"] = append([]float32(nil), s.sgd...)
-		if s.muon != nil {
-			out[p.Name+".momentum_buffer"] = append([]float32(nil), s.muon...)
+		out[p.Name+".momentum_buffer_SGD"] = download(o.be, s.sgd)
+		if s.muon.Present() {
+			out[p.Name+".momentum_buffer"] = download(o.be, s.muon)
 		}
 	}
 	return out
@@ -104,37 +114,48 @@ func (o *MuSGD) LoadState(st map[string][]float32) error {
 			muon[p] = g.UseMuon
 		}
 	}
-	state := map[*Param]*musgdState{}
-	get := func(p *Param) *musgdState {
-		s := state[p]
-		if s == nil {
-			s = &musgdState{}
-			state[p] = s
-		}
-		return s
-	}
+	// Validate everything before the first upload, so that a bad state
+	// leaves the optimiser as it was.
+	type have struct{ sgd, muon []float32 }
+	found := map[*Param]*have{}
 	for _, k := range sortedKeys(st) {
 		p, b, err := splitKey(params, k, "momentum_buffer_SGD", "momentum_buffer")
 		if err != nil {
 			return err
 		}
-		if err := checkLen(k, st[k], len(p.Data)); err != nil {
+		if err := checkLen(k, st[k], p.Value.Len); err != nil {
 			return err
 		}
-		v := append([]float32(nil), st[k]...)
+		h := found[p]
+		if h == nil {
+			h = &have{}
+			found[p] = h
+		}
 		if b == "momentum_buffer" {
 			if !muon[p] {
 				return fmt.Errorf("optim: state %q: %s is not in a Muon group", k, p.Name)
 			}
-			get(p).muon = v
+			h.muon = st[k]
 		} else {
-			get(p).sgd = v
+			h.sgd = st[k]
 		}
 	}
-	for p, s := range state {
-		if s.sgd == nil || (muon[p] && s.muon == nil) {
+	for p, h := range found {
+		if h.sgd == nil || (muon[p] && h.muon == nil) {
 			return fmt.Errorf("optim: state for %s is incomplete", p.Name)
 		}
+	}
+	state := map[*Param]*musgdState{}
+	for p, h := range found {
+		s := &musgdState{sgd: upload(o.be, h.sgd)}
+		if h.muon != nil {
+			s.muon = upload(o.be, h.muon)
+		}
+		state[p] = s
+	}
+	for _, s := range o.state {
+		o.be.Free(s.sgd)
+		o.be.Free(s.muon)
 	}
 	o.state = state
 	return nil
@@ -144,8 +165,8 @@ func (o *MuSGD) LoadState(st map[string][]float32) error {
 func (o *AdamW) State() map[string][]float32 {
 	out := map[string][]float32{}
 	for p, s := range o.state {
-		out[p.Name+".exp_avg"] = append([]float32(nil), s.m...)
-		out[p.Name+".exp_avg_sq"] = append([]float32(nil), s.v...)
+		out[p.Name+".exp_avg"] = download(o.be, s.m)
+		out[p.Name+".exp_avg_sq"] = download(o.be, s.v)
 		out[p.Name+".step"] = []float32{float32(s.t)}
 	}
 	return out
@@ -154,16 +175,20 @@ func (o *AdamW) State() map[string][]float32 {
 // LoadState implements Optimizer.
 func (o *AdamW) LoadState(st map[string][]float32) error {
 	params := paramIndex(o.groups)
-	state := map[*Param]*adamState{}
+	type have struct {
+		m, v []float32
+		t    int
+	}
+	found := map[*Param]*have{}
 	for _, k := range sortedKeys(st) {
 		p, b, err := splitKey(params, k, "exp_avg_sq", "exp_avg", "step")
 		if err != nil {
 			return err
 		}
-		s := state[p]
+		s := found[p]
 		if s == nil {
-			s = &adamState{t: -1}
-			state[p] = s
+			s = &have{t: -1}
+			found[p] = s
 		}
 		switch b {
 		case "step":
@@ -172,21 +197,29 @@ func (o *AdamW) LoadState(st map[string][]float32) error {
 			}
 			s.t = int(st[k][0])
 		case "exp_avg":
-			if err := checkLen(k, st[k], len(p.Data)); err != nil {
+			if err := checkLen(k, st[k], p.Value.Len); err != nil {
 				return err
 			}
-			s.m = append([]float32(nil), st[k]...)
+			s.m = st[k]
 		default:
-			if err := checkLen(k, st[k], len(p.Data)); err != nil {
+			if err := checkLen(k, st[k], p.Value.Len); err != nil {
 				return err
 			}
-			s.v = append([]float32(nil), st[k]...)
+			s.v = st[k]
 		}
 	}
-	for p, s := range state {
+	for p, s := range found {
 		if s.m == nil || s.v == nil || s.t < 1 {
 			return fmt.Errorf("optim: state for %s is incomplete", p.Name)
 		}
+	}
+	state := map[*Param]*adamState{}
+	for p, s := range found {
+		state[p] = &adamState{m: upload(o.be, s.m), v: upload(o.be, s.v), t: s.t}
+	}
+	for _, s := range o.state {
+		o.be.Free(s.m)
+		o.be.Free(s.v)
 	}
 	o.state = state
 	return nil

@@ -3,16 +3,12 @@ package train
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/segpipe/segpipe/formats/safetensors"
 	"github.com/segpipe/segpipe/formats/shard"
-	"github.com/segpipe/segpipe/internal/atomicfile"
 	"github.com/segpipe/segpipe/pipeline/augment"
 	"github.com/segpipe/segpipe/trainer/model"
-	"github.com/segpipe/segpipe/trainer/optim"
 )
 
 const (
@@ -39,33 +35,24 @@ func fitness(ep Epoch) float64 {
 // save writes the run directory after an epoch: last (EMA weights), best
 // when fitness improved, the resumable state, results.csv and the plot.
 func (t *trainer) save(ep Epoch) error {
-	dir := t.opt.Out
 	if err := t.loadEMA(); err != nil {
 		return err
 	}
-	meta := model.Meta{Imgsz: t.cfg.Imgsz, Step: int64(t.st.NI), Config: t.meta}
-	last := filepath.Join(dir, LastFile)
-	if err := t.em.SaveCheckpoint(last, meta); err != nil {
+	meta := model.Meta{Imgsz: t.cfg.Imgsz, Step: int64(t.st.NI), Config: t.dir.meta}
+	if err := t.em.SaveCheckpoint(t.dir.file(LastFile), meta); err != nil {
 		return err
 	}
 	validated := ep.BoxMAP >= 0 || ep.MaskMAP >= 0
 	if f := fitness(ep); validated && f >= t.st.Best {
 		t.st.Best = f
-		b, err := os.ReadFile(last)
-		if err != nil {
-			return err
-		}
-		if err := atomicfile.WriteFile(filepath.Join(dir, BestFile), b, 0o644); err != nil {
+		if err := t.dir.promoteBest(); err != nil {
 			return err
 		}
 	}
 	if err := t.saveState(); err != nil {
 		return err
 	}
-	if err := writeResults(filepath.Join(dir, ResultsFile), t.st.History); err != nil {
-		return err
-	}
-	return writePlot(filepath.Join(dir, PlotFile), t.st.History)
+	return t.dir.writeHistory(t.st.History)
 }
 
 // interrupt saves the run between two batches of an epoch (p is what the
@@ -78,7 +65,7 @@ func (t *trainer) interrupt(p *partialEpoch, ep *Epoch, elapsed func(), cause er
 	if err := t.saveState(); err != nil {
 		return fmt.Errorf("saving the interrupted run: %w", err)
 	}
-	t.log.Info("run saved mid-epoch", "run", t.opt.Out, "epoch", p.Epoch, "batches_done", p.Batches, "iteration", t.st.NI)
+	t.log.Info("run saved mid-epoch", "run", t.dir.path, "epoch", p.Epoch, "batches_done", p.Batches, "iteration", t.st.NI)
 	if cause != nil {
 		return fmt.Errorf("%w: %w", ErrInterrupted, cause)
 	}
@@ -89,8 +76,6 @@ func (t *trainer) interrupt(p *partialEpoch, ep *Epoch, elapsed func(), cause er
 // the EMA, optimiser buffers, gradients accumulated towards the next
 // optimiser step, and the loop state.
 func (t *trainer) saveState() error {
-	dir := t.opt.Out
-	t.host.down(true) // pending gradients live on the backend
 	t.st.LastStep = t.acc.Last()
 	t.st.EMAUpdates = t.ema.Updates
 	t.st.Categories = t.opt.Categories
@@ -104,8 +89,11 @@ func (t *trainer) saveState() error {
 	}
 	// The EMA is stored here as well as in last.safetensors so that the
 	// state file alone is consistent if the process dies between writes.
+	// Values, State and the pending gradients are the explicit crossings
+	// of a save: the training state lives on the backend.
+	ema := t.ema.Values()
 	for i, p := range t.em.State() {
-		ts, err := safetensors.FromFloat32(safetensors.F32, p.Shape, t.ema.Values()[i])
+		ts, err := safetensors.FromFloat32(safetensors.F32, p.Shape, ema[i])
 		if err != nil {
 			return err
 		}
@@ -121,45 +109,25 @@ func (t *trainer) saveState() error {
 	// Gradients are pending whenever the accumulation to the nominal batch
 	// straddles the save (an epoch end or an interruption); without them
 	// the resumed step would miss those batches.
-	if pendingGrads(t.params) {
-		for _, p := range t.params {
-			ts, err := safetensors.FromFloat32(safetensors.F32, p.Shape, p.Grad)
+	if grads := t.host.gradsToHost(); grads != nil {
+		for i, p := range t.params {
+			ts, err := safetensors.FromFloat32(safetensors.F32, p.Shape, grads[i])
 			if err != nil {
 				return err
 			}
 			out.Tensors[prefixGrad+p.Name] = ts
 		}
 	}
-	sj, err := json.Marshal(t.st)
-	if err != nil {
-		return err
-	}
-	out.Metadata = map[string]string{metaState: string(sj), "config": string(t.meta)}
-	return safetensors.WriteFile(filepath.Join(dir, StateFile), out)
-}
-
-func pendingGrads(ps []*optim.Param) bool {
-	for _, p := range ps {
-		for _, g := range p.Grad {
-			if g != 0 {
-				return true
-			}
-		}
-	}
-	return false
+	return t.dir.writeState(out, &t.st)
 }
 
 // load restores everything save wrote: raw weights and BatchNorm counters,
 // optimiser buffers, EMA (from last.safetensors), schedule position,
 // ProgLoss updates and the loader position.
 func (t *trainer) load() error {
-	dir := t.opt.Out
-	f, err := safetensors.ReadFile(filepath.Join(dir, StateFile))
+	f, err := t.dir.readState(&t.st)
 	if err != nil {
-		return fmt.Errorf("resume: %w", err)
-	}
-	if err := json.Unmarshal([]byte(f.Metadata[metaState]), &t.st); err != nil {
-		return fmt.Errorf("resume: %s: %w", StateFile, err)
+		return err
 	}
 	mf := safetensors.New()
 	ef := map[string][]float32{}
@@ -194,32 +162,35 @@ func (t *trainer) load() error {
 	if err := t.m.LoadState(mf, model.LoadOptions{}); err != nil {
 		return fmt.Errorf("resume: %w", err)
 	}
-	t.host.down(false)
 	if err := t.opt_.LoadState(ost); err != nil {
 		return fmt.Errorf("resume: %w", err)
 	}
-	vals := t.ema.Values()
-	for i, p := range t.em.State() {
+	var vals [][]float32
+	for _, p := range t.em.State() {
 		x, ok := ef[p.Name]
-		if !ok || len(x) != len(vals[i]) {
+		if !ok || len(x) != p.Value.Numel() {
 			return fmt.Errorf("resume: %s: EMA tensor %s missing or mis-sized", StateFile, p.Name)
 		}
-		copy(vals[i], x)
+		vals = append(vals, x)
+	}
+	if err := t.ema.Load(vals); err != nil {
+		return fmt.Errorf("resume: %w", err)
 	}
 	if len(grads) > 0 {
+		var gs [][]float32
 		for _, p := range t.params {
 			g, ok := grads[p.Name]
-			if !ok || len(g) != len(p.Grad) {
+			if !ok || len(g) != p.Gradient.Len {
 				return fmt.Errorf("resume: %s: gradient %s missing or mis-sized", StateFile, p.Name)
 			}
-			copy(p.Grad, g)
+			gs = append(gs, g)
 		}
-		t.host.up(true)
+		t.host.gradsFromHost(gs)
 	}
 	t.ema.Updates = t.st.EMAUpdates
 	t.acc.Restore(t.st.LastStep)
 	t.crit.SetUpdates(t.st.CritUpdates)
-	t.log.Info("resuming", "run", dir, "epoch", t.st.NextEpoch+1, "iteration", t.st.NI,
+	t.log.Info("resuming", "run", t.dir.path, "epoch", t.st.NextEpoch+1, "iteration", t.st.NI,
 		"loader_epoch", t.st.Loader.Epoch, "loader_consumed", t.st.Loader.Consumed)
 	return nil
 }

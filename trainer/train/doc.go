@@ -47,7 +47,9 @@
 //     the EMA model used for validation, and every tensor op of the step
 //     run there. "cpu" and "emu" train with the same numbers; "cuda" is
 //     refused with ErrDevice until the CUDA backend lands. The step owns
-//     the host↔device boundary: the batch goes up, and the loss, the
-//     optimiser, the EMA and the run files work on host values (views on
-//     the CPU, counted copies on a device; see hostState).
+//     the host↔device boundary: the batch goes up, and the loss works on
+//     host values (views on the CPU, counted copies on a device). The
+//     optimiser, clipping and the EMA run on the backend's own buffers
+//     (package optim; the EMA's average is the evaluation model), so the
+//     run files are the only other crossing (see hostState).
 package train

@@ -2,14 +2,11 @@ package train
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -24,16 +21,6 @@ import (
 	"github.com/segpipe/segpipe/trainer/optim"
 	"github.com/segpipe/segpipe/trainer/tensor"
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
-)
-
-// Files of a run directory.
-const (
-	ConfigFile  = "config.json"
-	LastFile    = "last.safetensors"
-	BestFile    = "best.safetensors"
-	StateFile   = "state.safetensors"
-	ResultsFile = "results.csv"
-	PlotFile    = "results.png"
 )
 
 // Progress shows one epoch's progress (a terminal bar or periodic logs).
@@ -89,43 +76,10 @@ type Epoch struct {
 	ValSec       float64 `json:"ValSec"`
 }
 
-// state is what resume needs beyond the tensors.
-type state struct {
-	NextEpoch   int              `json:"next_epoch"`
-	NI          int              `json:"ni"`
-	LastStep    int              `json:"last_step"`
-	EMAUpdates  int              `json:"ema_updates"`
-	CritUpdates int              `json:"crit_updates"`
-	Loader      order.State      `json:"loader"`
-	Best        float64          `json:"best_fitness"`
-	History     []Epoch          `json:"history"`
-	Categories  []shard.Category `json:"Categories"` // the key earlier runs hold
-	// Partial is the epoch in progress when the state was saved between
-	// two of its batches (nil at an epoch end).
-	Partial *partialEpoch `json:"partial,omitempty"`
-}
-
-// partialEpoch is what an epoch has accumulated so far: resuming adds to
-// it, so the epoch's results.csv row equals an uninterrupted epoch's.
-type partialEpoch struct {
-	Epoch    int                         `json:"epoch"` // 1-based
-	Loss     [loss.NumComponents]float64 `json:"loss"`
-	Images   int                         `json:"images"`
-	Batches  int                         `json:"batches"`
-	TrainSec float64                     `json:"train_s"`
-	StallSec float64                     `json:"stall_s"`
-}
-
 // ErrInterrupted is returned (wrapping the context's error) when a run was
 // cancelled or split at a batch: the state is saved and the run resumes
 // from the next batch.
 var ErrInterrupted = errors.New("train: interrupted; the run resumes from the next batch")
-
-// runMeta is the JSON stored as config in checkpoints and config.json.
-type runMeta struct {
-	Config
-	Categories []shard.Category `json:"categories"`
-}
 
 // Summary is what Run reports.
 type Summary struct {
@@ -146,7 +100,7 @@ type trainer struct {
 	be     backend.Backend
 	host   *hostState
 	params []*optim.Param
-	state  [][]float32
+	state  []backend.Buffer // the model's state tensors, which the EMA averages
 	opt_   optim.Optimizer
 	sched  optim.Schedule
 	acc    optim.Accumulator
@@ -154,7 +108,7 @@ type trainer struct {
 	crit   *loss.Criterion
 	nb, n  int
 	st     state
-	meta   []byte
+	dir    *runDir
 	iters  int // iterations run by this call
 }
 
@@ -229,8 +183,8 @@ func (t *trainer) recordSkips(ld pipeline.Batches, sum *Summary) {
 	if n := s.Total(); n > 0 {
 		t.log.Warn("training samples skipped", "skipped", n, "summary", s.String())
 	}
-	if err := s.WriteFile(t.opt.Out); err != nil {
-		t.log.Error("writing the skip summary", "run", t.opt.Out, "err", err)
+	if err := s.WriteFile(t.dir.path); err != nil {
+		t.log.Error("writing the skip summary", "run", t.dir.path, "err", err)
 	}
 }
 
@@ -243,45 +197,19 @@ func (t *trainer) augment() augment.Config {
 
 func (t *trainer) setup() error {
 	opt := t.opt
-	if opt.Out == "" {
-		return errors.New("train: no run directory")
-	}
 	if opt.Train == nil {
 		return errors.New("train: no training data")
 	}
-	t.cfg = opt.Config
-	cats := opt.Categories
-	if opt.Resume {
-		b, err := os.ReadFile(filepath.Join(opt.Out, ConfigFile))
-		if err != nil {
-			return fmt.Errorf("resume: %w", err)
-		}
-		var rm runMeta
-		rm.Config = DefaultConfig()
-		if err := json.Unmarshal(b, &rm); err != nil {
-			return fmt.Errorf("resume: %s: %w", filepath.Join(opt.Out, ConfigFile), err)
-		}
-		t.cfg, cats = rm.Config, rm.Categories
-	}
-	if t.cfg.Classes == 0 {
-		t.cfg.Classes = len(cats)
-	}
-	if err := t.cfg.Validate(); err != nil {
+	d, err := openRunDir(opt)
+	if err != nil {
 		return err
 	}
-	if t.cfg.Classes < 1 {
-		return errors.New("train: class count unknown: the shards have no categories and the config sets none")
-	}
-	if cats != nil && len(cats) != t.cfg.Classes {
-		return fmt.Errorf("train: config has %d classes, the category table %d", t.cfg.Classes, len(cats))
-	}
-	t.opt.Categories = cats
+	t.dir, t.cfg, t.opt.Categories = d, d.cfg, d.cats
 	t.n = opt.Train.Images()
 	if t.n == 0 {
 		return errors.New("train: the training data has no images")
 	}
 	t.nb = (t.n + t.cfg.Batch - 1) / t.cfg.Batch
-	var err error
 	mcfg := model.Config{Variant: t.cfg.Variant, Classes: t.cfg.Classes, Seed: t.cfg.Seed}
 	if t.m, err = model.New(mcfg); err != nil {
 		return err
@@ -300,41 +228,42 @@ func (t *trainer) setup() error {
 		}
 	}
 	t.host = newHostState(t.m)
+	// The optimiser, clipping and the EMA work on the model's own buffers
+	// on the backend; the EMA's average is the evaluation model's state.
 	norm := map[string]bool{}
 	for _, bn := range t.m.BatchNorms() {
 		norm[bn.Prefix+".weight"] = true
 	}
-	for i, p := range t.m.Params() {
-		t.params = append(t.params, &optim.Param{Name: p.Name, Shape: p.Shape,
-			Data: t.host.values[t.host.index[i]], Grad: t.host.grads[i], Norm: norm[p.Name]})
+	for _, p := range t.m.Params() {
+		t.params = append(t.params, &optim.Param{Name: p.Name, Shape: p.Shape, Backend: t.be,
+			Value: p.Value.Buffer(), Gradient: p.Value.GradBuffer(), Norm: norm[p.Name]})
 	}
-	t.state = t.host.values
+	var avg []backend.Buffer
+	for _, p := range t.m.State() {
+		t.state = append(t.state, p.Value.Buffer())
+	}
+	for _, p := range t.em.State() {
+		avg = append(avg, p.Value.Buffer())
+	}
 	if err := t.buildOptimizer(); err != nil {
 		return err
 	}
-	t.ema = optim.NewEMA(t.state)
+	if t.ema, err = optim.NewEMAOn(t.be, avg, t.state); err != nil {
+		return err
+	}
 	t.ema.Tau = t.cfg.EMATau
 	lc := loss.DefaultConfig(t.cfg.Epochs)
 	if t.crit, err = loss.NewCriterion(lc); err != nil {
 		return err
 	}
 	t.st = state{Loader: order.State{Seed: t.cfg.Seed}, Best: -1}
-	meta, err := json.Marshal(runMeta{Config: t.cfg, Categories: cats})
-	if err != nil {
-		return err
-	}
-	t.meta = meta
-	if err := os.MkdirAll(opt.Out, 0o755); err != nil {
+	if err := t.dir.mkdir(); err != nil {
 		return err
 	}
 	if opt.Resume {
 		return t.load()
 	}
-	if _, err := os.Stat(filepath.Join(opt.Out, StateFile)); err == nil {
-		return fmt.Errorf("train: %s already holds a run; use --resume %s or another --out", opt.Out, opt.Out)
-	}
-	pretty, _ := json.MarshalIndent(runMeta{Config: t.cfg, Categories: cats}, "", "  ")
-	return os.WriteFile(filepath.Join(opt.Out, ConfigFile), append(pretty, '\n'), 0o644)
+	return t.dir.create()
 }
 
 func (t *trainer) buildOptimizer() error {
@@ -524,13 +453,13 @@ func (t *trainer) step(tp *tensor.Tape, r arrow.RecordBatch, e int, gs *gradSet,
 		ep.Loss[i] += v
 	}
 	if t.acc.Due(t.st.NI, acc) {
-		t.host.down(true)
-		optim.ClipGradNorm(t.params, t.cfg.ClipNorm)
+		// Clip, step, zero and average are kernels on the backend's own
+		// buffers: an optimiser iteration crosses nothing more than an
+		// accumulation iteration.
+		optim.ClipGrads(t.params, t.cfg.ClipNorm)
 		t.opt_.Step()
 		optim.ZeroGrad(t.params)
-		t.host.up(false)
-		t.host.zeroGrads()
-		if err := t.ema.Update(t.state); err != nil {
+		if err := t.ema.UpdateOn(t.state); err != nil {
 			return 0, err
 		}
 	}

@@ -119,16 +119,10 @@ func (t *trainer) validate(ctx context.Context) (box, mask *metrics.Result, err 
 		Conf: float32(t.cfg.Conf), MaxDet: t.cfg.MaxDet})
 }
 
-// loadEMA copies the averaged state into the evaluation model.
+// loadEMA readies the evaluation model: its state tensors are the EMA's
+// average already (see setup), so only the BatchNorm counters, which are
+// not averaged, are copied.
 func (t *trainer) loadEMA() error {
-	st := t.em.State()
-	vals := t.ema.Values()
-	if len(st) != len(vals) {
-		return fmt.Errorf("ema holds %d tensors, the model %d", len(vals), len(st))
-	}
-	for i, p := range st {
-		p.Value.FromHost(vals[i])
-	}
 	src := t.m.BatchNorms()
 	for i, bn := range t.em.BatchNorms() {
 		bn.BN.NumBatchesTracked = src[i].BN.NumBatchesTracked
