@@ -27,7 +27,7 @@ var trainFlagUsage = map[string]string{
 	"epochs":          "training epochs",
 	"batch":           "images per batch (gradients accumulate to --nbs)",
 	"imgsz":           "square input side in pixels (multiple of 32)",
-	"device":          "backend: cpu (the reference), emu (the CPU kernels behind an emulated device boundary, every transfer counted; same numbers as cpu) or cuda (not available in this build)",
+	"device":          "backend: cpu (the reference), emu (the CPU kernels behind an emulated device boundary, every transfer counted; same numbers as cpu) or cuda (GPU 0 through the run-time CUDA binding; TF32 stays off unless SEGPIPE_TF32=1)",
 	"seed":            "model-initialisation, shuffle and augmentation seed",
 	"workers":         "loader goroutines (0: GOMAXPROCS)",
 	"weights":         "initial weights: a checkpoint of the same variant and class count (default: random init)",

@@ -38,6 +38,7 @@ thread_local std::barrier<>* sp_block_barrier;
 
 #include "elementwise.cu"
 #include "layout.cu"
+#include "norm.cu"
 #include "optim.cu"
 #include "reduce.cu"
 
@@ -104,7 +105,8 @@ const std::map<std::string, Kernel> kernels = {
     K(expand_windows),  K(reduce_partial),    K(reduce_finish),     K(sum_axis),        K(sum_axis_backward),
     K(softmax_forward), K(softmax_backward),  K(clip_coef),         K(scale_by),        K(sgd_nesterov),
     K(adamw_step),      K(muon_momentum),     K(axpby),             K(scale_inv_norm),  K(ema_update),
-    K(index_select),
+    K(index_select),    K(strided_walk),      K(bn_train),          K(bn_backward),     K(bn_eval_scale),
+    K(bn_eval_backward),
 };
 
 std::map<long, std::vector<unsigned char>> buffers;
