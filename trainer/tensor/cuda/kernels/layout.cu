@@ -172,13 +172,19 @@ extern "C" __global__ void maxpool_backward(Pool2d p, const float* __restrict__ 
     oy1 = oy1 < p.oh - 1 ? oy1 : p.oh - 1;
     ox1 = ox1 < p.ow - 1 ? ox1 : p.ow - 1;
     const long long base = nc * p.oh * p.ow;
-    float s = 0.f;
+    // Added one by one in output order, and only where this input won, as
+    // the reference scatters them: the same bits (−0 stays −0).
+    float s = dx[i];
+    bool hit = false;
     for (int oy = oy0; oy <= oy1; oy++)
       for (int ox = ox0; ox <= ox1; ox++) {
         long long o = base + oy * p.ow + ox;
-        if (arg[o] == pos) s += dy[o];
+        if (arg[o] == pos) {
+          s += dy[o];
+          hit = true;
+        }
       }
-    dx[i] += s;
+    if (hit) dx[i] = s;
   }
 }
 
