@@ -86,11 +86,11 @@ func NewBackend(ordinal int, opt Options) (*Backend, error) {
 		d.Close()
 		return nil, err
 	}
-	return newBackend(e, "cuda", max(d.SMs, 1)*8)
+	return newBackend(e, &Kernels{l: e, maxBlocks: max(d.SMs, 1) * 8}), nil
 }
 
-func newBackend(e engine, name string, maxBlocks int) (*Backend, error) {
-	return &Backend{e: e, k: &Kernels{l: e, maxBlocks: maxBlocks}, name: name, plans: map[Conv]*ConvPlan{}}, nil
+func newBackend(e engine, k *Kernels) *Backend {
+	return &Backend{e: e, k: k, name: "cuda", plans: map[Conv]*ConvPlan{}}
 }
 
 // Close waits for the device, destroys the cached plans and handles, and

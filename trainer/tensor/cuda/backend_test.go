@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -281,7 +282,48 @@ func backendCases() []backendCase {
 // Go code, not a GPU.
 func TestBackendOnHarness(t *testing.T) {
 	be, e := newHarnessBackend(t)
+	compareBackendCases(t, be, 1e-5, false)
+	// Four convolution shapes were planned once each, whatever the passes.
+	if e.plans != 4 || be.planned.Load() != 4 {
+		t.Errorf("%d convolution plans made (%d cached), want 4: the plan cache is per shape", e.plans, be.planned.Load())
+	}
+	tr := be.Transfers()
+	if tr.Uploads == 0 || tr.Downloads == 0 || tr.Syncs != 0 {
+		t.Errorf("transfers %+v: want counted uploads and downloads and no sync", tr)
+	}
+}
+
+// openGPUBackend opens GPU 0 as a Backend (TF32 off) or skips the test.
+func openGPUBackend(t *testing.T) *Backend {
+	t.Helper()
+	be, err := NewBackend(0, Options{})
+	if errors.Is(err, ErrUnavailable) {
+		t.Skipf("no CUDA device: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := be.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return be
+}
+
+// TestBackendOnGPU runs the same cases on GPU 0 (cuBLAS, cuDNN and the
+// PTX kernels) at 1e-3 with TF32 off, logging each method's worst error.
+func TestBackendOnGPU(t *testing.T) {
+	compareBackendCases(t, openGPUBackend(t), 1e-3, true)
+}
+
+// compareBackendCases runs backendCases on be and on the CPU backend and
+// compares every output: exact cases bit for bit, the others within rtol
+// (relative, with an absolute floor of rtol/10).
+func compareBackendCases(t *testing.T, be backend.Backend, rtol float64, logWorst bool) {
 	ref := cpu.New()
+	worstOf := map[string]float64{}
+	var names []string
 	for i, c := range backendCases() {
 		want := c.run(&backendRun{be: ref, rng: rand.New(rand.NewPCG(uint64(i), 5))})
 		got := c.run(&backendRun{be: be, rng: rand.New(rand.NewPCG(uint64(i), 5))})
@@ -298,18 +340,20 @@ func TestBackendOnHarness(t *testing.T) {
 				}
 				continue
 			}
-			if e, at := worst(g, w, 1e-5, 1e-6); e > 1 {
+			e, at := worst(g, w, rtol, rtol/10)
+			if e > 1 {
 				t.Errorf("%s (case %d) output %d: element %d = %v, want %v", c.name, i, k, at, g[at], w[at])
 			}
+			if _, ok := worstOf[c.name]; !ok {
+				names = append(names, c.name)
+			}
+			worstOf[c.name] = max(worstOf[c.name], e*rtol)
 		}
 	}
-	// Four convolution shapes were planned once each, whatever the passes.
-	if e.plans != 4 || be.planned.Load() != 4 {
-		t.Errorf("%d convolution plans made (%d cached), want 4: the plan cache is per shape", e.plans, be.planned.Load())
-	}
-	tr := be.Transfers()
-	if tr.Uploads == 0 || tr.Downloads == 0 || tr.Syncs != 0 {
-		t.Errorf("transfers %+v: want counted uploads and downloads and no sync", tr)
+	if logWorst {
+		for _, n := range names {
+			t.Logf("%s: worst error %.3g (relative, floor %g)", n, worstOf[n], rtol/10)
+		}
 	}
 }
 

@@ -102,12 +102,24 @@ type Kernels struct {
 	l launcher
 	// maxBlocks caps a grid-stride launch's grid (a few waves of the SMs).
 	maxBlocks int
+	// threads is every launch's block size, blockSize when 0; the CPU
+	// harness runs the Backend with small blocks, whose barriers its OS
+	// threads meet far faster. A power of two ≤ blockSize.
+	threads int
+}
+
+func (k *Kernels) block() dim3 {
+	if k.threads > 0 {
+		return dim3{uint32(k.threads), 1, 1}
+	}
+	return dim3{blockSize, 1, 1}
 }
 
 // grid1 is the launch geometry of n elements, one per thread in
 // grid-stride loops.
 func (k *Kernels) grid1(n int) dim3 {
-	b := (n + blockSize - 1) / blockSize
+	t := int(k.block().x)
+	b := (n + t - 1) / t
 	return dim3{uint32(max(min(b, k.maxBlocks), 1)), 1, 1}
 }
 
@@ -115,7 +127,7 @@ func (k *Kernels) run(kn kernel, n int, args ...arg) error {
 	if n <= 0 {
 		return nil
 	}
-	if err := k.l.launch(kn, k.grid1(n), dim3{blockSize, 1, 1}, args); err != nil {
+	if err := k.l.launch(kn, k.grid1(n), k.block(), args); err != nil {
 		return fmt.Errorf("%s: %w", kn, err)
 	}
 	return nil
@@ -349,7 +361,7 @@ func (k *Kernels) BiasGrad(dy, db Ptr, n, c, hw int) error {
 		return nil
 	}
 	g := dim3{uint32(min(c, 65535)), 1, 1}
-	if err := k.l.launch(kBiasGrad, g, dim3{blockSize, 1, 1}, []arg{ptrArg(dy), ptrArg(db), i32Arg(n), i32Arg(c), i64Arg(hw)}); err != nil {
+	if err := k.l.launch(kBiasGrad, g, k.block(), []arg{ptrArg(dy), ptrArg(db), i32Arg(n), i32Arg(c), i64Arg(hw)}); err != nil {
 		return fmt.Errorf("%s: %w", kBiasGrad, err)
 	}
 	return nil
@@ -427,7 +439,7 @@ func (k *Kernels) finish(partial Ptr, m int, y Ptr, alpha float32, root bool) er
 	if root {
 		r = 1
 	}
-	if err := k.l.launch(kReduceFinish, dim3{1, 1, 1}, dim3{blockSize, 1, 1},
+	if err := k.l.launch(kReduceFinish, dim3{1, 1, 1}, k.block(),
 		[]arg{ptrArg(partial), i32Arg(m), ptrArg(y), f32Arg(alpha), i32Arg(r)}); err != nil {
 		return fmt.Errorf("%s: %w", kReduceFinish, err)
 	}
@@ -605,7 +617,7 @@ func (k *Kernels) perChannel(kn kernel, c int, args ...arg) error {
 	if c <= 0 {
 		return nil
 	}
-	if err := k.l.launch(kn, dim3{uint32(min(c, 65535)), 1, 1}, dim3{blockSize, 1, 1}, args); err != nil {
+	if err := k.l.launch(kn, dim3{uint32(min(c, 65535, max(k.maxBlocks, 1))), 1, 1}, k.block(), args); err != nil {
 		return fmt.Errorf("%s: %w", kn, err)
 	}
 	return nil
