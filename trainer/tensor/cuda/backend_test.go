@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
@@ -390,4 +391,27 @@ func TestBackendMemoryOnHarness(t *testing.T) {
 		}
 	}()
 	be.Fill(cpu.New().Alloc(3), 1)
+}
+
+// walkAxes merges what composes and moves the axes the destination stands
+// still on (the summed ones) behind the parallel ones.
+func TestWalkAxes(t *testing.T) {
+	for _, c := range []struct {
+		s               backend.Strided
+		shape, src, dst []int
+		outer           int
+	}{
+		{backend.Strided{Shape: []int{2, 3, 4}, Src: []int{12, 4, 1}, Dst: []int{12, 4, 1}}, []int{24}, []int{1}, []int{1}, 1},
+		{backend.Strided{Shape: []int{2, 5, 3}, Src: []int{15, 3, 1}, Dst: []int{3, 0, 1}}, []int{2, 3, 5}, []int{15, 1, 3}, []int{3, 1, 0}, 2},
+		{backend.Strided{Shape: []int{4, 1, 6}, Src: []int{0, 9, 0}, Dst: []int{6, 9, 1}}, []int{24}, []int{0}, []int{1}, 1},
+		{backend.Strided{Shape: []int{30}, Src: []int{1}, Dst: []int{0}}, []int{30}, []int{1}, []int{0}, 0},
+	} {
+		shape, src, dst, outer, err := walkAxes(c.s)
+		if err != nil || !slices.Equal(shape, c.shape) || !slices.Equal(src, c.src) || !slices.Equal(dst, c.dst) || outer != c.outer {
+			t.Errorf("walkAxes(%+v) = %v %v %v %d, %v; want %v %v %v %d", c.s, shape, src, dst, outer, err, c.shape, c.src, c.dst, c.outer)
+		}
+	}
+	if _, _, _, _, err := walkAxes(backend.Strided{Shape: []int{2}, Src: []int{1}}); err == nil {
+		t.Error("a walk without destination strides was accepted")
+	}
 }

@@ -148,21 +148,27 @@ func (k *Kernels) UnaryBackward(f backend.Unary, x, y, dy, dx Ptr, n int) error 
 // (as the CPU backend's run walk does), so that same-shape and
 // per-channel cases use few axes; it fails beyond maxDims.
 func merged(s backend.Broadcast) (shape, sa, sb []int, err error) {
-	for i, d := range s.Shape {
+	return mergeAxes(s.Shape, s.StrideA, s.StrideB)
+}
+
+// mergeAxes merges the axes of a walk over shape that reads two operands
+// at strides sa and sb.
+func mergeAxes(dims, stA, stB []int) (shape, sa, sb []int, err error) {
+	for i, d := range dims {
 		if d == 1 {
 			continue
 		}
-		if k := len(shape) - 1; k >= 0 && sa[k] == s.StrideA[i]*d && sb[k] == s.StrideB[i]*d {
+		if k := len(shape) - 1; k >= 0 && sa[k] == stA[i]*d && sb[k] == stB[i]*d {
 			shape[k] *= d
-			sa[k], sb[k] = s.StrideA[i], s.StrideB[i]
+			sa[k], sb[k] = stA[i], stB[i]
 			continue
 		}
 		shape = append(shape, d)
-		sa = append(sa, s.StrideA[i])
-		sb = append(sb, s.StrideB[i])
+		sa = append(sa, stA[i])
+		sb = append(sb, stB[i])
 	}
 	if len(shape) > maxDims {
-		return nil, nil, nil, fmt.Errorf("cuda: broadcast of %v needs %d axes after merging, at most %d", s.Shape, len(shape), maxDims)
+		return nil, nil, nil, fmt.Errorf("cuda: a walk over %v needs %d axes after merging, at most %d", dims, len(shape), maxDims)
 	}
 	return shape, sa, sb, nil
 }
@@ -553,21 +559,8 @@ func walkAxes(s backend.Strided) (shape, src, dst []int, outer int, err error) {
 	if len(s.Src) != len(s.Shape) || len(s.Dst) != len(s.Shape) {
 		return nil, nil, nil, 0, fmt.Errorf("cuda: strided walk of %d axes with %d source and %d destination strides", len(s.Shape), len(s.Src), len(s.Dst))
 	}
-	for i, d := range s.Shape {
-		if d == 1 {
-			continue
-		}
-		if k := len(shape) - 1; k >= 0 && src[k] == s.Src[i]*d && dst[k] == s.Dst[i]*d {
-			shape[k] *= d
-			src[k], dst[k] = s.Src[i], s.Dst[i]
-			continue
-		}
-		shape = append(shape, d)
-		src = append(src, s.Src[i])
-		dst = append(dst, s.Dst[i])
-	}
-	if len(shape) > maxDims {
-		return nil, nil, nil, 0, fmt.Errorf("cuda: strided walk of %v needs %d axes after merging, at most %d", s.Shape, len(shape), maxDims)
+	if shape, src, dst, err = mergeAxes(s.Shape, s.Src, s.Dst); err != nil {
+		return nil, nil, nil, 0, err
 	}
 	var ps, pS, pD, is, iS, iD []int
 	for i := range shape {
