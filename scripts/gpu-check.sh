@@ -16,7 +16,8 @@
 # It needs no network. The CUDA libraries are found in the nvidia/*/lib
 # folders of /opt/torch/.venv (PyTorch's CUDA 13 wheels) unless
 # TORCH_VENV says otherwise. Every step has its own timeout, and a failed
-# step does not stop the others; the whole run stays under 5 minutes.
+# step does not stop the others; the whole run stays under 5 minutes
+# (GPU_CHECK_BUDGET seconds, 290 by default: later steps get what is left).
 # The exit status is 1 when any step that exists failed.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -32,12 +33,26 @@ failed=0
 
 say() { printf '%s\n' "$*" | tee -a "$report"; }
 
+# The whole run must end within budget seconds: a step's timeout is cut
+# to what is left (minus the kill grace), and a step that would get less
+# than 10 s is not started.
+budget="${GPU_CHECK_BUDGET:-290}"
+
 # step NAME TIMEOUT_SECONDS COMMAND...: runs the command with its own
 # timeout, keeps its whole output in $out/NAME.log and its tail in the
 # report.
 step() {
   local name="$1" limit="$2"
   shift 2
+  local left=$((budget - (SECONDS - start) - 5))
+  if ((left < 10)); then
+    say ""
+    say "==== $name ===="
+    say "---- $name: NOT RUN: the ${budget}s budget is spent"
+    failed=1
+    return
+  fi
+  ((limit > left)) && limit=$left
   say ""
   say "==== $name (timeout ${limit}s) ===="
   say "\$ $*"
@@ -77,11 +92,11 @@ fi
 export VIRTUAL_ENV="${VIRTUAL_ENV:-$venv}"
 
 if command -v nvidia-smi >/dev/null 2>&1; then
-  step nvidia-smi 20 nvidia-smi
+  step nvidia-smi 15 nvidia-smi
 fi
 
 if [[ -x ./segpipe ]]; then
-  step segpipe-device 30 ./segpipe device
+  step segpipe-device 15 ./segpipe device
 else
   say ""
   say "==== segpipe-device ===="
@@ -94,7 +109,7 @@ fi
 # events. -test.v prints each kernel's worst relative error.
 test_bin=trainer/tensor/cuda/cuda.test
 if [[ -x "$test_bin" ]]; then
-  step cuda-kernel-tests 120 bash -c "cd trainer/tensor/cuda && ./cuda.test -test.v -test.count=1 -test.run 'OnGPU|HostBuffer|NoDriver' -test.skip 'TestIterationOnGPU'"
+  step cuda-kernel-tests 45 bash -c "cd trainer/tensor/cuda && ./cuda.test -test.v -test.count=1 -test.run 'OnGPU|HostBuffer|NoDriver' -test.skip 'TestIterationOnGPU'"
   if [[ -f "$out/cuda-kernel-tests.log" ]]; then
     say ""
     say "worst relative error per kernel check (TF32 off unless named):"
@@ -113,11 +128,6 @@ else
   failed=1
 fi
 
-if [[ -f python/device_check.sh ]]; then
-  step python-device-check 90 bash python/device_check.sh ./segpipe "$outroot/python"
-else
-  not_yet python-device-check "python/device_check.sh is not in this tree"
-fi
 
 # skipped NAME LOG TEST: a test that skipped (no usable device) fails the step.
 skipped() {
@@ -131,7 +141,7 @@ skipped() {
 # CPU reference, 1e-3 relative with TF32 off; each op's worst case.
 tensor_bin=trainer/tensor/tensor.test
 if [[ -x "$tensor_bin" ]]; then
-  step conformance-cuda 120 bash -c "cd trainer/tensor && ./tensor.test -test.v -test.count=1 -test.run '^TestConformance\$/^cuda\$'"
+  step conformance-cuda 45 bash -c "cd trainer/tensor && ./tensor.test -test.v -test.count=1 -test.run '^TestConformance\$/^cuda\$'"
 elif command -v go >/dev/null 2>&1; then
   step conformance-cuda 200 go test -count=1 -v -run '^TestConformance$/^cuda$' ./trainer/tensor
 else
@@ -151,7 +161,7 @@ fi
 # weights: the loss items, every parameter gradient and the batch-norm
 # state against the CPU backend at 1e-3.
 if [[ -x "$test_bin" ]]; then
-  step iteration-vs-cpu 150 bash -c "cd trainer/tensor/cuda && ./cuda.test -test.v -test.count=1 -test.run '^TestIterationOnGPU\$'"
+  step iteration-vs-cpu 80 bash -c "cd trainer/tensor/cuda && ./cuda.test -test.v -test.count=1 -test.run '^TestIterationOnGPU\$'"
   skipped iteration-vs-cpu "$out/iteration-vs-cpu.log" TestIterationOnGPU
 fi
 
@@ -162,14 +172,20 @@ not_yet "training-step throughput vs PyTorch eager (640 px, batch 32/16, fp32/TF
 if [[ -x ./segpipe ]]; then
   work="$outroot/train-cuda"
   rm -rf "$work"
-  step quickstart-data 60 ./segpipe quickstart --dir "$work/quickstart" --images 64 --epochs 0
-  step train-cuda 120 ./segpipe train --shards "$work/quickstart/shards" --variant n --epochs 1 --batch 8 --imgsz 256 \
+  step quickstart-data 15 ./segpipe quickstart --dir "$work/quickstart" --images 64 --epochs 0
+  step train-cuda 45 ./segpipe train --shards "$work/quickstart/shards" --variant n --epochs 1 --batch 8 --imgsz 256 \
     --device cuda --out "$work/run"
   if [[ -f "$work/run/results.csv" ]]; then
     say "results.csv (images/s and loader stall per epoch):"
     cat "$work/run/results.csv" | tee -a "$report"
   fi
   say "host-device bytes per step: not reported by train yet (the backend counts them: see iteration-vs-cpu)"
+fi
+
+if [[ -f python/device_check.sh ]]; then
+  step python-device-check 40 bash python/device_check.sh ./segpipe "$outroot/python"
+else
+  not_yet python-device-check "python/device_check.sh is not in this tree"
 fi
 
 say ""
