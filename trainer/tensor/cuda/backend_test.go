@@ -283,7 +283,7 @@ func backendCases() []backendCase {
 // Go code, not a GPU.
 func TestBackendOnHarness(t *testing.T) {
 	be, e := newHarnessBackend(t)
-	compareBackendCases(t, be, 1e-5, false)
+	compareBackendCases(t, be, 1e-5, true)
 	// Four convolution shapes were planned once each, whatever the passes.
 	if e.plans != 4 || be.planned.Load() != 4 {
 		t.Errorf("%d convolution plans made (%d cached), want 4: the plan cache is per shape", e.plans, be.planned.Load())
@@ -353,7 +353,7 @@ func compareBackendCases(t *testing.T, be backend.Backend, rtol float64, logWors
 	}
 	if logWorst {
 		for _, n := range names {
-			t.Logf("%s: worst error %.3g (relative, floor %g)", n, worstOf[n], rtol/10)
+			t.Logf("%s: worst error %.3g (relative, floor %.3g)", n, worstOf[n], rtol/10)
 		}
 	}
 }
