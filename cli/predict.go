@@ -41,7 +41,7 @@ func predictCommand() *ucli.Command {
 			&ucli.IntFlag{Name: "workers", Usage: "decode goroutines (0: GOMAXPROCS)"},
 			&ucli.StringFlag{Name: "annotations", Usage: "COCO instances `FILE` mapping file names to image ids"},
 			&ucli.BoolFlag{Name: "no-draw", Usage: "write results.json only"},
-			&ucli.StringFlag{Name: "device", Value: "cpu", Usage: "backend `D`: cpu, emu (emulated device, same numbers) or cuda (not in this build)"},
+			&ucli.StringFlag{Name: "device", Value: "cpu", Usage: "backend `D`: cpu, emu (emulated device, same numbers) or cuda (GPU 0; TF32 only with SEGPIPE_TF32=1)"},
 		},
 		Action: func(ctx context.Context, c *ucli.Command) error {
 			if c.NArg() > 0 {

@@ -27,7 +27,7 @@ var trainFlagUsage = map[string]string{
 	"epochs":          "training epochs",
 	"batch":           "images per batch (gradients accumulate to --nbs)",
 	"imgsz":           "square input side in pixels (multiple of 32)",
-	"device":          "backend: cpu (the reference), emu (the CPU kernels behind an emulated device boundary, every transfer counted; same numbers as cpu) or cuda (not available in this build)",
+	"device":          "backend: cpu (the reference), emu (the CPU kernels behind an emulated device boundary, every transfer counted; same numbers as cpu) or cuda (GPU 0 through the run-time CUDA binding; TF32 stays off unless SEGPIPE_TF32=1)",
 	"seed":            "model-initialisation, shuffle and augmentation seed",
 	"workers":         "loader goroutines (0: GOMAXPROCS)",
 	"weights":         "initial weights: a checkpoint of the same variant and class count (default: random init)",
@@ -101,8 +101,8 @@ func trainCommand() *ucli.Command {
 	}
 	return &ucli.Command{
 		Name:      "train",
-		Usage:     "train a YOLO26-seg model on shards (CPU)",
-		UsageText: "segpipe train --shards DIR [--val-shards DIR] --variant n|s|m|l|x --epochs E --batch B --imgsz S --device cpu|emu --out RUN_DIR [--config FILE] [--remote HOST:PORT]\nsegpipe train --resume RUN_DIR",
+		Usage:     "train a YOLO26-seg model on shards (CPU, or a GPU with --device cuda)",
+		UsageText: "segpipe train --shards DIR [--val-shards DIR] --variant n|s|m|l|x --epochs E --batch B --imgsz S --device cpu|emu|cuda --out RUN_DIR [--config FILE] [--remote HOST:PORT]\nsegpipe train --resume RUN_DIR",
 		Description: "Trains with the reference recipe: MuSGD (optimizer auto), warmup and linear lr decay,\n" +
 			"accumulation to the nominal batch 64, clipping at norm 10, EMA, ProgLoss. Every epoch\n" +
 			"validates the EMA model (box and mask mAP on the prototype grid) and writes\n" +

@@ -23,7 +23,7 @@ func versionCommand() *ucli.Command {
 			"the trainer's tests hold this build to; device backends are judged against it.\n\n" +
 			"Example:\n  segpipe version",
 		Action: func(ctx context.Context, c *ucli.Command) error {
-			_, err := fmt.Fprintf(c.Root().Writer, "segpipe %s\n%s %s/%s\ndevices: %s (cuda not in this build)\ncpu kernels: %s\nfrozen reference: %s (testdata/frozen/%s)\n",
+			_, err := fmt.Fprintf(c.Root().Writer, "segpipe %s\n%s %s/%s\ndevices: %s\ncpu kernels: %s\nfrozen reference: %s (testdata/frozen/%s)\n",
 				Version, runtime.Version(), runtime.GOOS, runtime.GOARCH, strings.Join(device.Names, ", "),
 				cpu.KernelName(), train.FrozenReference, train.FrozenReference)
 			return err

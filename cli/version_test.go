@@ -21,7 +21,7 @@ func TestVersionNamesTheFrozenReference(t *testing.T) {
 
 func TestDeviceCUDAIsRefusedWithAClearError(t *testing.T) {
 	code, _, errs := run(t, "predict", "--weights", "x.safetensors", "--source", "x.jpg", "--out", t.TempDir(), "--device", "cuda")
-	if code == ExitOK || !strings.Contains(errs, "not available in this build") {
+	if code == ExitOK || !strings.Contains(errs, "device cuda: not available") {
 		t.Fatalf("exit %d, stderr %q: want the cuda refusal", code, errs)
 	}
 }

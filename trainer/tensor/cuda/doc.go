@@ -1,8 +1,43 @@
 // Package cuda binds the CUDA driver API, cuBLAS and cuDNN 9 at run time
-// and provides the device-side pieces of segpipe's CUDA trainer backend:
-// one locked OS thread per device, streams, events, stream-ordered
-// allocation, pinned host memory, cuBLAS GEMMs, cuDNN convolutions,
-// batch-norm and pooling, and the project's own kernels (see Kernels).
+// and implements segpipe's CUDA trainer backend on them: one locked OS
+// thread per device, streams, events, stream-ordered allocation, pinned
+// host memory, cuBLAS GEMMs, cuDNN convolutions, batch-norm and pooling,
+// the project's own kernels (see Kernels), and Backend, the
+// backend.Backend over device memory that `--device cuda` selects.
+//
+// # The backend
+//
+// Backend's buffers are allocations from the device's memory pool; its
+// host crossings go through pinned staging on the compute stream and are
+// counted in Transfers as the CPU backend counts them; Host returns nil.
+// Sgemm is cuBLAS's strided-batched SGEMM (row-major through the
+// transpose identities); Conv2d and its two backward passes are cuDNN's,
+// with one plan (algorithm search and workspace sizes) cached per shape
+// and beta 1 for the accumulating passes; batch-norm (train, eval and
+// both backwards) runs the project's kernels in kernels/norm.cu, one
+// block per channel with double sums, so absent gamma/beta/gradients,
+// eps below cuDNN's minimum and the NaN unbiased variance of a single
+// element all behave as on the CPU; MaxPool2d records int32 winners
+// within each plane with PyTorch's tie rule; Copy is one strided walk that
+// sums the axes its destination stands still on in one thread, in order.
+// TF32 is off unless Options.TF32 (SEGPIPE_TF32=1 through package device).
+//
+// Backend does not implement backend.HostKernels. The loss, the
+// optimisers, the EMA and clipping are Go code that a host-kernel backend
+// (cpu, emu) runs on its own memory; on a backend without HostKernels they
+// fall back to the host, so `train --device cuda` downloads their inputs
+// and uploads their results each step (counted crossings) until device
+// twins of those kernels, checked against the Go code, exist. Kernels
+// already has SGD, AdamW, Muon/Newton–Schulz, EMA, clipping and BCE.
+//
+// Backend runs on an engine: a GPU here, or in this package's tests the
+// CPU harness below, which runs the same .cu kernels compiled with g++
+// and naive stand-ins for cuBLAS and cuDNN. That is how the Backend's Go
+// code — the mapping of each method, argument packing, strides,
+// accumulate flags, the plan cache — is checked against the CPU backend
+// on hosts without a GPU. The harness is not a GPU: it says nothing about
+// cuBLAS, cuDNN, the driver or speed, which only scripts/gpu-check.sh on
+// a GPU host measures.
 //
 // # Why run-time binding with purego
 //

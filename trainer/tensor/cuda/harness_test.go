@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"os/exec"
@@ -77,23 +78,28 @@ func (e *emuDev) matmul() Matmul { return emuMatmul{e} }
 // the row-major mapping runs end to end on the CPU too.
 type emuMatmul struct{ e *emuDev }
 
-func (m emuMatmul) Gemm(g Gemm, a, b, c Ptr) error {
+func (m emuMatmul) Gemm(g Gemm, a, b, c Ptr) error { return writeGemm(&m.e.script, g, a, b, c) }
+
+// harnessPtr writes a Ptr as the harness reads it: pID+OFF.
+func harnessPtr(x Ptr) string { return fmt.Sprintf("p%d+%d", uint64(x)>>32, uint64(x)&0xffffffff) }
+
+// writeGemm writes the harness's gemm command: g as cuBLAS receives it.
+func writeGemm(w io.Writer, g Gemm, a, b, c Ptr) error {
 	cm, err := g.toColMajor()
 	if err != nil {
 		return err
 	}
 	ops := [2]Ptr{a, b}
-	p := func(x Ptr) string { return fmt.Sprintf("p%d+%d", uint64(x)>>32, uint64(x)&0xffffffff) }
 	b01 := func(v bool) int {
 		if v {
 			return 1
 		}
 		return 0
 	}
-	fmt.Fprintf(&m.e.script, "gemm %d %d %d %d %d %x %x %d %s %d %d %s %d %d %s %d %d\n",
+	_, err = fmt.Fprintf(w, "gemm %d %d %d %d %d %x %x %d %s %d %d %s %d %d %s %d %d\n",
 		b01(cm.transA), b01(cm.transB), cm.m, cm.n, cm.k, math.Float32bits(g.Alpha), math.Float32bits(g.Beta), cm.batch,
-		p(ops[cm.a]), cm.lda, cm.strideA, p(ops[cm.b]), cm.ldb, cm.strideB, p(c), cm.ldc, cm.strid)
-	return nil
+		harnessPtr(ops[cm.a]), cm.lda, cm.strideA, harnessPtr(ops[cm.b]), cm.ldb, cm.strideB, harnessPtr(c), cm.ldc, cm.strid)
+	return err
 }
 
 func (e *emuDev) alloc(n int) Ptr {
@@ -115,23 +121,30 @@ func (e *emuDev) upload(data any) Ptr {
 }
 
 func (e *emuDev) launch(k kernel, grid, block dim3, args []arg) error {
-	fmt.Fprintf(&e.script, "launch %s %d %d %d %d %d %d %d", k, grid.x, grid.y, grid.z, block.x, block.y, block.z, len(args))
+	return writeLaunch(&e.script, k, grid, block, args)
+}
+
+// writeLaunch writes the harness's launch command for one kernel launch.
+func writeLaunch(w io.Writer, k kernel, grid, block dim3, args []arg) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "launch %s %d %d %d %d %d %d %d", k, grid.x, grid.y, grid.z, block.x, block.y, block.z, len(args))
 	for _, a := range args {
 		switch a.kind {
 		case argPointer:
-			fmt.Fprintf(&e.script, " p%d+%d", a.bits>>32, a.bits&0xffffffff)
+			fmt.Fprintf(&b, " p%d+%d", a.bits>>32, a.bits&0xffffffff)
 		case argInt32:
-			fmt.Fprintf(&e.script, " i%d", int32(a.bits))
+			fmt.Fprintf(&b, " i%d", int32(a.bits))
 		case argInt64:
-			fmt.Fprintf(&e.script, " l%d", int64(a.bits))
+			fmt.Fprintf(&b, " l%d", int64(a.bits))
 		case argFloat32:
-			fmt.Fprintf(&e.script, " f%x", uint32(a.bits))
+			fmt.Fprintf(&b, " f%x", uint32(a.bits))
 		case argStruct:
-			fmt.Fprintf(&e.script, " s%x", a.bytes)
+			fmt.Fprintf(&b, " s%x", a.bytes)
 		}
 	}
-	e.script.WriteString("\n")
-	return nil
+	b.WriteString("\n")
+	_, err := io.WriteString(w, b.String())
+	return err
 }
 
 var harness struct {
@@ -165,7 +178,7 @@ func buildHarness(t *testing.T) string {
 			return
 		}
 		harness.bin = filepath.Join(harness.dir, "harness")
-		cmd := exec.Command(gxx, "-std=c++20", "-O1", "-pthread", "-Wall", "-Werror", "-o", harness.bin, "kernels/harness.cpp")
+		cmd := exec.Command(gxx, "-std=c++20", "-O2", "-pthread", "-Wall", "-Werror", "-o", harness.bin, "kernels/harness.cpp")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			harness.err = fmt.Errorf("g++ kernels/harness.cpp: %v\n%s", err, out)
 		}

@@ -56,6 +56,11 @@ const (
 	kScaleInvNorm
 	kEMAUpdate
 	kIndexSelect
+	kStridedWalk
+	kBNTrain
+	kBNBackward
+	kBNEvalScale
+	kBNEvalBackward
 	numKernels
 )
 
@@ -67,7 +72,8 @@ var kernelNames = [numKernels]string{
 	"expand_windows", "reduce_partial", "reduce_finish", "sum_axis", "sum_axis_backward",
 	"softmax_forward", "softmax_backward", "clip_coef", "scale_by", "sgd_nesterov",
 	"adamw_step", "muon_momentum", "axpby", "scale_inv_norm", "ema_update",
-	"index_select",
+	"index_select", "strided_walk", "bn_train", "bn_backward", "bn_eval_scale",
+	"bn_eval_backward",
 }
 
 func (k kernel) String() string { return kernelNames[k] }
@@ -96,12 +102,24 @@ type Kernels struct {
 	l launcher
 	// maxBlocks caps a grid-stride launch's grid (a few waves of the SMs).
 	maxBlocks int
+	// threads is every launch's block size, blockSize when 0; the CPU
+	// harness runs the Backend with small blocks, whose barriers its OS
+	// threads meet far faster. A power of two ≤ blockSize.
+	threads int
+}
+
+func (k *Kernels) block() dim3 {
+	if k.threads > 0 {
+		return dim3{uint32(k.threads), 1, 1}
+	}
+	return dim3{blockSize, 1, 1}
 }
 
 // grid1 is the launch geometry of n elements, one per thread in
 // grid-stride loops.
 func (k *Kernels) grid1(n int) dim3 {
-	b := (n + blockSize - 1) / blockSize
+	t := int(k.block().x)
+	b := (n + t - 1) / t
 	return dim3{uint32(max(min(b, k.maxBlocks), 1)), 1, 1}
 }
 
@@ -109,7 +127,7 @@ func (k *Kernels) run(kn kernel, n int, args ...arg) error {
 	if n <= 0 {
 		return nil
 	}
-	if err := k.l.launch(kn, k.grid1(n), dim3{blockSize, 1, 1}, args); err != nil {
+	if err := k.l.launch(kn, k.grid1(n), k.block(), args); err != nil {
 		return fmt.Errorf("%s: %w", kn, err)
 	}
 	return nil
@@ -130,21 +148,27 @@ func (k *Kernels) UnaryBackward(f backend.Unary, x, y, dy, dx Ptr, n int) error 
 // (as the CPU backend's run walk does), so that same-shape and
 // per-channel cases use few axes; it fails beyond maxDims.
 func merged(s backend.Broadcast) (shape, sa, sb []int, err error) {
-	for i, d := range s.Shape {
+	return mergeAxes(s.Shape, s.StrideA, s.StrideB)
+}
+
+// mergeAxes merges the axes of a walk over shape that reads two operands
+// at strides sa and sb.
+func mergeAxes(dims, stA, stB []int) (shape, sa, sb []int, err error) {
+	for i, d := range dims {
 		if d == 1 {
 			continue
 		}
-		if k := len(shape) - 1; k >= 0 && sa[k] == s.StrideA[i]*d && sb[k] == s.StrideB[i]*d {
+		if k := len(shape) - 1; k >= 0 && sa[k] == stA[i]*d && sb[k] == stB[i]*d {
 			shape[k] *= d
-			sa[k], sb[k] = s.StrideA[i], s.StrideB[i]
+			sa[k], sb[k] = stA[i], stB[i]
 			continue
 		}
 		shape = append(shape, d)
-		sa = append(sa, s.StrideA[i])
-		sb = append(sb, s.StrideB[i])
+		sa = append(sa, stA[i])
+		sb = append(sb, stB[i])
 	}
 	if len(shape) > maxDims {
-		return nil, nil, nil, fmt.Errorf("cuda: broadcast of %v needs %d axes after merging, at most %d", s.Shape, len(shape), maxDims)
+		return nil, nil, nil, fmt.Errorf("cuda: a walk over %v needs %d axes after merging, at most %d", dims, len(shape), maxDims)
 	}
 	return shape, sa, sb, nil
 }
@@ -241,8 +265,11 @@ func (k *Kernels) BCEWithLogitsBackward(x, t, dy, dx, dt Ptr, n int) error {
 }
 
 // ImageToFloat converts n uint8 pixels to floats in [0, 1].
-func (k *Kernels) ImageToFloat(px, y Ptr, n int) error {
-	return k.run(kImageToFloat, n, ptrArg(px), ptrArg(y), i64Arg(n))
+func (k *Kernels) ImageToFloat(px, y Ptr, n int) error { return k.BytesToFloat(px, y, 1.0/255, n) }
+
+// BytesToFloat writes y[i] = float32(byte i of px)·scale for n bytes.
+func (k *Kernels) BytesToFloat(px, y Ptr, scale float32, n int) error {
+	return k.run(kImageToFloat, n, ptrArg(px), ptrArg(y), f32Arg(scale), i64Arg(n))
 }
 
 // encodeStrided lays out struct Strided: int nd, int shape[8], pad, long
@@ -340,13 +367,14 @@ func (k *Kernels) BiasGrad(dy, db Ptr, n, c, hw int) error {
 		return nil
 	}
 	g := dim3{uint32(min(c, 65535)), 1, 1}
-	if err := k.l.launch(kBiasGrad, g, dim3{blockSize, 1, 1}, []arg{ptrArg(dy), ptrArg(db), i32Arg(n), i32Arg(c), i64Arg(hw)}); err != nil {
+	if err := k.l.launch(kBiasGrad, g, k.block(), []arg{ptrArg(dy), ptrArg(db), i32Arg(n), i32Arg(c), i64Arg(hw)}); err != nil {
 		return fmt.Errorf("%s: %w", kBiasGrad, err)
 	}
 	return nil
 }
 
-// ChannelAffine writes y = x·scale[c] + shift[c] over n×c×hw.
+// ChannelAffine writes y = x·scale[c] + shift[c] over n×c×hw; a zero
+// scale means 1 (a bias add), and y may be x.
 func (k *Kernels) ChannelAffine(x, scale, shift, y Ptr, n, c, hw int) error {
 	total := n * c * hw
 	return k.run(kChannelAffine, total, ptrArg(x), ptrArg(scale), ptrArg(shift), ptrArg(y), i32Arg(c), i64Arg(hw), i64Arg(total))
@@ -417,7 +445,7 @@ func (k *Kernels) finish(partial Ptr, m int, y Ptr, alpha float32, root bool) er
 	if root {
 		r = 1
 	}
-	if err := k.l.launch(kReduceFinish, dim3{1, 1, 1}, dim3{blockSize, 1, 1},
+	if err := k.l.launch(kReduceFinish, dim3{1, 1, 1}, k.block(),
 		[]arg{ptrArg(partial), i32Arg(m), ptrArg(y), f32Arg(alpha), i32Arg(r)}); err != nil {
 		return fmt.Errorf("%s: %w", kReduceFinish, err)
 	}
@@ -520,4 +548,102 @@ func (k *Kernels) ScaleInvNorm(x, y, norm Ptr, eps float32, n int) error {
 // EMA folds x into the average: ema = ema·d + (1 − d)·x.
 func (k *Kernels) EMA(ema, x Ptr, d float32, n int) error {
 	return k.run(kEMAUpdate, n, ptrArg(ema), ptrArg(x), f32Arg(d), i64Arg(n))
+}
+
+// walkAxes merges a Strided walk as the CPU backend's copy would see it:
+// unit axes dropped, adjacent axes whose strides compose merged. Then,
+// when the destination stands still along an axis (a sum when
+// accumulating), that axis moves to the serial inner part of the walk.
+// It returns the axes, parallel ones first, and how many are parallel.
+func walkAxes(s backend.Strided) (shape, src, dst []int, outer int, err error) {
+	if len(s.Src) != len(s.Shape) || len(s.Dst) != len(s.Shape) {
+		return nil, nil, nil, 0, fmt.Errorf("cuda: strided walk of %d axes with %d source and %d destination strides", len(s.Shape), len(s.Src), len(s.Dst))
+	}
+	if shape, src, dst, err = mergeAxes(s.Shape, s.Src, s.Dst); err != nil {
+		return nil, nil, nil, 0, err
+	}
+	var ps, pS, pD, is, iS, iD []int
+	for i := range shape {
+		if dst[i] == 0 {
+			is, iS, iD = append(is, shape[i]), append(iS, src[i]), append(iD, 0)
+		} else {
+			ps, pS, pD = append(ps, shape[i]), append(pS, src[i]), append(pD, dst[i])
+		}
+	}
+	return append(ps, is...), append(pS, iS...), append(pD, iD...), len(ps), nil
+}
+
+// encodeWalk lays out struct Walk (shim.h): int nd, int outer, int
+// shape[8], long long src[8], long long dst[8].
+func encodeWalk(shape, src, dst []int, outer int) []byte {
+	b := make([]byte, 40+2*8*maxDims)
+	binary.LittleEndian.PutUint32(b, uint32(len(shape)))
+	binary.LittleEndian.PutUint32(b[4:], uint32(outer))
+	for i := range shape {
+		binary.LittleEndian.PutUint32(b[8+4*i:], uint32(shape[i]))
+		binary.LittleEndian.PutUint64(b[40+8*i:], uint64(src[i]))
+		binary.LittleEndian.PutUint64(b[40+8*maxDims+8*i:], uint64(dst[i]))
+	}
+	return b
+}
+
+// Copy walks s as the CPU backend's Copy does: dst at the Dst strides
+// takes (or, with Accumulate, adds) src at the Src strides. Axes the
+// destination stands still on are summed serially by one thread in
+// row-major order, so each destination element has one writer; the
+// parallel axes must not map two indices to one destination (as
+// backend.Strided requires of axis 0).
+func (k *Kernels) Copy(s backend.Strided, src, dst Ptr) error {
+	if numel(s.Shape) == 0 {
+		return nil
+	}
+	shape, ss, ds, outer, err := walkAxes(s)
+	if err != nil {
+		return err
+	}
+	n := numel(shape[:outer])
+	return k.run(kStridedWalk, n, structArg(encodeWalk(shape, ss, ds, outer)), ptrArg(src), ptrArg(dst), boolArg(s.Accumulate), i64Arg(n))
+}
+
+// perChannel launches a one-block-per-channel kernel over c channels.
+func (k *Kernels) perChannel(kn kernel, c int, args ...arg) error {
+	if c <= 0 {
+		return nil
+	}
+	if err := k.l.launch(kn, dim3{uint32(min(c, 65535, max(k.maxBlocks, 1))), 1, 1}, k.block(), args); err != nil {
+		return fmt.Errorf("%s: %w", kn, err)
+	}
+	return nil
+}
+
+// BatchNormTrain normalises x (n×c×hw) with its batch statistics, writing
+// y, mean, invstd and (when varUnbiased is not 0) the unbiased variance,
+// NaN for a single element; gamma and beta may be 0 (1 and 0).
+func (k *Kernels) BatchNormTrain(n, c, hw int, eps float32, x, gamma, beta, y, mean, invstd, varUnbiased Ptr) error {
+	if n*hw == 0 {
+		return nil
+	}
+	return k.perChannel(kBNTrain, c, ptrArg(x), ptrArg(gamma), ptrArg(beta), ptrArg(y), ptrArg(mean), ptrArg(invstd),
+		ptrArg(varUnbiased), i32Arg(n), i32Arg(c), i64Arg(hw), f32Arg(eps))
+}
+
+// BatchNormBackward accumulates the training-mode gradients into dx,
+// dgamma and dbeta (each may be 0) from the saved mean and invstd.
+func (k *Kernels) BatchNormBackward(n, c, hw int, x, dy, mean, invstd, gamma, dx, dgamma, dbeta Ptr) error {
+	return k.perChannel(kBNBackward, c, ptrArg(x), ptrArg(dy), ptrArg(mean), ptrArg(invstd), ptrArg(gamma),
+		ptrArg(dx), ptrArg(dgamma), ptrArg(dbeta), i32Arg(n), i32Arg(c), i64Arg(hw))
+}
+
+// BatchNormEvalScale writes the per-channel invstd, scale and (when shift
+// is not 0) shift of eval-mode batch-norm from the running statistics.
+func (k *Kernels) BatchNormEvalScale(c int, eps float32, gamma, beta, mean, variance, invstd, scale, shift Ptr) error {
+	return k.run(kBNEvalScale, c, ptrArg(gamma), ptrArg(beta), ptrArg(mean), ptrArg(variance), f32Arg(eps),
+		ptrArg(invstd), ptrArg(scale), ptrArg(shift), i64Arg(c))
+}
+
+// BatchNormEvalBackward accumulates the eval-mode gradients with
+// BatchNormEvalScale's invstd and scale; each output may be 0.
+func (k *Kernels) BatchNormEvalBackward(n, c, hw int, x, dy, mean, invstd, scale, dx, dgamma, dbeta Ptr) error {
+	return k.perChannel(kBNEvalBackward, c, ptrArg(x), ptrArg(dy), ptrArg(mean), ptrArg(invstd), ptrArg(scale),
+		ptrArg(dx), ptrArg(dgamma), ptrArg(dbeta), i32Arg(n), i32Arg(c), i64Arg(hw))
 }

@@ -172,7 +172,9 @@ extern "C" __global__ void bce_logits_backward(const float* __restrict__ x, cons
   }
 }
 
-// image_to_float: the model's input, uint8 pixels scaled to [0, 1].
-extern "C" __global__ void image_to_float(const unsigned char* __restrict__ px, float* __restrict__ y, long long n) {
-  SP_FOR(i, n) y[i] = (float)px[i] * (1.0f / 255.0f);
+// image_to_float widens uint8 pixels (or mask bytes) to floats times
+// scale: the model's input with scale 1/255.
+extern "C" __global__ void image_to_float(const unsigned char* __restrict__ px, float* __restrict__ y, float scale,
+                                          long long n) {
+  SP_FOR(i, n) y[i] = (float)px[i] * scale;
 }

@@ -8,6 +8,22 @@
 //   gemm TA TB M N K ALPHA BETA BATCH pA LDA SA pB LDB SB pC LDC SC
 //                             cublasSgemmStridedBatched's column-major
 //                             product, naively (ALPHA, BETA as float bits)
+//   free ID                   drop buffer ID
+//   write ID OFF N            the next N raw bytes on stdin go to buffer
+//                             ID at byte OFF
+//   read ID OFF N             write N bytes of buffer ID from OFF to stdout
+//   sync                      write "ok" and a newline to stdout
+//   conv PASS N C H W OC KH KW STRIDE PAD GROUPS pA pB pC
+//                             a naive stand-in for cuDNN's convolution:
+//                             PASS f writes C = conv(A, B) (x, w → y), d
+//                             adds the input gradient of A (dy, w → dx),
+//                             w adds the filter gradient (x, dy → dw)
+//
+// The commands after gemm make the harness an engine for the cuda
+// package's Backend in tests: a Go process drives it over pipes. It is
+// not a GPU and its stand-ins are not cuBLAS or cuDNN: they check the
+// Backend's Go code (what it launches, with which arguments), not the
+// libraries.
 //
 // An ARG is pID+OFF (a buffer address; p0+0 is null), iN (int), lN
 // (long long), fHEX (float bits) or sHEX (a struct's bytes). Every
@@ -38,6 +54,7 @@ thread_local std::barrier<>* sp_block_barrier;
 
 #include "elementwise.cu"
 #include "layout.cu"
+#include "norm.cu"
 #include "optim.cu"
 #include "reduce.cu"
 
@@ -104,7 +121,8 @@ const std::map<std::string, Kernel> kernels = {
     K(expand_windows),  K(reduce_partial),    K(reduce_finish),     K(sum_axis),        K(sum_axis_backward),
     K(softmax_forward), K(softmax_backward),  K(clip_coef),         K(scale_by),        K(sgd_nesterov),
     K(adamw_step),      K(muon_momentum),     K(axpby),             K(scale_inv_norm),  K(ema_update),
-    K(index_select),
+    K(index_select),    K(strided_walk),      K(bn_train),          K(bn_backward),     K(bn_eval_scale),
+    K(bn_eval_backward),
 };
 
 std::map<long, std::vector<unsigned char>> buffers;
@@ -194,9 +212,64 @@ void launch(Workers& w, const Kernel& k, dim3 grid, dim3 block, void** params) {
       }
 }
 
+// conv is the naive stand-in for cuDNN's three convolution passes
+// (cross-correlation, dilation 1, NCHW, filter OC×(C/groups)×KH×KW), with
+// double sums. Forward overwrites (beta 0); the backward passes add.
+void conv(const std::string& pass, int n, int c, int h, int w, int oc, int kh, int kw, int st, int pad, int groups,
+          const float* A, const float* B, float* C, const std::string& where) {
+  int oh = (h + 2 * pad - kh) / st + 1, ow = (w + 2 * pad - kw) / st + 1;
+  int cg = c / groups, og = oc / groups;
+  auto X = [&](int b, int ch, int y, int x) { return ((long long)(b * c + ch) * h + y) * w + x; };
+  auto Y = [&](int b, int o, int y, int x) { return ((long long)(b * oc + o) * oh + y) * ow + x; };
+  auto W = [&](int o, int ci, int y, int x) { return ((long long)(o * cg + ci) * kh + y) * kw + x; };
+  if (pass == "f" || pass == "w") {
+    // f: y[b,o,oy,ox] = Σ x·w; w: dw[o,ci,ky,kx] += Σ x·dy.
+    std::vector<double> dw(pass == "w" ? (size_t)oc * cg * kh * kw : 0);
+    for (int b = 0; b < n; b++)
+      for (int o = 0; o < oc; o++)
+        for (int oy = 0; oy < oh; oy++)
+          for (int ox = 0; ox < ow; ox++) {
+            double s = 0;
+            double g = pass == "w" ? B[Y(b, o, oy, ox)] : 0;
+            for (int ci = 0; ci < cg; ci++)
+              for (int ky = 0; ky < kh; ky++)
+                for (int kx = 0; kx < kw; kx++) {
+                  int iy = oy * st - pad + ky, ix = ox * st - pad + kx;
+                  if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
+                  double xv = A[X(b, (o / og) * cg + ci, iy, ix)];
+                  if (pass == "f") s += xv * B[W(o, ci, ky, kx)];
+                  else dw[W(o, ci, ky, kx)] += xv * g;
+                }
+            if (pass == "f") C[Y(b, o, oy, ox)] = (float)s;
+          }
+    if (pass == "w")
+      for (size_t i = 0; i < dw.size(); i++) C[i] += (float)dw[i];
+  } else if (pass == "d") {
+    // dx[b,ch,iy,ix] += Σ dy·w.
+    std::vector<double> dx((size_t)n * c * h * w);
+    for (int b = 0; b < n; b++)
+      for (int o = 0; o < oc; o++)
+        for (int oy = 0; oy < oh; oy++)
+          for (int ox = 0; ox < ow; ox++) {
+            double g = A[Y(b, o, oy, ox)];
+            for (int ci = 0; ci < cg; ci++)
+              for (int ky = 0; ky < kh; ky++)
+                for (int kx = 0; kx < kw; kx++) {
+                  int iy = oy * st - pad + ky, ix = ox * st - pad + kx;
+                  if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
+                  dx[X(b, (o / og) * cg + ci, iy, ix)] += g * B[W(o, ci, ky, kx)];
+                }
+          }
+    for (size_t i = 0; i < dx.size(); i++) C[i] += (float)dx[i];
+  } else {
+    fail(where + "conv pass " + pass);
+  }
+}
+
 }  // namespace
 
 int main() {
+  std::ios::sync_with_stdio(false);
   Workers workers;
   std::string line;
   int lineno = 0;
@@ -271,6 +344,39 @@ int main() {
             float& cv = C[bi * sc + i + (long long)j * ldc];
             cv = be == 0.f ? al * acc : al * acc + be * cv;
           }
+    } else if (cmd == "free") {
+      long id;
+      in >> id;
+      if (!buffers.erase(id)) fail(where + "free of no buffer " + std::to_string(id));
+    } else if (cmd == "write" || cmd == "read") {
+      long id;
+      size_t off, n;
+      in >> id >> off >> n;
+      auto it = buffers.find(id);
+      if (!in || it == buffers.end()) fail(where + "bad " + cmd + " of buffer " + std::to_string(id));
+      if (off > it->second.size() || n > it->second.size() - off)
+        fail(where + cmd + " of " + std::to_string(n) + " bytes at " + std::to_string(off) + " outside buffer " +
+             std::to_string(id) + " of " + std::to_string(it->second.size()));
+      if (cmd == "write") {
+        if (!std::cin.read(reinterpret_cast<char*>(it->second.data() + off), n)) fail(where + "short write");
+      } else {
+        std::cout.write(reinterpret_cast<const char*>(it->second.data() + off), n);
+        std::cout.flush();
+      }
+    } else if (cmd == "sync") {
+      std::cout << "ok\n";
+      std::cout.flush();
+    } else if (cmd == "conv") {
+      std::string pass, pa, pb, pc;
+      int n, c, h, w, oc, kh, kw, st, pad, groups;
+      in >> pass >> n >> c >> h >> w >> oc >> kh >> kw >> st >> pad >> groups >> pa >> pb >> pc;
+      if (!in || st < 1 || groups < 1 || c % groups || oc % groups) fail(where + "bad conv");
+      float *A, *B, *C;
+      Arg xa = parse_arg(pa), xb = parse_arg(pb), xc = parse_arg(pc);
+      std::memcpy(&A, xa.bytes.data(), 8);
+      std::memcpy(&B, xb.bytes.data(), 8);
+      std::memcpy(&C, xc.bytes.data(), 8);
+      conv(pass, n, c, h, w, oc, kh, kw, st, pad, groups, A, B, C, where);
     } else {
       fail(where + "unknown command " + cmd);
     }

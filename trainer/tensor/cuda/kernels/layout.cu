@@ -22,6 +22,43 @@ extern "C" __global__ void strided_copy(Strided s, float* x, float* y, int scatt
   }
 }
 
+// strided_walk is backend.Strided's walk: the first w.outer axes of
+// w.shape run in parallel, one thread per index, and the remaining inner
+// axes (those the destination does not move along, so a sum when
+// accumulating) run serially in row-major order inside the thread, so
+// every destination element has one writer and a fixed summation order.
+// Without accumulate the last element of the inner walk is what stays, as
+// in the reference's row-major walk.
+extern "C" __global__ void strided_walk(Walk w, const float* src, float* dst, int accumulate, long long n) {
+  long long inner = 1;
+  for (int k = w.outer; k < w.nd; k++) inner *= w.shape[k];
+  SP_FOR(o, n) {
+    long long so = 0, d = 0, r = o;
+    for (int k = w.outer - 1; k >= 0; k--) {
+      long long i = r % w.shape[k];
+      r /= w.shape[k];
+      so += i * w.src[k];
+      d += i * w.dst[k];
+    }
+    if (inner == 1) {
+      dst[d] = accumulate ? dst[d] + src[so] : src[so];
+      continue;
+    }
+    float acc = accumulate ? dst[d] : 0.f;
+    float last = 0.f;
+    for (long long j = 0; j < inner; j++) {
+      long long s2 = so, q = j;
+      for (int k = w.nd - 1; k >= w.outer; k--) {
+        s2 += (q % w.shape[k]) * w.src[k];
+        q /= w.shape[k];
+      }
+      acc += src[s2];
+      last = src[s2];
+    }
+    dst[d] = accumulate ? acc : last;
+  }
+}
+
 // upsample_forward repeats every pixel of nc planes of h×w into f×f.
 extern "C" __global__ void upsample_forward(const float* __restrict__ x, float* __restrict__ y, int h, int w, int f,
                                             long long n) {
@@ -76,13 +113,14 @@ extern "C" __global__ void bias_grad(const float* __restrict__ dy, float* __rest
   }
 }
 
-// channel_affine writes y = x·scale[c] + shift[c] (batch-norm in eval mode).
-extern "C" __global__ void channel_affine(const float* __restrict__ x, const float* __restrict__ scale,
-                                          const float* __restrict__ shift, float* __restrict__ y, int c, long long hw,
+// channel_affine writes y = x·scale[c] + shift[c] (batch-norm in eval
+// mode); a null scale is a bias add, and y may be x.
+extern "C" __global__ void channel_affine(const float* x, const float* __restrict__ scale,
+                                          const float* __restrict__ shift, float* y, int c, long long hw,
                                           long long n) {
   SP_FOR(i, n) {
     int ch = (int)((i / hw) % c);
-    y[i] = x[i] * scale[ch] + shift[ch];
+    y[i] = scale ? x[i] * scale[ch] + shift[ch] : x[i] + shift[ch];
   }
 }
 
@@ -134,13 +172,19 @@ extern "C" __global__ void maxpool_backward(Pool2d p, const float* __restrict__ 
     oy1 = oy1 < p.oh - 1 ? oy1 : p.oh - 1;
     ox1 = ox1 < p.ow - 1 ? ox1 : p.ow - 1;
     const long long base = nc * p.oh * p.ow;
-    float s = 0.f;
+    // Added one by one in output order, and only where this input won, as
+    // the reference scatters them: the same bits (−0 stays −0).
+    float s = dx[i];
+    bool hit = false;
     for (int oy = oy0; oy <= oy1; oy++)
       for (int ox = ox0; ox <= ox1; ox++) {
         long long o = base + oy * p.ow + ox;
-        if (arg[o] == pos) s += dy[o];
+        if (arg[o] == pos) {
+          s += dy[o];
+          hit = true;
+        }
       }
-    dx[i] += s;
+    if (hit) dx[i] = s;
   }
 }
 

@@ -3,20 +3,6 @@
 // softmax along an axis, and the global-norm gradient clip.
 #include "shim.h"
 
-// block_sum reduces v over the block in a fixed tree order; blockDim.x
-// must be a power of two ≤ SP_MAX_BLOCK. Every thread gets the total.
-SP_INLINE double block_sum(double v, double* part) {
-  part[threadIdx.x] = v;
-  __syncthreads();
-  for (unsigned k = blockDim.x / 2; k > 0; k /= 2) {
-    if (threadIdx.x < k) part[threadIdx.x] += part[threadIdx.x + k];
-    __syncthreads();
-  }
-  double total = part[0];
-  __syncthreads();
-  return total;
-}
-
 // reduce_partial writes partial[blockIdx.x] = Σ x (or Σ x² with square)
 // over the block's grid-stride share.
 extern "C" __global__ void reduce_partial(const float* __restrict__ x, double* __restrict__ partial, int square,

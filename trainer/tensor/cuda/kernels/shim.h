@@ -73,6 +73,15 @@ struct Strided {
   long long stride[SP_MAX_DIMS];
 };
 
+// Walk is backend.Strided after merging: nd axes of shape with source and
+// destination strides, the first outer of them walked in parallel.
+struct Walk {
+  int nd, outer;
+  int shape[SP_MAX_DIMS];
+  long long src[SP_MAX_DIMS];
+  long long dst[SP_MAX_DIMS];
+};
+
 // Window is a mask window on the prototype grid (raster.Window) with the
 // offset of its bytes in the window data.
 struct Window {
@@ -84,6 +93,20 @@ struct Window {
 struct Pool2d {
   int n, c, h, w, k, stride, pad, oh, ow;
 };
+
+// block_sum reduces v over the block in a fixed tree order; blockDim.x
+// must be a power of two ≤ SP_MAX_BLOCK. Every thread gets the total.
+SP_INLINE double block_sum(double v, double* part) {
+  part[threadIdx.x] = v;
+  __syncthreads();
+  for (unsigned k = blockDim.x / 2; k > 0; k /= 2) {
+    if (threadIdx.x < k) part[threadIdx.x] += part[threadIdx.x + k];
+    __syncthreads();
+  }
+  double total = part[0];
+  __syncthreads();
+  return total;
+}
 
 // 1/(1+e^-v) without overflow for large |v|, as the CPU reference.
 SP_INLINE float sp_sigmoid(float v) {

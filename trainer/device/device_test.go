@@ -1,0 +1,51 @@
+package device
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/segpipe/segpipe/trainer/tensor/cuda"
+)
+
+func TestTF32FromEnvironment(t *testing.T) {
+	for _, c := range []struct {
+		v    string
+		want bool
+		ok   bool
+	}{{"", false, true}, {"1", true, true}, {"true", true, true}, {"0", false, true}, {"yes", false, false}} {
+		t.Setenv(TF32Env, c.v)
+		got, err := TF32()
+		if got != c.want || (err == nil) != c.ok {
+			t.Errorf("%s=%q: %v, %v; want %v, ok %v", TF32Env, c.v, got, err, c.want, c.ok)
+		}
+	}
+}
+
+// Without a GPU, cuda fails with an error that is ErrUnavailable and says
+// what is missing; with one it opens, once per process.
+func TestOpenCUDA(t *testing.T) {
+	be, err := Open("cuda")
+	if err != nil {
+		if !errors.Is(err, ErrUnavailable) || !errors.Is(err, cuda.ErrUnavailable) {
+			t.Fatalf("Open(cuda): %v, want ErrUnavailable and cuda.ErrUnavailable", err)
+		}
+		if !strings.HasPrefix(err.Error(), "device cuda: not available: ") || len(err.Error()) < 40 {
+			t.Errorf("Open(cuda): %q does not say what is missing", err)
+		}
+		t.Skipf("no GPU here: %v", err)
+	}
+	if be.Name() != "cuda" || be.Host(be.Alloc(1)) != nil {
+		t.Errorf("Open(cuda) = %s backend with host-addressable memory", be.Name())
+	}
+	again, err := Open("cuda")
+	if err != nil || again != be {
+		t.Errorf("second Open(cuda) = %v, %v; want the same backend", again, err)
+	}
+}
+
+func TestOpenUnknown(t *testing.T) {
+	if _, err := Open("tpu"); err == nil || !strings.Contains(err.Error(), "want cpu, emu or cuda") {
+		t.Errorf("Open(tpu): %v", err)
+	}
+}

@@ -1,0 +1,372 @@
+package cuda
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/segpipe/segpipe/trainer/tensor/backend"
+)
+
+// engine is what a Backend needs from the machine under it: memory,
+// copies across the host boundary, kernel launches, cuBLAS's GEMM and
+// cuDNN's convolutions. A GPU (gpuEngine over a Device) implements it;
+// so does the test-only CPU harness, which runs the same kernels compiled
+// with g++ and naive stand-ins for cuBLAS and cuDNN, so that everything
+// the Backend does in Go — the method mapping, argument packing, strides,
+// accumulate flags, the plan cache — runs on hosts without a GPU.
+type engine interface {
+	launcher
+	alloc(bytes int) (Ptr, error)
+	free(p Ptr) error
+	// upload and download copy synchronously: when they return, src may
+	// be reused and dst holds the data.
+	upload(dst Ptr, src []byte) error
+	download(dst []byte, src Ptr) error
+	sync() error
+	gemm(g Gemm, a, b, c Ptr) error
+	// planConv prepares c's three passes (cuDNN's algorithm search and
+	// workspace sizes on a GPU); the Backend caches one plan per shape.
+	planConv(c Conv) (*ConvPlan, error)
+	convForward(p *ConvPlan, x, w, y Ptr) error
+	convBackwardData(p *ConvPlan, dy, w, dx Ptr) error
+	convBackwardFilter(p *ConvPlan, x, dy, dw Ptr) error
+	close() error
+}
+
+// Backend is backend.Backend on one GPU's memory: buffers are
+// stream-ordered allocations from the device's memory pool, every kernel
+// is queued on the device's compute stream, and the only host crossings
+// are the Memory methods, counted in Transfers as the CPU backend counts
+// them. Sgemm is cuBLAS's strided-batched GEMM, convolutions are cuDNN's
+// with one plan (algorithms and workspace sizes) per shape, and the rest
+// are the project's own kernels (Kernels).
+//
+// It does not implement backend.HostKernels: the loss, the optimisers,
+// the EMA and clipping run as host code on a backend without it, so on
+// CUDA they cross to the host (counted) until their device twins exist.
+//
+// Its methods panic on a device error (a launch that fails, memory that
+// runs out): the backend.Backend interface has no error results, and a
+// step cannot continue on a device that failed.
+type Backend struct {
+	e    engine
+	k    *Kernels
+	name string
+
+	plansMu sync.Mutex
+	plans   map[Conv]*ConvPlan
+	planned atomic.Int64
+
+	ups, downs, upBytes, downBytes, syncs atomic.Int64
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// Options selects a Backend's arithmetic.
+type Options struct {
+	// TF32 lets cuBLAS and cuDNN use tensor cores with inputs rounded to
+	// TF32 (10-bit mantissas): faster, but no longer within the CPU
+	// reference's tolerance. Off by default, for parity.
+	TF32 bool
+}
+
+// NewBackend opens GPU ordinal as a Backend: its context, compute stream,
+// memory pool, kernels, a cuBLAS and a cuDNN handle, and pinned staging
+// for the host crossings. Without a driver, libraries or a device the
+// error wraps ErrUnavailable and says what is missing.
+func NewBackend(ordinal int, opt Options) (*Backend, error) {
+	d, err := Open(ordinal)
+	if err != nil {
+		return nil, err
+	}
+	e, err := newGPUEngine(d, opt)
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
+	return newBackend(e, &Kernels{l: e, maxBlocks: max(d.SMs, 1) * 8}), nil
+}
+
+func newBackend(e engine, k *Kernels) *Backend {
+	return &Backend{e: e, k: k, name: "cuda", plans: map[Conv]*ConvPlan{}}
+}
+
+// Close waits for the device, destroys the cached plans and handles, and
+// releases the context. Buffers still allocated go with it.
+func (be *Backend) Close() error {
+	be.plansMu.Lock()
+	be.plans = map[Conv]*ConvPlan{}
+	be.plansMu.Unlock()
+	return be.e.close()
+}
+
+// Name reports "cuda".
+func (be *Backend) Name() string { return be.name }
+
+// mem is one device allocation.
+type mem struct {
+	be *Backend
+	p  Ptr
+	n  int
+}
+
+func (m *mem) Elems() int { return m.n }
+
+// orPanic panics with the error of a failed device call.
+func orPanic(op string, err error) {
+	if err != nil {
+		panic(fmt.Errorf("cuda backend: %s: %w", op, err))
+	}
+}
+
+// ptr resolves a buffer to its device address (0 for the zero Buffer).
+func (be *Backend) ptr(b backend.Buffer) Ptr {
+	if b.Mem == nil {
+		return 0
+	}
+	m, ok := b.Mem.(*mem)
+	if !ok || m.be != be {
+		panic(fmt.Sprintf("cuda backend: given a buffer of another backend (%T)", b.Mem))
+	}
+	if b.Off < 0 || b.Len < 0 || b.Off+b.Len > m.n {
+		panic(fmt.Sprintf("cuda backend: buffer [%d, %d) outside its allocation of %d", b.Off, b.Off+b.Len, m.n))
+	}
+	return m.p.Add(4 * b.Off)
+}
+
+// Alloc returns n elements from the device's memory pool, ordered on the
+// compute stream.
+func (be *Backend) Alloc(n int) backend.Buffer {
+	p, err := be.e.alloc(4 * n)
+	orPanic(fmt.Sprintf("alloc %d floats", n), err)
+	return backend.Buffer{Mem: &mem{be: be, p: p, n: n}, Len: n}
+}
+
+// Free returns a whole buffer Alloc made to the pool once the stream's
+// prior work is done; views and other buffers are ignored.
+func (be *Backend) Free(b backend.Buffer) {
+	m, ok := b.Mem.(*mem)
+	if !ok || m.be != be || b.Off != 0 || b.Len != m.n || m.p == 0 {
+		return
+	}
+	orPanic("free", be.e.free(m.p))
+	m.p = 0
+}
+
+// Upload copies host values into dst through pinned staging.
+func (be *Backend) Upload(dst backend.Buffer, src []float32) {
+	if len(src) != dst.Len {
+		panic(fmt.Sprintf("cuda backend: Upload of %d values into a buffer of %d", len(src), dst.Len))
+	}
+	be.ups.Add(1)
+	be.upBytes.Add(int64(4 * len(src)))
+	if len(src) == 0 {
+		return
+	}
+	orPanic("upload", be.e.upload(be.ptr(dst), unsafe.Slice((*byte)(unsafe.Pointer(&src[0])), 4*len(src))))
+}
+
+// UploadBytes copies host bytes into dst's memory in order.
+func (be *Backend) UploadBytes(dst backend.Buffer, src []byte) {
+	if len(src) > 4*dst.Len {
+		panic(fmt.Sprintf("cuda backend: UploadBytes of %d bytes into a buffer of %d elements", len(src), dst.Len))
+	}
+	be.ups.Add(1)
+	be.upBytes.Add(int64(len(src)))
+	if len(src) == 0 {
+		return
+	}
+	orPanic("upload", be.e.upload(be.ptr(dst), src))
+}
+
+// Download copies src into host values after the stream's prior work.
+func (be *Backend) Download(dst []float32, src backend.Buffer) {
+	if len(dst) != src.Len {
+		panic(fmt.Sprintf("cuda backend: Download of a buffer of %d into %d values", src.Len, len(dst)))
+	}
+	be.downs.Add(1)
+	be.downBytes.Add(int64(4 * len(dst)))
+	if len(dst) == 0 {
+		return
+	}
+	orPanic("download", be.e.download(unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 4*len(dst)), be.ptr(src)))
+}
+
+// Host returns nil: device memory is not host-addressable.
+func (be *Backend) Host(backend.Buffer) []float32 { return nil }
+
+// Sync waits for the compute stream; it is counted.
+func (be *Backend) Sync() {
+	be.syncs.Add(1)
+	orPanic("sync", be.e.sync())
+}
+
+// Transfers reports the crossings since the backend was made.
+func (be *Backend) Transfers() backend.Transfers {
+	return backend.Transfers{Uploads: be.ups.Load(), Downloads: be.downs.Load(),
+		UploadBytes: be.upBytes.Load(), DownloadBytes: be.downBytes.Load(), Syncs: be.syncs.Load()}
+}
+
+// Sgemm is cuBLAS's strided-batched SGEMM through the row-major identities.
+func (be *Backend) Sgemm(g backend.Gemm, a, b, c backend.Buffer) {
+	orPanic("sgemm", be.e.gemm(Gemm(g), be.ptr(a), be.ptr(b), be.ptr(c)))
+}
+
+// plan returns the cached plan of p's shape, planning it on first use.
+func (be *Backend) plan(p backend.Conv) *ConvPlan {
+	c := Conv(p.Norm())
+	be.plansMu.Lock()
+	defer be.plansMu.Unlock()
+	if pl, ok := be.plans[c]; ok {
+		return pl
+	}
+	pl, err := be.e.planConv(c)
+	orPanic("plan convolution", err)
+	be.plans[c] = pl
+	be.planned.Add(1)
+	return pl
+}
+
+// Conv2d writes y = conv(x, w) with cuDNN (beta 0).
+func (be *Backend) Conv2d(p backend.Conv, x, w, y backend.Buffer) {
+	orPanic("conv2d", be.e.convForward(be.plan(p), be.ptr(x), be.ptr(w), be.ptr(y)))
+}
+
+// Conv2dBackwardData accumulates dx += the input gradient (beta 1).
+func (be *Backend) Conv2dBackwardData(p backend.Conv, dy, w, dx backend.Buffer) {
+	orPanic("conv2d backward data", be.e.convBackwardData(be.plan(p), be.ptr(dy), be.ptr(w), be.ptr(dx)))
+}
+
+// Conv2dBackwardFilter accumulates dw += the filter gradient (beta 1).
+func (be *Backend) Conv2dBackwardFilter(p backend.Conv, x, dy, dw backend.Buffer) {
+	orPanic("conv2d backward filter", be.e.convBackwardFilter(be.plan(p), be.ptr(x), be.ptr(dy), be.ptr(dw)))
+}
+
+// BatchNormTrain runs the bn_train kernel: statistics in double, one
+// block per channel, varUnbiased NaN for a single element as on the CPU.
+func (be *Backend) BatchNormTrain(n, c, hw int, eps float32, x, gamma, beta, y, mean, invstd, varUnbiased backend.Buffer) {
+	orPanic("batch-norm", be.k.BatchNormTrain(n, c, hw, eps, be.ptr(x), be.ptr(gamma), be.ptr(beta), be.ptr(y),
+		be.ptr(mean), be.ptr(invstd), be.ptr(varUnbiased)))
+}
+
+// ChannelAffine writes y = x·scale[c] + shift[c]; an absent scale is 1.
+func (be *Backend) ChannelAffine(n, c, hw int, x, scale, shift, y backend.Buffer) {
+	orPanic("channel affine", be.k.ChannelAffine(be.ptr(x), be.ptr(scale), be.ptr(shift), be.ptr(y), n, c, hw))
+}
+
+// ChannelSum accumulates dst[c] += Σ x over n and hw, in double.
+func (be *Backend) ChannelSum(n, c, hw int, x, dst backend.Buffer) {
+	orPanic("channel sum", be.k.BiasGrad(be.ptr(x), be.ptr(dst), n, c, hw))
+}
+
+// BatchNormBackward accumulates the training-mode gradients.
+func (be *Backend) BatchNormBackward(n, c, hw int, x, dy, mean, invstd, gamma, dx, dgamma, dbeta backend.Buffer) {
+	orPanic("batch-norm backward", be.k.BatchNormBackward(n, c, hw, be.ptr(x), be.ptr(dy), be.ptr(mean), be.ptr(invstd),
+		be.ptr(gamma), be.ptr(dx), be.ptr(dgamma), be.ptr(dbeta)))
+}
+
+// evalScale allocates and fills the per-channel invstd, scale and (when
+// wanted) shift of eval-mode batch-norm; the caller frees the buffer.
+func (be *Backend) evalScale(c int, eps float32, gamma, beta, mean, variance backend.Buffer, shift bool) (tmp, invstd, scale, sh backend.Buffer) {
+	tmp = be.Alloc(3 * c)
+	invstd, scale = tmp.Slice(0, c), tmp.Slice(c, 2*c)
+	if shift {
+		sh = tmp.Slice(2*c, 3*c)
+	}
+	orPanic("batch-norm eval scale", be.k.BatchNormEvalScale(c, eps, be.ptr(gamma), be.ptr(beta), be.ptr(mean), be.ptr(variance),
+		be.ptr(invstd), be.ptr(scale), be.ptr(sh)))
+	return tmp, invstd, scale, sh
+}
+
+// BatchNormEval folds the running statistics into one affine per channel.
+func (be *Backend) BatchNormEval(n, c, hw int, eps float32, x, gamma, beta, mean, variance, y backend.Buffer) {
+	tmp, _, scale, shift := be.evalScale(c, eps, gamma, beta, mean, variance, true)
+	be.ChannelAffine(n, c, hw, x, scale, shift, y)
+	be.Free(tmp)
+}
+
+// BatchNormEvalBackward accumulates the eval-mode gradients.
+func (be *Backend) BatchNormEvalBackward(n, c, hw int, eps float32, x, dy, gamma, mean, variance, dx, dgamma, dbeta backend.Buffer) {
+	tmp, invstd, scale, _ := be.evalScale(c, eps, gamma, backend.Buffer{}, mean, variance, false)
+	orPanic("batch-norm eval backward", be.k.BatchNormEvalBackward(n, c, hw, be.ptr(x), be.ptr(dy), be.ptr(mean), be.ptr(invstd),
+		be.ptr(scale), be.ptr(dx), be.ptr(dgamma), be.ptr(dbeta)))
+	be.Free(tmp)
+}
+
+// MaxPool2d records int32 winners within each plane, the first maximum in
+// row-major window order winning (PyTorch's rule).
+func (be *Backend) MaxPool2d(p backend.Pool, x, y, arg backend.Buffer) {
+	orPanic("max pool", be.k.MaxPool(Pool(p), be.ptr(x), be.ptr(y), be.ptr(arg)))
+}
+
+// MaxPool2dBackward accumulates dy into dx at the recorded winners.
+func (be *Backend) MaxPool2dBackward(p backend.Pool, dy, arg, dx backend.Buffer) {
+	orPanic("max pool backward", be.k.MaxPoolBackward(Pool(p), be.ptr(dy), be.ptr(arg), be.ptr(dx)))
+}
+
+// UpsampleNearest repeats each pixel into a Factor×Factor block.
+func (be *Backend) UpsampleNearest(p backend.Upsample, x, y backend.Buffer) {
+	orPanic("upsample", be.k.UpsampleNearest(be.ptr(x), be.ptr(y), p.Planes, p.H, p.W, p.Factor))
+}
+
+// UpsampleNearestBackward accumulates each block's sum into dx.
+func (be *Backend) UpsampleNearestBackward(p backend.Upsample, dy, dx backend.Buffer) {
+	orPanic("upsample backward", be.k.UpsampleNearestBackward(be.ptr(dy), be.ptr(dx), p.Planes, p.H, p.W, p.Factor))
+}
+
+// Softmax normalises along the middle axis of outer×n×inner.
+func (be *Backend) Softmax(outer, n, inner int, x, y backend.Buffer) {
+	orPanic("softmax", be.k.Softmax(be.ptr(x), be.ptr(y), outer, n, inner))
+}
+
+// SoftmaxBackward accumulates dx += y·(dy − Σ dy·y).
+func (be *Backend) SoftmaxBackward(outer, n, inner int, y, dy, dx backend.Buffer) {
+	orPanic("softmax backward", be.k.SoftmaxBackward(be.ptr(y), be.ptr(dy), be.ptr(dx), outer, n, inner))
+}
+
+// Unary writes y = f(x).
+func (be *Backend) Unary(f backend.Unary, x, y backend.Buffer) {
+	orPanic("unary", be.k.Unary(f, be.ptr(x), be.ptr(y), x.Len))
+}
+
+// UnaryBackward accumulates dx += f'(x)·dy.
+func (be *Backend) UnaryBackward(f backend.Unary, x, y, dy, dx backend.Buffer) {
+	orPanic("unary backward", be.k.UnaryBackward(f, be.ptr(x), be.ptr(y), be.ptr(dy), be.ptr(dx), dy.Len))
+}
+
+// Binary writes y = f(a, b) over the broadcast shape.
+func (be *Backend) Binary(f backend.Binary, s backend.Broadcast, a, b, y backend.Buffer) {
+	orPanic("binary", be.k.Binary(f, s, be.ptr(a), be.ptr(b), be.ptr(y)))
+}
+
+// BinaryBackward accumulates f's gradients into da and db (either absent).
+func (be *Backend) BinaryBackward(f backend.Binary, s backend.Broadcast, a, b, dy, da, db backend.Buffer) {
+	orPanic("binary backward", be.k.BinaryBackward(f, s, be.ptr(a), be.ptr(b), be.ptr(dy), be.ptr(da), be.ptr(db)))
+}
+
+// Fill sets every element of x to v.
+func (be *Backend) Fill(x backend.Buffer, v float32) {
+	orPanic("fill", be.k.Fill(be.ptr(x), v, x.Len))
+}
+
+// Axpby writes y = alpha·x + beta·y; with beta 0 y is not read (a scale
+// kernel writes it), so garbage or NaN in y does not leak through.
+func (be *Backend) Axpby(alpha float32, x backend.Buffer, beta float32, y backend.Buffer) {
+	if beta == 0 {
+		orPanic("axpby", be.k.Scale(be.ptr(x), be.ptr(y), alpha, false, x.Len))
+		return
+	}
+	orPanic("axpby", be.k.Axpby(be.ptr(x), be.ptr(y), beta, alpha, x.Len))
+}
+
+// Copy walks s, copying or (with Accumulate) adding src into dst.
+func (be *Backend) Copy(s backend.Strided, src, dst backend.Buffer) {
+	orPanic("copy", be.k.Copy(s, be.ptr(src), be.ptr(dst)))
+}
+
+// BytesToFloat widens the first dst.Len bytes of src times scale.
+func (be *Backend) BytesToFloat(scale float32, src, dst backend.Buffer) {
+	orPanic("bytes to float", be.k.BytesToFloat(be.ptr(src), be.ptr(dst), scale, dst.Len))
+}
