@@ -161,12 +161,12 @@ func TestMergeRefusesPartsThatDoNotBelongTogether(t *testing.T) {
 		{"newer format version", func(t *testing.T, dir string) {
 			writePart(t, dir, testOpts, imgs, p0, -1)
 			writePart(t, dir, testOpts, imgs, p1, -1)
-			edit(t, dir, p1, `"format_version": `+strconv.Itoa(FormatVersion), `"format_version": `+strconv.Itoa(FormatVersion+1))
+			edit(t, dir, p1, `"format_version": `+strconv.Itoa(versionEncoded), `"format_version": `+strconv.Itoa(FormatVersion+1))
 		}, "format_version " + strconv.Itoa(FormatVersion+1) + ": this segpipe reads versions"},
 		{"other format version", func(t *testing.T, dir string) {
 			writePart(t, dir, testOpts, imgs, p0, -1)
 			writePart(t, dir, testOpts, imgs, p1, -1)
-			edit(t, dir, p1, `"format_version": `+strconv.Itoa(FormatVersion), `"format_version": `+strconv.Itoa(MinFormatVersion))
+			edit(t, dir, p1, `"format_version": `+strconv.Itoa(versionEncoded), `"format_version": `+strconv.Itoa(MinFormatVersion))
 		}, "different format versions"},
 		{"overlapping images", func(t *testing.T, dir string) {
 			writePart(t, dir, testOpts, imgs, p0, -1)

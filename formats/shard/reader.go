@@ -198,8 +198,11 @@ func guardStoredSchema(kv metadata.KeyValueMetadata, want *arrow.Schema) {
 
 // schemaOf returns the row schema of a format version.
 func schemaOf(version int) *arrow.Schema {
-	if version == 1 {
+	switch version {
+	case 1:
 		return schemaV1
+	case 2:
+		return schemaV2
 	}
 	return schema
 }
