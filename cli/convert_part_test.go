@@ -47,6 +47,12 @@ func TestConvertPartsMergeToTheSingleProcessBytes(t *testing.T) {
 	}{
 		{"coco", []string{"convert", "coco", "--annotations", ann, "--images", imgs, "--shard-size", "2KiB"}, []int{1, 2, 3, 40}},
 		{"yolo", []string{"convert", "yolo", "--data", yoloData, "--split", "train", "--shard-size", "1B"}, []int{2, 5}},
+		// Pre-decoded rows are planned from their stored size (headers
+		// only), and must cut where the writer cuts after decoding.
+		{"coco-zstd", []string{"convert", "coco", "--annotations", ann, "--images", imgs, "--shard-size", "12KiB",
+			"--pixels", "zstd", "--max-side", "32"}, []int{2, 3}},
+		{"yolo-raw", []string{"convert", "yolo", "--data", yoloData, "--split", "train", "--shard-size", "1B",
+			"--pixels", "raw"}, []int{2}},
 	} {
 		ref := filepath.Join(tmp, tc.name+"-ref")
 		if code, _, errs := run(t, append(tc.base, "--out", ref)...); code != ExitOK {
@@ -73,6 +79,18 @@ func TestConvertPartsCocoTiny(t *testing.T) {
 		t.Fatalf("want several shards at 1MiB, got %d files", len(want))
 	}
 	sameDirs(t, "coco-tiny val2017 in 4 parts", want, convertInParts(t, base, filepath.Join(t.TempDir(), "parts"), 4, 9))
+
+	// The same with pre-decoded, shrunk pixels in 2 parts.
+	z := append(append([]string{}, base...), "--pixels", "zstd", "--max-side", "320")
+	zref := filepath.Join(t.TempDir(), "zref")
+	if code, _, errs := run(t, append(z, "--out", zref)...); code != ExitOK {
+		t.Fatalf("zstd: exit %d: %s", code, errs)
+	}
+	zwant := dirFiles(t, zref)
+	if len(zwant) < 3 {
+		t.Fatalf("want several zstd shards at 1MiB, got %d files", len(zwant))
+	}
+	sameDirs(t, "coco-tiny val2017 zstd in 2 parts", zwant, convertInParts(t, z, filepath.Join(t.TempDir(), "zparts"), 2, 3))
 }
 
 func TestConvertPartErrors(t *testing.T) {

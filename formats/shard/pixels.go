@@ -18,7 +18,7 @@ const (
 	// no header: the row's width and height give the layout.
 	FormatRaw = "raw"
 	// FormatZstd is FormatRaw's bytes as one zstd frame that records its
-	// content size.
+	// content size (zstd leaves it out of frames under 256 bytes).
 	FormatZstd = "zstd"
 )
 
@@ -119,7 +119,8 @@ func DecodePixels(format string, w, h int32, data, dst []byte) ([]byte, error) {
 		if err := hd.Decode(data); err != nil {
 			return nil, fmt.Errorf("%w: zstd frame header: %v", ErrPixels, err)
 		}
-		if !hd.HasFCS || hd.FrameContentSize != uint64(n) {
+		// The encoder leaves the size out of frames under 256 bytes.
+		if (hd.HasFCS && hd.FrameContentSize != uint64(n)) || (!hd.HasFCS && n >= 256) {
 			return nil, fmt.Errorf("%w: zstd frame of %d bytes (known %v) for a %dx%d image of %d", ErrPixels, hd.FrameContentSize, hd.HasFCS, w, h, n)
 		}
 		dec, err := zstdDec()

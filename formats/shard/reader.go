@@ -196,6 +196,11 @@ func guardStoredSchema(kv metadata.KeyValueMetadata, want *arrow.Schema) {
 	}
 }
 
+// SchemaOf returns the row schema of format version v (MinFormatVersion
+// to FormatVersion; others get the current one). The returned value is
+// shared and must not be modified.
+func SchemaOf(v int) *arrow.Schema { return schemaOf(v) }
+
 // schemaOf returns the row schema of a format version.
 func schemaOf(version int) *arrow.Schema {
 	switch version {
