@@ -70,27 +70,27 @@ func TestConvertPartsCocoTiny(t *testing.T) {
 	root := repoShared(t, "data/coco-tiny")
 	base := []string{"convert", "coco", "--annotations", filepath.Join(root, "annotations", "instances_val2017.json"),
 		"--images", filepath.Join(root, "val2017"), "--shard-size", "1MiB"}
-	ref := filepath.Join(t.TempDir(), "ref")
-	if code, _, errs := run(t, append(base, "--out", ref)...); code != ExitOK {
-		t.Fatalf("exit %d: %s", code, errs)
+	for _, tc := range []struct {
+		name  string
+		extra []string
+		parts int
+	}{
+		{"jpeg", nil, 4},
+		// Pre-decoded, shrunk pixels: planned from the headers alone.
+		{"zstd", []string{"--pixels", "zstd", "--max-side", "320"}, 2},
+	} {
+		args := append(append([]string{}, base...), tc.extra...)
+		ref := filepath.Join(t.TempDir(), "ref")
+		if code, _, errs := run(t, append(args, "--out", ref)...); code != ExitOK {
+			t.Fatalf("%s: exit %d: %s", tc.name, code, errs)
+		}
+		want := dirFiles(t, ref)
+		if len(want) < 3 {
+			t.Fatalf("%s: want several shards at 1MiB, got %d files", tc.name, len(want))
+		}
+		what := fmt.Sprintf("coco-tiny val2017 %s in %d parts", tc.name, tc.parts)
+		sameDirs(t, what, want, convertInParts(t, args, filepath.Join(t.TempDir(), "parts"), tc.parts, 9))
 	}
-	want := dirFiles(t, ref)
-	if len(want) < 6 {
-		t.Fatalf("want several shards at 1MiB, got %d files", len(want))
-	}
-	sameDirs(t, "coco-tiny val2017 in 4 parts", want, convertInParts(t, base, filepath.Join(t.TempDir(), "parts"), 4, 9))
-
-	// The same with pre-decoded, shrunk pixels in 2 parts.
-	z := append(append([]string{}, base...), "--pixels", "zstd", "--max-side", "320")
-	zref := filepath.Join(t.TempDir(), "zref")
-	if code, _, errs := run(t, append(z, "--out", zref)...); code != ExitOK {
-		t.Fatalf("zstd: exit %d: %s", code, errs)
-	}
-	zwant := dirFiles(t, zref)
-	if len(zwant) < 3 {
-		t.Fatalf("want several zstd shards at 1MiB, got %d files", len(zwant))
-	}
-	sameDirs(t, "coco-tiny val2017 zstd in 2 parts", zwant, convertInParts(t, z, filepath.Join(t.TempDir(), "zparts"), 2, 3))
 }
 
 func TestConvertPartErrors(t *testing.T) {

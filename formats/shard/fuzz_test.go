@@ -36,19 +36,8 @@ func FuzzShardFile(f *testing.F) {
 	f.Add([]byte("PAR1PAR1"))
 	// A pre-decoded (version 3) shard: zstd frames of pixels.
 	zdir := f.TempDir()
-	zo := WriterOptions{Categories: testOpts.Categories, Pixels: &Pixels{Encoding: FormatZstd}}
-	zw, err := Create(zdir, zo)
-	if err != nil {
-		f.Fatal(err)
-	}
-	for _, img := range pixelImages(f, 12, 4, FormatZstd) {
-		if err := zw.Write(&img); err != nil {
-			f.Fatal(err)
-		}
-	}
-	if _, err := zw.Close(nil); err != nil {
-		f.Fatal(err)
-	}
+	writeRows(f, zdir, WriterOptions{Categories: testOpts.Categories, Pixels: &Pixels{Encoding: FormatZstd}},
+		pixelImages(f, 12, 4, FormatZstd))
 	zgood, err := os.ReadFile(filepath.Join(zdir, ShardName(0)))
 	if err != nil {
 		f.Fatal(err)

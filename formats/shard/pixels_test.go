@@ -38,6 +38,25 @@ func pixelImages(t testing.TB, seed uint64, n int, format string) []Image {
 	return rows
 }
 
+// writeRows writes rows as a whole conversion into dir.
+func writeRows(t testing.TB, dir string, opts WriterOptions, rows []Image) *Manifest {
+	t.Helper()
+	w, err := Create(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range rows {
+		if err := w.Write(&rows[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := w.Close(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 func TestPixelsRoundTrip(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	var e PixelEncoder
@@ -141,19 +160,7 @@ func TestWriterWritesPixelsAsVersion3(t *testing.T) {
 		dir := t.TempDir()
 		opts := testOpts
 		opts.Pixels = &Pixels{Encoding: format, MaxSide: 16, Resample: ResampleArea}
-		w, err := Create(dir, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range rows {
-			if err := w.Write(&rows[i]); err != nil {
-				t.Fatal(err)
-			}
-		}
-		m, err := w.Close(nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		m := writeRows(t, dir, opts, rows)
 		if m.FormatVersion != 3 || m.Pixels == nil || *m.Pixels != *opts.Pixels {
 			t.Fatalf("manifest version %d pixels %+v", m.FormatVersion, m.Pixels)
 		}
@@ -239,18 +246,7 @@ func TestVerifyFindsPixelsThatDoNotFit(t *testing.T) {
 	dir := t.TempDir()
 	opts := testOpts
 	opts.Pixels = &Pixels{Encoding: FormatZstd}
-	w, err := Create(dir, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range rows {
-		if err := w.Write(&rows[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := w.Close(nil); err != nil {
-		t.Fatal(err)
-	}
+	writeRows(t, dir, opts, rows)
 	set, err := Open(dir)
 	if err != nil {
 		t.Fatal(err)
