@@ -49,8 +49,8 @@ func convertFlags() []ucli.Flag {
 		&ucli.StringFlag{Name: "pixels", Value: shard.FormatJPEG, Usage: "how images are stored, `ENC`: jpeg keeps each file's " +
 			"bytes as they are (smallest: 150 KiB a coco-tiny image; the loader decodes every image, about 3 ms of CPU " +
 			"each in pure Go); raw stores decoded RGB, 3 bytes a pixel (790 KiB a coco-tiny image, 5.3x; the loader " +
-			"copies it); zstd stores the same as a zstd frame (630 KiB, 4.2x; about 1 ms to inflate). Converting costs " +
-			"about 10 (raw) or 16 (zstd) ms of CPU an image. raw and zstd write format version 3, which segpipe " +
+			"copies it); zstd stores the same as a zstd frame (633 KiB, 4.2x; about 1 ms to inflate). Converting costs " +
+			"about 11 (raw) or 18 (zstd) ms of CPU an image. raw and zstd write format version 3, which segpipe " +
 			"releases before it cannot read"},
 		&ucli.IntFlag{Name: "max-side", Usage: "with --pixels raw|zstd: shrink images whose long side exceeds `N` pixels to N " +
 			"(exact area averaging, never upscaled; boxes, polygons, areas and crowd masks scaled with them, the source " +
