@@ -1,13 +1,16 @@
 package cli
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"image/png"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/segpipe/segpipe/datasets/coco"
 	"github.com/segpipe/segpipe/formats/shard"
 )
 
@@ -114,4 +117,39 @@ func TestConvertPixelsNamesAnUndecodableImage(t *testing.T) {
 	if code == ExitOK || !strings.Contains(errs, "img001.png") || !strings.Contains(errs, "pre-decode") {
 		t.Errorf("exit %d: %s", code, errs)
 	}
+}
+
+// An interrupted pre-decoding conversion resumes to the uninterrupted
+// bytes, like a JPEG one.
+func TestConvertPixelsResumes(t *testing.T) {
+	tmp := t.TempDir()
+	ann, imgs := writeMiniCOCO(t, tmp, 16)
+	flags := []string{"--shard-size", "8KiB", "--pixels", "zstd", "--max-side", "24"}
+	args := func(out string, extra ...string) []string {
+		return append(append([]string{"convert", "coco", "--annotations", ann, "--images", imgs, "--out", out}, flags...), extra...)
+	}
+	ref := filepath.Join(tmp, "ref")
+	if code, _, errs := run(t, args(ref)...); code != ExitOK {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	want := dirFiles(t, ref)
+	if len(want) < 3 {
+		t.Fatalf("want several shards, got %d files", len(want))
+	}
+	px := &shard.Pixels{Encoding: shard.FormatZstd, MaxSide: 24, Resample: shard.ResampleArea}
+	src, err := coco.Open(ann, imgs, coco.Options{Pixels: px})
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc := shard.Source{Kind: "coco", Args: map[string]string{"annotations": filepath.Clean(ann), "images": filepath.Clean(imgs)}}
+	out := filepath.Join(tmp, "resumed")
+	o := convertOpts{out: out, shardSize: 8 << 10, pixels: px}
+	if _, err := writeShards(context.Background(), &bytes.Buffer{}, failingSource{src, 11}, desc, o); !errors.Is(err, errInjected) {
+		t.Fatalf("err %v, want the injected failure", err)
+	}
+	code, stdout, errs := run(t, args(out, "--resume")...)
+	if code != ExitOK || !strings.Contains(stdout, "already in finished shards") {
+		t.Fatalf("resume: exit %d\n%s%s", code, stdout, errs)
+	}
+	sameDirs(t, "resumed zstd conversion", want, dirFiles(t, out))
 }
