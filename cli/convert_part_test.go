@@ -47,6 +47,12 @@ func TestConvertPartsMergeToTheSingleProcessBytes(t *testing.T) {
 	}{
 		{"coco", []string{"convert", "coco", "--annotations", ann, "--images", imgs, "--shard-size", "2KiB"}, []int{1, 2, 3, 40}},
 		{"yolo", []string{"convert", "yolo", "--data", yoloData, "--split", "train", "--shard-size", "1B"}, []int{2, 5}},
+		// Pre-decoded rows are planned from their stored size (headers
+		// only), and must cut where the writer cuts after decoding.
+		{"coco-zstd", []string{"convert", "coco", "--annotations", ann, "--images", imgs, "--shard-size", "12KiB",
+			"--pixels", "zstd", "--max-side", "32"}, []int{2, 3}},
+		{"yolo-raw", []string{"convert", "yolo", "--data", yoloData, "--split", "train", "--shard-size", "1B",
+			"--pixels", "raw"}, []int{2}},
 	} {
 		ref := filepath.Join(tmp, tc.name+"-ref")
 		if code, _, errs := run(t, append(tc.base, "--out", ref)...); code != ExitOK {
@@ -64,15 +70,27 @@ func TestConvertPartsCocoTiny(t *testing.T) {
 	root := repoShared(t, "data/coco-tiny")
 	base := []string{"convert", "coco", "--annotations", filepath.Join(root, "annotations", "instances_val2017.json"),
 		"--images", filepath.Join(root, "val2017"), "--shard-size", "1MiB"}
-	ref := filepath.Join(t.TempDir(), "ref")
-	if code, _, errs := run(t, append(base, "--out", ref)...); code != ExitOK {
-		t.Fatalf("exit %d: %s", code, errs)
+	for _, tc := range []struct {
+		name  string
+		extra []string
+		parts int
+	}{
+		{"jpeg", nil, 4},
+		// Pre-decoded, shrunk pixels: planned from the headers alone.
+		{"zstd", []string{"--pixels", "zstd", "--max-side", "320"}, 2},
+	} {
+		args := append(append([]string{}, base...), tc.extra...)
+		ref := filepath.Join(t.TempDir(), "ref")
+		if code, _, errs := run(t, append(args, "--out", ref)...); code != ExitOK {
+			t.Fatalf("%s: exit %d: %s", tc.name, code, errs)
+		}
+		want := dirFiles(t, ref)
+		if len(want) < 3 {
+			t.Fatalf("%s: want several shards at 1MiB, got %d files", tc.name, len(want))
+		}
+		what := fmt.Sprintf("coco-tiny val2017 %s in %d parts", tc.name, tc.parts)
+		sameDirs(t, what, want, convertInParts(t, args, filepath.Join(t.TempDir(), "parts"), tc.parts, 9))
 	}
-	want := dirFiles(t, ref)
-	if len(want) < 6 {
-		t.Fatalf("want several shards at 1MiB, got %d files", len(want))
-	}
-	sameDirs(t, "coco-tiny val2017 in 4 parts", want, convertInParts(t, base, filepath.Join(t.TempDir(), "parts"), 4, 9))
 }
 
 func TestConvertPartErrors(t *testing.T) {

@@ -27,7 +27,9 @@ func inspectCommand() *ucli.Command {
 			"bytes are not read) to print the manifest summary, the schema, instances per\n" +
 			"category and histograms of instances per image, points per polygon ring and\n" +
 			"instance size. --verify also re-reads every shard whole and checks its size,\n" +
-			"sha256 and row and instance counts against the manifest (exit code 1 on any\n" +
+			"sha256 and row and instance counts against the manifest, each image's crc32c and,\n" +
+			"in pre-decoded shards (convert --pixels raw|zstd), that every row holds exactly\n" +
+			"width×height×3 pixels (zstd frames are decompressed) (exit code 1 on any\n" +
 			"mismatch). --json prints the same report as one JSON object.\n\n" +
 			"Example:\n  segpipe inspect shards/val2017 --verify",
 		Flags: []ucli.Flag{
@@ -132,7 +134,7 @@ func inspect(ctx context.Context, dir string, verify bool) (*inspectReport, erro
 	}
 	m := set.Manifest
 	r := &inspectReport{
-		Dir: dir, Manifest: m, Schema: schemaTree(shard.Schema()),
+		Dir: dir, Manifest: m, Schema: schemaTree(shard.SchemaOf(m.FormatVersion)),
 		PerImage:   newHistogram("instances per image", 0, 1, 2, 3, 5, 9, 17, 33, 65),
 		RingPoints: newHistogram("points per polygon ring", 3, 5, 9, 17, 33, 65, 129, 257),
 		// sqrt(area) in pixels; COCO's small/medium/large split at 32 and 96.
@@ -248,6 +250,18 @@ func (r *inspectReport) print(w io.Writer, topCategories int) {
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "images: %d   instances: %d (crowd %d)   rings: %d   points: %d\n", m.Rows, m.Instances, r.Crowd, r.Rings, r.Points)
 	fmt.Fprintf(w, "shards: %d, %s (target %s a shard, row groups of %s)\n", len(m.Shards), humanBytes(m.Bytes), humanBytes(m.ShardBytes), humanBytes(m.RowGroupBytes))
+	if p := m.Pixels; p != nil {
+		side := "at their source sizes"
+		if p.MaxSide > 0 {
+			side = fmt.Sprintf("long side at most %d (%s resampling; annotations in the stored frame, source sizes in %s/%s)",
+				p.MaxSide, p.Resample, shard.ColSourceWidth, shard.ColSourceHeight)
+		}
+		per := int64(0)
+		if m.Rows > 0 {
+			per = m.Bytes / m.Rows
+		}
+		fmt.Fprintf(w, "pixels: pre-decoded %s, %s, %s per image\n", p.Encoding, side, humanBytes(per))
+	}
 	for _, s := range m.Shards {
 		fmt.Fprintf(w, "  %s  %6d rows  %7d instances  %10s  sha256 %s\n", s.File, s.Rows, s.Instances, humanBytes(s.Bytes), s.SHA256[:min(16, len(s.SHA256))])
 	}
@@ -291,7 +305,11 @@ func (r *inspectReport) printVerify(w io.Writer) {
 	if r.Verify != nil {
 		fmt.Fprintln(w)
 		if r.Verify.OK {
-			fmt.Fprintf(w, "verify: ok (%d shards: sizes, sha256, rows and instances match the manifest)\n", len(m.Shards))
+			what := "sizes, sha256, rows and instances match the manifest"
+			if m.Pixels != nil {
+				what = "sizes, sha256, rows and instances match the manifest; every row's pixels decode to width×height×3"
+			}
+			fmt.Fprintf(w, "verify: ok (%d shards: %s)\n", len(m.Shards), what)
 		} else {
 			fmt.Fprintf(w, "verify: FAILED\n")
 			for _, p := range r.Verify.Problems {

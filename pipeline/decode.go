@@ -10,6 +10,7 @@ import (
 	"image/png"
 	"sync"
 
+	"github.com/segpipe/segpipe/formats/shard"
 	"github.com/segpipe/segpipe/pipeline/augment"
 	yccrow "github.com/segpipe/segpipe/pipeline/internal/ycc"
 )
@@ -183,7 +184,7 @@ func newCache(maxBytes int64) *cache {
 // get returns the decoded image of row, decoding it (in the calling
 // goroutine) when absent. decoded reports whether this call decoded. The
 // caller must call put(e) when done with the pixels.
-func (c *cache) get(row int64, format string, data []byte) (e *entry, decoded bool) {
+func (c *cache) get(row int64, src *shard.Image) (e *entry, decoded bool) {
 	c.mu.Lock()
 	if e = c.entries[row]; e != nil {
 		e.refs++
@@ -203,7 +204,7 @@ func (c *cache) get(row int64, format string, data []byte) (e *entry, decoded bo
 	}
 	c.mu.Unlock()
 
-	e.img, e.err = decodeImage(format, data, buf)
+	e.img, e.err = decodeRow(src, buf)
 
 	c.mu.Lock()
 	if e.err != nil {

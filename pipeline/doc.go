@@ -68,6 +68,18 @@
 // upsampling), so batches are bit-identical across runs of one build, not
 // across the two builds. JPEGDecoder names the one compiled in.
 //
+// # Pre-decoded rows
+//
+// Rows of pre-decoded shards (shard.FormatRaw, shard.FormatZstd; convert
+// --pixels) are copied or inflated into the cache's pooled buffers, with no
+// allocation per image (one shared zstd decoder runs a block decoder per
+// concurrent call). A row shrunk at conversion (--max-side) is augmented in
+// its stored frame; the batch reports its source size as orig_width and
+// orig_height and a transform from source pixels to the canvas
+// (sourceFrame), so predictions map to the source image as for any row.
+// Frames that do not inflate to width×height×3 bytes are skipped as decode
+// failures.
+//
 // # Bad data
 //
 // Damage is contained to what is damaged. A Source reports rows it cannot

@@ -315,8 +315,8 @@ func (l *Loader) build(w *worker, t task) {
 		return
 	}
 	s.ok = true
-	s.imageID, s.origW, s.origH = row.ImageID, int32(e.img.W), int32(e.img.H)
-	s.xform = p.ToCanvas(0)
+	s.imageID = row.ImageID
+	s.origW, s.origH, s.xform = sourceFrame(row, &e.img, p.ToCanvas(0))
 	if n := s.labels.CrowdSkipped; n > 0 {
 		l.st.crowd.Add(int64(n))
 	}
@@ -325,7 +325,7 @@ func (l *Loader) build(w *worker, t task) {
 
 func (l *Loader) decode(row *shard.Image, id int64) (*entry, error) {
 	t0 := time.Now()
-	e, decoded := l.cache.get(id, row.Format, row.Bytes)
+	e, decoded := l.cache.get(id, row)
 	if decoded {
 		l.st.decode.Add(int64(time.Since(t0)))
 		l.st.decodes.Add(1)

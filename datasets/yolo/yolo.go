@@ -30,6 +30,11 @@ type Options struct {
 	Workers int
 	// Logger receives skipped-item records; nil means slog.Default().
 	Logger *slog.Logger
+	// Pixels, when set, makes Images emit pre-decoded rows (see
+	// shard.Pixels): each image decoded, shrunk to the max side and
+	// encoded by the reading goroutines, its instances in the stored
+	// frame. Nil emits the files' bytes as they are.
+	Pixels *shard.Pixels
 }
 
 // Dataset is one split of an Ultralytics YOLO segmentation dataset, its
@@ -106,6 +111,7 @@ func Open(dataYAMLPath string, split string, opts Options) (*Dataset, error) {
 	if err := l.load(paths, opts.Workers, d); err != nil {
 		return nil, err
 	}
+	d.src.Pixels = opts.Pixels
 	return d, nil
 }
 

@@ -18,6 +18,8 @@ type rowBuilder struct {
 	format   *array.StringBuilder
 	image    *array.BinaryBuilder
 	imageCRC *array.Uint32Builder
+	srcW     *array.Int32Builder // nil below format version 3
+	srcH     *array.Int32Builder
 
 	instances *array.ListBuilder
 	inst      *array.StructBuilder
@@ -43,8 +45,10 @@ type rowBuilder struct {
 	reserve int
 }
 
-func newRowBuilder(mem memory.Allocator, reserve int) *rowBuilder {
-	rb := array.NewRecordBuilder(mem, schema)
+// newRowBuilder builds rows of sc, the schema of the version being
+// written (schemaV2 or schema).
+func newRowBuilder(mem memory.Allocator, reserve int, sc *arrow.Schema) *rowBuilder {
+	rb := array.NewRecordBuilder(mem, sc)
 	b := &rowBuilder{rb: rb, reserve: reserve}
 	b.imageID = rb.Field(colImageID).(*array.Int64Builder)
 	b.fileName = rb.Field(colFileName).(*array.StringBuilder)
@@ -53,6 +57,10 @@ func newRowBuilder(mem memory.Allocator, reserve int) *rowBuilder {
 	b.format = rb.Field(colImageFormat).(*array.StringBuilder)
 	b.image = rb.Field(colImage).(*array.BinaryBuilder)
 	b.imageCRC = rb.Field(colImageCRC).(*array.Uint32Builder)
+	if sc.NumFields() > colSourceWidth {
+		b.srcW = rb.Field(colSourceWidth).(*array.Int32Builder)
+		b.srcH = rb.Field(colSourceHeight).(*array.Int32Builder)
+	}
 	b.instances = rb.Field(colInstances).(*array.ListBuilder)
 	b.inst = b.instances.ValueBuilder().(*array.StructBuilder)
 	b.annID = b.inst.FieldBuilder(instAnnID).(*array.Int64Builder)
@@ -85,6 +93,11 @@ func (b *rowBuilder) append(img *Image) {
 	b.format.Append(img.Format)
 	b.image.Append(img.Bytes)
 	b.imageCRC.Append(ImageCRC(img.Bytes))
+	if b.srcW != nil {
+		sw, sh := img.SourceSize()
+		b.srcW.Append(sw)
+		b.srcH.Append(sh)
+	}
 	b.instances.Append(true)
 	for i := range img.Instances {
 		in := &img.Instances[i]
@@ -127,8 +140,18 @@ func (b *rowBuilder) release() { b.rb.Release() }
 // rowSize is the writer's deterministic estimate of the bytes a row adds to
 // a shard. Shard and row-group boundaries are decided from it, never from
 // compressed output sizes, so they depend on the input rows alone.
+//
+// A pre-decoded row counts its raw pixels (3·width·height) whatever its
+// encoding: a zstd row's compressed size is only known after decoding and
+// compressing the image, which a distributed conversion's plan cannot
+// afford, so zstd shards come out smaller than the target by the
+// compression ratio.
 func rowSize(img *Image) int64 {
-	n := int64(len(img.Bytes)+len(img.FileName)+len(img.Format)) + 28
+	pix := int64(len(img.Bytes))
+	if Predecoded(img.Format) {
+		pix = PixelBytes(img.Width, img.Height)
+	}
+	n := pix + int64(len(img.FileName)+len(img.Format)) + 28
 	for i := range img.Instances {
 		in := &img.Instances[i]
 		n += 48

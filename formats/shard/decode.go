@@ -24,6 +24,7 @@ type Decoder struct {
 	width, height    *array.Int32
 	image            *array.Binary
 	imageCRC         *array.Uint32
+	srcW, srcH       *array.Int32
 
 	instances *array.List
 	annID     *array.Int64
@@ -88,6 +89,10 @@ func (d *Decoder) Reset(rec arrow.RecordBatch) error {
 			d.image = col.(*array.Binary)
 		case ColImageCRC:
 			d.imageCRC = col.(*array.Uint32)
+		case ColSourceWidth:
+			d.srcW = col.(*array.Int32)
+		case ColSourceHeight:
+			d.srcH = col.(*array.Int32)
 		case ColInstances:
 			d.instances = col.(*array.List)
 			st := d.instances.ListValues().(*array.Struct)
@@ -147,6 +152,11 @@ func (d *Decoder) Decode(i int, dst *Image) (err error) {
 	}
 	if d.format != nil {
 		dst.Format = d.format.Value(i)
+	}
+	// Rows of versions before 3 were never resized.
+	dst.SourceWidth, dst.SourceHeight = dst.Width, dst.Height
+	if d.srcW != nil && d.srcH != nil {
+		dst.SourceWidth, dst.SourceHeight = d.srcW.Value(i), d.srcH.Value(i)
 	}
 	if d.image != nil {
 		dst.Bytes = d.image.Value(i)

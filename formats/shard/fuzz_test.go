@@ -34,6 +34,15 @@ func FuzzShardFile(f *testing.F) {
 	f.Add(good)
 	f.Add(good[:len(good)/2])
 	f.Add([]byte("PAR1PAR1"))
+	// A pre-decoded (version 3) shard: zstd frames of pixels.
+	zdir := f.TempDir()
+	writeRows(f, zdir, WriterOptions{Categories: testOpts.Categories, Pixels: &Pixels{Encoding: FormatZstd}},
+		pixelImages(f, 12, 4, FormatZstd))
+	zgood, err := os.ReadFile(filepath.Join(zdir, ShardName(0)))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(zgood)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		path := filepath.Join(t.TempDir(), "part-00000.parquet")
 		if err := os.WriteFile(path, b, 0o644); err != nil {
@@ -53,7 +62,9 @@ func FuzzShardFile(f *testing.F) {
 			}
 			if err := d.Reset(rec); err == nil {
 				for i := 0; i < d.Len(); i++ {
-					_ = d.Decode(i, &img)
+					if d.Decode(i, &img) == nil && Predecoded(img.Format) && PixelBytes(img.Width, img.Height) <= 1<<20 {
+						_, _ = DecodePixels(img.Format, img.Width, img.Height, img.Bytes, nil)
+					}
 				}
 			}
 			rec.Release()

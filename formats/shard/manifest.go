@@ -27,6 +27,10 @@ type Manifest struct {
 	// ShardBytes and RowGroupBytes are the targets the writer used.
 	ShardBytes    int64 `json:"shard_bytes"`
 	RowGroupBytes int64 `json:"row_group_bytes"`
+	// Pixels is set when the rows hold pre-decoded pixels (format
+	// version 3): their encoding, the max side they were resized to and
+	// the filter. Absent for original encodings.
+	Pixels *Pixels `json:"pixels,omitempty"`
 	// Shards lists the files in row order.
 	Shards []ShardInfo `json:"shards"`
 	// Skipped counts the source items left out of the rows, by reason
@@ -95,6 +99,14 @@ func readManifestFile(ctx context.Context, d *storage.Dir, name string, m interf
 func (m *Manifest) check() error {
 	if m.FormatVersion < MinFormatVersion || m.FormatVersion > FormatVersion {
 		return fmt.Errorf("format_version %d: this segpipe reads versions %d to %d", m.FormatVersion, MinFormatVersion, FormatVersion)
+	}
+	if m.Pixels != nil {
+		if m.FormatVersion < 3 {
+			return fmt.Errorf("pixels needs format_version 3 or later, not %d", m.FormatVersion)
+		}
+		if err := m.Pixels.check(); err != nil {
+			return err
+		}
 	}
 	var rows, inst, size int64
 	seen := map[string]bool{}

@@ -205,6 +205,7 @@ func mergeManifests(parts []*PartManifest) (*Manifest, error) {
 		Categories:    first.Categories,
 		ShardBytes:    first.ShardBytes,
 		RowGroupBytes: first.RowGroupBytes,
+		Pixels:        first.Pixels,
 		Shards:        []ShardInfo{},
 		Skipped:       first.Skipped,
 	}
@@ -224,6 +225,8 @@ func mergeManifests(parts []*PartManifest) (*Manifest, error) {
 			return nil, differ("categories")
 		case pm.ShardBytes != first.ShardBytes || pm.RowGroupBytes != first.RowGroupBytes:
 			return nil, differ("--shard-size or row-group targets")
+		case !reflect.DeepEqual(pm.Pixels, first.Pixels):
+			return nil, differ("pixels (--pixels or --max-side)")
 		case !reflect.DeepEqual(pm.Skipped, first.Skipped):
 			return nil, differ("skip counts (the source changed between parts)")
 		case l.TotalShards != first.Layout.TotalShards || l.TotalRows != first.Layout.TotalRows:

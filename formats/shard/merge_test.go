@@ -161,12 +161,12 @@ func TestMergeRefusesPartsThatDoNotBelongTogether(t *testing.T) {
 		{"newer format version", func(t *testing.T, dir string) {
 			writePart(t, dir, testOpts, imgs, p0, -1)
 			writePart(t, dir, testOpts, imgs, p1, -1)
-			edit(t, dir, p1, `"format_version": `+strconv.Itoa(FormatVersion), `"format_version": `+strconv.Itoa(FormatVersion+1))
+			edit(t, dir, p1, `"format_version": `+strconv.Itoa(versionEncoded), `"format_version": `+strconv.Itoa(FormatVersion+1))
 		}, "format_version " + strconv.Itoa(FormatVersion+1) + ": this segpipe reads versions"},
 		{"other format version", func(t *testing.T, dir string) {
 			writePart(t, dir, testOpts, imgs, p0, -1)
 			writePart(t, dir, testOpts, imgs, p1, -1)
-			edit(t, dir, p1, `"format_version": `+strconv.Itoa(FormatVersion), `"format_version": `+strconv.Itoa(MinFormatVersion))
+			edit(t, dir, p1, `"format_version": `+strconv.Itoa(versionEncoded), `"format_version": `+strconv.Itoa(MinFormatVersion))
 		}, "different format versions"},
 		{"overlapping images", func(t *testing.T, dir string) {
 			writePart(t, dir, testOpts, imgs, p0, -1)
@@ -244,4 +244,27 @@ func FuzzParsePart(f *testing.F) {
 			t.Fatalf("%v does not round-trip: %v, %v", p, q, err)
 		}
 	})
+}
+
+func TestMergeKeepsAndChecksThePixels(t *testing.T) {
+	imgs := pixelImages(t, 13, 40, FormatZstd)
+	p0, p1 := Part{Index: 0, Count: 2}, Part{Index: 1, Count: 2}
+	o := testOpts
+	o.ShardBytes = 1 << 10
+	o.Pixels = &Pixels{Encoding: FormatZstd, MaxSide: 16, Resample: ResampleArea}
+	dir := t.TempDir()
+	writePart(t, dir, o, imgs, p0, -1)
+	writePart(t, dir, o, imgs, p1, -1)
+	m, err := Merge(dir, MergeOptions{Verify: true})
+	if err != nil || m.Pixels == nil || *m.Pixels != *o.Pixels || m.FormatVersion != 3 {
+		t.Fatalf("merge: %v, pixels %+v version %d", err, m.Pixels, m.FormatVersion)
+	}
+	other := o
+	other.Pixels = &Pixels{Encoding: FormatZstd, MaxSide: 32, Resample: ResampleArea}
+	dir = t.TempDir()
+	writePart(t, dir, o, imgs, p0, -1)
+	writePart(t, dir, other, imgs, p1, -1)
+	if _, err := Merge(dir, MergeOptions{}); err == nil || !strings.Contains(err.Error(), "different pixels") {
+		t.Errorf("parts of other --max-side merged: %v", err)
+	}
 }

@@ -48,9 +48,14 @@ func partJournalName(p Part) string { return ".segpipe-progress.part-" + p.tag()
 
 // PlannedRowSize is the writer's size estimate of img's row when the
 // image file, imageBytes long, is not loaded (img.Bytes is ignored). A
-// plan made with it cuts shards exactly where a Writer fed the full rows
-// does.
+// pre-decoded row (img.Format FormatRaw or FormatZstd, img.Width and
+// Height the stored size, instances in the stored frame) is estimated from
+// its size alone and imageBytes is ignored. A plan made with it cuts
+// shards exactly where a Writer fed the full rows does.
 func PlannedRowSize(img *Image, imageBytes int64) int64 {
+	if Predecoded(img.Format) {
+		return rowSize(img)
+	}
 	return rowSize(img) - int64(len(img.Bytes)) + imageBytes
 }
 

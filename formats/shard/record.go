@@ -9,10 +9,19 @@ package shard
 type Image struct {
 	ImageID  int64  // original dataset image id
 	FileName string // path relative to the dataset's image directory
-	Width    int32  // pixels, as read from the image header
+	Width    int32  // pixels of Bytes (the image header, or the stored pixels)
 	Height   int32
-	Format   string // "jpeg" or "png": the encoding of Bytes
-	Bytes    []byte // the original encoded file, untouched
+	Format   string // FormatJPEG, FormatPNG, FormatRaw or FormatZstd: the encoding of Bytes
+	Bytes    []byte // the original encoded file, untouched, or pre-decoded pixels
+
+	// SourceWidth and SourceHeight are the size of the source image when
+	// the stored pixels were resized from it (pre-decoded rows with a
+	// max side), else equal to Width and Height. Instances are always in
+	// the stored frame (Width×Height); predictions map back to the source
+	// image by the scale SourceWidth/Width, SourceHeight/Height. Zero only
+	// in rows built by hand: then they mean Width and Height.
+	SourceWidth  int32
+	SourceHeight int32
 
 	Instances []Instance
 }
@@ -23,7 +32,7 @@ type Instance struct {
 	CategoryID int32      // original dataset category id (COCO: 1..90, sparse)
 	Class      int32      // contiguous class index 0..K-1 (see Manifest.Categories)
 	BBox       [4]float32 // COCO x, y, w, h in image pixels
-	Area       float32    // the dataset's area field, as given
+	Area       float32    // the dataset's area field, as given (scaled with the image when resized)
 	IsCrowd    bool
 
 	// Polygons holds every part of the instance, each a ring of flat
@@ -40,6 +49,15 @@ type Instance struct {
 type RLE struct {
 	Height, Width int32 // COCO "size" is [h, w]
 	Counts        []uint32
+}
+
+// SourceSize returns SourceWidth and SourceHeight, or Width and Height for
+// a row that leaves them zero.
+func (img *Image) SourceSize() (w, h int32) {
+	if img.SourceWidth > 0 && img.SourceHeight > 0 {
+		return img.SourceWidth, img.SourceHeight
+	}
+	return img.Width, img.Height
 }
 
 // Category is one entry of the dataset's category table.

@@ -14,9 +14,17 @@ import (
 // metadata under MetadataKeyFormatVersion. Readers refuse versions they do
 // not know, so any change to column names, types or meaning must bump it.
 //
-// Version 2 added the image_crc32c column. Readers accept MinFormatVersion
-// through FormatVersion; the writer writes FormatVersion.
-const FormatVersion = 2
+// Version 2 added the image_crc32c column; version 3 the source_width and
+// source_height columns of pre-decoded shards. Readers accept
+// MinFormatVersion through FormatVersion. The writer writes the oldest
+// version that holds its rows: 2 for original encodings (so those shards
+// are byte-identical to what earlier releases wrote and stay readable by
+// them), 3 when pixels are pre-decoded (see Pixels).
+const FormatVersion = 3
+
+// versionEncoded is the version the writer writes for shards of original
+// encodings.
+const versionEncoded = 2
 
 // MinFormatVersion is the oldest version readers accept: version 1 shards
 // lack image_crc32c, so their image bytes go unchecked.
@@ -44,6 +52,11 @@ const (
 	// written by arrow-go, and the image column is stored uncompressed,
 	// so without it nothing notices a flipped byte there. Format ≥ 2.
 	ColImageCRC = "image_crc32c"
+	// ColSourceWidth and ColSourceHeight are the size of the source image
+	// a pre-decoded row was resized from; width and height are the stored
+	// pixels' size, which the annotations are in. Format ≥ 3.
+	ColSourceWidth  = "source_width"
+	ColSourceHeight = "source_height"
 )
 
 // Element name of every list. "element" is the name the Parquet spec's
@@ -102,6 +115,8 @@ const (
 	colImage
 	colInstances
 	colImageCRC
+	colSourceWidth
+	colSourceHeight
 )
 
 var schema = arrow.NewSchema([]arrow.Field{
@@ -113,10 +128,16 @@ var schema = arrow.NewSchema([]arrow.Field{
 	{Name: ColImage, Type: arrow.BinaryTypes.Binary},
 	{Name: ColInstances, Type: listOf(instanceType)},
 	{Name: ColImageCRC, Type: arrow.PrimitiveTypes.Uint32},
+	{Name: ColSourceWidth, Type: arrow.PrimitiveTypes.Int32},
+	{Name: ColSourceHeight, Type: arrow.PrimitiveTypes.Int32},
 }, nil)
 
-// schemaV1 is format version 1's schema: the same without image_crc32c.
-var schemaV1 = arrow.NewSchema(schema.Fields()[:colImageCRC], nil)
+// schemaV1 and schemaV2 are the schemas of format versions 1 and 2:
+// prefixes of the current one.
+var (
+	schemaV1 = arrow.NewSchema(schema.Fields()[:colImageCRC], nil)
+	schemaV2 = arrow.NewSchema(schema.Fields()[:colSourceWidth], nil)
+)
 
 // crcTable is CRC-32C's, which CPUs compute in hardware (SSE 4.2, ARMv8).
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -140,8 +161,9 @@ func writerProps() (*parquet.WriterProperties, pqarrow.ArrowWriterProperties) {
 		parquet.WithDataPageVersion(parquet.DataPageV1),
 		parquet.WithCompression(compress.Codecs.Zstd),
 		parquet.WithCompressionLevel(3),
-		// The encoded image is already compressed (JPEG/PNG): a second
-		// codec would cost CPU on every read and save nothing.
+		// The encoded image is already compressed (JPEG/PNG, or a zstd
+		// frame of pixels): a second codec would cost CPU on every read and
+		// save nothing. Raw pixels are left uncompressed on purpose.
 		parquet.WithCompressionFor(ColImage, compress.Codecs.Uncompressed),
 		// Dictionaries and min/max statistics over megabytes of unique
 		// image bytes are pure overhead.

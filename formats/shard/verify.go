@@ -11,7 +11,9 @@ import (
 // Verify re-reads every shard and checks it against the manifest: size,
 // sha256, the format version and schema in the footer, the row count of
 // the footer and of the decoded row groups, every row's image checksum
-// (format ≥ 2) and the number of instances.
+// (format ≥ 2), that every pre-decoded row (format ≥ 3) holds exactly
+// width×height×3 pixels (a zstd frame is decompressed to see it), and the
+// number of instances.
 // It returns every problem found, each naming its shard, joined with
 // errors.Join; nil means the set is intact.
 func (s *Set) Verify(ctx context.Context) error {
@@ -37,7 +39,8 @@ func (s *Set) verifyShard(ctx context.Context, i int) error {
 	}
 	// The image column is read too, so that each row's bytes are checked
 	// against image_crc32c (format ≥ 2) and a mismatch names its row.
-	r, err := s.OpenShard(i, ReadOptions{Columns: []string{ColImageID, ColImage, ColInstances, ColImageCRC}})
+	r, err := s.OpenShard(i, ReadOptions{Columns: []string{ColImageID, ColWidth, ColHeight, ColImageFormat,
+		ColImage, ColInstances, ColImageCRC}})
 	if err != nil {
 		return err
 	}
@@ -48,6 +51,7 @@ func (s *Set) verifyShard(ctx context.Context, i int) error {
 	var rows, inst int64
 	var d Decoder
 	var img Image
+	var pix []byte
 	for g := 0; g < r.NumRowGroups(); g++ {
 		rec, err := r.ReadRowGroup(ctx, g)
 		if err != nil {
@@ -61,6 +65,11 @@ func (s *Set) verifyShard(ctx context.Context, i int) error {
 			for row := 0; row < d.Len(); row++ {
 				if err := d.Decode(row, &img); err != nil {
 					return &RowError{Shard: info.File, Row: rows + int64(row), Err: err}
+				}
+				if Predecoded(img.Format) {
+					if pix, err = DecodePixels(img.Format, img.Width, img.Height, img.Bytes, pix); err != nil {
+						return &RowError{Shard: info.File, Row: rows + int64(row), Err: fmt.Errorf("image %d: %w", img.ImageID, err)}
+					}
 				}
 				inst += int64(len(img.Instances))
 			}

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -17,9 +19,12 @@ import (
 
 // writeV1 writes rows as a format-version-1 shard: the version 2 layout
 // without image_crc32c, as the version 1 writer made it.
-func writeV1(t *testing.T, path string, rows []Image) {
+func writeV1(t *testing.T, path string, rows []Image) { t.Helper(); writeV1As(t, path, rows, "1") }
+
+// writeV1As writes the version 1 layout labelled as version v.
+func writeV1As(t *testing.T, path string, rows []Image, v string) {
 	t.Helper()
-	b := newRowBuilder(memory.NewGoAllocator(), 0)
+	b := newRowBuilder(memory.NewGoAllocator(), 0, schemaV2)
 	defer b.release()
 	for i := range rows {
 		b.append(&rows[i])
@@ -41,7 +46,7 @@ func writeV1(t *testing.T, path string, rows []Image) {
 	if err := fw.Write(rec); err != nil {
 		t.Fatal(err)
 	}
-	if err := fw.AppendKeyValueMetadata(MetadataKeyFormatVersion, "1"); err != nil {
+	if err := fw.AppendKeyValueMetadata(MetadataKeyFormatVersion, v); err != nil {
 		t.Fatal(err)
 	}
 	if err := fw.Close(); err != nil {
@@ -118,6 +123,18 @@ func cloneImage(img Image) Image {
 	return img
 }
 
+// A shard of a version this package does not know is refused by version,
+// naming the file and the versions it reads, before its schema is looked at.
+func TestRefusesANewerVersion(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "v4.parquet")
+	writeV1As(t, path, testImages(3, 2), strconv.Itoa(FormatVersion+1))
+	_, err := OpenShardFile(path, ReadOptions{})
+	if err == nil || !strings.Contains(err.Error(), "v4.parquet") ||
+		!strings.Contains(err.Error(), "format_version 4: this segpipe reads versions 1 to 3") {
+		t.Errorf("newer version: %v", err)
+	}
+}
+
 func TestReadsFormatVersion1(t *testing.T) {
 	rows := testImages(3, 12)
 	path := filepath.Join(t.TempDir(), "v1.parquet")
@@ -146,6 +163,7 @@ func TestReadsFormatVersion1(t *testing.T) {
 
 // normal makes nil and empty slices compare equal.
 func normal(img Image) Image {
+	img.SourceWidth, img.SourceHeight = img.SourceSize()
 	if len(img.Instances) == 0 {
 		img.Instances = nil
 	}
@@ -182,8 +200,8 @@ func TestImageChecksumCatchesFlippedBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	if r.Version() != FormatVersion {
-		t.Errorf("writer wrote version %d", r.Version())
+	if r.Version() != versionEncoded {
+		t.Errorf("writer wrote version %d, want %d", r.Version(), versionEncoded)
 	}
 	rec, err := r.ReadRowGroup(context.Background(), 0)
 	if err != nil {

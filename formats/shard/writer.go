@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
@@ -62,6 +63,11 @@ type WriterOptions struct {
 	Checkpoint func() Checkpoint
 	// Allocator for the Arrow builders; default memory.DefaultAllocator.
 	Allocator memory.Allocator
+	// Pixels, when set, declares the rows pre-decoded: every row's Format
+	// is Pixels.Encoding and its Bytes the pixels of its Width×Height. The
+	// shards are then format version 3 and the manifest records Pixels.
+	// Nil: rows hold encoded files (version 2).
+	Pixels *Pixels
 	// Layout, when set, makes the Writer one part of a distributed
 	// conversion (see Plan.Layout and part.go): shards are numbered from
 	// Layout.FirstShard, journal and manifest carry the part's name
@@ -92,6 +98,9 @@ type Writer struct {
 
 	shards  []journalShard
 	resumed *Checkpoint
+
+	version int           // the format version written
+	schema  *arrow.Schema // its row schema
 
 	rb     *rowBuilder
 	cur    *openShard
@@ -164,9 +173,15 @@ func CreateDir(dir *storage.Dir, opts WriterOptions) (*Writer, error) {
 	if err := dir.Mkdir(); err != nil {
 		return nil, err
 	}
-	w := &Writer{dir: dir, ctx: ctx, opts: opts}
+	w := &Writer{dir: dir, ctx: ctx, opts: opts, version: versionEncoded, schema: schemaV2}
+	if opts.Pixels != nil {
+		if err := opts.Pixels.check(); err != nil {
+			return nil, err
+		}
+		w.version, w.schema = FormatVersion, schema
+	}
 	w.fp = w.fingerprintOf(&Manifest{Source: opts.Source, Categories: opts.Categories,
-		ShardBytes: opts.ShardBytes, RowGroupBytes: opts.RowGroupBytes})
+		ShardBytes: opts.ShardBytes, RowGroupBytes: opts.RowGroupBytes, Pixels: opts.Pixels})
 
 	names, err := dir.List(ctx)
 	if err != nil {
@@ -230,7 +245,7 @@ func CreateDir(dir *storage.Dir, opts WriterOptions) (*Writer, error) {
 	// holds the target plus at most one more image; 1/8 slack covers
 	// COCO-sized images without reserving for outliers.
 	reserve := min(opts.RowGroupBytes, opts.ShardBytes)
-	w.rb = newRowBuilder(opts.Allocator, int(reserve+reserve/8))
+	w.rb = newRowBuilder(opts.Allocator, int(reserve+reserve/8), w.schema)
 	return w, nil
 }
 
@@ -242,8 +257,9 @@ func (w *Writer) fingerprintOf(m *Manifest) string {
 		Categories    []Category  `json:"categories"`
 		ShardBytes    int64       `json:"shard_bytes"`
 		RowGroupBytes int64       `json:"row_group_bytes"`
+		Pixels        *Pixels     `json:"pixels,omitempty"`
 		Layout        *PartLayout `json:"layout,omitempty"`
-	}{m.Source, m.Categories, m.ShardBytes, m.RowGroupBytes, w.opts.Layout})
+	}{m.Source, m.Categories, m.ShardBytes, m.RowGroupBytes, m.Pixels, w.opts.Layout})
 	return string(b)
 }
 
@@ -257,8 +273,8 @@ func (w *Writer) loadJournal() error {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	if j.FormatVersion != FormatVersion {
-		return fmt.Errorf("%s: format_version %d, this segpipe writes %d: start again in an empty directory", path, j.FormatVersion, FormatVersion)
+	if j.FormatVersion != w.version {
+		return fmt.Errorf("%s: format_version %d, this segpipe writes %d: start again in an empty directory", path, j.FormatVersion, w.version)
 	}
 	if j.Options != w.fp {
 		return fmt.Errorf("%s: the interrupted conversion used another source or other options (%s); resume with the same flags or start again in an empty directory", path, j.Options)
@@ -304,6 +320,9 @@ func (w *Writer) Write(img *Image) error {
 	if w.closed {
 		return errors.New("shard writer: Write after Close")
 	}
+	if err := w.checkRow(img); err != nil {
+		return err
+	}
 	if w.cur == nil {
 		if err := w.openShard(); err != nil {
 			return err
@@ -324,6 +343,24 @@ func (w *Writer) Write(img *Image) error {
 	return nil
 }
 
+// checkRow refuses a row the shard's version cannot describe: pixels in a
+// shard of encoded files or the other way round, or pixels of the wrong
+// size.
+func (w *Writer) checkRow(img *Image) error {
+	p := w.opts.Pixels
+	switch {
+	case p == nil && Predecoded(img.Format):
+		return fmt.Errorf("image %d: %s pixels need WriterOptions.Pixels", img.ImageID, img.Format)
+	case p != nil && img.Format != p.Encoding:
+		return fmt.Errorf("image %d: format %q in a conversion of %s pixels", img.ImageID, img.Format, p.Encoding)
+	case p != nil && p.Encoding == FormatRaw && int64(len(img.Bytes)) != PixelBytes(img.Width, img.Height):
+		return fmt.Errorf("image %d: %d raw bytes for %dx%d pixels", img.ImageID, len(img.Bytes), img.Width, img.Height)
+	case p != nil && p.MaxSide > 0 && max(img.Width, img.Height) > int32(min(p.MaxSide, 1<<31-1)):
+		return fmt.Errorf("image %d: %dx%d exceeds the max side %d", img.ImageID, img.Width, img.Height, p.MaxSide)
+	}
+	return nil
+}
+
 func (w *Writer) openShard() error {
 	name := ShardName(w.firstShard() + len(w.shards))
 	f, err := w.dir.Create(w.ctx, name)
@@ -332,7 +369,7 @@ func (w *Writer) openShard() error {
 	}
 	sink := newHashSink(f)
 	props, aprops := writerProps()
-	fw, err := pqarrow.NewFileWriter(schema, sink, props, aprops)
+	fw, err := pqarrow.NewFileWriter(w.schema, sink, props, aprops)
 	if err != nil {
 		sink.finish()
 		f.Abort()
@@ -365,7 +402,7 @@ func (w *Writer) finishShard(journalIt bool) error {
 	if err := w.flushRowGroup(); err != nil {
 		return err
 	}
-	if err := s.fw.AppendKeyValueMetadata(MetadataKeyFormatVersion, strconv.Itoa(FormatVersion)); err != nil {
+	if err := s.fw.AppendKeyValueMetadata(MetadataKeyFormatVersion, strconv.Itoa(w.version)); err != nil {
 		return fmt.Errorf("shard %s: %w", s.name, err)
 	}
 	if err := s.fw.Close(); err != nil {
@@ -391,7 +428,7 @@ func (w *Writer) finishShard(journalIt bool) error {
 	if !journalIt {
 		return nil
 	}
-	b, err := json.MarshalIndent(journal{FormatVersion: FormatVersion, Options: w.fp, Shards: w.shards}, "", "  ")
+	b, err := json.MarshalIndent(journal{FormatVersion: w.version, Options: w.fp, Shards: w.shards}, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -415,11 +452,12 @@ func (w *Writer) Close(skipped map[string]int64) (*Manifest, error) {
 		skipped = map[string]int64{}
 	}
 	m := &Manifest{
-		FormatVersion: FormatVersion,
+		FormatVersion: w.version,
 		Source:        w.opts.Source,
 		Categories:    w.opts.Categories,
 		ShardBytes:    w.opts.ShardBytes,
 		RowGroupBytes: w.opts.RowGroupBytes,
+		Pixels:        w.opts.Pixels,
 		Shards:        w.Shards(),
 		Skipped:       skipped,
 	}

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/segpipe/segpipe/datasets/internal/predecode"
 	"github.com/segpipe/segpipe/formats/shard"
 )
 
@@ -129,6 +130,9 @@ type Source struct {
 	Order   []uint32 // annotation indexes into Store.Anns, grouped by image
 	Store   *Store
 	Workers int // <= 0: GOMAXPROCS
+	// Pixels, when set, pre-decodes every row in the reading goroutines
+	// (see package predecode).
+	Pixels *shard.Pixels
 
 	pool sync.Pool
 }
@@ -142,6 +146,7 @@ type item struct {
 	rings  [][]float32
 	counts []uint32
 	rles   []shard.RLE
+	conv   *predecode.Converter // with Source.Pixels
 	err    error
 }
 
@@ -196,7 +201,20 @@ func (s *Source) load(i int) *item {
 	}
 	it.img.Bytes = it.buf
 	s.assemble(e, it)
+	if s.Pixels != nil {
+		if err := s.converter(it).Convert(&it.img); err != nil {
+			// Like a changed file: skipping it would shift later rows.
+			it.err = fmt.Errorf("image %d %s: pre-decode: %w (convert with --pixels jpeg to keep the file as it is)", e.ID, e.Path, err)
+		}
+	}
 	return it
+}
+
+func (s *Source) converter(it *item) *predecode.Converter {
+	if it.conv == nil {
+		it.conv = &predecode.Converter{Pixels: *s.Pixels}
+	}
+	return it.conv
 }
 
 // assemble fills it.img from entry e's metadata and annotations, leaving
@@ -271,6 +289,11 @@ func (s *Source) RowSizes(ctx context.Context) ([]int64, error) {
 		e := &s.Images[i]
 		it.img.Bytes = nil
 		s.assemble(e, it)
+		if s.Pixels != nil {
+			if err := s.converter(it).Frame(&it.img); err != nil {
+				return nil, fmt.Errorf("image %d %s: %w", e.ID, e.Path, err)
+			}
+		}
 		sizes[i] = shard.PlannedRowSize(&it.img, e.Size)
 	}
 	return sizes, nil
