@@ -75,3 +75,18 @@ func hsample(r, g, b []byte, sc []uint32, U, dU int64, xa, maxX int) {
 	}
 	hsampleGo(r[n:], g[n:], b[n:], sc, U, dU, xa, maxX)
 }
+
+// coefRowAVX2 is coefRowGo for a whole 256-entry row, eight saturations
+// per step.
+//
+//go:noescape
+func coefRowAVX2(row *uint64, k *coefInputs, hf, hf1 float32, sh *[4]uint64)
+
+func coefRow(row []uint64, k *coefInputs, hf, hf1 float32, sh *[4]uint64) {
+	row = row[:256]
+	if haveAVX2 && !forceGoKernels {
+		coefRowAVX2(&row[0], k, hf, hf1, sh)
+		return
+	}
+	coefRowGo(row, k, hf, hf1, sh)
+}

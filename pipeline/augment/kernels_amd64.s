@@ -294,3 +294,69 @@ hloop:
 	JNZ hloop
 	VZEROUPPER
 	RET
+
+DATA coefconst<>+0(SB)/4, $1.0
+DATA coefconst<>+4(SB)/4, $4096.0
+DATA coefconst<>+8(SB)/4, $0.5
+DATA coefconst<>+12(SB)/4, $4096
+GLOBL coefconst<>(SB), RODATA|NOPTR, $16
+
+// One coefficient's eight dwords (c) into the qword accumulators lo and
+// hi (saturations 0-3 and 4-7 of the step), shifted by the count in sh;
+// t is scratch.
+#define COEFFIELD(c, cx, sh, lo, hi, t) \
+	VPMOVZXDQ cx, t; \
+	VPSLLQ sh, t, t; \
+	VPOR t, lo, lo; \
+	VEXTRACTI128 $1, c, cx; \
+	VPMOVZXDQ cx, t; \
+	VPSLLQ sh, t, t; \
+	VPOR t, hi, hi
+
+// c = trunc((1 − sf·f)·4096 + 0.5), each operation rounded to float32 as
+// coefRowGo's.
+#define COEFFRAC(sf, f, c) \
+	VMULPS f, sf, c; \
+	VSUBPS c, Y13, c; \
+	VMULPS Y12, c, c; \
+	VADDPS Y11, c, c; \
+	VCVTTPS2DQ c, c
+
+// func coefRowAVX2(row *uint64, k *coefInputs, hf, hf1 float32, sh *[4]uint64)
+TEXT ·coefRowAVX2(SB), NOSPLIT, $0-32
+	MOVQ row+0(FP), DI
+	MOVQ k+8(FP), SI
+	VBROADCASTSS hf+16(FP), Y15
+	VBROADCASTSS hf1+20(FP), Y14
+	MOVQ sh+24(FP), AX
+	VBROADCASTSS coefconst<>+0(SB), Y13
+	VBROADCASTSS coefconst<>+4(SB), Y12
+	VBROADCASTSS coefconst<>+8(SB), Y11
+	VPBROADCASTD coefconst<>+12(SB), Y10
+	VMOVQ 0(AX), X9
+	VMOVQ 8(AX), X8
+	VMOVQ 16(AX), X7
+	VMOVQ 24(AX), X6
+	// The constant coefficient one, shifted, is the same in every entry.
+	VPMOVZXDQ X10, Y5
+	VPSLLQ X9, Y5, Y5
+	MOVQ $32, CX
+
+crow:
+	VMOVDQU (SI), Y0     // sf
+	VMOVDQU 1024(SI), Y1 // minc
+	COEFFRAC(Y0, Y15, Y2)
+	COEFFRAC(Y0, Y14, Y3)
+	VMOVDQU Y5, Y0
+	VMOVDQU Y5, Y4
+	COEFFIELD(Y1, X1, X8, Y0, Y4, Y9)
+	COEFFIELD(Y2, X2, X7, Y0, Y4, Y9)
+	COEFFIELD(Y3, X3, X6, Y0, Y4, Y9)
+	VMOVDQU Y0, (DI)
+	VMOVDQU Y4, 32(DI)
+	ADDQ $32, SI
+	ADDQ $64, DI
+	DECQ CX
+	JNZ crow
+	VZEROUPPER
+	RET
