@@ -113,7 +113,7 @@ func TestVBlendKernelMatchesGo(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for trial := 0; trial < 300; trial++ {
 		n := r.IntN(200)
-		top, bot := make([]byte, n), make([]byte, n)
+		top, bot := make([]byte, n+3), make([]byte, n+3)
 		for i := range top {
 			top[i], bot[i] = uint8(r.IntN(256)), uint8(r.IntN(256))
 		}
@@ -146,13 +146,14 @@ func TestHSampleKernelMatchesGo(t *testing.T) {
 		if n == 0 {
 			continue
 		}
-		// sc covers the columns the span touches, as sampleSpanRow sizes it.
+		// sc covers the columns the span touches and the leading edge pair,
+		// as sampleSpanRow sizes it.
 		Ue := U + int64(n-1)*dU
 		xa := min(max(int(min(U, Ue)>>16), 0), maxX)
 		xb := min(max(int(max(U, Ue)>>16)+1, 0), maxX)
-		sc := make([]uint32, 3*(xb-xa+1))
+		sc := make([]uint32, 3*(xb-xa+2))
 		for i := range sc {
-			sc[i] = uint32(r.IntN(255*256 + 1))
+			sc[i] = uint32(r.IntN(255*256+1)) ^ 0x8000 | (uint32(r.IntN(255*256+1))^0x8000)<<16
 		}
 		got, want := make([]byte, 3*n), make([]byte, 3*n)
 		hsample(got[:n], got[n:2*n], got[2*n:], sc, U, dU, xa, maxX)
