@@ -354,14 +354,21 @@ func interval(cx0, dx, cy0, dy float64, x0, x1, y0, y1 float32, s int) (int, int
 }
 
 func fillRow(r, g, b []byte, fr, fg, fb uint8) {
-	for i := range r {
-		r[i] = fr
+	fill(r, fr)
+	fill(g, fg)
+	fill(b, fb)
+}
+
+// fill sets every byte of p to v: a byte loop up to 16, then doubling
+// copies (memmove), several times faster than a byte loop over the
+// mosaic's wide borders.
+func fill(p []byte, v uint8) {
+	n := min(len(p), 16)
+	for i := range p[:n] {
+		p[i] = v
 	}
-	for i := range g {
-		g[i] = fg
-	}
-	for i := range b {
-		b[i] = fb
+	for n < len(p) {
+		n += copy(p[n:], p[:n])
 	}
 }
 
