@@ -93,6 +93,13 @@ func BenchmarkHSVRow(b *testing.B) {
 	const n = 640
 	p := make([]byte, 3*n)
 	randomRow(r, p[:n], p[n:2*n], p[2*n:])
+	benchKernelAndGo(b, 3*n, func() { tab.applyRow(p[:n], p[n:2*n], p[2*n:]) })
+}
+
+// benchKernelAndGo runs op as sub-benchmarks "kernel" (the dispatched
+// vector kernels) and "go" (the Go references), bytes per op for the
+// throughput column (0: none).
+func benchKernelAndGo(b *testing.B, bytes int64, op func()) {
 	for _, k := range []struct {
 		name string
 		goK  bool
@@ -100,9 +107,11 @@ func BenchmarkHSVRow(b *testing.B) {
 		b.Run(k.name, func(b *testing.B) {
 			forceGoKernels = k.goK
 			defer func() { forceGoKernels = false }()
-			b.SetBytes(3 * n)
+			if bytes > 0 {
+				b.SetBytes(bytes)
+			}
 			for b.Loop() {
-				tab.applyRow(p[:n], p[n:2*n], p[2*n:])
+				op()
 			}
 		})
 	}
@@ -240,16 +249,5 @@ func TestCoefRowKernelMatchesGo(t *testing.T) {
 func BenchmarkHSVTableBuild(b *testing.B) {
 	g := randomGains(rand.New(rand.NewPCG(1, 1)))
 	tab := new(hsvTable)
-	for _, k := range []struct {
-		name string
-		goK  bool
-	}{{"kernel", false}, {"go", true}} {
-		b.Run(k.name, func(b *testing.B) {
-			forceGoKernels = k.goK
-			defer func() { forceGoKernels = false }()
-			for b.Loop() {
-				tab.build(g)
-			}
-		})
-	}
+	benchKernelAndGo(b, 0, func() { tab.build(g) })
 }
