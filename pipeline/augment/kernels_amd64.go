@@ -31,20 +31,21 @@ func (t *hsvTable) applyRow(r, g, b []uint8) {
 	t.applyRowGo(r[n:], g[n:], b[n:])
 }
 
-// vblendAVX2 is vblendGo for n values, n a positive multiple of 16.
+// vblendAVX2 is vblendGo for n word pairs, n a positive multiple of 16.
 //
 //go:noescape
 func vblendAVX2(dst *uint32, top, bot *uint8, n int, iy, wy uint32)
 
 // hsampleAVX2 is hsampleGo for n pixels, n a positive multiple of 8, with
-// the source position relative to column xa (u0 = U − xa·2¹⁶) in 32 bits;
-// the six column reads per eight pixels are gathers.
+// the source position relative to column xa (u0 = U − xa·2¹⁶) in 32 bits
+// and the left tap's pair index clamped to [0, last], the blended row's
+// last column pair; the three pair reads per pixel are gathers.
 //
 //go:noescape
-func hsampleAVX2(rp, gp, bp *uint8, n int, sc *uint32, u0, du, xa, maxX int32)
+func hsampleAVX2(rp, gp, bp *uint8, n int, sc *uint32, u0, du, last int32)
 
 func vblend(sc []uint32, top, bot []byte, iy, wy uint32) {
-	top, bot = top[:len(sc)], bot[:len(sc)]
+	top, bot = top[:len(sc)+3], bot[:len(sc)+3]
 	n := 0
 	if haveAVX2 && !forceGoKernels {
 		n = len(sc) &^ 15
@@ -62,16 +63,35 @@ func hsample(r, g, b []byte, sc []uint32, U, dU int64, xa, maxX int) {
 	if haveAVX2 && !forceGoKernels {
 		n = len(r) &^ 7
 		// The kernel steps relative positions in 32 bits: every lane it
-		// computes (the last step's included) must fit, and so must maxX.
+		// computes (the last step's included) must fit, and so must the
+		// row. Clamping to the row's last pair instead of maxX's is the
+		// same (no tap lies past the row except at maxX) and keeps every
+		// gather inside sc.
 		u0 := U - int64(xa)<<16
 		ue := u0 + int64(n+7)*dU
 		const lim = 1 << 30
-		if n > 0 && u0 > -lim && u0 < lim && ue > -lim && ue < lim && 8*dU > -lim && 8*dU < lim && maxX < lim {
-			hsampleAVX2(&r[0], &g[0], &b[0], n, &sc[0], int32(u0), int32(dU), int32(xa), int32(maxX))
+		last := len(sc)/3 - 1
+		if n > 0 && u0 > -lim && u0 < lim && ue > -lim && ue < lim && 8*dU > -lim && 8*dU < lim && len(sc) < lim && last <= maxX-xa+1 {
+			hsampleAVX2(&r[0], &g[0], &b[0], n, &sc[0], int32(u0), int32(dU), int32(last))
 			U += int64(n) * dU
 		} else {
 			n = 0
 		}
 	}
 	hsampleGo(r[n:], g[n:], b[n:], sc, U, dU, xa, maxX)
+}
+
+// coefRowAVX2 is coefRowGo for a whole 256-entry row, eight saturations
+// per step.
+//
+//go:noescape
+func coefRowAVX2(row *uint64, k *coefInputs, hf, hf1 float32, sh *[4]uint64)
+
+func coefRow(row []uint64, k *coefInputs, hf, hf1 float32, sh *[4]uint64) {
+	row = row[:256]
+	if haveAVX2 && !forceGoKernels {
+		coefRowAVX2(&row[0], k, hf, hf1, sh)
+		return
+	}
+	coefRowGo(row, k, hf, hf1, sh)
 }

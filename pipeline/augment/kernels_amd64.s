@@ -189,19 +189,31 @@ TEXT ·vblendAVX2(SB), NOSPLIT, $0-40
 	MOVL wy+36(FP), AX
 	MOVQ AX, X14
 	VPBROADCASTW X14, Y14
+	MOVL $0x8000, AX
+	MOVQ AX, X13
+	VPBROADCASTW X13, Y13
 
 vloop:
-	// 16 values a step in 16-bit lanes: top·iy + bot·wy ≤ 255·256
+	// 16 pairs a step in 16-bit lanes: top·iy + bot·wy ≤ 255·256, minus
+	// 32768, at k (Y0) and k+3 (Y2), interleaved into (k, k+3) pairs
 	VPMOVZXBW (SI), Y0
 	VPMOVZXBW (BX), Y1
 	VPMULLW Y15, Y0, Y0
 	VPMULLW Y14, Y1, Y1
 	VPADDW Y1, Y0, Y0
-	VPMOVZXWD X0, Y1
-	VEXTRACTI128 $1, Y0, X0
-	VPMOVZXWD X0, Y0
-	VMOVDQU Y1, (DI)
-	VMOVDQU Y0, 32(DI)
+	VPXOR Y13, Y0, Y0
+	VPMOVZXBW 3(SI), Y2
+	VPMOVZXBW 3(BX), Y3
+	VPMULLW Y15, Y2, Y2
+	VPMULLW Y14, Y3, Y3
+	VPADDW Y3, Y2, Y2
+	VPXOR Y13, Y2, Y2
+	VPUNPCKLWD Y2, Y0, Y4 // pairs 0-3 | 8-11
+	VPUNPCKHWD Y2, Y0, Y5 // pairs 4-7 | 12-15
+	VPERM2I128 $0x20, Y5, Y4, Y6
+	VPERM2I128 $0x31, Y5, Y4, Y7
+	VMOVDQU Y6, (DI)
+	VMOVDQU Y7, 32(DI)
 	ADDQ $16, SI
 	ADDQ $16, BX
 	ADDQ $64, DI
@@ -210,22 +222,19 @@ vloop:
 	VZEROUPPER
 	RET
 
-// One channel of hsampleAVX2's eight pixels into dst: the columns at
-// offsets Y0 and Y1 (dwords) plus off bytes, blended with weights Y3 (ix)
-// and Y2 (wx), rounded (Y7) and shifted; t is scratch; Y4 gather mask.
-#define CHANNEL(off, dst, t) \
+// One channel of hsampleAVX2's eight pixels into dst: the word pairs at
+// pair indices Y0 plus off bytes, multiply-added with the weight pairs Y3
+// (ix, wx), the offsets of the stored values and the rounding half added
+// back (Y7), shifted; Y4 is the gather mask.
+#define CHANNEL(off, dst) \
 	VMOVDQU Y10, Y4; \
 	VPGATHERDD Y4, off(SI)(Y0*4), dst; \
-	VMOVDQU Y10, Y4; \
-	VPGATHERDD Y4, off(SI)(Y1*4), t; \
-	VPMULLD Y3, dst, dst; \
-	VPMULLD Y2, t, t; \
-	VPADDD t, dst, dst; \
+	VPMADDWD Y3, dst, dst; \
 	VPADDD Y7, dst, dst; \
 	VPSRLD $16, dst, dst
 
-// func hsampleAVX2(rp, gp, bp *uint8, n int, sc *uint32, u0, du, xa, maxX int32)
-TEXT ·hsampleAVX2(SB), NOSPLIT, $0-56
+// func hsampleAVX2(rp, gp, bp *uint8, n int, sc *uint32, u0, du, last int32)
+TEXT ·hsampleAVX2(SB), NOSPLIT, $0-52
 	MOVQ rp+0(FP), AX
 	MOVQ gp+8(FP), BX
 	MOVQ bp+16(FP), CX
@@ -242,10 +251,7 @@ TEXT ·hsampleAVX2(SB), NOSPLIT, $0-56
 	VPBROADCASTD X13, Y13
 	VPADDD Y13, Y15, Y15 // lane positions u0 + i·du
 	VPSLLD $3, Y14, Y14  // step 8·du
-	MOVL xa+48(FP), R9
-	MOVQ R9, X13
-	VPBROADCASTD X13, Y13
-	MOVL maxX+52(FP), R9
+	MOVL last+48(FP), R9
 	MOVQ R9, X12
 	VPBROADCASTD X12, Y12
 	VPXOR Y11, Y11, Y11
@@ -253,38 +259,35 @@ TEXT ·hsampleAVX2(SB), NOSPLIT, $0-56
 	MOVL $255, R9
 	MOVQ R9, X9
 	VPBROADCASTD X9, Y9
-	MOVL $32768, R9
+	MOVL $256, R9
+	MOVQ R9, X8
+	VPBROADCASTD X8, Y8
+	MOVL $0x808000, R9 // 32768·256 + 32768
 	MOVQ R9, X7
 	VPBROADCASTD X7, Y7
 
 hloop:
-	// columns x0 = (u>>16) + xa and x0+1, clamped to [0, maxX], as
-	// offsets 3·(x − xa) into sc
+	// pair index of the left tap: (u>>16) + 1 clamped to [0, last], as a
+	// dword offset 3·index into sc
 	VPSRAD $16, Y15, Y0
-	VPADDD Y13, Y0, Y0
-	VPSUBD Y10, Y0, Y1
+	VPSUBD Y10, Y0, Y0
 	VPMAXSD Y11, Y0, Y0
 	VPMINSD Y12, Y0, Y0
-	VPMAXSD Y11, Y1, Y1
-	VPMINSD Y12, Y1, Y1
-	VPSUBD Y13, Y0, Y0
-	VPADDD Y0, Y0, Y2
-	VPADDD Y2, Y0, Y0
-	VPSUBD Y13, Y1, Y1
-	VPADDD Y1, Y1, Y2
-	VPADDD Y2, Y1, Y1
+	VPADDD Y0, Y0, Y1
+	VPADDD Y1, Y0, Y0
 
-	// weights wx = (u>>8)&255, ix = 256 − wx
+	// weight pairs: low word ix = 256 − wx, high word wx = (u>>8)&255
 	VPSRLD $8, Y15, Y2
 	VPAND Y9, Y2, Y2
-	VPXOR Y9, Y2, Y3
-	VPSUBD Y10, Y3, Y3
+	VPSLLD $16, Y2, Y3
+	VPSUBD Y2, Y3, Y3
+	VPADDD Y8, Y3, Y3
 
-	CHANNEL(0, Y5, Y6)  // R
-	CHANNEL(4, Y6, Y8)  // G
-	CHANNEL(8, Y8, Y0)  // B (the index register Y0 dies here)
+	CHANNEL(0, Y5) // R
+	CHANNEL(4, Y6) // G
+	CHANNEL(8, Y1) // B
 
-	PACKSTORE(Y5, Y6, Y8, Y0, X0, Y1)
+	PACKSTORE(Y5, Y6, Y1, Y0, X0, Y2)
 
 	VPADDD Y14, Y15, Y15
 	ADDQ $8, AX
@@ -292,5 +295,71 @@ hloop:
 	ADDQ $8, CX
 	SUBQ $8, DX
 	JNZ hloop
+	VZEROUPPER
+	RET
+
+DATA coefconst<>+0(SB)/4, $1.0
+DATA coefconst<>+4(SB)/4, $4096.0
+DATA coefconst<>+8(SB)/4, $0.5
+DATA coefconst<>+12(SB)/4, $4096
+GLOBL coefconst<>(SB), RODATA|NOPTR, $16
+
+// One coefficient's eight dwords (c) into the qword accumulators lo and
+// hi (saturations 0-3 and 4-7 of the step), shifted by the count in sh;
+// t is scratch.
+#define COEFFIELD(c, cx, sh, lo, hi, t) \
+	VPMOVZXDQ cx, t; \
+	VPSLLQ sh, t, t; \
+	VPOR t, lo, lo; \
+	VEXTRACTI128 $1, c, cx; \
+	VPMOVZXDQ cx, t; \
+	VPSLLQ sh, t, t; \
+	VPOR t, hi, hi
+
+// c = trunc((1 − sf·f)·4096 + 0.5), each operation rounded to float32 as
+// coefRowGo's.
+#define COEFFRAC(sf, f, c) \
+	VMULPS f, sf, c; \
+	VSUBPS c, Y13, c; \
+	VMULPS Y12, c, c; \
+	VADDPS Y11, c, c; \
+	VCVTTPS2DQ c, c
+
+// func coefRowAVX2(row *uint64, k *coefInputs, hf, hf1 float32, sh *[4]uint64)
+TEXT ·coefRowAVX2(SB), NOSPLIT, $0-32
+	MOVQ row+0(FP), DI
+	MOVQ k+8(FP), SI
+	VBROADCASTSS hf+16(FP), Y15
+	VBROADCASTSS hf1+20(FP), Y14
+	MOVQ sh+24(FP), AX
+	VBROADCASTSS coefconst<>+0(SB), Y13
+	VBROADCASTSS coefconst<>+4(SB), Y12
+	VBROADCASTSS coefconst<>+8(SB), Y11
+	VPBROADCASTD coefconst<>+12(SB), Y10
+	VMOVQ 0(AX), X9
+	VMOVQ 8(AX), X8
+	VMOVQ 16(AX), X7
+	VMOVQ 24(AX), X6
+	// The constant coefficient one, shifted, is the same in every entry.
+	VPMOVZXDQ X10, Y5
+	VPSLLQ X9, Y5, Y5
+	MOVQ $32, CX
+
+crow:
+	VMOVDQU (SI), Y0     // sf
+	VMOVDQU 1024(SI), Y1 // minc
+	COEFFRAC(Y0, Y15, Y2)
+	COEFFRAC(Y0, Y14, Y3)
+	VMOVDQU Y5, Y0
+	VMOVDQU Y5, Y4
+	COEFFIELD(Y1, X1, X8, Y0, Y4, Y9)
+	COEFFIELD(Y2, X2, X7, Y0, Y4, Y9)
+	COEFFIELD(Y3, X3, X6, Y0, Y4, Y9)
+	VMOVDQU Y0, (DI)
+	VMOVDQU Y4, 32(DI)
+	ADDQ $32, SI
+	ADDQ $64, DI
+	DECQ CX
+	JNZ crow
 	VZEROUPPER
 	RET

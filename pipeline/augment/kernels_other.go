@@ -9,3 +9,7 @@ func vblend(sc []uint32, top, bot []byte, iy, wy uint32) { vblendGo(sc, top, bot
 func hsample(r, g, b []byte, sc []uint32, U, dU int64, xa, maxX int) {
 	hsampleGo(r, g, b, sc, U, dU, xa, maxX)
 }
+
+func coefRow(row []uint64, k *coefInputs, hf, hf1 float32, sh *[4]uint64) {
+	coefRowGo(row, k, hf, hf1, sh)
+}

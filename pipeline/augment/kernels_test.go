@@ -93,6 +93,13 @@ func BenchmarkHSVRow(b *testing.B) {
 	const n = 640
 	p := make([]byte, 3*n)
 	randomRow(r, p[:n], p[n:2*n], p[2*n:])
+	benchKernelAndGo(b, 3*n, func() { tab.applyRow(p[:n], p[n:2*n], p[2*n:]) })
+}
+
+// benchKernelAndGo runs op as sub-benchmarks "kernel" (the dispatched
+// vector kernels) and "go" (the Go references), bytes per op for the
+// throughput column (0: none).
+func benchKernelAndGo(b *testing.B, bytes int64, op func()) {
 	for _, k := range []struct {
 		name string
 		goK  bool
@@ -100,9 +107,11 @@ func BenchmarkHSVRow(b *testing.B) {
 		b.Run(k.name, func(b *testing.B) {
 			forceGoKernels = k.goK
 			defer func() { forceGoKernels = false }()
-			b.SetBytes(3 * n)
+			if bytes > 0 {
+				b.SetBytes(bytes)
+			}
 			for b.Loop() {
-				tab.applyRow(p[:n], p[n:2*n], p[2*n:])
+				op()
 			}
 		})
 	}
@@ -113,7 +122,7 @@ func TestVBlendKernelMatchesGo(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for trial := 0; trial < 300; trial++ {
 		n := r.IntN(200)
-		top, bot := make([]byte, n), make([]byte, n)
+		top, bot := make([]byte, n+3), make([]byte, n+3)
 		for i := range top {
 			top[i], bot[i] = uint8(r.IntN(256)), uint8(r.IntN(256))
 		}
@@ -146,13 +155,14 @@ func TestHSampleKernelMatchesGo(t *testing.T) {
 		if n == 0 {
 			continue
 		}
-		// sc covers the columns the span touches, as sampleSpanRow sizes it.
+		// sc covers the columns the span touches and the leading edge pair,
+		// as sampleSpanRow sizes it.
 		Ue := U + int64(n-1)*dU
 		xa := min(max(int(min(U, Ue)>>16), 0), maxX)
 		xb := min(max(int(max(U, Ue)>>16)+1, 0), maxX)
-		sc := make([]uint32, 3*(xb-xa+1))
+		sc := make([]uint32, 3*(xb-xa+2))
 		for i := range sc {
-			sc[i] = uint32(r.IntN(255*256 + 1))
+			sc[i] = uint32(r.IntN(255*256+1)) ^ 0x8000 | (uint32(r.IntN(255*256+1))^0x8000)<<16
 		}
 		got, want := make([]byte, 3*n), make([]byte, 3*n)
 		hsample(got[:n], got[n:2*n], got[2*n:], sc, U, dU, xa, maxX)
@@ -208,4 +218,36 @@ func renderBoth(t *testing.T, p *Plan, ts []Tile, a, b []byte, force *bool) int 
 		}
 	}
 	return -1
+}
+
+// TestCoefRowKernelMatchesGo: tables built by the vector row kernel equal
+// those of coefRowGo, for the loader's gains and for wide ones (gains
+// from 0 to 3: saturation clipped at both ends, hue wrapping).
+func TestCoefRowKernelMatchesGo(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	var a, b hsvTable
+	for trial := 0; trial < 300; trial++ {
+		g := randomGains(r)
+		if trial%2 == 1 {
+			g = new(hsv)
+			g.set(2*r.Float64(), 3*r.Float64(), 3*r.Float64())
+		}
+		a.build(g)
+		forceGoKernels = true
+		b.build(g)
+		forceGoKernels = false
+		for i := range a.coef {
+			if a.coef[i] != b.coef[i] {
+				t.Fatalf("trial %d: hue %d saturation %d: kernel %#x, Go %#x", trial, i>>8, i&255, a.coef[i], b.coef[i])
+			}
+		}
+	}
+}
+
+// BenchmarkHSVTableBuild times the per-image table build, vector kernel
+// and Go reference in the same run.
+func BenchmarkHSVTableBuild(b *testing.B) {
+	g := randomGains(rand.New(rand.NewPCG(1, 1)))
+	tab := new(hsvTable)
+	benchKernelAndGo(b, 0, func() { tab.build(g) })
 }

@@ -201,6 +201,14 @@ var rowScratch = sync.Pool{New: func() any { return new([]uint32) }}
 // and 6 per source column instead of 18 per pixel. The integer sums are
 // those of sampleSpan regrouped, so the output is bit-identical. sc is
 // scratch space, returned grown as needed.
+//
+// The blended row is laid out for the horizontal step: per column x and
+// channel one word pair (value at x, value at x+1), so that a pixel's two
+// taps of a channel are one 32-bit read and one multiply-add of 16-bit
+// lanes. The values are stored minus 32768 (v ∈ [0, 65280] as int16);
+// hsampleGo adds the offset back. The row's first column pair is preceded
+// by (v(xa), v(xa)) and its last is (v(xb), v(xb)): the replicated edge
+// columns, so the horizontal step clamps a tap position instead of two.
 func sampleSpanRow(r, g, b, pix []byte, stride, maxX, maxY int, U, V, dU int64, sc []uint32) []uint32 {
 	n := len(r)
 	if n == 0 {
@@ -219,48 +227,70 @@ func sampleSpanRow(r, g, b, pix []byte, stride, maxX, maxY int, U, V, dU int64, 
 	xa := min(max(int(min(U, Ue)>>16), 0), maxX)
 	xb := min(max(int(max(U, Ue)>>16)+1, 0), maxX)
 	m := 3 * (xb - xa + 1)
-	if cap(sc) < m {
-		sc = make([]uint32, m, m+m/2)
+	if cap(sc) < m+3 {
+		sc = make([]uint32, m+3, m+m/2+3)
 	}
-	sc = sc[:m]
+	sc = sc[:m+3]
 	top := pix[y0*stride+3*xa : y0*stride+3*xb+3]
 	bot := pix[y1*stride+3*xa : y1*stride+3*xb+3]
-	vblend(sc, top[:m], bot[:m], 256-wy, wy)
+	iy := 256 - wy
+	vblend(sc[3:m], top[:m], bot[:m], iy, wy)
+	for c := 0; c < 3; c++ {
+		v := blend16(top[c], bot[c], iy, wy)
+		sc[c] = v | v<<16
+		v = blend16(top[m-3+c], bot[m-3+c], iy, wy)
+		sc[m+c] = v | v<<16
+	}
 	hsample(r, g, b, sc, U, dU, xa, maxX)
 	return sc
 }
 
-// vblendGo blends two source rows vertically: sc[k] = top[k]·iy +
-// bot[k]·wy (iy + wy = 256, so every sum fits in 16 bits).
+// blend16 is one vertically blended value, offset to int16 range.
+func blend16(t, b uint8, iy, wy uint32) uint32 {
+	return (uint32(t)*iy + uint32(b)*wy) ^ 0x8000
+}
+
+// vblendGo blends two source rows vertically into word pairs: sc[k] holds
+// the blends of top[k], bot[k] (low half) and of top[k+3], bot[k+3] (high
+// half), each top·iy + bot·wy − 32768 (iy + wy = 256, so each fits in 16
+// bits). len(top) and len(bot) are at least len(sc)+3.
 func vblendGo(sc []uint32, top, bot []byte, iy, wy uint32) {
-	top, bot = top[:len(sc)], bot[:len(sc)]
-	for k := range sc {
-		sc[k] = uint32(top[k])*iy + uint32(bot[k])*wy
+	top, bot = top[:len(sc)+3], bot[:len(sc)+3]
+	// Each blend is the high half of one pair and the low half of the
+	// pair three on: computed once, carried over one column (three values).
+	c0, c1, c2 := blend16(top[0], bot[0], iy, wy), blend16(top[1], bot[1], iy, wy), blend16(top[2], bot[2], iy, wy)
+	k := 0
+	for ; k+3 <= len(sc); k += 3 {
+		t, b, d := top[k+3:k+6:k+6], bot[k+3:k+6:k+6], sc[k:k+3:k+3]
+		n0, n1, n2 := blend16(t[0], b[0], iy, wy), blend16(t[1], b[1], iy, wy), blend16(t[2], b[2], iy, wy)
+		d[0], d[1], d[2] = c0|n0<<16, c1|n1<<16, c2|n2<<16
+		c0, c1, c2 = n0, n1, n2
+	}
+	for ; k < len(sc); k++ {
+		sc[k] = blend16(top[k], bot[k], iy, wy) | blend16(top[k+3], bot[k+3], iy, wy)<<16
 	}
 }
 
 // hsampleGo writes len(r) pixels, each the horizontal blend of two columns
-// of the vertically blended row sc (which starts at source column xa),
-// from source position U (48.16 fixed point) stepping dU; columns outside
-// [0, maxX] are replicated from the edge.
+// of the vertically blended row sc (laid out as sampleSpanRow describes,
+// its columns starting at xa), from source position U (48.16 fixed point)
+// stepping dU; columns outside [0, maxX] are replicated from the edge.
+// Clamping the left tap to [−1, maxX] is that replication: the pair at −1
+// (only ever read when xa = 0) and the one at maxX are the edge column
+// twice.
 func hsampleGo(r, g, b []byte, sc []uint32, U, dU int64, xa, maxX int) {
 	g = g[:len(r)]
 	b = b[:len(r)]
 	for i := range r {
-		x0 := int(U >> 16)
-		wx := uint32(U>>8) & 255
+		x0 := min(max(int(U>>16), -1), maxX)
+		wx := int32(U>>8) & 255
 		U += dU
-		x1 := x0 + 1
-		if uint(x0) >= uint(maxX) { // at an image edge: replicate
-			x0 = min(max(x0, 0), maxX)
-			x1 = min(max(x1, 0), maxX)
-		}
-		a, c := 3*(x0-xa), 3*(x1-xa)
-		p0, p1 := sc[a:a+3:a+3], sc[c:c+3:c+3]
+		c := 3 * (x0 - xa + 1)
+		p := sc[c : c+3 : c+3]
 		ix := 256 - wx
-		r[i] = uint8((p0[0]*ix + p1[0]*wx + 1<<15) >> 16)
-		g[i] = uint8((p0[1]*ix + p1[1]*wx + 1<<15) >> 16)
-		b[i] = uint8((p0[2]*ix + p1[2]*wx + 1<<15) >> 16)
+		r[i] = uint8((int32(int16(p[0]))*ix + int32(int16(p[0]>>16))*wx + 1<<23 + 1<<15) >> 16)
+		g[i] = uint8((int32(int16(p[1]))*ix + int32(int16(p[1]>>16))*wx + 1<<23 + 1<<15) >> 16)
+		b[i] = uint8((int32(int16(p[2]))*ix + int32(int16(p[2]>>16))*wx + 1<<23 + 1<<15) >> 16)
 	}
 }
 
@@ -324,14 +354,21 @@ func interval(cx0, dx, cy0, dy float64, x0, x1, y0, y1 float32, s int) (int, int
 }
 
 func fillRow(r, g, b []byte, fr, fg, fb uint8) {
-	for i := range r {
-		r[i] = fr
+	fill(r, fr)
+	fill(g, fg)
+	fill(b, fb)
+}
+
+// fill sets every byte of p to v: a byte loop up to 16, then doubling
+// copies (memmove), several times faster than a byte loop over the
+// mosaic's wide borders.
+func fill(p []byte, v uint8) {
+	n := min(len(p), 16)
+	for i := range p[:n] {
+		p[i] = v
 	}
-	for i := range g {
-		g[i] = fg
-	}
-	for i := range b {
-		b[i] = fb
+	for n < len(p) {
+		n += copy(p[n:], p[:n])
 	}
 }
 

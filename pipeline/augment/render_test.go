@@ -119,3 +119,20 @@ func TestRowSpanMatchesGeneralSpan(t *testing.T) {
 		}
 	}
 }
+
+// TestFill: every length up to a few rows, every byte set, nothing past
+// the slice touched.
+func TestFill(t *testing.T) {
+	buf := make([]byte, 2100)
+	for n := 0; n < 2000; n += 1 + n/50 {
+		for i := range buf {
+			buf[i] = 0
+		}
+		fill(buf[:n], 7)
+		for i, v := range buf {
+			if want := byte(7 * b2i(i < n)); v != want {
+				t.Fatalf("n %d: byte %d is %d, want %d", n, i, v, want)
+			}
+		}
+	}
+}
