@@ -63,6 +63,10 @@ func (o *SGD) Step() {
 			}
 		}
 	}
+	if dk, ok := o.be.(DeviceKernels); ok {
+		o.stepOn(dk, first)
+		return
+	}
 	launch(o.be, func(v backend.View) {
 		for _, g := range o.groups {
 			for _, p := range g.Params {
@@ -146,6 +150,10 @@ func (o *MuSGD) Step() {
 		return
 	}
 	o.prepare()
+	if dk, ok := o.be.(DeviceKernels); ok {
+		o.stepOn(dk)
+		return
+	}
 	launch(o.be, func(v backend.View) {
 		o.ns = newtonSchulz{x: v.Float32(o.x), a: v.Float32(o.a), b: v.Float32(o.b), t: v.Float32(o.t)}
 		u, out := v.Float32(o.u), v.Float32(o.o)
@@ -240,6 +248,10 @@ func (o *AdamW) Step() {
 				o.state[p] = &adamState{m: zeroed(o.be, p.Value.Len), v: zeroed(o.be, p.Value.Len)}
 			}
 		}
+	}
+	if dk, ok := o.be.(DeviceKernels); ok {
+		o.stepOn(dk)
+		return
 	}
 	b1, b2 := float32(o.Beta1), float32(o.Beta2)
 	launch(o.be, func(v backend.View) {
