@@ -138,6 +138,9 @@ func (o *MuSGD) prepare() {
 	}
 	grow(&o.u, n)
 	grow(&o.o, n)
+	if _, ok := o.be.(DeviceKernels); ok {
+		return // the device twin keeps its own Newton–Schulz workspace
+	}
 	grow(&o.x, n)
 	grow(&o.t, n)
 	grow(&o.a, sq)
