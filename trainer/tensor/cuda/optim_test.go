@@ -348,3 +348,46 @@ func TestOptimOnHarness(t *testing.T) {
 func TestOptimOnGPU(t *testing.T) {
 	compareOptim(t, openGPUBackend(t))
 }
+
+// hostOnly hides the Backend's device twins: trainer/optim then takes its
+// host round trip, as on a backend without them.
+type hostOnly struct{ backend.Backend }
+
+// TestOptimCrossingsOnHarness counts what one step of each optimiser and
+// one clip move across the host boundary on the harness Backend: nothing
+// through the device twins, the touched state both ways through the host
+// round trip they replace (logged).
+func TestOptimCrossingsOnHarness(t *testing.T) {
+	be, _ := newHarnessBackend(t)
+	shapes := optimShapes(t)
+	count := func(f func()) backend.Transfers {
+		t0 := be.Transfers()
+		f()
+		t1 := be.Transfers()
+		return backend.Transfers{Uploads: t1.Uploads - t0.Uploads, Downloads: t1.Downloads - t0.Downloads,
+			UploadBytes: t1.UploadBytes - t0.UploadBytes, DownloadBytes: t1.DownloadBytes - t0.DownloadBytes, Syncs: t1.Syncs - t0.Syncs}
+	}
+	for _, oc := range optimCases {
+		var got [2]backend.Transfers
+		for i, b := range []backend.Backend{be, hostOnly{be}} {
+			r := newOptimRun(b, shapes)
+			groups, err := optim.BuildGroups(r.params, optim.GroupConfig{LR: 0.05, Momentum: 0.9, WeightDecay: 5e-4, Muon: oc.muon})
+			if err != nil {
+				t.Fatal(err)
+			}
+			o := oc.new(groups)
+			r.grads(1)
+			got[i] = count(func() {
+				optim.ClipGrads(r.params, 10)
+				o.Step()
+			})
+		}
+		t.Logf("%s clip + step over %d parameters: device twins %+v; host round trip %+v", oc.name, len(shapes), got[0], got[1])
+		if got[0] != (backend.Transfers{}) {
+			t.Errorf("%s: the device twins crossed: %+v", oc.name, got[0])
+		}
+		if got[1].Uploads == 0 || got[1].Downloads == 0 {
+			t.Errorf("%s: the host round trip crossed nothing (%+v): is the fallback still taken?", oc.name, got[1])
+		}
+	}
+}
