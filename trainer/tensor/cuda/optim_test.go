@@ -190,10 +190,11 @@ var optimCases = []struct {
 // compareOptim runs on be and on the CPU backend, from the same values
 // and gradients: two steps of each optimiser (the first fills the momentum
 // buffers, the second reads them), clipping with the norm above and below
-// the limit, ZeroGrad and two EMA updates. Parameters, the step's update,
-// optimiser state, gradients, norms and averages must agree within
-// optimTol; the steps, clipping, zeroing and EMA must not cross on be
-// (ClipGradNorm crosses once, the norm it returns).
+// the limit, GlobalNorm, ScaleGrads, ZeroGrad and two EMA updates.
+// Parameters, the step's update, optimiser state, gradients, norms and
+// averages must agree within optimTol; the steps, clipping, scaling,
+// zeroing and EMA must not cross on be (ClipGradNorm and GlobalNorm cross
+// once each, the norm they return).
 func compareOptim(t *testing.T, be backend.Backend) {
 	shapes := optimShapes(t)
 	t.Logf("%d parameters of the n model", len(shapes))
@@ -279,6 +280,18 @@ func compareOptim(t *testing.T, be backend.Backend) {
 					}
 				}
 			}
+			// GlobalNorm reads the clipped norm (one download); ScaleGrads
+			// halves the gradients on the device.
+			t0 = be.Transfers()
+			clippedNorm := optim.GlobalNorm(r.params)
+			if d, u := be.Transfers().Downloads-t0.Downloads, be.Transfers().Uploads-t0.Uploads; d > 1 || u != 0 {
+				t.Errorf("GlobalNorm made %d downloads and %d uploads, want at most 1 download (the norm)", d, u)
+			}
+			noCrossing(t, be, "ScaleGrads", func() { optim.ScaleGrads(r.params, 0.5) })
+			for _, p := range r.params {
+				clipped = append(clipped, r.host(p.Gradient))
+			}
+			clipped = append(clipped, []float32{float32(clippedNorm)})
 			noCrossing(t, be, "ZeroGrad", func() { optim.ZeroGrad(r.params) })
 			for _, p := range r.params {
 				for _, v := range r.host(p.Gradient) {
@@ -301,7 +314,9 @@ func compareOptim(t *testing.T, be backend.Backend) {
 		}
 		for i, s := range shapes {
 			w.check(name, s.name, got[i], want[i])
+			w.check("scale grads", s.name, got[len(shapes)+i], want[len(shapes)+i])
 		}
+		w.check("global norm", "norm after clipping", got[2*len(shapes)], want[2*len(shapes)])
 	}
 
 	// The EMA of the parameters, twice (Tau small, so d moves).
