@@ -81,7 +81,7 @@ func (e *EMA) UpdateOn(state []backend.Buffer) error {
 	}
 	e.Updates++
 	d := float32(e.D(e.Updates))
-	if dk, ok := e.be.(DeviceKernels); ok {
+	if dk, ok := twin(e.be); ok {
 		dk.EMAUpdate(e.avg, state, d)
 		return nil
 	}

@@ -63,7 +63,7 @@ func (o *SGD) Step() {
 			}
 		}
 	}
-	if dk, ok := o.be.(DeviceKernels); ok {
+	if dk, ok := twin(o.be); ok {
 		o.stepOn(dk, first)
 		return
 	}
@@ -138,7 +138,7 @@ func (o *MuSGD) prepare() {
 	}
 	grow(&o.u, n)
 	grow(&o.o, n)
-	if _, ok := o.be.(DeviceKernels); ok {
+	if _, ok := twin(o.be); ok {
 		return // the device twin keeps its own Newton–Schulz workspace
 	}
 	grow(&o.x, n)
@@ -153,7 +153,7 @@ func (o *MuSGD) Step() {
 		return
 	}
 	o.prepare()
-	if dk, ok := o.be.(DeviceKernels); ok {
+	if dk, ok := twin(o.be); ok {
 		o.stepOn(dk)
 		return
 	}
@@ -252,7 +252,7 @@ func (o *AdamW) Step() {
 			}
 		}
 	}
-	if dk, ok := o.be.(DeviceKernels); ok {
+	if dk, ok := twin(o.be); ok {
 		o.stepOn(dk)
 		return
 	}

@@ -179,7 +179,7 @@ func GlobalNorm(params []*Param) float64 {
 	if be == nil {
 		return 0
 	}
-	if dk, ok := be.(DeviceKernels); ok {
+	if dk, ok := twin(be); ok {
 		return readScalar(be, func(norm backend.Buffer) { dk.GradNorm(gradients(params), norm) })
 	}
 	var n float64
@@ -210,7 +210,7 @@ func ScaleGrads(params []*Param, c float64) {
 	if c == 1 || be == nil {
 		return
 	}
-	if _, ok := be.(DeviceKernels); ok {
+	if _, ok := twin(be); ok {
 		for _, p := range params {
 			be.Axpby(float32(c), p.Gradient, 0, p.Gradient) // y = c·x: scaleGrads's g *= c
 		}
@@ -242,7 +242,7 @@ func ClipGradNorm(params []*Param, maxNorm float64) float64 {
 	if be == nil {
 		return 0
 	}
-	if dk, ok := be.(DeviceKernels); ok {
+	if dk, ok := twin(be); ok {
 		return readScalar(be, func(norm backend.Buffer) { dk.ClipGrads(gradients(params), maxNorm, norm) })
 	}
 	var n float64
@@ -256,7 +256,7 @@ func ClipGradNorm(params []*Param, maxNorm float64) float64 {
 // ClipGrads is ClipGradNorm without reading the norm back.
 func ClipGrads(params []*Param, maxNorm float64) {
 	if be := mustBackend(params); be != nil {
-		if dk, ok := be.(DeviceKernels); ok {
+		if dk, ok := twin(be); ok {
 			dk.ClipGrads(gradients(params), maxNorm, backend.Buffer{})
 			return
 		}
