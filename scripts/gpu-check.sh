@@ -106,7 +106,9 @@ fi
 
 # The CUDA tests: every kernel against the CPU reference, cuBLAS GEMMs
 # (fp32 and TF32), cuDNN convolutions and batch-norm, pinned copies and
-# events. -test.v prints each kernel's worst relative error.
+# events, and the optimiser device twins (TestOptimOnGPU: SGD, AdamW and
+# MuSGD steps, clipping, EMA against the cpu backend, nothing crossing).
+# -test.v prints each kernel's worst relative error.
 test_bin=trainer/tensor/cuda/cuda.test
 if [[ -x "$test_bin" ]]; then
   step cuda-kernel-tests 45 bash -c "cd trainer/tensor/cuda && ./cuda.test -test.v -test.count=1 -test.run 'OnGPU|HostBuffer|NoDriver' -test.skip 'TestIterationOnGPU'"

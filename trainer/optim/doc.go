@@ -61,10 +61,14 @@
 //
 // They are fused kernels rather than compositions of tensor ops because a
 // composition would change the rounding that the golden tests and the
-// bit-identical resume hold. On a backend without host kernels (the CUDA
-// backend, until it has its twins) a kernel falls back to a host round
-// trip: each buffer it reads is downloaded and uploaded back afterwards,
-// counted by the backend. That round trip is what each device twin
-// (llm.c's AdamW kernel being the model) replaces, checked against this
-// code.
+// bit-identical resume hold. A backend without host kernels runs them
+// through their device twins when it implements DeviceKernels (the CUDA
+// backend does: every optimiser step, Muon's Newton–Schulz included,
+// ClipGradNorm/ClipGrads with the coefficient applied on the device,
+// GlobalNorm, ScaleGrads and the EMA update), checked against this code;
+// then nothing crosses but the one norm ClipGradNorm and GlobalNorm
+// return (ClipGrads returns none). A backend with neither falls back to a
+// host round trip: each buffer a kernel reads is downloaded and uploaded
+// back afterwards, counted by the backend. On CUDA the loss is what still
+// takes that round trip each step.
 package optim

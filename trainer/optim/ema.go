@@ -81,6 +81,10 @@ func (e *EMA) UpdateOn(state []backend.Buffer) error {
 	}
 	e.Updates++
 	d := float32(e.D(e.Updates))
+	if dk, ok := twin(e.be); ok {
+		dk.EMAUpdate(e.avg, state, d)
+		return nil
+	}
 	w := 1 - d
 	launch(e.be, func(vw backend.View) {
 		for i, s := range state {

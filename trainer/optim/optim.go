@@ -63,6 +63,10 @@ func (o *SGD) Step() {
 			}
 		}
 	}
+	if dk, ok := twin(o.be); ok {
+		o.stepOn(dk, first)
+		return
+	}
 	launch(o.be, func(v backend.View) {
 		for _, g := range o.groups {
 			for _, p := range g.Params {
@@ -134,6 +138,9 @@ func (o *MuSGD) prepare() {
 	}
 	grow(&o.u, n)
 	grow(&o.o, n)
+	if _, ok := twin(o.be); ok {
+		return // the device twin keeps its own Newton–Schulz workspace
+	}
 	grow(&o.x, n)
 	grow(&o.t, n)
 	grow(&o.a, sq)
@@ -146,6 +153,10 @@ func (o *MuSGD) Step() {
 		return
 	}
 	o.prepare()
+	if dk, ok := twin(o.be); ok {
+		o.stepOn(dk)
+		return
+	}
 	launch(o.be, func(v backend.View) {
 		o.ns = newtonSchulz{x: v.Float32(o.x), a: v.Float32(o.a), b: v.Float32(o.b), t: v.Float32(o.t)}
 		u, out := v.Float32(o.u), v.Float32(o.o)
@@ -240,6 +251,10 @@ func (o *AdamW) Step() {
 				o.state[p] = &adamState{m: zeroed(o.be, p.Value.Len), v: zeroed(o.be, p.Value.Len)}
 			}
 		}
+	}
+	if dk, ok := twin(o.be); ok {
+		o.stepOn(dk)
+		return
 	}
 	b1, b2 := float32(o.Beta1), float32(o.Beta2)
 	launch(o.be, func(v backend.View) {

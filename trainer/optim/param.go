@@ -179,6 +179,9 @@ func GlobalNorm(params []*Param) float64 {
 	if be == nil {
 		return 0
 	}
+	if dk, ok := twin(be); ok {
+		return readScalar(be, func(norm backend.Buffer) { dk.GradNorm(gradients(params), norm) })
+	}
 	var n float64
 	launch(be, func(v backend.View) { n = globalNorm(v, params) })
 	return n
@@ -207,6 +210,12 @@ func ScaleGrads(params []*Param, c float64) {
 	if c == 1 || be == nil {
 		return
 	}
+	if _, ok := twin(be); ok {
+		for _, p := range params {
+			be.Axpby(float32(c), p.Gradient, 0, p.Gradient) // y = c·x: scaleGrads's g *= c
+		}
+		return
+	}
 	launch(be, func(v backend.View) { scaleGrads(v, params, c) })
 }
 
@@ -233,6 +242,9 @@ func ClipGradNorm(params []*Param, maxNorm float64) float64 {
 	if be == nil {
 		return 0
 	}
+	if dk, ok := twin(be); ok {
+		return readScalar(be, func(norm backend.Buffer) { dk.ClipGrads(gradients(params), maxNorm, norm) })
+	}
 	var n float64
 	launch(be, func(v backend.View) {
 		n = globalNorm(v, params)
@@ -242,7 +254,15 @@ func ClipGradNorm(params []*Param, maxNorm float64) float64 {
 }
 
 // ClipGrads is ClipGradNorm without reading the norm back.
-func ClipGrads(params []*Param, maxNorm float64) { ClipGradNorm(params, maxNorm) }
+func ClipGrads(params []*Param, maxNorm float64) {
+	if be := mustBackend(params); be != nil {
+		if dk, ok := twin(be); ok {
+			dk.ClipGrads(gradients(params), maxNorm, backend.Buffer{})
+			return
+		}
+	}
+	ClipGradNorm(params, maxNorm)
+}
 
 // ZeroGrad clears every gradient in place, on its backend.
 func ZeroGrad(params []*Param) {

@@ -43,9 +43,11 @@ type engine interface {
 // with one plan (algorithms and workspace sizes) per shape, and the rest
 // are the project's own kernels (Kernels).
 //
-// It does not implement backend.HostKernels: the loss, the optimisers,
-// the EMA and clipping run as host code on a backend without it, so on
-// CUDA they cross to the host (counted) until their device twins exist.
+// It does not implement backend.HostKernels: Go-coded kernels run as
+// host code on a backend without it, crossing to the host (counted). The
+// optimiser steps, gradient clipping and norms and the EMA update have
+// device twins instead (trainer/optim's DeviceKernels, in optim.go), so
+// they never cross; the loss still takes that round trip.
 //
 // Its methods panic on a device error (a launch that fails, memory that
 // runs out): the backend.Backend interface has no error results, and a
@@ -60,6 +62,11 @@ type Backend struct {
 	planned atomic.Int64
 
 	ups, downs, upBytes, downBytes, syncs atomic.Int64
+
+	// ws is the optimiser kernels' device workspace (see scratch).
+	wsMu    sync.Mutex
+	ws      Ptr
+	wsBytes int
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -99,6 +106,12 @@ func (be *Backend) Close() error {
 	be.plansMu.Lock()
 	be.plans = map[Conv]*ConvPlan{}
 	be.plansMu.Unlock()
+	be.wsMu.Lock()
+	if be.ws != 0 {
+		be.e.free(be.ws) // the context goes with close; its error is close's
+		be.ws, be.wsBytes = 0, 0
+	}
+	be.wsMu.Unlock()
 	return be.e.close()
 }
 

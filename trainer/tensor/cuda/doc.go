@@ -22,13 +22,18 @@
 // sums the axes its destination stands still on in one thread, in order.
 // TF32 is off unless Options.TF32 (SEGPIPE_TF32=1 through package device).
 //
-// Backend does not implement backend.HostKernels. The loss, the
-// optimisers, the EMA and clipping are Go code that a host-kernel backend
-// (cpu, emu) runs on its own memory; on a backend without HostKernels they
-// fall back to the host, so `train --device cuda` downloads their inputs
-// and uploads their results each step (counted crossings) until device
-// twins of those kernels, checked against the Go code, exist. Kernels
-// already has SGD, AdamW, Muon/Newton–Schulz, EMA, clipping and BCE.
+// Backend does not implement backend.HostKernels: Go-coded kernels that a
+// host-kernel backend (cpu, emu) runs on its own memory fall back to the
+// host here, downloading their inputs and uploading their results
+// (counted crossings). The optimiser kernels have device twins instead:
+// Backend implements trainer/optim's DeviceKernels (structurally; neither
+// package imports the other), so the SGD, AdamW and MuSGD steps (Muon's
+// momentum, Newton–Schulz with its products on cuBLAS, the scaled
+// update), gradient norms and clipping (norm, coefficient and scaling all
+// on the device), ZeroGrad (Fill) and the EMA update cross nothing, and
+// are checked against the Go code on the CPU harness and, by
+// TestOptimOnGPU, on a GPU. The loss is what still takes the round trip
+// each step (only its BCE exists as a kernel).
 //
 // Backend runs on an engine: a GPU here, or in this package's tests the
 // CPU harness below, which runs the same .cu kernels compiled with g++
