@@ -232,6 +232,11 @@ func TestBuildGroupsRejectsBadParams(t *testing.T) {
 	if _, err := BuildGroups([]*Param{q, q}, GroupConfig{}); err == nil {
 		t.Error("duplicate parameter accepted")
 	}
+	r := &Param{Name: "c", Shape: []int{2}, Data: make([]float32, 2), Grad: make([]float32, 2)}
+	place(testBackends[2], []*Param{r})
+	if _, err := BuildGroups([]*Param{q, r}, GroupConfig{}); err == nil {
+		t.Error("parameters on two backends accepted")
+	}
 }
 
 func TestScheduleWarmupAndDecay(t *testing.T) {
