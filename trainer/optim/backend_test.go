@@ -59,6 +59,24 @@ func pull(ps []*Param) {
 	}
 }
 
+// onEveryBackend runs f on each test backend and requires every result
+// to equal the host form's (the first) bit for bit.
+func onEveryBackend(t *testing.T, f func(*testing.T, testBackend) map[string][]float32) {
+	var ref map[string][]float32
+	for _, tb := range testBackends {
+		t.Run(tb.name, func(t *testing.T) {
+			got := f(t, tb)
+			if ref == nil {
+				ref = got
+				return
+			}
+			for k, v := range ref {
+				sameBits(t, k, got[k], v)
+			}
+		})
+	}
+}
+
 func sameBits(t *testing.T, what string, got, want []float32) {
 	t.Helper()
 	if len(got) != len(want) {

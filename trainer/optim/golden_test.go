@@ -161,19 +161,7 @@ func TestGroupsGolden(t *testing.T) {
 // buffers (SGD: g + λp, Muon: (1 − 0.8)·g).
 // It runs on every test backend, each bit-identical to the host form.
 func TestIterationZeroLeavesParamsUnchanged(t *testing.T) {
-	var ref map[string][]float32
-	for _, tb := range testBackends {
-		t.Run(tb.name, func(t *testing.T) {
-			st := iterationZero(t, tb)
-			if ref == nil {
-				ref = st
-				return
-			}
-			for k, v := range ref {
-				sameBits(t, k, st[k], v)
-			}
-		})
-	}
+	onEveryBackend(t, iterationZero)
 }
 
 func iterationZero(t *testing.T, tb testBackend) map[string][]float32 {
@@ -232,19 +220,7 @@ func iterationZero(t *testing.T, tb testBackend) map[string][]float32 {
 // whole gradient matrix. It runs on every test backend, each
 // bit-identical to the host form.
 func TestNominalStepGolden(t *testing.T) {
-	var ref map[string][]float32
-	for _, tb := range testBackends {
-		t.Run(tb.name, func(t *testing.T) {
-			got := nominalStep(t, tb)
-			if ref == nil {
-				ref = got
-				return
-			}
-			for k, v := range ref {
-				sameBits(t, k, got[k], v)
-			}
-		})
-	}
+	onEveryBackend(t, nominalStep)
 }
 
 func nominalStep(t *testing.T, tb testBackend) map[string][]float32 {

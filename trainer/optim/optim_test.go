@@ -232,6 +232,11 @@ func TestBuildGroupsRejectsBadParams(t *testing.T) {
 	if _, err := BuildGroups([]*Param{q, q}, GroupConfig{}); err == nil {
 		t.Error("duplicate parameter accepted")
 	}
+	r := &Param{Name: "c", Shape: []int{2}, Data: make([]float32, 2), Grad: make([]float32, 2)}
+	place(testBackends[2], []*Param{r})
+	if _, err := BuildGroups([]*Param{q, r}, GroupConfig{}); err == nil {
+		t.Error("parameters on two backends accepted")
+	}
 }
 
 func TestScheduleWarmupAndDecay(t *testing.T) {
@@ -369,33 +374,8 @@ func TestEMA(t *testing.T) {
 // TestStateRoundTrip checks that an optimiser rebuilt from State continues
 // exactly like the original, for every optimiser.
 func TestStateRoundTrip(t *testing.T) {
-	mk := func() []*Param {
-		rng := rand.New(rand.NewPCG(9, 10))
-		ps := []*Param{
-			{Name: "model.0.conv.weight", Shape: []int{4, 2, 3, 3}},
-			{Name: "model.0.bn.weight", Shape: []int{4}, Norm: true},
-			{Name: "model.0.bn.bias", Shape: []int{4}, Norm: true},
-		}
-		for _, p := range ps {
-			n := 1
-			for _, d := range p.Shape {
-				n *= d
-			}
-			p.Data, p.Grad = make([]float32, n), make([]float32, n)
-			for i := range p.Data {
-				p.Data[i] = float32(rng.NormFloat64())
-			}
-		}
-		return ps
-	}
-	setGrads := func(ps []*Param, seed uint64) {
-		rng := rand.New(rand.NewPCG(seed, 1))
-		for _, p := range ps {
-			for i := range p.Grad {
-				p.Grad[i] = float32(rng.NormFloat64())
-			}
-		}
-	}
+	mk := func() []*Param { return randomParams(9) }
+	setGrads := func(ps []*Param, seed uint64) { randomGrads(ps, seed, 1) }
 	for _, tc := range []struct {
 		name string
 		muon bool
