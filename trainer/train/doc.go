@@ -45,11 +45,15 @@
 //     Training leaves them out (the loss skips flagged instances).
 //   - Config.Device binds the run to a backend (package device): the model,
 //     the EMA model used for validation, and every tensor op of the step
-//     run there. "cpu" and "emu" train with the same numbers; "cuda" is
-//     refused with ErrDevice until the CUDA backend lands. The step owns
-//     the host↔device boundary: the batch goes up, and the loss works on
-//     host values (views on the CPU, counted copies on a device). The
-//     optimiser, clipping and the EMA run on the backend's own buffers
-//     (package optim; the EMA's average is the evaluation model), so the
-//     run files are the only other crossing (see hostState).
+//     run there. "cpu" and "emu" train with the same numbers; "cuda" runs
+//     on GPU 0 and is refused with ErrDevice where no driver, library or
+//     GPU is found. The step owns the host↔device boundary: the batch
+//     goes up once (batch.go: images, mask stack and iscrowd as the
+//     loader's bytes, boxes, classes, boxes_per_image), the loss runs on
+//     the backend (loss.ForwardOn) and only its items and total come
+//     down. The optimiser, clipping and the EMA run on the backend's own
+//     buffers (package optim; the EMA's average is the evaluation model),
+//     so the run files are the only other crossing (see hostState). A
+//     backend without the loss's kernel (cuda, for now) takes a counted
+//     host round trip of the loss's inputs and gradients instead.
 package train
