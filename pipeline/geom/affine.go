@@ -33,10 +33,14 @@ func (m Affine) Mul(n Affine) Affine {
 	}
 }
 
+// Det returns m's determinant a·e − b·d: the factor by which m scales
+// areas (its absolute value), negative when m mirrors.
+func (m Affine) Det() float64 { return m[0]*m[4] - m[1]*m[3] }
+
 // Invert returns the inverse of m. ok is false when m is singular or its
 // determinant is not finite; the returned Affine is then the zero value.
 func (m Affine) Invert() (inv Affine, ok bool) {
-	det := m[0]*m[4] - m[1]*m[3]
+	det := m.Det()
 	if det == 0 || math.IsNaN(det) || math.IsInf(det, 0) {
 		return Affine{}, false
 	}

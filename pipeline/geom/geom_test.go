@@ -339,3 +339,20 @@ func TestClipSteadyStateAllocatesNothing(t *testing.T) {
 		t.Fatalf("%v allocations", a)
 	}
 }
+
+// Det is the area scale of an affine: a brute-force check on the unit
+// square's image, and the sign of a mirror.
+func TestDet(t *testing.T) {
+	for _, m := range []Affine{Identity(), Scale(2, 3), Rotate(0.7).Mul(Scale(1.5, 0.5)), Scale(-1, 1), {1, 2, 5, 3, 4, -1}} {
+		x0, y0 := m.Apply(0, 0)
+		x1, y1 := m.Apply(1, 0)
+		x2, y2 := m.Apply(0, 1)
+		cross := (x1-x0)*(y2-y0) - (y1-y0)*(x2-x0) // signed area of the unit square's image
+		if d := m.Det(); math.Abs(d-cross) > 1e-12 {
+			t.Errorf("%v: Det %v, signed area of the unit square's image %v", m, d, cross)
+		}
+	}
+	if Scale(-1, 1).Det() >= 0 {
+		t.Error("a mirror has a non-negative determinant")
+	}
+}

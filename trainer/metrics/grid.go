@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/segpipe/segpipe/formats/rle"
+	"github.com/segpipe/segpipe/pipeline/geom"
 )
 
 // GridConfig configures an EpochMetric. The zero value is usable.
@@ -147,7 +148,7 @@ func (m *EpochMetric) Add(img *GridImage) error {
 	t, p := &img.Truth, &img.Pred
 	hp, wp := img.GridH, img.GridW
 	cells := hp * wp
-	det := math.Abs(float64(img.Affine[0]*img.Affine[4]) - float64(img.Affine[1]*img.Affine[3]))
+	det := math.Abs(geom.Affine(img.Affine).Det())
 	if !(det > 0) || math.IsInf(det, 0) {
 		return fmt.Errorf("image %d: affine %v has determinant %v", m.images, img.Affine, det)
 	}
