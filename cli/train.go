@@ -162,17 +162,9 @@ func runTrain(ctx context.Context, c *ucli.Command) error {
 				return usagef("--resume continues the run's own configuration; --%s cannot change it", f)
 			}
 		}
-		b, err := os.ReadFile(filepath.Join(dir, train.ConfigFile))
+		saved, err := train.ReadRunConfig(dir)
 		if err != nil {
-			return fmt.Errorf("resume: %w", err)
-		}
-		var saved struct {
-			Shards    string `json:"shards"`
-			ValShards string `json:"val_shards"`
-			Remote    string `json:"remote"`
-		}
-		if err := json.Unmarshal(b, &saved); err != nil {
-			return fmt.Errorf("resume: %s: %w", filepath.Join(dir, train.ConfigFile), err)
+			return err
 		}
 		opt.Out, opt.Resume = dir, true
 		if !c.IsSet("shards") {

@@ -80,14 +80,9 @@ func openRunDir(opt Options) (*runDir, error) {
 	}
 	d := &runDir{path: opt.Out, cfg: opt.Config, cats: opt.Categories}
 	if opt.Resume {
-		b, err := os.ReadFile(d.file(ConfigFile))
+		rm, err := readRunMeta(opt.Out)
 		if err != nil {
-			return nil, fmt.Errorf("resume: %w", err)
-		}
-		var rm runMeta
-		rm.Config = DefaultConfig()
-		if err := json.Unmarshal(b, &rm); err != nil {
-			return nil, fmt.Errorf("resume: %s: %w", d.file(ConfigFile), err)
+			return nil, err
 		}
 		d.cfg, d.cats = rm.Config, rm.Categories
 	}
@@ -109,6 +104,28 @@ func openRunDir(opt Options) (*runDir, error) {
 	}
 	d.meta = meta
 	return d, nil
+}
+
+// ReadRunConfig returns the config a run directory holds (its
+// config.json), as --resume continues it: the data it was trained on
+// (Shards, ValShards, Remote) included.
+func ReadRunConfig(dir string) (Config, error) {
+	rm, err := readRunMeta(dir)
+	return rm.Config, err
+}
+
+// readRunMeta reads and parses dir's config.json: the one reader of it.
+func readRunMeta(dir string) (runMeta, error) {
+	path := filepath.Join(dir, ConfigFile)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return runMeta{}, fmt.Errorf("resume: %w", err)
+	}
+	rm := runMeta{Config: DefaultConfig()}
+	if err := json.Unmarshal(b, &rm); err != nil {
+		return runMeta{}, fmt.Errorf("resume: %s: %w", path, err)
+	}
+	return rm, nil
 }
 
 // file is the path of a run file.
