@@ -2,8 +2,10 @@ package cuda
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
@@ -63,6 +65,12 @@ type Backend struct {
 
 	ups, downs, upBytes, downBytes, syncs atomic.Int64
 
+	// held is the device memory of live buffers, heldAtGC its value after
+	// the last collection reclaim forced; lostFrees counts cleanups whose
+	// free failed; closed stops cleanups once Close took the context.
+	held, heldAtGC, lostFrees atomic.Int64
+	closed                    atomic.Bool
+
 	// ws is the optimiser kernels' device workspace (see scratch).
 	wsMu    sync.Mutex
 	ws      Ptr
@@ -103,6 +111,7 @@ func newBackend(e engine, k *Kernels) *Backend {
 // Close waits for the device, destroys the cached plans and handles, and
 // releases the context. Buffers still allocated go with it.
 func (be *Backend) Close() error {
+	be.closed.Store(true)
 	be.plansMu.Lock()
 	be.plans = map[Conv]*ConvPlan{}
 	be.plansMu.Unlock()
@@ -118,11 +127,64 @@ func (be *Backend) Close() error {
 // Name reports "cuda".
 func (be *Backend) Name() string { return be.name }
 
-// mem is one device allocation.
+// mem is one device allocation. Code above the backend frees what it
+// knows is dead (a step's activations, through the tape) and leaves the
+// rest — an inference pass's activations, an uploaded input — to Go's
+// collector, as the CPU backend's memory is. Device memory is invisible to
+// the collector, so each handle carries a cleanup that returns its
+// allocation once the handle is unreachable, and Alloc forces a
+// collection whenever the device memory held grows by gcStep (see
+// reclaim): a dropped buffer is then given back, not leaked.
 type mem struct {
-	be *Backend
-	p  Ptr
-	n  int
+	be   *Backend
+	p    Ptr
+	n    int
+	cell *devCell
+}
+
+// devCell is what a mem's cleanup needs: the address, its size, and
+// whether Free already returned it (the cleanup must not see the mem).
+type devCell struct {
+	be    *Backend
+	p     Ptr
+	bytes int64
+	freed atomic.Bool
+}
+
+// gcStep is the growth of held device memory that triggers a collection,
+// so that unreachable buffers' cleanups run before the pool runs dry.
+const gcStep = 1 << 30
+
+// release returns c's allocation once, whichever of Free and the cleanup
+// comes first; after Close the context has taken it already.
+func (c *devCell) release() error {
+	if c.freed.Swap(true) {
+		return nil
+	}
+	c.be.held.Add(-c.bytes)
+	if c.be.closed.Load() {
+		return nil
+	}
+	return c.be.e.free(c.p)
+}
+
+// dropped is the cleanup of an unreachable mem. It runs on the runtime's
+// cleanup goroutine, where a panic would kill the process: a failed free
+// is counted instead (the device is failing anyway).
+func dropped(c *devCell) {
+	if c.release() != nil {
+		c.be.lostFrees.Add(1)
+	}
+}
+
+// reclaim runs a collection when the device memory held has grown by
+// gcStep since the last one, so that the cleanups of dropped buffers
+// return their memory.
+func (be *Backend) reclaim() {
+	if h := be.held.Load(); h-be.heldAtGC.Load() > gcStep {
+		runtime.GC()
+		be.heldAtGC.Store(be.held.Load())
+	}
 }
 
 func (m *mem) Elems() int { return m.n }
@@ -152,9 +214,21 @@ func (be *Backend) ptr(b backend.Buffer) Ptr {
 // Alloc returns n elements from the device's memory pool, ordered on the
 // compute stream.
 func (be *Backend) Alloc(n int) backend.Buffer {
+	be.reclaim()
 	p, err := be.e.alloc(4 * n)
+	if err != nil {
+		// The pool may be full of buffers nothing refers to any more:
+		// collect, give their cleanups a moment, and try once more.
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+		p, err = be.e.alloc(4 * n)
+	}
 	orPanic(fmt.Sprintf("alloc %d floats", n), err)
-	return backend.Buffer{Mem: &mem{be: be, p: p, n: n}, Len: n}
+	c := &devCell{be: be, p: p, bytes: int64(4 * n)}
+	be.held.Add(c.bytes)
+	m := &mem{be: be, p: p, n: n, cell: c}
+	runtime.AddCleanup(m, dropped, c)
+	return backend.Buffer{Mem: m, Len: n}
 }
 
 // Free returns a whole buffer Alloc made to the pool once the stream's
@@ -164,7 +238,7 @@ func (be *Backend) Free(b backend.Buffer) {
 	if !ok || m.be != be || b.Off != 0 || b.Len != m.n || m.p == 0 {
 		return
 	}
-	orPanic("free", be.e.free(m.p))
+	orPanic("free", m.cell.release())
 	m.p = 0
 }
 

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 	"github.com/segpipe/segpipe/trainer/tensor/cpu"
@@ -413,5 +415,53 @@ func TestWalkAxes(t *testing.T) {
 	}
 	if _, _, _, _, err := walkAxes(backend.Strided{Shape: []int{2}, Src: []int{1}}); err == nil {
 		t.Error("a walk without destination strides was accepted")
+	}
+}
+
+// A buffer dropped without Free — what an inference pass's activations
+// and an uploaded input are — gives its device memory back once it is
+// unreachable, exactly once, and an explicit Free is not repeated by the
+// cleanup.
+func TestDroppedBuffersAreReturned(t *testing.T) {
+	be, e := newHarnessBackend(t)
+	live := func() int {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return len(e.live)
+	}
+	kept := be.Alloc(8)
+	freed := be.Alloc(8)
+	be.Free(freed)
+	for range 50 {
+		b := be.Alloc(1 << 10)
+		be.Fill(b.Slice(0, 4), 1) // views share the handle
+	}
+	if n := live(); n != 51 {
+		t.Fatalf("%d live buffers after the allocations, want 51", n)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for live() > 1 && time.Now().Before(deadline) {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := live(); n != 1 {
+		t.Fatalf("%d live buffers after the dropped ones became unreachable, want 1 (the kept one)", n)
+	}
+	if h := be.held.Load(); h != 32 {
+		t.Errorf("held %d bytes, want the kept buffer's 32", h)
+	}
+	if be.lostFrees.Load() != 0 {
+		t.Errorf("%d cleanups failed to free", be.lostFrees.Load())
+	}
+	be.Free(kept)
+	if n := live(); n != 0 {
+		t.Errorf("%d live buffers after Free of the last, want 0", n)
+	}
+	runtime.GC() // kept's cleanup must not free it a second time (the engine would fail)
+	time.Sleep(20 * time.Millisecond)
+	be.Fill(be.Alloc(2), 0)
+	be.Sync()
+	if be.lostFrees.Load() != 0 {
+		t.Errorf("a cleanup freed an explicitly freed buffer again")
 	}
 }
