@@ -110,6 +110,10 @@ type trainer struct {
 	st     state
 	dir    *runDir
 	iters  int // iterations run by this call
+	// crossed is the host↔device traffic of the last epoch's training
+	// iterations (not its validation), and crossedIters their number.
+	crossed      backend.Transfers
+	crossedIters int
 }
 
 // Run trains as opt describes, writing the run directory after every
@@ -162,6 +166,15 @@ func Run(ctx context.Context, opt Options) (*Summary, error) {
 			"box_loss", r4(ep.Loss[0]), "seg_loss", r4(ep.Loss[1]), "cls_loss", r4(ep.Loss[2]), "dfl_loss", r4(ep.Loss[3]), "sem_loss", r4(ep.Loss[4]),
 			"box_map50", r4(ep.BoxMAP50), "box_map", r4(ep.BoxMAP), "mask_map50", r4(ep.MaskMAP50), "mask_map", r4(ep.MaskMAP),
 			"lr", ep.LR, "images_per_s", r4(ep.ImagesPerSec), "loader_stall_s", r4(ep.StallSec), "train_s", r4(ep.TrainSec), "val_s", r4(ep.ValSec))
+		if n := t.crossedIters; n > 0 && t.be.Name() != "cpu" {
+			// On a device, what each training iteration moved across the
+			// host boundary: the batch up and the loss items down, plus
+			// whatever a backend without a fused kernel round-trips.
+			x := t.crossed
+			t.log.Info("device traffic per iteration", "device", t.be.Name(),
+				"uploads", x.Uploads/int64(n), "upload_bytes", x.UploadBytes/int64(n),
+				"downloads", x.Downloads/int64(n), "download_bytes", x.DownloadBytes/int64(n))
+		}
 	}
 	sum.Epochs = t.st.History
 	sum.Wall = time.Since(t0)
@@ -333,6 +346,7 @@ func (t *trainer) epoch(ctx context.Context, ld pipeline.Batches, e int) (Epoch,
 	}
 	tp := tensor.NewTape(t.be)
 	var gs gradSet
+	x0, i0 := t.be.Transfers(), t.iters
 	for {
 		if err := ctx.Err(); err != nil {
 			return ep, t.interrupt(&p, &ep, elapsed, err)
@@ -380,6 +394,7 @@ func (t *trainer) epoch(ctx context.Context, ld pipeline.Batches, e int) (Epoch,
 			}
 		}
 	}
+	t.crossed, t.crossedIters = x0.Since(t.be.Transfers()), t.iters-i0
 	if prog != nil {
 		prog.Finish()
 	}

@@ -179,6 +179,14 @@ type Transfers struct {
 	Syncs                      int64
 }
 
+// Since returns the crossings from t to later, a later reading of the
+// same backend's counters.
+func (t Transfers) Since(later Transfers) Transfers {
+	return Transfers{Uploads: later.Uploads - t.Uploads, Downloads: later.Downloads - t.Downloads,
+		UploadBytes: later.UploadBytes - t.UploadBytes, DownloadBytes: later.DownloadBytes - t.DownloadBytes,
+		Syncs: later.Syncs - t.Syncs}
+}
+
 // Memory is the part of a backend that owns memory and moves it across the
 // host boundary. Crossings are explicit: nothing else reads or writes a
 // Buffer from the host.
