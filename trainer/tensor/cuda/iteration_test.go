@@ -16,26 +16,13 @@ import (
 var iterationWeights = flag.String("iteration-weights", "",
 	"checkpoint the training-iteration comparison starts from (default: the golden weights)")
 
-// goldenWeights builds the n model the PyTorch goldens of trainer/model
-// were made from (its goldenModel): seeded initialisation with the
-// batch-norm affine parameters and running statistics moved off 1 and 0.
+// goldenWeights is model.GoldenReference, the n model the PyTorch goldens
+// of trainer/model were made from, failing the test on error.
 func goldenWeights(t *testing.T) *model.Model {
 	t.Helper()
-	m, err := model.New(model.Config{Variant: "n", Classes: 80, Seed: 2026})
+	m, err := model.GoldenReference()
 	if err != nil {
 		t.Fatal(err)
-	}
-	r := rand.New(rand.NewPCG(7, 11))
-	u := func(lo, hi float64) float32 { return float32(lo + (hi-lo)*r.Float64()) }
-	for _, nb := range m.BatchNorms() {
-		bn := nb.BN
-		for i := range bn.C {
-			bn.Weight.Value.Host()[i] = u(0.5, 1.5)
-			bn.Bias.Value.Host()[i] = u(-0.2, 0.2)
-			bn.RunningMean.Value.Host()[i] = u(-0.1, 0.1)
-			bn.RunningVar.Value.Host()[i] = u(0.5, 1.5)
-		}
-		bn.NumBatchesTracked = 3
 	}
 	return m
 }
