@@ -15,11 +15,16 @@ import (
 // corrections, the Muon step) are rounded to float32 as the Go code
 // rounds them.
 type DeviceKernels interface {
-	// SGDNesterovStep is sgdNesterov: g' = g + wd·p; buf = first ? g' :
-	// mu·buf + g'; p −= float32(lr·weight)·(g' + mu·buf).
-	SGDNesterovStep(param, grad, buf backend.Buffer, first bool, lr, momentum, weightDecay, weight float64)
-	// AdamWStep is AdamW's update at step t (1-based) with decoupled decay.
-	AdamWStep(param, grad, m, v backend.Buffer, lr, weightDecay, beta1, beta2, eps float64, t int)
+	// SGDNesterovSteps is sgdNesterov on every parameter of a list (one
+	// group's, sharing lr, momentum, decay and weight; the slices are
+	// parallel): g' = g + wd·p; buf = first ? g' : mu·buf + g'; p −=
+	// float32(lr·weight)·(g' + mu·buf). A device runs a list as one
+	// launch, not one per parameter, whose fixed cost would dominate a
+	// small model's step.
+	SGDNesterovSteps(params, grads, bufs []backend.Buffer, first []bool, lr, momentum, weightDecay, weight float64)
+	// AdamWSteps is AdamW's update at step t (1-based) with decoupled
+	// decay on every parameter of a list, moments in m and v.
+	AdamWSteps(params, grads, m, v []backend.Buffer, lr, weightDecay, beta1, beta2, eps float64, t int)
 	// MuonStep is MuSGD's muonPart on one rows×cols parameter: m ←
 	// lerp(m, g, 1−mu); u = lerp(g, m, mu); then, unless step is 0, O =
 	// NS5(u) and p −= step·O. u and out are scratch of at least
@@ -33,6 +38,24 @@ type DeviceKernels interface {
 	GradNorm(grads []backend.Buffer, norm backend.Buffer)
 	// EMAUpdate folds state into avg: avg = avg·d + (1 − d)·state.
 	EMAUpdate(avg, state []backend.Buffer, d float32)
+	// ZeroGrads clears every buffer of grads.
+	ZeroGrads(grads []backend.Buffer)
+}
+
+// stepList gathers one list-form step's parallel slices, reused from
+// group to group.
+type stepList struct {
+	params, grads, a, b []backend.Buffer
+	first               []bool
+}
+
+func (l *stepList) reset() {
+	l.params, l.grads, l.a, l.b, l.first = l.params[:0], l.grads[:0], l.a[:0], l.b[:0], l.first[:0]
+}
+
+func (l *stepList) add(p *Param, a, b backend.Buffer, first bool) {
+	l.params, l.grads = append(l.params, p.Value), append(l.grads, p.Gradient)
+	l.a, l.b, l.first = append(l.a, a), append(l.b, b), append(l.first, first)
 }
 
 // twin returns be's device twins. A backend with host kernels runs the
@@ -65,37 +88,62 @@ func readScalar(be backend.Backend, f func(backend.Buffer)) float64 {
 }
 
 func (o *SGD) stepOn(dk DeviceKernels, first map[*Param]bool) {
+	var l stepList
 	for _, g := range o.groups {
+		l.reset()
 		for _, p := range g.Params {
-			dk.SGDNesterovStep(p.Value, p.Gradient, o.buf[p], first[p], g.LR, g.Momentum, g.WeightDecay, 1)
+			l.add(p, o.buf[p], backend.Buffer{}, first[p])
 		}
+		dk.SGDNesterovSteps(l.params, l.grads, l.a, l.first, g.LR, g.Momentum, g.WeightDecay, 1)
 	}
 }
 
+// stepOn runs each group's Muon parts (one per matrix: Newton–Schulz is
+// per parameter) and then its SGD parts as one list; each parameter's
+// Muon update still precedes its SGD update on the device's queue.
 func (o *MuSGD) stepOn(dk DeviceKernels) {
+	var l stepList
 	for _, g := range o.groups {
+		l.reset()
+		w := 1.0
+		if g.UseMuon {
+			w = o.SGDWeight
+		}
 		for _, p := range g.Params {
 			st := o.state[p]
-			w := 1.0
 			if g.UseMuon {
 				shape := p.Shape
 				s := math.Sqrt(max(1, float64(shape[len(shape)-2])/float64(shape[len(shape)-1])))
 				rows, cols := muonMatrix(shape)
 				dk.MuonStep(p.Value, p.Gradient, st.muon, o.u, o.o, rows, cols, g.Momentum, float32(g.LR*o.MuonWeight*s))
-				w = o.SGDWeight
 			}
-			dk.SGDNesterovStep(p.Value, p.Gradient, st.sgd, st.first, g.LR, g.Momentum, g.WeightDecay, w)
+			l.add(p, st.sgd, backend.Buffer{}, st.first)
 			st.first = false
 		}
+		dk.SGDNesterovSteps(l.params, l.grads, l.a, l.first, g.LR, g.Momentum, g.WeightDecay, w)
 	}
 }
 
+// stepOn advances each parameter's step count and runs every run of
+// parameters sharing a count (a whole group, unless parameters joined
+// late) as one list.
 func (o *AdamW) stepOn(dk DeviceKernels) {
+	var l stepList
 	for _, g := range o.groups {
+		l.reset()
+		t := 0
 		for _, p := range g.Params {
 			st := o.state[p]
 			st.t++
-			dk.AdamWStep(p.Value, p.Gradient, st.m, st.v, g.LR, g.WeightDecay, o.Beta1, o.Beta2, o.Eps, st.t)
+			if len(l.params) > 0 && st.t != t {
+				dk.AdamWSteps(l.params, l.grads, l.a, l.b, g.LR, g.WeightDecay, o.Beta1, o.Beta2, o.Eps, t)
+				l.reset()
+			}
+			t = st.t
+			l.add(p, st.m, st.v, false)
+		}
+		if len(l.params) > 0 {
+			dk.AdamWSteps(l.params, l.grads, l.a, l.b, g.LR, g.WeightDecay, o.Beta1, o.Beta2, o.Eps, t)
 		}
 	}
 }

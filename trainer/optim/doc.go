@@ -65,7 +65,9 @@
 // through their device twins when it implements DeviceKernels (the CUDA
 // backend does: every optimiser step, Muon's Newton–Schulz included,
 // ClipGradNorm/ClipGrads with the coefficient applied on the device,
-// GlobalNorm, ScaleGrads and the EMA update), checked against this code;
+// GlobalNorm, ScaleGrads, ZeroGrad and the EMA update; the steps take a
+// group's parameters as one list, so that a device can update them in one
+// launch), checked against this code;
 // then nothing crosses but the one norm ClipGradNorm and GlobalNorm
 // return (ClipGrads returns none). A backend with neither falls back to a
 // host round trip: each buffer a kernel reads is downloaded and uploaded

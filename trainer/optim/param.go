@@ -266,6 +266,12 @@ func ClipGrads(params []*Param, maxNorm float64) {
 
 // ZeroGrad clears every gradient in place, on its backend.
 func ZeroGrad(params []*Param) {
+	if be, err := backendOf(params); err == nil && be != nil {
+		if dk, ok := twin(be); ok {
+			dk.ZeroGrads(gradients(params))
+			return
+		}
+	}
 	for _, p := range params {
 		p.bind()
 		p.Backend.Fill(p.Gradient, 0)

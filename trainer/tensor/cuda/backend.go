@@ -75,6 +75,11 @@ type Backend struct {
 	wsMu    sync.Mutex
 	ws      Ptr
 	wsBytes int
+
+	// mt caches multi-tensor tables by content (see mt.go).
+	mtMu       sync.Mutex
+	mt         map[string]mtTable
+	tableBytes int64
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -121,6 +126,9 @@ func (be *Backend) Close() error {
 		be.ws, be.wsBytes = 0, 0
 	}
 	be.wsMu.Unlock()
+	be.mtMu.Lock()
+	be.dropTables()
+	be.mtMu.Unlock()
 	return be.e.close()
 }
 

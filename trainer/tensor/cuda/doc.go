@@ -30,9 +30,14 @@
 // package imports the other), so the SGD, AdamW and MuSGD steps (Muon's
 // momentum, Newton–Schulz with its products on cuBLAS, the scaled
 // update), gradient norms and clipping (norm, coefficient and scaling all
-// on the device), ZeroGrad (Fill) and the EMA update cross nothing, and
-// are checked against the Go code on the CPU harness and, by
-// TestOptimOnGPU, on a GPU. The loss is what still takes the round trip
+// on the device), ZeroGrad and the EMA update cross nothing, and are
+// checked against the Go code on the CPU harness and, by TestOptimOnGPU,
+// on a GPU. Elementwise steps over many tensors are multi-tensor launches
+// (mt.go: one launch per optimiser group, one for all gradients, one for
+// the EMA, over a table of the tensors cached on the device), so an
+// iteration's clip, SGD or AdamW step, zeroing and EMA take a dozen
+// launches rather than five per parameter; only Newton–Schulz stays per
+// matrix. The loss is what still takes the round trip
 // each step (only its BCE exists as a kernel).
 //
 // Backend runs on an engine: a GPU here, or in this package's tests the

@@ -61,6 +61,13 @@ const (
 	kBNBackward
 	kBNEvalScale
 	kBNEvalBackward
+	// Multi-tensor forms (kernels/optim.cu; see mt.go).
+	kMtFill
+	kMtScaleBy
+	kMtEMA
+	kMtSGDNesterov
+	kMtAdamW
+	kMtSumSquares
 	numKernels
 )
 
@@ -74,6 +81,7 @@ var kernelNames = [numKernels]string{
 	"adamw_step", "muon_momentum", "axpby", "scale_inv_norm", "ema_update",
 	"index_select", "strided_walk", "bn_train", "bn_backward", "bn_eval_scale",
 	"bn_eval_backward",
+	"mt_fill", "mt_scale_by", "mt_ema", "mt_sgd_nesterov", "mt_adamw", "mt_sum_squares",
 }
 
 func (k kernel) String() string { return kernelNames[k] }
@@ -522,10 +530,18 @@ func (k *Kernels) SGDNesterov(p, grad, buf Ptr, n int, lr, weight, mu, wd float6
 
 // AdamW applies trainer/optim's AdamW step t (1-based) to n parameters.
 func (k *Kernels) AdamW(p, grad, m, v Ptr, n int, lr, wd, beta1, beta2, eps float64, t int) error {
+	decay, stepSize, inv := adamWScalars(lr, wd, beta1, beta2, t)
+	return k.run(kAdamWStep, n, ptrArg(p), ptrArg(grad), ptrArg(m), ptrArg(v), f32Arg(decay),
+		f32Arg(float32(beta1)), f32Arg(float32(beta2)), f32Arg(stepSize), f32Arg(inv), f32Arg(float32(eps)), i64Arg(n))
+}
+
+// adamWScalars are AdamW's per-step scalars at step t, derived in double
+// and rounded as the CPU code rounds them: the decoupled decay factor,
+// lr over the first bias correction, and 1 over the second's root.
+func adamWScalars(lr, wd, beta1, beta2 float64, t int) (decay, stepSize, inv float32) {
 	bc1 := 1 - math.Pow(beta1, float64(t))
 	bc2 := math.Sqrt(1 - math.Pow(beta2, float64(t)))
-	return k.run(kAdamWStep, n, ptrArg(p), ptrArg(grad), ptrArg(m), ptrArg(v), f32Arg(float32(1-lr*wd)),
-		f32Arg(float32(beta1)), f32Arg(float32(beta2)), f32Arg(float32(lr/bc1)), f32Arg(float32(1/bc2)), f32Arg(float32(eps)), i64Arg(n))
+	return float32(1 - lr*wd), float32(lr / bc1), float32(1 / bc2)
 }
 
 // MuonMomentum updates Muon's buffer m ← lerp(m, g, 1−mu) and writes the

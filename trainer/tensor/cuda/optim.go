@@ -43,17 +43,58 @@ func checkLen(op string, n int, bufs ...backend.Buffer) {
 	}
 }
 
-// SGDNesterovStep is trainer/optim's Nesterov SGD step (the sgd_nesterov
-// kernel) on param, grad and its momentum buffer.
-func (be *Backend) SGDNesterovStep(param, grad, buf backend.Buffer, first bool, lr, momentum, weightDecay, weight float64) {
-	checkLen("sgd step", param.Len, grad, buf)
-	orPanic("sgd step", be.k.SGDNesterov(be.ptr(param), be.ptr(grad), be.ptr(buf), param.Len, lr, weight, momentum, weightDecay, first))
+// SGDNesterovSteps is trainer/optim's Nesterov SGD step on a list of
+// parameters (their gradients and momentum buffers): one mt_sgd_nesterov
+// launch over the list's cached table.
+func (be *Backend) SGDNesterovSteps(params, grads, bufs []backend.Buffer, first []bool, lr, momentum, weightDecay, weight float64) {
+	var l mtList
+	for i, p := range params {
+		checkLen("sgd step", p.Len, grads[i], bufs[i])
+		l.add(p.Len, first[i], be.ptr(p), be.ptr(grads[i]), be.ptr(bufs[i]))
+	}
+	orPanic("sgd step", be.mtLaunch(kMtSGDNesterov, &l, f32Arg(float32(lr*weight)), f32Arg(float32(momentum)), f32Arg(float32(weightDecay))))
 }
 
-// AdamWStep is trainer/optim's AdamW step t (the adamw_step kernel).
-func (be *Backend) AdamWStep(param, grad, m, v backend.Buffer, lr, weightDecay, beta1, beta2, eps float64, t int) {
-	checkLen("adamw step", param.Len, grad, m, v)
-	orPanic("adamw step", be.k.AdamW(be.ptr(param), be.ptr(grad), be.ptr(m), be.ptr(v), param.Len, lr, weightDecay, beta1, beta2, eps, t))
+// AdamWSteps is trainer/optim's AdamW step t on a list of parameters
+// (their gradients and moments): one mt_adamw launch, the bias
+// corrections derived on the host in double as the single-tensor kernel's.
+func (be *Backend) AdamWSteps(params, grads, m, v []backend.Buffer, lr, weightDecay, beta1, beta2, eps float64, t int) {
+	var l mtList
+	for i, p := range params {
+		checkLen("adamw step", p.Len, grads[i], m[i], v[i])
+		l.add(p.Len, false, be.ptr(p), be.ptr(grads[i]), be.ptr(m[i]), be.ptr(v[i]))
+	}
+	decay, stepSize, inv := adamWScalars(lr, weightDecay, beta1, beta2, t)
+	orPanic("adamw step", be.mtLaunch(kMtAdamW, &l, f32Arg(decay), f32Arg(float32(beta1)), f32Arg(float32(beta2)),
+		f32Arg(stepSize), f32Arg(inv), f32Arg(float32(eps))))
+}
+
+// ZeroGrads clears every buffer of grads in one mt_fill launch.
+func (be *Backend) ZeroGrads(grads []backend.Buffer) {
+	orPanic("zero gradients", be.mtLaunch(kMtFill, be.list(grads), f32Arg(0)))
+}
+
+// list describes bufs as a one-pointer tensor list.
+func (be *Backend) list(bufs ...[]backend.Buffer) *mtList {
+	var l mtList
+	for i, b := range bufs[0] {
+		ptrs := make([]Ptr, len(bufs))
+		for k := range bufs {
+			checkLen("multi-tensor list", b.Len, bufs[k][i])
+			ptrs[k] = be.ptr(bufs[k][i])
+		}
+		l.add(b.Len, false, ptrs...)
+	}
+	return &l
+}
+
+// mtLaunch queues kernel kn over l's table.
+func (be *Backend) mtLaunch(kn kernel, l *mtList, args ...arg) error {
+	t, err := be.table(l)
+	if err != nil {
+		return err
+	}
+	return be.k.mtRun(kn, t, args...)
 }
 
 // MuonStep is MuSGD's Muon part: the momentum and Nesterov blend into u,
@@ -73,23 +114,23 @@ func (be *Backend) MuonStep(param, grad, m, u, out backend.Buffer, rows, cols in
 	orPanic("muon update", be.k.Axpby(be.ptr(out), be.ptr(param), 1, -step, n))
 }
 
-// globalNorm queues the L2 norm of grads into y; the caller holds wsMu.
-// It returns the workspace past the reduction partials.
+// globalNorm queues the L2 norm of grads into y (mt_sum_squares, one
+// partial per chunk, then reduce_finish); the caller holds wsMu. It
+// returns y and the workspace past the partials, extra bytes long.
 func (be *Backend) globalNorm(grads []backend.Buffer, y Ptr, extra int) (Ptr, Ptr) {
-	xs, ns := make([]Ptr, len(grads)), make([]int, len(grads))
-	m := 0
-	for i, g := range grads {
-		xs[i], ns[i] = be.ptr(g), g.Len
-		if g.Len > 0 {
-			m += be.k.ReduceScratch(g.Len)
-		}
-	}
-	ws := be.scratch(8*m + extra)
-	rest := ws.Add(8 * m)
+	t, err := be.table(be.list(grads))
+	orPanic("global norm", err)
+	ws := be.scratch(8*t.nchunks + extra)
+	rest := ws.Add(8 * t.nchunks)
 	if y == 0 {
 		y = rest
 	}
-	orPanic("global norm", be.k.GlobalNorm(xs, ns, ws, y))
+	if t.nchunks == 0 {
+		orPanic("global norm", be.k.Fill(y, 0, 1))
+		return y, rest
+	}
+	orPanic("global norm", be.k.mtRun(kMtSumSquares, t, ptrArg(ws)))
+	orPanic("global norm", be.k.finish(ws, t.nchunks, y, 1, true))
 	return y, rest
 }
 
@@ -118,18 +159,14 @@ func (be *Backend) ClipGrads(grads []backend.Buffer, maxNorm float64, norm backe
 	coef := rest.Add(4)
 	orPanic("clip", be.k.Gather([]int{1}, []int{1}, y, coef))
 	orPanic("clip", be.k.ClipCoef(coef, float32(maxNorm)))
-	for _, g := range grads {
-		orPanic("clip", be.k.ScaleBy(be.ptr(g), coef, g.Len))
-	}
+	orPanic("clip", be.mtLaunch(kMtScaleBy, be.list(grads), ptrArg(coef)))
 }
 
-// EMAUpdate folds state into avg (ema_update): avg = avg·d + (1 − d)·state.
+// EMAUpdate folds state into avg (ema_update on every pair, one mt_ema
+// launch): avg = avg·d + (1 − d)·state.
 func (be *Backend) EMAUpdate(avg, state []backend.Buffer, d float32) {
 	if len(avg) != len(state) {
 		panic(fmt.Sprintf("cuda backend: ema of %d buffers updated from %d", len(avg), len(state)))
 	}
-	for i, a := range avg {
-		checkLen("ema", a.Len, state[i])
-		orPanic("ema", be.k.EMA(be.ptr(a), be.ptr(state[i]), d, a.Len))
-	}
+	orPanic("ema", be.mtLaunch(kMtEMA, be.list(avg, state), f32Arg(d)))
 }

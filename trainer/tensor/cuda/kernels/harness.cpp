@@ -123,9 +123,23 @@ const std::map<std::string, Kernel> kernels = {
     K(adamw_step),      K(muon_momentum),     K(axpby),             K(scale_inv_norm),  K(ema_update),
     K(index_select),    K(strided_walk),      K(bn_train),          K(bn_backward),     K(bn_eval_scale),
     K(bn_eval_backward),
+    // Multi-tensor forms.
+    K(mt_fill), K(mt_scale_by), K(mt_ema), K(mt_sgd_nesterov), K(mt_adamw), K(mt_sum_squares),
 };
 
 std::map<long, std::vector<unsigned char>> buffers;
+
+}  // namespace
+
+void* sp_device_ptr(long long p) {
+  if (p == 0) return nullptr;
+  auto it = buffers.find((long)((unsigned long long)p >> 32));
+  size_t off = (size_t)(p & 0xffffffff);
+  if (it == buffers.end() || off > it->second.size()) fail("table entry " + std::to_string(p) + " is no buffer");
+  return it->second.data() + off;
+}
+
+namespace {
 
 std::vector<unsigned char> hex_bytes(const std::string& h) {
   std::vector<unsigned char> out(h.size() / 2);

@@ -14,6 +14,10 @@
 
 #define SP_INLINE __device__ __forceinline__
 
+// sp_device_ptr turns a device address stored in device memory (a
+// multi-tensor table's entries) into a pointer: the identity on a GPU.
+SP_INLINE void* sp_device_ptr(long long p) { return (void*)p; }
+
 #else  // the CPU harness
 
 #include <atomic>
@@ -37,6 +41,11 @@ extern thread_local std::barrier<>* sp_block_barrier;
 #define SP_INLINE static inline
 
 inline void __syncthreads() { sp_block_barrier->arrive_and_wait(); }
+
+// sp_device_ptr turns a device address stored in device memory (a
+// multi-tensor table's entries: the harness's buffer id << 32 + offset)
+// into a pointer to the harness's copy (harness.cpp).
+void* sp_device_ptr(long long p);
 
 inline float atomicAdd(float* p, float v) { return std::atomic_ref<float>(*p).fetch_add(v); }
 inline double atomicAdd(double* p, double v) { return std::atomic_ref<double>(*p).fetch_add(v); }
