@@ -339,11 +339,31 @@ func (be *Backend) Conv2dBackwardFilter(p backend.Conv, x, dy, dw backend.Buffer
 	orPanic("conv2d backward filter", be.e.convBackwardFilter(be.plan(p), be.ptr(x), be.ptr(dy), be.ptr(dw)))
 }
 
-// BatchNormTrain runs the bn_train kernel: statistics in double, one
-// block per channel, varUnbiased NaN for a single element as on the CPU.
+// BatchNormTrain runs the bn_train kernel (statistics in double, one
+// block per channel) or, for channels longer than a tile, the tiled
+// kernels; varUnbiased is NaN for a single element as on the CPU.
 func (be *Backend) BatchNormTrain(n, c, hw int, eps float32, x, gamma, beta, y, mean, invstd, varUnbiased backend.Buffer) {
+	if tmp, partial, coef, ok := be.bnScratch(n, c, hw); ok {
+		orPanic("batch-norm", be.k.BatchNormTrainTiled(n, c, hw, eps, be.ptr(x), be.ptr(gamma), be.ptr(beta), be.ptr(y),
+			be.ptr(mean), be.ptr(invstd), be.ptr(varUnbiased), partial, coef))
+		be.Free(tmp)
+		return
+	}
 	orPanic("batch-norm", be.k.BatchNormTrain(n, c, hw, eps, be.ptr(x), be.ptr(gamma), be.ptr(beta), be.ptr(y),
 		be.ptr(mean), be.ptr(invstd), be.ptr(varUnbiased)))
+}
+
+// bnScratch allocates the tiled batch-norm's partial sums and per-channel
+// coefficients when n×c×hw takes the tiled kernels (ok); the caller frees
+// tmp once the kernels are queued (frees are stream-ordered).
+func (be *Backend) bnScratch(n, c, hw int) (tmp backend.Buffer, partial, coef Ptr, ok bool) {
+	_, tiles := be.k.BNTiles(n, c, hw)
+	if tiles == 0 {
+		return backend.Buffer{}, 0, 0, false
+	}
+	tmp = be.Alloc(4*tiles + 4*c) // 2 float64s per tile, 4 floats per channel
+	partial = be.ptr(tmp)
+	return tmp, partial, partial.Add(16 * tiles), true
 }
 
 // ChannelAffine writes y = x·scale[c] + shift[c]; an absent scale is 1.
@@ -358,6 +378,12 @@ func (be *Backend) ChannelSum(n, c, hw int, x, dst backend.Buffer) {
 
 // BatchNormBackward accumulates the training-mode gradients.
 func (be *Backend) BatchNormBackward(n, c, hw int, x, dy, mean, invstd, gamma, dx, dgamma, dbeta backend.Buffer) {
+	if tmp, partial, coef, ok := be.bnScratch(n, c, hw); ok {
+		orPanic("batch-norm backward", be.k.BatchNormBackwardTiled(n, c, hw, be.ptr(x), be.ptr(dy), be.ptr(mean), be.ptr(invstd),
+			be.ptr(gamma), be.ptr(dx), be.ptr(dgamma), be.ptr(dbeta), partial, coef))
+		be.Free(tmp)
+		return
+	}
 	orPanic("batch-norm backward", be.k.BatchNormBackward(n, c, hw, be.ptr(x), be.ptr(dy), be.ptr(mean), be.ptr(invstd),
 		be.ptr(gamma), be.ptr(dx), be.ptr(dgamma), be.ptr(dbeta)))
 }
@@ -385,9 +411,15 @@ func (be *Backend) BatchNormEval(n, c, hw int, eps float32, x, gamma, beta, mean
 // BatchNormEvalBackward accumulates the eval-mode gradients.
 func (be *Backend) BatchNormEvalBackward(n, c, hw int, eps float32, x, dy, gamma, mean, variance, dx, dgamma, dbeta backend.Buffer) {
 	tmp, invstd, scale, _ := be.evalScale(c, eps, gamma, backend.Buffer{}, mean, variance, false)
+	defer be.Free(tmp)
+	if scr, partial, coef, ok := be.bnScratch(n, c, hw); ok {
+		orPanic("batch-norm eval backward", be.k.BatchNormEvalBackwardTiled(n, c, hw, be.ptr(x), be.ptr(dy), be.ptr(mean), be.ptr(invstd),
+			be.ptr(scale), be.ptr(dx), be.ptr(dgamma), be.ptr(dbeta), partial, coef))
+		be.Free(scr)
+		return
+	}
 	orPanic("batch-norm eval backward", be.k.BatchNormEvalBackward(n, c, hw, be.ptr(x), be.ptr(dy), be.ptr(mean), be.ptr(invstd),
 		be.ptr(scale), be.ptr(dx), be.ptr(dgamma), be.ptr(dbeta)))
-	be.Free(tmp)
 }
 
 // MaxPool2d records int32 winners within each plane, the first maximum in

@@ -285,6 +285,7 @@ func backendCases() []backendCase {
 // Go code, not a GPU.
 func TestBackendOnHarness(t *testing.T) {
 	be, e := newHarnessBackend(t)
+	be.k.bnTile = 4 // several tiles per channel for the small cases
 	compareBackendCases(t, be, 1e-5, true)
 	// Four convolution shapes were planned once each, whatever the passes.
 	if e.plans != 4 || be.planned.Load() != 4 {
@@ -294,6 +295,10 @@ func TestBackendOnHarness(t *testing.T) {
 	if tr.Uploads == 0 || tr.Downloads == 0 || tr.Syncs != 0 {
 		t.Errorf("transfers %+v: want counted uploads and downloads and no sync", tr)
 	}
+	// With the GPU's tile length these small channels take the
+	// one-block-per-channel kernels.
+	be.k.bnTile = 0
+	compareBackendCases(t, be, 1e-5, true)
 }
 
 // openGPUBackend opens GPU 0 as a Backend (TF32 off) or skips the test.

@@ -54,7 +54,10 @@ func newHarnessBackend(t *testing.T) (*Backend, *harnessEngine) {
 	e.w, e.r = bufio.NewWriterSize(e.in, 1<<16), bufio.NewReaderSize(out, 1<<16)
 	// Three blocks of 32 threads at most: grid-stride and per-channel
 	// loops go round, and the harness's barriers stay cheap.
-	be := newBackend(e, &Kernels{l: e, maxBlocks: 3, threads: 32})
+	// Tiles of 256 elements send a model's batch-norms at 64 px through
+	// the tiled kernels as they go at 640 px on a GPU (TestBackendOnHarness
+	// sets other tile lengths for its small channels).
+	be := newBackend(e, &Kernels{l: e, maxBlocks: 3, threads: 32, bnTile: 256})
 	t.Cleanup(func() {
 		if err := be.Close(); err != nil {
 			t.Error(err)

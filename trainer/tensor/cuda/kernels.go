@@ -68,6 +68,10 @@ const (
 	kMtSGDNesterov
 	kMtAdamW
 	kMtSumSquares
+	// Tiled batch-norm (kernels/norm.cu).
+	kBNTilesPartial
+	kBNTilesFinish
+	kBNTilesApply
 	numKernels
 )
 
@@ -82,6 +86,7 @@ var kernelNames = [numKernels]string{
 	"index_select", "strided_walk", "bn_train", "bn_backward", "bn_eval_scale",
 	"bn_eval_backward",
 	"mt_fill", "mt_scale_by", "mt_ema", "mt_sgd_nesterov", "mt_adamw", "mt_sum_squares",
+	"bn_tiles_partial", "bn_tiles_finish", "bn_tiles_apply",
 }
 
 func (k kernel) String() string { return kernelNames[k] }
@@ -114,7 +119,15 @@ type Kernels struct {
 	// harness runs the Backend with small blocks, whose barriers its OS
 	// threads meet far faster. A power of two ≤ blockSize.
 	threads int
+	// bnTile is the tiled batch-norm's tile length, bnTileLen when 0 (the
+	// CPU harness makes it small so that its small tensors take the tiled
+	// path too).
+	bnTile int
 }
+
+// bnTileLen is the most elements of one channel one block sums in the
+// tiled batch-norm kernels: 16 per thread of a full block.
+const bnTileLen = 16 * blockSize
 
 func (k *Kernels) block() dim3 {
 	if k.threads > 0 {
@@ -630,6 +643,62 @@ func (k *Kernels) perChannel(kn kernel, c int, args ...arg) error {
 		return fmt.Errorf("%s: %w", kn, err)
 	}
 	return nil
+}
+
+// BNTiles returns the tile length and count of the tiled batch-norm
+// kernels for n×c×hw, or 0, 0 where a channel fits one tile and the
+// one-block-per-channel kernels do the same work in one launch.
+func (k *Kernels) BNTiles(n, c, hw int) (tile, tiles int) {
+	tile = k.bnTile
+	if tile <= 0 {
+		tile = bnTileLen
+	}
+	if n*hw <= tile {
+		return 0, 0
+	}
+	return tile, c * n * ((hw + tile - 1) / tile)
+}
+
+// bnTiled runs the three tiled passes of one mode: partial sums of each
+// tile into partial (2·tiles float64s), the per-channel finish (writing
+// coef, 4·c floats, and the statistics or parameter gradients), and the
+// elementwise pass into out when it is not 0.
+func (k *Kernels) bnTiled(mode, n, c, hw, tile, tiles int, eps float32, x, dy, gamma, beta, mean, invstd, varUnbiased, dgamma, dbeta, scale, out, partial, coef Ptr) error {
+	grid := dim3{uint32(max(min(tiles, k.maxBlocks), 1)), 1, 1}
+	if err := k.l.launch(kBNTilesPartial, grid, k.block(), []arg{ptrArg(x), ptrArg(dy), ptrArg(mean), ptrArg(invstd),
+		ptrArg(partial), i32Arg(mode), i32Arg(n), i32Arg(c), i64Arg(hw), i64Arg(tile)}); err != nil {
+		return fmt.Errorf("%s: %w", kBNTilesPartial, err)
+	}
+	if err := k.perChannel(kBNTilesFinish, c, ptrArg(partial), i32Arg(mode), i32Arg(n), i32Arg(c), i64Arg(hw), i64Arg(tile),
+		ptrArg(x), f32Arg(eps), ptrArg(gamma), ptrArg(beta), ptrArg(mean), ptrArg(invstd), ptrArg(varUnbiased),
+		ptrArg(dgamma), ptrArg(dbeta), ptrArg(coef)); err != nil {
+		return err
+	}
+	if out == 0 {
+		return nil
+	}
+	total := n * c * hw
+	return k.run(kBNTilesApply, total, ptrArg(x), ptrArg(dy), ptrArg(coef), ptrArg(scale), ptrArg(out), i32Arg(mode),
+		i32Arg(c), i64Arg(hw), i64Arg(total))
+}
+
+// BatchNormTrainTiled is BatchNormTrain by tiles (see BNTiles), with
+// scratch partial (2·tiles float64s) and coef (4·c floats).
+func (k *Kernels) BatchNormTrainTiled(n, c, hw int, eps float32, x, gamma, beta, y, mean, invstd, varUnbiased, partial, coef Ptr) error {
+	tile, tiles := k.BNTiles(n, c, hw)
+	return k.bnTiled(0, n, c, hw, tile, tiles, eps, x, 0, gamma, beta, mean, invstd, varUnbiased, 0, 0, 0, y, partial, coef)
+}
+
+// BatchNormBackwardTiled is BatchNormBackward by tiles.
+func (k *Kernels) BatchNormBackwardTiled(n, c, hw int, x, dy, mean, invstd, gamma, dx, dgamma, dbeta, partial, coef Ptr) error {
+	tile, tiles := k.BNTiles(n, c, hw)
+	return k.bnTiled(1, n, c, hw, tile, tiles, 0, x, dy, gamma, 0, mean, invstd, 0, dgamma, dbeta, 0, dx, partial, coef)
+}
+
+// BatchNormEvalBackwardTiled is BatchNormEvalBackward by tiles.
+func (k *Kernels) BatchNormEvalBackwardTiled(n, c, hw int, x, dy, mean, invstd, scale, dx, dgamma, dbeta, partial, coef Ptr) error {
+	tile, tiles := k.BNTiles(n, c, hw)
+	return k.bnTiled(2, n, c, hw, tile, tiles, 0, x, dy, 0, 0, mean, invstd, 0, dgamma, dbeta, scale, dx, partial, coef)
 }
 
 // BatchNormTrain normalises x (n×c×hw) with its batch statistics, writing

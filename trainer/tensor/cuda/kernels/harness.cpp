@@ -125,6 +125,8 @@ const std::map<std::string, Kernel> kernels = {
     K(bn_eval_backward),
     // Multi-tensor forms.
     K(mt_fill), K(mt_scale_by), K(mt_ema), K(mt_sgd_nesterov), K(mt_adamw), K(mt_sum_squares),
+    // Tiled batch-norm.
+    K(bn_tiles_partial), K(bn_tiles_finish), K(bn_tiles_apply),
 };
 
 std::map<long, std::vector<unsigned char>> buffers;

@@ -1,8 +1,9 @@
 // Batch normalisation: training-mode statistics and normalisation, its
 // backward, and the eval-mode affine and its backward. The channel
-// reductions run one block per channel in double with a fixed tree order
-// (block_sum), as the CPU reference sums each channel in float64, so the
-// results do not depend on scheduling.
+// reductions run in double with a fixed tree order (block_sum), as the
+// CPU reference sums each channel in float64, so the results do not
+// depend on scheduling: one block per channel where a channel fits one
+// tile, the tiled kernels at the end of this file where it does not.
 #include "shim.h"
 
 // bn_train normalises x (nb×c×hw) with its batch statistics: mean, invstd
@@ -132,6 +133,138 @@ extern "C" __global__ void bn_eval_backward(const float* __restrict__ x, const f
     if (threadIdx.x == 0) {
       if (dgamma) dgamma[ch] += (float)sdyx;
       if (dbeta) dbeta[ch] += (float)sdy;
+    }
+  }
+}
+
+// Tiled forms for large channels. One block per channel leaves most of a
+// GPU idle where the channels are few and long (the first layers at 640
+// px: 16 channels of 32×320×320 elements at batch 32), so there each
+// channel's nb·hw elements are cut into tiles of at most tile elements
+// within one image plane (nb·⌈hw/tile⌉ tiles per channel), every block
+// sums tiles into double partials (block_sum), one block per channel adds
+// its tiles in order (bn_tiles_finish), and an elementwise pass applies
+// the per-channel coefficients. Deterministic, with the single-block
+// kernels' formulas; only the summation order differs.
+
+// bn_tiles_partial writes, for each tile (channel-major), two sums:
+// mode 0 (training statistics) Σ d and Σ d², d = x − x[channel's first];
+// mode 1 (training backward) Σ dy and Σ dy·(x − mean);
+// mode 2 (eval backward) Σ dy and Σ dy·(x − mean)·invstd in float per
+// element, as bn_eval_backward.
+extern "C" __global__ void bn_tiles_partial(const float* __restrict__ x, const float* __restrict__ dy,
+                                            const float* __restrict__ mean, const float* __restrict__ invstd,
+                                            double* __restrict__ partial, int mode, int nb, int c, long long hw,
+                                            long long tile) {
+  __shared__ double part[SP_MAX_BLOCK];
+  long long per_image = (hw + tile - 1) / tile, per_channel = per_image * nb;
+  for (long long t = blockIdx.x; t < per_channel * c; t += gridDim.x) {
+    int ch = (int)(t / per_channel);
+    long long r = t % per_channel;
+    int b = (int)(r / per_image);
+    long long j0 = (r % per_image) * tile, j1 = j0 + tile < hw ? j0 + tile : hw;
+    long long o = ((long long)b * c + ch) * hw;
+    double s = 0, ss = 0;
+    if (mode == 0) {
+      double k = x[(long long)ch * hw];
+      for (long long j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+        double d = (double)x[o + j] - k;
+        s += d;
+        ss += d * d;
+      }
+    } else if (mode == 1) {
+      double m = mean[ch];
+      for (long long j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+        double g = dy[o + j];
+        s += g;
+        ss += g * ((double)x[o + j] - m);
+      }
+    } else {
+      float m = mean[ch], is = invstd[ch];
+      for (long long j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+        float g = dy[o + j];
+        s += g;
+        ss += g * (x[o + j] - m) * is;
+      }
+    }
+    s = block_sum(s, part);
+    ss = block_sum(ss, part);
+    if (threadIdx.x == 0) {
+      partial[2 * t] = s;
+      partial[2 * t + 1] = ss;
+    }
+  }
+}
+
+// bn_tiles_finish adds each channel's tile partials in tile order and
+// writes what the single-block kernels compute from their two sums:
+// mode 0: mean, invstd, var_unbiased (when not null) and the affine
+// coef[2ch] = scale, coef[2ch+1] = shift; mode 1: dgamma, dbeta (when not
+// null) and coef[4ch..4ch+3] = k, mean(dy), k·invstd·mean(dy·xhat), mean;
+// mode 2: dgamma, dbeta. One block per channel (grid-stride).
+extern "C" __global__ void bn_tiles_finish(const double* __restrict__ partial, int mode, int nb, int c, long long hw,
+                                           long long tile, const float* __restrict__ x, float eps,
+                                           const float* __restrict__ gamma, const float* __restrict__ beta,
+                                           float* __restrict__ mean, float* __restrict__ invstd,
+                                           float* __restrict__ var_unbiased, float* __restrict__ dgamma,
+                                           float* __restrict__ dbeta, float* __restrict__ coef) {
+  __shared__ double part[SP_MAX_BLOCK];
+  long long per_channel = (hw + tile - 1) / tile * nb, cnt = (long long)nb * hw;
+  for (int ch = blockIdx.x; ch < c; ch += gridDim.x) {
+    const double* p = partial + 2 * (long long)ch * per_channel;
+    double s = 0, ss = 0;
+    for (long long t = threadIdx.x; t < per_channel; t += blockDim.x) {
+      s += p[2 * t];
+      ss += p[2 * t + 1];
+    }
+    s = block_sum(s, part);
+    ss = block_sum(ss, part);
+    if (threadIdx.x != 0) continue;
+    if (mode == 0) {
+      double k = x[(long long)ch * hw];
+      double d = s / (double)cnt;
+      double m = k + d;
+      double sq = ss - d * s;
+      sq = sq > 0 ? sq : 0;
+      double is = 1.0 / sqrt(sq / (double)cnt + (double)eps);
+      mean[ch] = (float)m;
+      invstd[ch] = (float)is;
+      if (var_unbiased) var_unbiased[ch] = cnt > 1 ? (float)(sq / (double)(cnt - 1)) : NAN;
+      double g = gamma ? (double)gamma[ch] : 1.0, bt = beta ? (double)beta[ch] : 0.0;
+      coef[2 * ch] = (float)(g * is);
+      coef[2 * ch + 1] = (float)(bt - m * g * is);
+    } else if (mode == 1) {
+      double m = mean[ch], is = invstd[ch];
+      double sdyx = ss * is;
+      if (dgamma) dgamma[ch] += (float)sdyx;
+      if (dbeta) dbeta[ch] += (float)s;
+      double k = (gamma ? (double)gamma[ch] : 1.0) * is;
+      coef[4 * ch] = (float)k;
+      coef[4 * ch + 1] = (float)(s / (double)cnt);
+      coef[4 * ch + 2] = (float)(k * is * sdyx / (double)cnt);
+      coef[4 * ch + 3] = (float)m;
+    } else {
+      if (dgamma) dgamma[ch] += (float)ss;
+      if (dbeta) dbeta[ch] += (float)s;
+    }
+  }
+}
+
+// bn_tiles_apply is the elementwise pass over nb×c×hw: mode 0 y = x·scale
+// + shift; mode 1 dx += k·(dy − mean(dy)) − kx·(x − mean); mode 2 dx +=
+// dy·scale (scale given per channel, bn_eval_scale's).
+extern "C" __global__ void bn_tiles_apply(const float* __restrict__ x, const float* __restrict__ dy,
+                                          const float* __restrict__ coef, const float* __restrict__ scale,
+                                          float* __restrict__ out, int mode, int c, long long hw, long long n) {
+  SP_FOR(i, n) {
+    int ch = (int)((i / hw) % c);
+    if (mode == 0) {
+      out[i] = x[i] * coef[2 * ch] + coef[2 * ch + 1];
+    } else if (mode == 1) {
+      const float* k = coef + 4 * ch;
+      out[i] += k[0] * (dy[i] - k[1]) - k[2] * (x[i] - k[3]);
+    } else {
+      out[i] += dy[i] * scale[ch];
     }
   }
 }
