@@ -102,20 +102,22 @@ func trainCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "train",
 		Usage:     "train a YOLO26-seg model on shards (CPU, or a GPU with --device cuda)",
-		UsageText: "segpipe train --shards DIR [--val-shards DIR] --variant n|s|m|l|x --epochs E --batch B --imgsz S --device cpu|emu|cuda --out RUN_DIR [--config FILE] [--remote HOST:PORT]\nsegpipe train --resume RUN_DIR",
+		UsageText: "segpipe train --shards DIR [--val-shards DIR] --variant n|s|m|l|x --epochs E --batch B --imgsz S --device cpu|emu|cuda --out RUN_DIR [--config FILE] [--remote HOST:PORT]\nsegpipe train --resume RUN_DIR [--device cpu|emu|cuda]",
 		Description: "Trains with the reference recipe: MuSGD (optimizer auto), warmup and linear lr decay,\n" +
 			"accumulation to the nominal batch 64, clipping at norm 10, EMA, ProgLoss. Every epoch\n" +
 			"validates the EMA model (box and mask mAP on the prototype grid) and writes\n" +
 			"results.csv, results.png, last.safetensors and best.safetensors into --out.\n" +
 			"Settings: defaults < --config file < flags; the effective configuration is written to\n" +
-			"RUN_DIR/config.json and into every checkpoint. --resume takes everything from the run.\n" +
+			"RUN_DIR/config.json and into every checkpoint. --resume takes everything from the run\n" +
+			"but --device, which moves it to another device (checkpoints have one format on all).\n" +
 			"Ctrl-C saves the run between two batches; --resume continues from the next batch.\n" +
 			"With --remote the batches come from `segpipe serve` on another machine (windowed\n" +
 			"masks on the wire); the run directory and the model stay here.\n\n" +
 			"Examples:\n  segpipe train --shards shards/train --config trainer/configs/smoke.json --out runs/smoke\n" +
 			"  segpipe train --shards shards/train --variant n --epochs 100 --batch 8 --imgsz 640 --out runs/n\n" +
 			"  segpipe train --remote loader-host:8815 --shards coco/train --config trainer/configs/long.json --out runs/long\n" +
-			"  segpipe train --resume runs/n",
+			"  segpipe train --resume runs/n\n" +
+			"  segpipe train --resume runs/n --device cuda   # continue a CPU run on the GPU",
 		Flags: flags,
 		Action: func(ctx context.Context, c *ucli.Command) error {
 			if c.NArg() > 0 {
@@ -158,7 +160,7 @@ func runTrain(ctx context.Context, c *ucli.Command) error {
 	cfg := train.DefaultConfig()
 	if dir := c.String("resume"); dir != "" {
 		for _, k := range append(train.Keys(), "config", "out") {
-			if f := flagOf(k); c.IsSet(f) && f != "workers" {
+			if f := flagOf(k); c.IsSet(f) && f != "workers" && f != "device" {
 				return usagef("--resume continues the run's own configuration; --%s cannot change it", f)
 			}
 		}
@@ -167,6 +169,10 @@ func runTrain(ctx context.Context, c *ucli.Command) error {
 			return err
 		}
 		opt.Out, opt.Resume = dir, true
+		if c.IsSet("device") {
+			// The one setting a resume may change: where it runs.
+			opt.Device = c.String("device")
+		}
 		if !c.IsSet("shards") {
 			c.Set("shards", saved.Shards)
 		}

@@ -162,13 +162,24 @@ func (c *Config) Set(key, value string) error {
 // ErrDevice is returned for a device this build cannot train on.
 var ErrDevice = device.ErrUnavailable
 
-// Validate reports a configuration that cannot run.
+// Validate reports a configuration that cannot run, including a device
+// this host cannot open.
 func (c *Config) Validate() error {
-	switch c.Device {
-	case "cpu", "emu":
-	case "cuda":
-		_, err := device.Open(c.Device)
+	if err := c.validateSettings(); err != nil {
 		return err
+	}
+	if c.Device == "cuda" {
+		if _, err := device.Open(c.Device); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateSettings is Validate without opening the device.
+func (c *Config) validateSettings() error {
+	switch c.Device {
+	case "cpu", "emu", "cuda":
 	default:
 		return fmt.Errorf("config: device %q: want cpu, emu or cuda", c.Device)
 	}

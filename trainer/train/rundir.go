@@ -65,6 +65,9 @@ type runDir struct {
 	path string
 	cfg  Config
 	cats []shard.Category
+	// from is the device a resumed run ran on when Options.Device moves
+	// it (empty otherwise).
+	from string
 	// meta is the run's config as compact JSON, stored as "config" in the
 	// metadata of every checkpoint and state file.
 	meta []byte
@@ -85,11 +88,26 @@ func openRunDir(opt Options) (*runDir, error) {
 			return nil, err
 		}
 		d.cfg, d.cats = rm.Config, rm.Categories
+		if opt.Device != "" && opt.Device != d.cfg.Device {
+			d.from, d.cfg.Device = d.cfg.Device, opt.Device
+		}
+	} else if opt.Device != "" {
+		return nil, errors.New("train: Options.Device moves a resumed run; a fresh run takes Config.Device")
 	}
 	if d.cfg.Classes == 0 {
 		d.cfg.Classes = len(d.cats)
 	}
-	if err := d.cfg.Validate(); err != nil {
+	if opt.Backend != nil {
+		// The caller's device stands in for opening the one the config
+		// names, which must be of its kind: config.json stays true, and a
+		// resume without Backend opens that device.
+		if err := d.cfg.validateSettings(); err != nil {
+			return nil, err
+		}
+		if d.cfg.Device != opt.Backend.Name() {
+			return nil, fmt.Errorf("train: the config's device is %q, the given backend %q", d.cfg.Device, opt.Backend.Name())
+		}
+	} else if err := d.cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if d.cfg.Classes < 1 {
@@ -140,11 +158,24 @@ func (d *runDir) create() error {
 	if _, err := os.Stat(d.file(StateFile)); err == nil {
 		return fmt.Errorf("train: %s already holds a run; use --resume %s or another --out", d.path, d.path)
 	}
+	return d.writeConfig()
+}
+
+// writeConfig writes config.json, whole or not at all.
+func (d *runDir) writeConfig() error {
 	pretty, err := json.MarshalIndent(runMeta{Config: d.cfg, Categories: d.cats}, "", "  ")
 	if err != nil {
 		return err
 	}
 	return atomicfile.WriteFile(d.file(ConfigFile), append(pretty, '\n'), 0o644)
+}
+
+// moved rewrites config.json with the device a resumed run moves to.
+func (d *runDir) moved() error {
+	if d.from == "" {
+		return nil
+	}
+	return d.writeConfig()
 }
 
 // writeState replaces state.safetensors with f, whose metadata gets the

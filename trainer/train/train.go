@@ -50,6 +50,15 @@ type Options struct {
 	// this call, saving the resumable state mid-epoch (0: no limit). It
 	// splits a run at a batch, as an interruption does.
 	StopAfterIterations int
+	// Device, on Resume, continues the run on another device ("cpu",
+	// "emu" or "cuda") than the one it ran on; config.json is updated so
+	// later resumes stay there. Checkpoints and state have one format on
+	// every backend. Empty keeps the run's device.
+	Device string
+	// Backend, when set, is the device to train on instead of opening the
+	// one the config names, which must be its kind (Backend.Name()): for
+	// a caller that holds a device already. The run does not close it.
+	Backend backend.Backend
 	// NewProgress starts an epoch's progress display (nil: none).
 	NewProgress func(what string, total int) Progress
 	Logger      *slog.Logger
@@ -230,8 +239,10 @@ func (t *trainer) setup() error {
 	if t.em, err = model.New(mcfg); err != nil {
 		return err
 	}
-	if t.be, err = device.Open(t.cfg.Device); err != nil {
-		return fmt.Errorf("train: %w", err)
+	if t.be = opt.Backend; t.be == nil {
+		if t.be, err = device.Open(t.cfg.Device); err != nil {
+			return fmt.Errorf("train: %w", err)
+		}
 	}
 	t.m.To(t.be)
 	t.em.To(t.be)
@@ -274,6 +285,12 @@ func (t *trainer) setup() error {
 		return err
 	}
 	if opt.Resume {
+		if err := t.dir.moved(); err != nil {
+			return err
+		}
+		if t.dir.from != "" {
+			t.log.Info("resuming on another device", "from", t.dir.from, "to", t.cfg.Device)
+		}
 		return t.load()
 	}
 	return t.dir.create()
