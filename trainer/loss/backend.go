@@ -106,24 +106,33 @@ func (d *DeviceTargets) record(t *Targets) {
 }
 
 // buffer returns n elements of allocation i, reallocated when short.
-func (d *DeviceTargets) buffer(i, n int) backend.Buffer {
-	if !d.alloc[i].Present() || d.alloc[i].Len < n {
-		if d.alloc[i].Present() {
-			d.be.Free(d.alloc[i])
+func (d *DeviceTargets) buffer(i, n int) backend.Buffer { return reuse(d.be, &d.alloc[i], n) }
+
+// reuse returns n elements of the allocation *whole, which is replaced
+// by a new one on be when absent or short.
+func reuse(be backend.Memory, whole *backend.Buffer, n int) backend.Buffer {
+	if !whole.Present() || whole.Len < n {
+		if whole.Present() {
+			be.Free(*whole)
 		}
-		d.alloc[i] = d.be.Alloc(max(n, 1)) // never the zero (absent) Buffer
+		*whole = be.Alloc(max(n, 1)) // never the zero (absent) Buffer
 	}
-	return d.alloc[i].Slice(0, n)
+	return whole.Slice(0, n)
+}
+
+// freeAll returns the present allocations to be and forgets them.
+func freeAll(be backend.Memory, whole []backend.Buffer) {
+	for i, b := range whole {
+		if b.Present() {
+			be.Free(b)
+		}
+		whole[i] = backend.Buffer{}
+	}
 }
 
 // Free returns d's buffers to their backend; d can be reused.
 func (d *DeviceTargets) Free() {
-	for i, b := range d.alloc {
-		if b.Present() {
-			d.be.Free(b)
-		}
-		d.alloc[i] = backend.Buffer{}
-	}
+	freeAll(d.be, d.alloc[:])
 	*d = DeviceTargets{bpi: d.bpi[:0], Kept: d.Kept[:0], host: d.host}
 }
 

@@ -121,25 +121,12 @@ type twinScratch struct {
 }
 
 // buffer returns n elements of allocation i, reallocated when short.
-func (s *twinScratch) buffer(i, n int) backend.Buffer {
-	if !s.alloc[i].Present() || s.alloc[i].Len < n {
-		if s.alloc[i].Present() {
-			s.be.Free(s.alloc[i])
-		}
-		s.alloc[i] = s.be.Alloc(max(n, 1)) // never the zero (absent) Buffer
-	}
-	return s.alloc[i].Slice(0, n)
-}
+func (s *twinScratch) buffer(i, n int) backend.Buffer { return reuse(s.be, &s.alloc[i], n) }
 
 // size lays out the scratch for a batch of geometry g with slot width M.
 func (s *twinScratch) size(be backend.Backend, g *Geometry, M int) {
 	if s.be != nil && s.be != be {
-		for i, b := range s.alloc {
-			if b.Present() {
-				s.be.Free(b)
-			}
-			s.alloc[i] = backend.Buffer{}
-		}
+		freeAll(s.be, s.alloc[:])
 	}
 	s.be = be
 	B, A := g.B, g.Anchors()

@@ -91,6 +91,39 @@ SP_INLINE double la_bce0(double x, double* p) {
   return (x > 0 ? x : 0.0) + log(1 + e);
 }
 
+// la_pow is Go's math.Pow where the assigner's powers fall: y = 0.5 is
+// a square root and an integer y goes by repeated squaring of the
+// mantissa (frexp, ldexp), exactly as Go computes them, so the metric's
+// ·^0.5 and ·^6 are Go's bits on any device; other powers are pow's.
+SP_INLINE double la_pow(double x, double y) {
+  if (y == 0 || x == 1) return 1;
+  if (y == 1) return x;
+  if (x == 0 && y > 0) return 0;  // x is never −0 here
+  if (y == 0.5 && x >= 0) return sqrt(x);
+  double yi = floor(y);
+  if (yi != y || y < 0 || y >= 4096 || !(x > 0) || isinf(x)) return pow(x, y);
+  int xe;
+  double x1 = frexp(x, &xe), a1 = 1;
+  int ae = 0;
+  for (long long i = (long long)yi; i != 0; i >>= 1) {
+    if (xe < -(1 << 12) || (1 << 12) < xe) {
+      ae += xe;
+      break;
+    }
+    if (i & 1) {
+      a1 *= x1;
+      ae += xe;
+    }
+    x1 *= x1;
+    xe <<= 1;
+    if (x1 < .5) {
+      x1 += x1;
+      xe--;
+    }
+  }
+  return ldexp(a1, ae);
+}
+
 SP_INLINE float la_minf(float x, float y) { return y < x ? y : x; }
 SP_INLINE float la_maxf(float x, float y) { return y > x ? y : x; }
 
@@ -189,7 +222,7 @@ extern "C" __global__ void loss_assign_metric(LaGeom g, LaAssign cfg, const floa
     float ov = la_ciou32(gt, pd);
     ov = ov > 0.f ? ov : 0.f;
     overlaps[i] = ov;
-    metric[i] = (float)pow((double)score, cfg.alpha) * (float)pow((double)ov, cfg.beta);
+    metric[i] = (float)la_pow((double)score, cfg.alpha) * (float)la_pow((double)ov, cfg.beta);
   }
 }
 
