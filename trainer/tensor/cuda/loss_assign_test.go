@@ -95,6 +95,7 @@ func lossCases() []lossCase {
 	var cs []lossCase
 	cs = append(cs, randomLossCase(rng, "random", 64, 3, []int{3, 5}))
 	cs = append(cs, randomLossCase(rng, "random-128", 128, 5, []int{6, 2, 4}))
+	cs = append(cs, randomLossCase(rng, "dense-256-80-classes", 256, 80, []int{24, 11}))
 	cs = append(cs, randomLossCase(rng, "empty-image", 64, 3, []int{0, 4, 0}))
 	c := randomLossCase(rng, "crowd", 64, 3, []int{4, 3})
 	c.tg.IsCrowd = []uint8{0, 1, 0, 1, 1, 0, 0}
@@ -273,6 +274,9 @@ func checkLossKernels(t *testing.T, be *Backend, lossTolerance float64) {
 						t.Fatalf("%s anchor %d: fg %d slot %d label %d box %v, want %v %d %d %v", name, ba, fg[ba], gti[ba], lab[ba],
 							bx[4*ba:4*ba+4], ref.FG[ba], ref.GTIdx[ba], ref.Labels[ba], ref.Boxes[4*ba:4*ba+4])
 					}
+				}
+				if c.name == "zero-metric-ties" && i == 0 && !slices.ContainsFunc(fg, func(v int32) bool { return v != 0 }) {
+					t.Error("the all-zero metric row gives no positive: the case no longer tests top-k ties")
 				}
 				e, at := relWorst(sv, ref.ScoreValue)
 				note("score value", e)
