@@ -9,6 +9,7 @@ import (
 
 	"github.com/segpipe/segpipe/trainer/loss"
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
+	"github.com/segpipe/segpipe/trainer/tensor/cpu"
 )
 
 // lossCase is one batch for the loss kernels: head outputs and targets.
@@ -125,6 +126,14 @@ func lossCases() []lossCase {
 	return cs
 }
 
+// modelLossCase is the golden-weights n model's train outputs at 128 px
+// (80 classes, 336 anchors) on syntheticBatch(2, 128), run on the CPU
+// backend: real head outputs.
+func modelLossCase(t *testing.T) lossCase {
+	_, _, out, tg := modelLoss(t, cpu.New(), goldenWeights(t), 2, 128)
+	return lossCase{"golden-model-128", out, tg}
+}
+
 // onDevice is a loss case's outputs in a Backend's memory.
 type onDevice struct {
 	be  *Backend
@@ -231,7 +240,7 @@ func deviceAssignment(be *Backend, g loss.Geometry) *loss.DeviceAssignment {
 func checkLossKernels(t *testing.T, be *Backend, lossTolerance float64) {
 	worst := map[string]float64{}
 	note := func(what string, e float64) { worst[what] = max(worst[what], e) }
-	for _, c := range lossCases() {
+	for _, c := range append(lossCases(), modelLossCase(t)) {
 		t.Run(c.name, func(t *testing.T) {
 			g := c.out.Geometry
 			B, A := g.B, g.Anchors()
@@ -445,7 +454,7 @@ func checkForwardOn(t *testing.T, be *Backend, tol float64) {
 	crit, _ := loss.NewCriterion(cfg)
 	ref, _ := loss.NewCriterion(cfg)
 	worst := 0.0
-	for _, c := range lossCases() {
+	for _, c := range append(lossCases(), modelLossCase(t)) {
 		t.Run(c.name, func(t *testing.T) {
 			want := c.out.Grads()
 			wres, err := ref.Forward(c.out, c.tg, want)
