@@ -4,7 +4,9 @@
 // trainer/loss with its arithmetic: float64 where Go uses float64, the
 // assigner's CIoU in float32 in the reference's order, compiled without
 // multiply-add contraction (build-ptx.sh) so that every operation rounds
-// as Go's does. No floating-point atomics: sums run in fixed orders (per
+// as Go's does. Go's Pow (for the metric's powers) and Atan are ported
+// too; only exp and log are the device's (within an ulp of Go's, which
+// are assembly on amd64). No floating-point atomics: sums run in fixed orders (per
 // thread in index order, then a block's tree), so results do not depend
 // on scheduling. Integer arrays are int32, booleans int32 0/1 in the
 // outputs; float64 results cross as two 32-bit words, low first, through
@@ -124,6 +126,33 @@ SP_INLINE double la_pow(double x, double y) {
   return ldexp(a1, ae);
 }
 
+// la_atan is Go's math.Atan (Cephes' rational approximation after a
+// range reduction; pure Go on every platform but s390x), so the CIoU's
+// aspect term is Go's bits on any device.
+SP_INLINE double la_xatan(double x) {
+  const double P0 = -8.750608600031904122785e-01, P1 = -1.615753718733365076637e+01,
+               P2 = -7.500855792314704667340e+01, P3 = -1.228866684490136173410e+02,
+               P4 = -6.485021904942025371773e+01, Q0 = +2.485846490142306297962e+01,
+               Q1 = +1.650270098316988542046e+02, Q2 = +4.328810604912902668951e+02,
+               Q3 = +4.853903996359136964868e+02, Q4 = +1.945506571482613964425e+02;
+  double z = x * x;
+  z = z * ((((P0 * z + P1) * z + P2) * z + P3) * z + P4) / (((((z + Q0) * z + Q1) * z + Q2) * z + Q3) * z + Q4);
+  return x * z + x;
+}
+
+SP_INLINE double la_satan(double x) {
+  const double morebits = 6.123233995736765886130e-17, tan3pio8 = 2.41421356237309504880;
+  const double pio2 = 1.5707963267948966, pio4 = 0.7853981633974483, half_morebits = 3.061616997868382943065e-17;
+  if (x <= 0.66) return la_xatan(x);
+  if (x > tan3pio8) return pio2 - la_xatan(1 / x) + morebits;
+  return pio4 + la_xatan((x - 1) / (x + 1)) + half_morebits;
+}
+
+SP_INLINE double la_atan(double x) {
+  if (x == 0) return x;
+  return x > 0 ? la_satan(x) : -la_satan(-x);
+}
+
 SP_INLINE float la_minf(float x, float y) { return y < x ? y : x; }
 SP_INLINE float la_maxf(float x, float y) { return y > x ? y : x; }
 
@@ -143,7 +172,7 @@ SP_INLINE float la_ciou32(const float* a, const float* b) {
   float sx = b[0] + b[2] - a[0] - a[2];
   float sy = b[1] + b[3] - a[1] - a[3];
   float rho2 = (sx * sx + sy * sy) / 4;
-  float dt = (float)atan((double)(w2 / h2)) - (float)atan((double)(w1 / h1));
+  float dt = (float)la_atan((double)(w2 / h2)) - (float)la_atan((double)(w1 / h1));
   float v = LA_K4F * (dt * dt);
   float alpha = v / (v - iou + (float)(1 + 1e-7));
   return iou - (rho2 / c2 + v * alpha);
@@ -473,7 +502,7 @@ SP_INLINE double la_ciou(const double* a, const double* b, LaCiou* s) {
   s->sx = b[0] + b[2] - a[0] - a[2];
   s->sy = b[1] + b[3] - a[1] - a[3];
   s->rho2 = (s->sx * s->sx + s->sy * s->sy) / 4;
-  s->dtheta = atan(s->w2 / s->h2) - atan(s->w1 / s->h1);
+  s->dtheta = la_atan(s->w2 / s->h2) - la_atan(s->w1 / s->h1);
   s->v = LA_K4 * s->dtheta * s->dtheta;
   s->alpha = s->v / (s->v - s->iou + (1 + eps));
   return s->iou - (s->rho2 / s->c2 + s->v * s->alpha);
