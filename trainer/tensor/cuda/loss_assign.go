@@ -40,9 +40,9 @@ func encodeLaGeom(g *loss.Geometry, M int) []byte {
 	return b
 }
 
-// encodeDoubles lays out a struct of leading ints (padded to 8 bytes)
+// encodeLaStruct lays out a struct of leading ints (padded to 8 bytes)
 // and then doubles, or of doubles and then trailing ints (padded).
-func encodeDoubles(lead []int, ds []float64, trail []int) []byte {
+func encodeLaStruct(lead []int, ds []float64, trail []int) []byte {
 	var b []byte
 	for _, v := range lead {
 		b = binary.LittleEndian.AppendUint32(b, uint32(int32(v)))
@@ -62,8 +62,8 @@ func encodeDoubles(lead []int, ds []float64, trail []int) []byte {
 	return b
 }
 
-// oneBlock launches a single-block kernel.
-func (k *Kernels) oneBlock(kn kernel, threads int, args ...arg) error {
+// laOneBlock launches a single-block kernel.
+func (k *Kernels) laOneBlock(kn kernel, threads int, args ...arg) error {
 	block := k.block()
 	if threads == 1 {
 		block = dim3{1, 1, 1}
@@ -119,7 +119,7 @@ func (be *Backend) LossAssign(g loss.Geometry, cfg loss.AssignerConfig, boxes, s
 		if cfg.TopK2 > 0 && cfg.TopK2 != cfg.TopK {
 			k2 = min(cfg.TopK2, A)
 		}
-		lc := structArg(encodeDoubles([]int{min(cfg.TopK, A), k2}, []float64{cfg.Alpha, cfg.Beta, cfg.SmallSide, cfg.SmallSideTo}, nil))
+		lc := structArg(encodeLaStruct([]int{min(cfg.TopK, A), k2}, []float64{cfg.Alpha, cfg.Beta, cfg.SmallSide, cfg.SmallSideTo}, nil))
 		orPanic("loss assign metric", k.run(kLossAssignMetric, cells, geo, lc, ptrArg(be.ptr(boxes)), ptrArg(be.ptr(scores)),
 			ptrArg(be.ptr(p.Labels)), ptrArg(be.ptr(p.Boxes)), ptrArg(be.ptr(p.Valid)), ptrArg(metric), ptrArg(overlaps),
 			ptrArg(flags), i64Arg(cells)))
@@ -138,7 +138,7 @@ func (be *Backend) LossAssign(g loss.Geometry, cfg loss.AssignerConfig, boxes, s
 	orPanic("loss assign targets", k.run(kLossAssignTargets, B*A, ptrArg(flags), ptrArg(metric), ptrArg(maxMet), ptrArg(maxOv),
 		ptrArg(be.ptr(p.Labels)), ptrArg(be.ptr(p.Boxes)), i32Arg(M), i32Arg(A), ptrArg(be.ptr(a.FG)), ptrArg(be.ptr(a.GTIdx)),
 		ptrArg(be.ptr(a.Labels)), ptrArg(be.ptr(a.Boxes)), ptrArg(be.ptr(a.ScoreValue)), i64Arg(B*A)))
-	orPanic("loss assign count", k.oneBlock(kLossAssignCount, 0, ptrArg(be.ptr(a.FG)), ptrArg(be.ptr(a.ScoreValue)),
+	orPanic("loss assign count", k.laOneBlock(kLossAssignCount, 0, ptrArg(be.ptr(a.FG)), ptrArg(be.ptr(a.ScoreValue)),
 		ptrArg(be.ptr(a.NumFG)), ptrArg(be.ptr(a.ScoreSum)), i64Arg(B*A)))
 }
 
@@ -169,7 +169,7 @@ func (be *Backend) LossClsBox(g loss.Geometry, cfg loss.Config, boxes, scores ba
 		blocks = int(k.grid1(n).x)
 	}
 	geo := structArg(encodeLaGeom(&g, 0))
-	gains := structArg(encodeDoubles(nil, []float64{scale * cfg.ClsGain, scale * cfg.BoxGain, scale * cfg.DFLGain}, nil))
+	gains := structArg(encodeLaStruct(nil, []float64{scale * cfg.ClsGain, scale * cfg.BoxGain, scale * cfg.DFLGain}, nil))
 	be.wsMu.Lock()
 	defer be.wsMu.Unlock()
 	ws := be.scratch(8*rows + 16*blocks)
@@ -179,7 +179,7 @@ func (be *Backend) LossClsBox(g loss.Geometry, cfg loss.Config, boxes, scores ba
 		ptrArg(rowPart), i64Arg(rows)))
 	orPanic("loss box", k.run(kLossBox, n, geo, gains, ptrArg(be.ptr(boxes)), ptrArg(be.ptr(a.FG)), ptrArg(be.ptr(a.Boxes)),
 		ptrArg(be.ptr(a.ScoreValue)), ptrArg(be.ptr(a.ScoreSum)), ptrArg(be.ptr(boxesG)), ptrArg(boxPart), i64Arg(n)))
-	orPanic("loss cls/box sums", k.oneBlock(kLossClsBoxFinish, 0, ptrArg(rowPart), i32Arg(rows), ptrArg(boxPart), i32Arg(blocks),
+	orPanic("loss cls/box sums", k.laOneBlock(kLossClsBoxFinish, 0, ptrArg(rowPart), i32Arg(rows), ptrArg(boxPart), i32Arg(blocks),
 		ptrArg(be.ptr(terms))))
 }
 
@@ -193,8 +193,8 @@ func (be *Backend) LossCombine(g loss.Geometry, cfg loss.Config, o2m, o2o float6
 		checkLen("loss combine", 1, x.NumFG)
 		checkLen("loss combine", 2, x.ScoreSum)
 	}
-	c := structArg(encodeDoubles(nil, []float64{cfg.BoxGain, cfg.ClsGain, cfg.DFLGain, o2m, o2o}, []int{g.B}))
-	orPanic("loss combine", be.k.oneBlock(kLossCombine, 1, c, ptrArg(be.ptr(terms)), ptrArg(be.ptr(a[0].NumFG)),
+	c := structArg(encodeLaStruct(nil, []float64{cfg.BoxGain, cfg.ClsGain, cfg.DFLGain, o2m, o2o}, []int{g.B}))
+	orPanic("loss combine", be.k.laOneBlock(kLossCombine, 1, c, ptrArg(be.ptr(terms)), ptrArg(be.ptr(a[0].NumFG)),
 		ptrArg(be.ptr(a[0].ScoreSum)), ptrArg(be.ptr(a[1].NumFG)), ptrArg(be.ptr(a[1].ScoreSum)), ptrArg(be.ptr(res))))
 	if semG.Present() {
 		orPanic("loss combine", be.k.run(kLossZeroWithoutFG, semG.Len, ptrArg(be.ptr(a[0].NumFG)), ptrArg(be.ptr(semG)), i64Arg(semG.Len)))

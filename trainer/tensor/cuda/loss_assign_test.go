@@ -12,25 +12,25 @@ import (
 	"github.com/segpipe/segpipe/trainer/tensor/cpu"
 )
 
-// lossCase is one batch for the loss kernels: head outputs and targets.
-type lossCase struct {
+// laCase is one batch for the loss kernels: head outputs and targets.
+type laCase struct {
 	name string
 	out  *loss.Outputs
 	tg   *loss.Targets
 }
 
-// lossGeometry is a small input (side px, three levels) with nc classes.
-func lossGeometry(B, side, nc int) loss.Geometry {
+// laGeometry is a small input (side px, three levels) with nc classes.
+func laGeometry(B, side, nc int) loss.Geometry {
 	return loss.Geometry{B: B, NC: nc, NM: 4,
 		Levels: []loss.Level{{H: side / 8, W: side / 8, Stride: 8}, {H: side / 16, W: side / 16, Stride: 16}, {H: side / 32, W: side / 32, Stride: 32}},
 		ProtoH: side / 4, ProtoW: side / 4, SemH: side / 8, SemW: side / 8}
 }
 
-// randomLossCase draws outputs whose boxes roughly fit the instances and
+// laRandomCase draws outputs whose boxes roughly fit the instances and
 // counts[b] instances in image b: random boxes (rectangles as masks),
 // classes, and the given crowd flags (nil for none).
-func randomLossCase(rng *rand.Rand, name string, side, nc int, counts []int) lossCase {
-	g := lossGeometry(len(counts), side, nc)
+func laRandomCase(rng *rand.Rand, name string, side, nc int, counts []int) laCase {
+	g := laGeometry(len(counts), side, nc)
 	A := g.Anchors()
 	norm := func(s float64) float32 { return float32(rng.NormFloat64() * s) }
 	out := &loss.Outputs{Geometry: g}
@@ -66,11 +66,11 @@ func randomLossCase(rng *rand.Rand, name string, side, nc int, counts []int) los
 			tg.Classes = append(tg.Classes, int32(rng.IntN(nc)))
 		}
 	}
-	return lossCase{name, out, tg}
+	return laCase{name, out, tg}
 }
 
 // withMasks gives every instance its box's rectangle as its mask.
-func (c lossCase) withMasks() lossCase {
+func (c laCase) withMasks() laCase {
 	g := c.out.Geometry
 	c.tg.Masks = make([]uint8, len(c.tg.Classes)*g.ProtoH*g.ProtoW)
 	for k := range c.tg.Classes {
@@ -85,30 +85,30 @@ func (c lossCase) withMasks() lossCase {
 	return c
 }
 
-// lossCases are the batches the loss kernels are checked on: random
+// laCases are the batches the loss kernels are checked on: random
 // ones, images without instances, crowd instances, an invalid slot
 // (coordinates summing below 0), duplicate GTs (ties in the multi-GT
 // resolution), a class whose probabilities are all 0 (an all-zero metric
 // row: top-k ties to the lower anchor index decide the positives), and
 // a batch without any instance.
-func lossCases() []lossCase {
+func laCases() []laCase {
 	rng := rand.New(rand.NewPCG(41, 42))
-	var cs []lossCase
-	cs = append(cs, randomLossCase(rng, "random", 64, 3, []int{3, 5}))
-	cs = append(cs, randomLossCase(rng, "random-128", 128, 5, []int{6, 2, 4}))
-	cs = append(cs, randomLossCase(rng, "dense-256-80-classes", 256, 80, []int{24, 11}))
-	cs = append(cs, randomLossCase(rng, "empty-image", 64, 3, []int{0, 4, 0}))
-	c := randomLossCase(rng, "crowd", 64, 3, []int{4, 3})
+	var cs []laCase
+	cs = append(cs, laRandomCase(rng, "random", 64, 3, []int{3, 5}))
+	cs = append(cs, laRandomCase(rng, "random-128", 128, 5, []int{6, 2, 4}))
+	cs = append(cs, laRandomCase(rng, "dense-256-80-classes", 256, 80, []int{24, 11}))
+	cs = append(cs, laRandomCase(rng, "empty-image", 64, 3, []int{0, 4, 0}))
+	c := laRandomCase(rng, "crowd", 64, 3, []int{4, 3})
 	c.tg.IsCrowd = []uint8{0, 1, 0, 1, 1, 0, 0}
 	cs = append(cs, c)
-	c = randomLossCase(rng, "invalid-slot", 64, 3, []int{2, 2})
+	c = laRandomCase(rng, "invalid-slot", 64, 3, []int{2, 2})
 	copy(c.tg.Boxes[4:], []float32{-30, -30, -10, -10})
 	cs = append(cs, c)
-	c = randomLossCase(rng, "duplicates", 64, 3, []int{3, 1})
+	c = laRandomCase(rng, "duplicates", 64, 3, []int{3, 1})
 	copy(c.tg.Boxes[4:8], c.tg.Boxes[0:4])
 	c.tg.Classes[1] = (c.tg.Classes[0] + 1) % 3
 	cs = append(cs, c)
-	c = randomLossCase(rng, "zero-metric-ties", 64, 3, []int{2, 1})
+	c = laRandomCase(rng, "zero-metric-ties", 64, 3, []int{2, 1})
 	copy(c.tg.Boxes[0:4], []float32{0, 0, 30, 30})
 	c.tg.Classes[0] = 2
 	A := c.out.Anchors()
@@ -119,41 +119,41 @@ func lossCases() []lossCase {
 		}
 	}
 	cs = append(cs, c)
-	cs = append(cs, randomLossCase(rng, "no-instances", 64, 3, []int{0, 0}))
+	cs = append(cs, laRandomCase(rng, "no-instances", 64, 3, []int{0, 0}))
 	for i := range cs {
 		cs[i] = cs[i].withMasks()
 	}
 	return cs
 }
 
-// modelLossCase is the golden-weights n model's train outputs at 128 px
+// laModelCase is the golden-weights n model's train outputs at 128 px
 // (80 classes, 336 anchors) on syntheticBatch(2, 128), run on the CPU
 // backend: real head outputs.
-func modelLossCase(t *testing.T) lossCase {
+func laModelCase(t *testing.T) laCase {
 	_, _, out, tg := modelLoss(t, cpu.New(), goldenWeights(t), 2, 128)
-	return lossCase{"golden-model-128", out, tg}
+	return laCase{"golden-model-128", out, tg}
 }
 
-// onDevice is a loss case's outputs in a Backend's memory.
-type onDevice struct {
+// laOnDevice is a loss case's outputs in a Backend's memory.
+type laOnDevice struct {
 	be  *Backend
 	out [loss.NumOutputs]backend.Buffer
 	tg  loss.DeviceTargets
 }
 
-func lossOutputs(o *loss.Outputs) [loss.NumOutputs][]float32 {
+func laOutputs(o *loss.Outputs) [loss.NumOutputs][]float32 {
 	return [loss.NumOutputs][]float32{o.One2Many.Boxes, o.One2Many.Scores, o.One2Many.Coef,
 		o.One2One.Boxes, o.One2One.Scores, o.One2One.Coef, o.Proto, o.Semseg}
 }
 
-func lossGrads(g *loss.Grads) [loss.NumOutputs][]float32 {
+func laGrads(g *loss.Grads) [loss.NumOutputs][]float32 {
 	return [loss.NumOutputs][]float32{g.One2Many.Boxes, g.One2Many.Scores, g.One2Many.Coef,
 		g.One2One.Boxes, g.One2One.Scores, g.One2One.Coef, g.Proto, g.Semseg}
 }
 
-func uploadCase(be *Backend, c lossCase) *onDevice {
-	d := &onDevice{be: be}
-	for i, s := range lossOutputs(c.out) {
+func laUpload(be *Backend, c laCase) *laOnDevice {
+	d := &laOnDevice{be: be}
+	for i, s := range laOutputs(c.out) {
 		d.out[i] = be.Alloc(len(s))
 		be.Upload(d.out[i], s)
 	}
@@ -161,16 +161,16 @@ func uploadCase(be *Backend, c lossCase) *onDevice {
 	return d
 }
 
-// alloc returns n elements (a view of at least one, so never absent).
-func alloc(be *Backend, n int) backend.Buffer { return be.Alloc(max(n, 1)).Slice(0, n) }
+// laAlloc returns n elements (a view of at least one, so never absent).
+func laAlloc(be *Backend, n int) backend.Buffer { return be.Alloc(max(n, 1)).Slice(0, n) }
 
-func (d *onDevice) floats(b backend.Buffer) []float32 {
+func (d *laOnDevice) floats(b backend.Buffer) []float32 {
 	v := make([]float32, b.Len)
 	d.be.Download(v, b)
 	return v
 }
 
-func (d *onDevice) ints(b backend.Buffer) []int32 {
+func (d *laOnDevice) ints(b backend.Buffer) []int32 {
 	v := d.floats(b)
 	out := make([]int32, len(v))
 	for i, x := range v {
@@ -179,20 +179,20 @@ func (d *onDevice) ints(b backend.Buffer) []int32 {
 	return out
 }
 
-func (d *onDevice) float64At(b backend.Buffer, w int) float64 {
+func (d *laOnDevice) float64At(b backend.Buffer, w int) float64 {
 	v := d.floats(b.Slice(w, w+2))
 	return math.Float64frombits(uint64(math.Float32bits(v[0])) | uint64(math.Float32bits(v[1]))<<32)
 }
 
-func putWords(w []float32, v float64) {
+func laPutWords(w []float32, v float64) {
 	b := math.Float64bits(v)
 	w[0], w[1] = math.Float32frombits(uint32(b)), math.Float32frombits(uint32(b>>32))
 }
 
-// relWorst is the largest |got − want| over max(|want|, floor), floor
+// laRelWorst is the largest |got − want| over max(|want|, floor), floor
 // being 1e-6 of want's largest magnitude (elements that cancel to about
 // zero are measured against the tensor's scale), and where.
-func relWorst(got, want []float32) (float64, int) {
+func laRelWorst(got, want []float32) (float64, int) {
 	scale := 0.0
 	for _, v := range want {
 		scale = max(scale, math.Abs(float64(v)))
@@ -210,28 +210,28 @@ func relWorst(got, want []float32) (float64, int) {
 	return w, at
 }
 
-func rel64(got, want float64) float64 {
+func laRel64(got, want float64) float64 {
 	if got == want {
 		return 0
 	}
 	return math.Abs(got-want) / max(math.Abs(want), 1e-300)
 }
 
-// paddedTargets allocates DevicePadded for the batch (M from Kept).
-func paddedTargets(be *Backend, g loss.Geometry, tg *loss.DeviceTargets) *loss.DevicePadded {
+// laPadded allocates DevicePadded for the batch (M from Kept).
+func laPadded(be *Backend, g loss.Geometry, tg *loss.DeviceTargets) *loss.DevicePadded {
 	M := 0
 	for _, k := range tg.Kept {
 		M = max(M, k)
 	}
 	B := g.B
-	return &loss.DevicePadded{M: M, Labels: alloc(be, B*M), Boxes: alloc(be, 4*B*M), Valid: alloc(be, B*M),
-		Src: alloc(be, B*M), Count: alloc(be, B)}
+	return &loss.DevicePadded{M: M, Labels: laAlloc(be, B*M), Boxes: laAlloc(be, 4*B*M), Valid: laAlloc(be, B*M),
+		Src: laAlloc(be, B*M), Count: laAlloc(be, B)}
 }
 
-func deviceAssignment(be *Backend, g loss.Geometry) *loss.DeviceAssignment {
+func laAssignment(be *Backend, g loss.Geometry) *loss.DeviceAssignment {
 	n := g.B * g.Anchors()
-	return &loss.DeviceAssignment{FG: alloc(be, n), GTIdx: alloc(be, n), Labels: alloc(be, n), Boxes: alloc(be, 4*n),
-		ScoreValue: alloc(be, n), NumFG: alloc(be, 1), ScoreSum: alloc(be, 2)}
+	return &loss.DeviceAssignment{FG: laAlloc(be, n), GTIdx: laAlloc(be, n), Labels: laAlloc(be, n), Boxes: laAlloc(be, 4*n),
+		ScoreValue: laAlloc(be, n), NumFG: laAlloc(be, 1), ScoreSum: laAlloc(be, 2)}
 }
 
 // checkLossKernels runs LossTargets, LossAssign, LossClsBox and
@@ -240,7 +240,7 @@ func deviceAssignment(be *Backend, g loss.Geometry) *loss.DeviceAssignment {
 func checkLossKernels(t *testing.T, be *Backend, lossTolerance float64) {
 	worst := map[string]float64{}
 	note := func(what string, e float64) { worst[what] = max(worst[what], e) }
-	for _, c := range append(lossCases(), modelLossCase(t)) {
+	for _, c := range append(laCases(), laModelCase(t)) {
 		t.Run(c.name, func(t *testing.T) {
 			g := c.out.Geometry
 			B, A := g.B, g.Anchors()
@@ -255,10 +255,10 @@ func checkLossKernels(t *testing.T, be *Backend, lossTolerance float64) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			d := uploadCase(be, c)
-			p := paddedTargets(be, g, &d.tg)
+			d := laUpload(be, c)
+			p := laPadded(be, g, &d.tg)
 			be.LossTargets(g, &d.tg, p)
-			checkPadded(t, d, p, c.tg)
+			laCheckPadded(t, d, p, c.tg)
 
 			asgs := [2]*loss.Assignment{}
 			asgs[0], asgs[1] = crit.Assignments()
@@ -269,7 +269,7 @@ func checkLossKernels(t *testing.T, be *Backend, lossTolerance float64) {
 			words := make([]float32, 18)
 			for i, w := range [2]float64{o2m, o2o} {
 				name := [2]string{"one2many", "one2one"}[i]
-				a := deviceAssignment(be, g)
+				a := laAssignment(be, g)
 				da[i] = a
 				boxes, scores := d.out[3*i], d.out[3*i+1]
 				be.LossAssign(g, cfgs[i], boxes, scores, p, a)
@@ -287,7 +287,7 @@ func checkLossKernels(t *testing.T, be *Backend, lossTolerance float64) {
 				if c.name == "zero-metric-ties" && i == 0 && !slices.ContainsFunc(fg, func(v int32) bool { return v != 0 }) {
 					t.Error("the all-zero metric row gives no positive: the case no longer tests top-k ties")
 				}
-				e, at := relWorst(sv, ref.ScoreValue)
+				e, at := laRelWorst(sv, ref.ScoreValue)
 				note("score value", e)
 				if e > lossTolerance {
 					t.Errorf("%s score value %d = %v, want %v", name, at, sv[at], ref.ScoreValue[at])
@@ -296,12 +296,12 @@ func checkLossKernels(t *testing.T, be *Backend, lossTolerance float64) {
 					t.Errorf("%s NumFG %d, want %d", name, n, ref.NumFG)
 				}
 				ss := d.float64At(a.ScoreSum, 0)
-				note("score sum", rel64(ss, wres.ScoreSum[i]))
-				if rel64(ss, wres.ScoreSum[i]) > lossTolerance {
+				note("score sum", laRel64(ss, wres.ScoreSum[i]))
+				if laRel64(ss, wres.ScoreSum[i]) > lossTolerance {
 					t.Errorf("%s score sum %v, want %v", name, ss, wres.ScoreSum[i])
 				}
 
-				bg, sg, terms := alloc(be, B*4*A), alloc(be, B*g.NC*A), alloc(be, 6)
+				bg, sg, terms := laAlloc(be, B*4*A), laAlloc(be, B*g.NC*A), laAlloc(be, 6)
 				be.Fill(bg, 0)
 				be.Fill(sg, 0)
 				be.LossClsBox(g, cfg, boxes, scores, a, w*float64(B), bg, sg, terms)
@@ -309,7 +309,7 @@ func checkLossKernels(t *testing.T, be *Backend, lossTolerance float64) {
 					what      string
 					got, want []float32
 				}{{"box gradient", d.floats(bg), wantBr[i].Boxes}, {"score gradient", d.floats(sg), wantBr[i].Scores}} {
-					e, at := relWorst(gr.got, gr.want)
+					e, at := laRelWorst(gr.got, gr.want)
 					note(gr.what, e)
 					if e > lossTolerance {
 						t.Errorf("%s %s %d = %v, want %v", name, gr.what, at, gr.got[at], gr.want[at])
@@ -321,32 +321,32 @@ func checkLossKernels(t *testing.T, be *Backend, lossTolerance float64) {
 				for j, ref := range []float64{vec[loss.Cls] / b * S / cfg.ClsGain, vec[loss.Box] / b * S / cfg.BoxGain, vec[loss.DFL] / b * S / cfg.DFLGain} {
 					got := d.float64At(terms, 2*j)
 					what := [3]string{"cls term", "box term", "dfl term"}[j]
-					note(what, rel64(got, ref))
-					if rel64(got, ref) > lossTolerance {
+					note(what, laRel64(got, ref))
+					if laRel64(got, ref) > lossTolerance {
 						t.Errorf("%s %s = %v, want %v", name, what, got, ref)
 					}
 				}
 				copy(words[8*i:], d.floats(terms))
-				putWords(words[8*i+6:], vec[loss.Seg]/b/cfg.BoxGain)
+				laPutWords(words[8*i+6:], vec[loss.Seg]/b/cfg.BoxGain)
 				if wres.NumFG[i] > 0 {
-					putWords(words[16:], vec[loss.Semseg]/b/cfg.BoxGain)
+					laPutWords(words[16:], vec[loss.Semseg]/b/cfg.BoxGain)
 				}
 			}
 			// The combination, from these terms; and the semantic
 			// gradient zeroed exactly when one2many has no positive.
-			tb, res, sem := alloc(be, 18), alloc(be, loss.ResultLen), alloc(be, 7)
+			tb, res, sem := laAlloc(be, 18), laAlloc(be, loss.ResultLen), laAlloc(be, 7)
 			be.Upload(tb, words)
 			be.Fill(sem, 1)
 			be.LossCombine(g, cfg, o2m, o2o, tb, da, sem, res)
 			items, total := loss.ReadResult(be, res)
 			for k := range items {
-				note("items", rel64(items[k], wres.Items[k]))
-				if rel64(items[k], wres.Items[k]) > lossTolerance {
+				note("items", laRel64(items[k], wres.Items[k]))
+				if laRel64(items[k], wres.Items[k]) > lossTolerance {
 					t.Errorf("item %s = %v, want %v", loss.ComponentNames[k], items[k], wres.Items[k])
 				}
 			}
-			note("total", rel64(total, wres.Total))
-			if rel64(total, wres.Total) > lossTolerance {
+			note("total", laRel64(total, wres.Total))
+			if laRel64(total, wres.Total) > lossTolerance {
 				t.Errorf("total %v, want %v", total, wres.Total)
 			}
 			wantSem := float32(1)
@@ -369,8 +369,8 @@ func checkLossKernels(t *testing.T, be *Backend, lossTolerance float64) {
 	}
 }
 
-// checkPadded compares LossTargets' output with the batch padded by hand.
-func checkPadded(t *testing.T, d *onDevice, p *loss.DevicePadded, tg *loss.Targets) {
+// laCheckPadded compares LossTargets' output with the batch padded by hand.
+func laCheckPadded(t *testing.T, d *laOnDevice, p *loss.DevicePadded, tg *loss.Targets) {
 	t.Helper()
 	B, M := len(tg.BoxesPerImage), p.M
 	labels, valid, src, count := d.ints(p.Labels), d.ints(p.Valid), d.ints(p.Src), d.ints(p.Count)
@@ -407,7 +407,7 @@ func checkPadded(t *testing.T, d *onDevice, p *loss.DevicePadded, tg *loss.Targe
 // TestLossKernelsOnHarness checks LossTargets, LossAssign (FG, slots,
 // labels, boxes, scores, NumFG, ScoreSum), LossClsBox (terms and
 // gradients) and LossCombine of the kernels on the CPU harness against
-// the Go loss on every lossCases batch. The bar is 1e-6 relative: float64
+// the Go loss on every laCases batch. The bar is 1e-6 relative: float64
 // arithmetic in the Go order differs only in the last bits of exp, log,
 // atan and pow and in the order of the sums, float32 results by an ulp
 // (here, with glibc's functions, the assignment and the gradients come
@@ -454,14 +454,14 @@ func checkForwardOn(t *testing.T, be *Backend, tol float64) {
 	crit, _ := loss.NewCriterion(cfg)
 	ref, _ := loss.NewCriterion(cfg)
 	worst := 0.0
-	for _, c := range append(lossCases(), modelLossCase(t)) {
+	for _, c := range append(laCases(), laModelCase(t)) {
 		t.Run(c.name, func(t *testing.T) {
 			want := c.out.Grads()
 			wres, err := ref.Forward(c.out, c.tg, want)
 			if err != nil {
 				t.Fatal(err)
 			}
-			d := uploadCase(be, c)
+			d := laUpload(be, c)
 			var grads [loss.NumOutputs]backend.Buffer
 			for i, b := range d.out {
 				grads[i] = be.Alloc(b.Len)
@@ -476,17 +476,17 @@ func checkForwardOn(t *testing.T, be *Backend, tol float64) {
 			}
 			items, total := loss.ReadResult(be, res)
 			for k := range items {
-				e := rel64(items[k], wres.Items[k])
+				e := laRel64(items[k], wres.Items[k])
 				worst = max(worst, e)
 				if e > tol {
 					t.Errorf("item %s = %v, want %v", loss.ComponentNames[k], items[k], wres.Items[k])
 				}
 			}
-			if e := rel64(total, wres.Total); e > tol {
+			if e := laRel64(total, wres.Total); e > tol {
 				t.Errorf("total %v, want %v", total, wres.Total)
 			}
-			for i, w := range lossGrads(want) {
-				e, at := relWorst(d.floats(grads[i]), w)
+			for i, w := range laGrads(want) {
+				e, at := laRelWorst(d.floats(grads[i]), w)
 				worst = max(worst, e)
 				if e > tol {
 					t.Errorf("gradient %d: element %d off by %.3g relative", i, at, e)
