@@ -267,6 +267,7 @@ func checkLossKernels(t *testing.T, be *Backend, lossTolerance float64) {
 			wantBr := [2]loss.Branch{want.One2Many, want.One2One}
 			var da [2]*loss.DeviceAssignment
 			words := make([]float32, 18)
+			laPutWords(words[16:], math.NaN()) // unread unless a branch has positives
 			for i, w := range [2]float64{o2m, o2o} {
 				name := [2]string{"one2many", "one2one"}[i]
 				a := laAssignment(be, g)
@@ -330,6 +331,10 @@ func checkLossKernels(t *testing.T, be *Backend, lossTolerance float64) {
 				laPutWords(words[8*i+6:], vec[loss.Seg]/b/cfg.BoxGain)
 				if wres.NumFG[i] > 0 {
 					laPutWords(words[16:], vec[loss.Semseg]/b/cfg.BoxGain)
+				} else {
+					// A branch without positives must not read its mask
+					// word (a mask kernel's 0/0).
+					laPutWords(words[8*i+6:], math.NaN())
 				}
 			}
 			// The combination, from these terms; and the semantic
