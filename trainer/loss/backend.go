@@ -34,21 +34,33 @@ type DeviceTargets struct {
 	// CrowdBytes and MaskBytes are the byte lengths of IsCrowd and Masks
 	// (N and N·ProtoH·ProtoW for a batch that fits the outputs).
 	CrowdBytes, MaskBytes int
+	// Kept is, per image, the number of instances the loss keeps (those
+	// not flagged iscrowd), as Upload saw them; its maximum is the slot
+	// width M of the padded targets a device twin builds.
+	Kept []int
 
 	be    backend.Memory
 	alloc [5]backend.Buffer // whole allocations behind the five views
 	bpi   []int32
+	// host is Upload's record of the small host arrays (all but the
+	// masks), which a device twin's host-side checks read: the checks
+	// Forward makes, without a crossing. recorded says it is current.
+	host     Targets
+	recorded bool
 }
 
 // Upload copies t into be's memory: five uploads, whatever the batch, of
 // 4·B + 4·N + 16·N + N + N·Hp·Wp bytes. Buffers of the previous batch are
 // reused while large enough. t is not validated here; ForwardOn refuses
-// what Forward refuses.
+// what Forward refuses. Upload also keeps a host copy of everything but
+// the masks (20 bytes an instance) and fills Kept, so that a device twin
+// checks the batch and sizes its scratch on the host.
 func (d *DeviceTargets) Upload(be backend.Memory, t *Targets) {
 	if d.be != nil && d.be != be {
 		d.Free()
 	}
 	d.be = be
+	d.record(t)
 	d.CrowdBytes, d.MaskBytes = len(t.IsCrowd), len(t.Masks)
 	d.bpi = d.bpi[:0]
 	for _, c := range t.BoxesPerImage {
@@ -66,26 +78,62 @@ func (d *DeviceTargets) Upload(be backend.Memory, t *Targets) {
 	be.UploadBytes(d.Masks, t.Masks)
 }
 
-// buffer returns n elements of allocation i, reallocated when short.
-func (d *DeviceTargets) buffer(i, n int) backend.Buffer {
-	if !d.alloc[i].Present() || d.alloc[i].Len < n {
-		if d.alloc[i].Present() {
-			d.be.Free(d.alloc[i])
-		}
-		d.alloc[i] = d.be.Alloc(max(n, 1)) // never the zero (absent) Buffer
+// record keeps the host copy and the kept counts. t may be malformed
+// (it is checked later), so nothing here indexes past its arrays.
+func (d *DeviceTargets) record(t *Targets) {
+	h := &d.host
+	h.BoxesPerImage = append(h.BoxesPerImage[:0], t.BoxesPerImage...)
+	h.Classes = append(h.Classes[:0], t.Classes...)
+	h.Boxes = append(h.Boxes[:0], t.Boxes...)
+	crowd := h.IsCrowd[:0]
+	h.IsCrowd = nil
+	if t.IsCrowd != nil {
+		h.IsCrowd = append(crowd, t.IsCrowd...)
 	}
-	return d.alloc[i].Slice(0, n)
+	d.Kept = d.Kept[:0]
+	k := 0
+	for _, n := range t.BoxesPerImage {
+		kept := 0
+		for range max(n, 0) {
+			if k >= len(t.IsCrowd) || t.IsCrowd[k] == 0 {
+				kept++
+			}
+			k++
+		}
+		d.Kept = append(d.Kept, kept)
+	}
+	d.recorded = true
+}
+
+// buffer returns n elements of allocation i, reallocated when short.
+func (d *DeviceTargets) buffer(i, n int) backend.Buffer { return reuse(d.be, &d.alloc[i], n) }
+
+// reuse returns n elements of the allocation *whole, which is replaced
+// by a new one on be when absent or short.
+func reuse(be backend.Memory, whole *backend.Buffer, n int) backend.Buffer {
+	if !whole.Present() || whole.Len < n {
+		if whole.Present() {
+			be.Free(*whole)
+		}
+		*whole = be.Alloc(max(n, 1)) // never the zero (absent) Buffer
+	}
+	return whole.Slice(0, n)
+}
+
+// freeAll returns the present allocations to be and forgets them.
+func freeAll(be backend.Memory, whole []backend.Buffer) {
+	for i, b := range whole {
+		if b.Present() {
+			be.Free(b)
+		}
+		whole[i] = backend.Buffer{}
+	}
 }
 
 // Free returns d's buffers to their backend; d can be reused.
 func (d *DeviceTargets) Free() {
-	for i, b := range d.alloc {
-		if b.Present() {
-			d.be.Free(b)
-		}
-		d.alloc[i] = backend.Buffer{}
-	}
-	*d = DeviceTargets{bpi: d.bpi[:0]}
+	freeAll(d.be, d.alloc[:])
+	*d = DeviceTargets{bpi: d.bpi[:0], Kept: d.Kept[:0], host: d.host}
 }
 
 // ForwardOn is Forward on a backend's memory, as one fused loss kernel:
@@ -99,11 +147,13 @@ func (d *DeviceTargets) Free() {
 // On a backend implementing backend.HostKernels (cpu, emu) the kernel is
 // Forward itself, run through RunHost on views of the backend's memory:
 // one definition of the loss, no copy of the outputs, nothing crossing,
-// results bit-identical to Forward on host slices. Any other backend has
-// no loss kernel yet and takes the host round trip a device twin will
-// replace — the eight outputs and the five target arrays downloaded, the
-// loss run on the host, the eight gradients and the result uploaded —
-// which HostRoundTrips counts.
+// results bit-identical to Forward on host slices. A backend implementing
+// DeviceKernels instead (cuda) runs the device twin: the host checks what
+// Forward checks (sizes, and the targets through the record Upload kept)
+// and queues the seven kernels; nothing crosses. Any other backend takes
+// the host round trip — the eight outputs and the five target arrays
+// downloaded, the loss run on the host, the eight gradients and the
+// result uploaded — which HostRoundTrips counts.
 func (c *Criterion) ForwardOn(be backend.Backend, g Geometry, out, grads [NumOutputs]backend.Buffer, t *DeviceTargets, res backend.Buffer) error {
 	if res.Len < ResultLen {
 		return fmt.Errorf("loss: result buffer holds %d elements, want %d", res.Len, ResultLen)
@@ -136,6 +186,9 @@ func (c *Criterion) ForwardOn(be backend.Backend, g Geometry, out, grads [NumOut
 			err = c.forwardSlices(g, o, gr, tg, withGrads, v.Float32(res))
 		})
 		return err
+	}
+	if dk, ok := twin(be); ok {
+		return c.forwardTwin(be, dk, g, out, grads, t, res, withGrads)
 	}
 	return c.roundTrip(be, g, out, grads, t, res, withGrads)
 }
@@ -177,7 +230,7 @@ func (c *Criterion) roundTrip(be backend.Backend, g Geometry, out, grads [NumOut
 }
 
 // HostRoundTrips counts the ForwardOn calls that ran on the host because
-// their backend has no loss kernel (each one downloaded the outputs and
+// their backend has neither host kernels nor the loss's device twin (each one downloaded the outputs and
 // targets and uploaded the gradients).
 func (c *Criterion) HostRoundTrips() int { return c.roundTrips }
 
@@ -196,11 +249,16 @@ func (c *Criterion) forwardSlices(g Geometry, o, gr [NumOutputs][]float32, tg *T
 	if err != nil {
 		return err
 	}
+	putResult(res, &r)
+	return nil
+}
+
+// putResult writes r's items and total as ForwardOn's result words.
+func putResult(res []float32, r *Result) {
 	for k, v := range r.Items {
 		putFloat64(res[2*k:], v)
 	}
 	putFloat64(res[2*NumComponents:], r.Total)
-	return nil
 }
 
 // ReadResult brings the result buffer ForwardOn wrote to the host (one

@@ -21,9 +21,11 @@ type namedBackend struct {
 }
 
 // lossBackends are the backends the loss runs on: cpu and emu through
-// RunHost, and the host round trip of a backend without a loss kernel.
+// RunHost, the device path through Go-written twins (goTwin), and the
+// host round trip of a backend without a loss kernel.
 func lossBackends() []namedBackend {
-	return []namedBackend{{"cpu", cpu.New()}, {"emu", cpu.NewEmulated()}, {"roundtrip", noHostKernels{cpu.NewEmulated()}}}
+	return []namedBackend{{"cpu", cpu.New()}, {"emu", cpu.NewEmulated()}, {"twin", newGoTwin()},
+		{"roundtrip", noHostKernels{cpu.NewEmulated()}}}
 }
 
 // outputSlices lists o's arrays in the NumOutputs order.
@@ -181,7 +183,8 @@ func TestForwardOnTransfers(t *testing.T) {
 			}
 			up, down := t2.Uploads-t1.Uploads, t2.Downloads-t1.Downloads
 			upB, downB := t2.UploadBytes-t1.UploadBytes, t2.DownloadBytes-t1.DownloadBytes
-			if _, ok := nb.be.(backend.HostKernels); ok {
+			_, host := nb.be.(backend.HostKernels)
+			if _, twin := nb.be.(DeviceKernels); host || twin {
 				if up != 0 || down != 0 || c.HostRoundTrips() != 0 {
 					t.Errorf("ForwardOn on %s crossed: %d uploads, %d downloads", nb.name, up, down)
 				}
@@ -197,11 +200,17 @@ func TestForwardOnTransfers(t *testing.T) {
 }
 
 // TestForwardOnRejectsBadBuffers: wrong result or gradient buffers are
-// errors, not panics.
+// errors, not panics, on the host kernels' path and on the device twins'
+// (whose checks run on the host before any launch).
 func TestForwardOnRejectsBadBuffers(t *testing.T) {
+	for _, be := range []backend.Backend{cpu.NewEmulated(), newGoTwin()} {
+		t.Run(be.Name(), func(t *testing.T) { rejectsBadBuffers(t, be) })
+	}
+}
+
+func rejectsBadBuffers(t *testing.T, be backend.Backend) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	out, tg := randomCase(rng, []int{2, 2})
-	be := cpu.NewEmulated()
 	d := newOnBackend(be, out)
 	d.tg.Upload(be, tg)
 	c, _ := NewCriterion(DefaultConfig(10))

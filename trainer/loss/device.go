@@ -1,6 +1,10 @@
 package loss
 
-import "github.com/segpipe/segpipe/trainer/tensor/backend"
+import (
+	"errors"
+
+	"github.com/segpipe/segpipe/trainer/tensor/backend"
+)
 
 // DeviceKernels is what a backend without host kernels implements to run
 // ForwardOn on its own memory (the CUDA backend does): the loss then
@@ -14,12 +18,19 @@ import "github.com/segpipe/segpipe/trainer/tensor/backend"
 // LossTargets; LossOwners; then for each branch (one-to-many, then
 // one-to-one) LossAssign, LossClsBox, LossMask; LossSemseg once (with the
 // one-to-many gradient scale); LossCombine. The gradient buffers are
-// zeroed (Fill) before the first method that adds into them. Methods
-// return only what the host knows before launching (bad arguments);
-// data-dependent outcomes stay on the device.
+// zeroed (Fill) before the first method that adds into them, and so are
+// the 18 words of terms. A batch without any instance (M = 0, known on
+// the host) has no positive: LossOwners, LossMask and LossSemseg are not
+// called and their words stay 0. A branch's scale is its ProgLoss weight
+// times B; LossMask and LossSemseg, which take no Config, receive it
+// times cfg.BoxGain (maskScratch.loss's and semScratch.loss's scale).
+// ForwardOn has checked every size and the targets (Forward's checks)
+// before the first launch; the methods panic on what it would have
+// refused. Data-dependent outcomes (the positives, S) stay on the device.
 type DeviceKernels interface {
 	// LossTargets pads the batch's non-crowd instances into per-image
-	// slots of width p.M (host-known, see DeviceTargets.Kept): p.Labels,
+	// slots of width p.M (host-known, the maximum of DeviceTargets.Kept),
+	// in their order in the batch: p.Labels,
 	// p.Boxes, p.Valid (box coordinates summing above 0, the reference's
 	// mask_gt) and p.Src (the instance's index in the uploaded arrays, -1
 	// on padding slots), [B, M] each ([B, M, 4] for Boxes), and p.Count
@@ -54,8 +65,12 @@ type DeviceKernels interface {
 	// LossCombine forms the result words (ResultLen) from the branches'
 	// terms as Forward forms Result.Items and Result.Total: terms holds,
 	// per branch, LossClsBox's 6 words, LossMask's 2, then LossSemseg's
-	// 2 once at the end (18 words); the assignments give each branch's S.
-	LossCombine(g Geometry, cfg Config, o2m, o2o float64, terms backend.Buffer, a [2]*DeviceAssignment, res backend.Buffer)
+	// 2 once at the end (18 words); the assignments give each branch's S
+	// and NumFG (a branch without positives has only its class term, as
+	// Forward's). semG, when present, is the semantic logits' gradient,
+	// zeroed where the one-to-many branch has no positive: Forward sends
+	// the semantic term no gradient then, and only the device knows.
+	LossCombine(g Geometry, cfg Config, o2m, o2o float64, terms backend.Buffer, a [2]*DeviceAssignment, semG, res backend.Buffer)
 }
 
 // DevicePadded is the padded, crowd-free targets in a backend's memory
@@ -73,4 +88,134 @@ type DevicePadded struct {
 type DeviceAssignment struct {
 	FG, GTIdx, Labels, Boxes, ScoreValue backend.Buffer
 	NumFG, ScoreSum                      backend.Buffer
+}
+
+// twin returns be's loss twins. A backend with host kernels runs Forward
+// itself (bit for bit the reference), so that takes precedence.
+func twin(be backend.Backend) (DeviceKernels, bool) {
+	if _, host := be.(backend.HostKernels); host {
+		return nil, false
+	}
+	dk, ok := be.(DeviceKernels)
+	return dk, ok
+}
+
+// Words of the terms buffer: per branch LossClsBox's 6 and LossMask's 2,
+// then LossSemseg's 2.
+const (
+	termsClsBox = 6
+	termsBranch = termsClsBox + 2
+	termsLen    = 2*termsBranch + 2
+)
+
+// twinScratch is ForwardOn's device scratch for a twin: allocated on the
+// backend once and reused while large enough.
+type twinScratch struct {
+	be    backend.Backend
+	alloc [22]backend.Buffer // whole allocations behind the views below
+	p     DevicePadded
+	a     [2]DeviceAssignment
+	// owner is the owner map, sem the semantic target, terms the 18 words
+	// the kernels write their sums into.
+	owner, sem, terms backend.Buffer
+}
+
+// buffer returns n elements of allocation i, reallocated when short.
+func (s *twinScratch) buffer(i, n int) backend.Buffer { return reuse(s.be, &s.alloc[i], n) }
+
+// size lays out the scratch for a batch of geometry g with slot width M.
+func (s *twinScratch) size(be backend.Backend, g *Geometry, M int) {
+	if s.be != nil && s.be != be {
+		freeAll(s.be, s.alloc[:])
+	}
+	s.be = be
+	B, A := g.B, g.Anchors()
+	s.p = DevicePadded{M: M, Labels: s.buffer(0, B*M), Boxes: s.buffer(1, 4*B*M), Valid: s.buffer(2, B*M),
+		Src: s.buffer(3, B*M), Count: s.buffer(4, B)}
+	for i := range s.a {
+		k := 5 + 7*i
+		s.a[i] = DeviceAssignment{FG: s.buffer(k, B*A), GTIdx: s.buffer(k+1, B*A), Labels: s.buffer(k+2, B*A),
+			Boxes: s.buffer(k+3, 4*B*A), ScoreValue: s.buffer(k+4, B*A), NumFG: s.buffer(k+5, 1), ScoreSum: s.buffer(k+6, 2)}
+	}
+	s.owner = s.buffer(19, B*g.ProtoH*g.ProtoW)
+	s.sem = s.buffer(20, B*g.NC*g.SemH*g.SemW)
+	s.terms = s.buffer(21, termsLen)
+}
+
+// forwardTwin is ForwardOn on a backend's device twins: every check
+// Forward makes, on the host from buffer sizes and Upload's record, then
+// the seven kernels queued in device.go's order. Nothing crosses.
+func (c *Criterion) forwardTwin(be backend.Backend, dk DeviceKernels, g Geometry, out, grads [NumOutputs]backend.Buffer, t *DeviceTargets, res backend.Buffer, withGrads bool) error {
+	var n [NumOutputs]int
+	for i, b := range out {
+		n[i] = b.Len
+	}
+	if err := checkOutputLens(&g, n); err != nil {
+		return err
+	}
+	if !t.recorded {
+		return errors.New("loss: device targets not filled by DeviceTargets.Upload: the loss's device kernels check the batch on the host from the record Upload keeps")
+	}
+	if err := t.host.checkSized(&g, t.MaskBytes); err != nil {
+		return err
+	}
+	if h := &t.host; t.BoxesPerImage.Len != len(h.BoxesPerImage) || t.Classes.Len != len(h.Classes) ||
+		t.Boxes.Len != len(h.Boxes) || t.CrowdBytes != len(h.IsCrowd) {
+		return errors.New("loss: device targets changed since DeviceTargets.Upload")
+	}
+	if withGrads {
+		for i, b := range grads {
+			if b.Len != out[i].Len {
+				return errGradShapes
+			}
+		}
+	}
+	M := 0
+	for _, k := range t.Kept {
+		M = max(M, k)
+	}
+	s := &c.twin
+	s.size(be, &g, M)
+	c.last = [2]*Assignment{}
+	if withGrads {
+		for _, b := range grads {
+			be.Fill(b, 0)
+		}
+	}
+	be.Fill(s.terms, 0)
+	dk.LossTargets(g, t, &s.p)
+	// Without any instance there is no positive: the mask and semantic
+	// terms are not formed (Forward returns before them), and their words
+	// stay 0.
+	if M > 0 {
+		dk.LossOwners(g, t, &s.p, s.owner, s.sem)
+	}
+	cfgs := [2]AssignerConfig{c.cfg.One2Many, c.cfg.One2One}
+	for i, w := range [2]float64{c.o2m, c.o2o} {
+		scale := w * float64(g.B)
+		boxes, scores, coef := out[3*i], out[3*i+1], out[3*i+2]
+		var boxesG, scoresG, coefG, protoG backend.Buffer
+		if withGrads {
+			boxesG, scoresG, coefG = grads[3*i], grads[3*i+1], grads[3*i+2]
+			if i == 0 {
+				protoG = grads[6] // detached in one2one
+			}
+		}
+		a := &s.a[i]
+		terms := s.terms.Slice(termsBranch*i, termsBranch*(i+1))
+		dk.LossAssign(g, cfgs[i], boxes, scores, &s.p, a)
+		dk.LossClsBox(g, c.cfg, boxes, scores, a, scale, boxesG, scoresG, terms.Slice(0, termsClsBox))
+		if M > 0 {
+			dk.LossMask(g, a, &s.p, s.owner, coef, out[6], scale*c.cfg.BoxGain, coefG, protoG, terms.Slice(termsClsBox, termsBranch))
+		}
+	}
+	var semG backend.Buffer
+	if withGrads {
+		semG = grads[7]
+	}
+	if M > 0 {
+		dk.LossSemseg(g, out[7], s.sem, c.o2m*float64(g.B)*c.cfg.BoxGain, semG, s.terms.Slice(2*termsBranch, termsLen))
+	}
+	dk.LossCombine(g, c.cfg, c.o2m, c.o2o, s.terms, [2]*DeviceAssignment{&s.a[0], &s.a[1]}, semG, res.Slice(0, ResultLen))
+	return nil
 }

@@ -69,15 +69,27 @@
 // down in one transfer. A training step's crossings for the loss are
 // therefore the targets up and a few scalars down.
 //
-// On the cpu and emu backends (backend.HostKernels) the kernel is Forward
-// itself, run through RunHost on views of the backend's memory: one
-// definition of the loss, no copy of the outputs on the CPU, nothing
+// On the cpu and emu backends (backend.HostKernels) the kernel is
+// Forward itself, run through RunHost on views of the backend's memory:
+// one definition of the loss, no copy of the outputs on the CPU, nothing
 // counted on emu, and results equal to Forward on host slices to the bit
-// (the goldens run through both). A backend without that interface has
-// no loss kernel yet; ForwardOn then downloads the outputs and targets,
-// runs Forward on the host and uploads the gradients and the result —
-// exactly the crossings a device twin of ForwardOn removes — and
-// HostRoundTrips counts those calls.
+// (the goldens run through both). A device backend implements
+// DeviceKernels instead: the loss as seven loss-level kernels (pad the
+// targets, compose the owner map and semantic target, and per branch the
+// assigner, the class and box terms and the mask term, then the semantic
+// term and the combination), which ForwardOn queues after making every
+// check Forward makes on the host — sizes from the geometry and the
+// buffers, the targets from the copy of their small arrays that
+// DeviceTargets.Upload keeps (everything but the masks) — so nothing
+// crosses but the result. Its scratch (padded targets, both assignments,
+// the owner map, the semantic target, the terms) is allocated on the
+// backend once and reused. The device path is checked end to end against
+// Forward, bit for bit, through twins written over the emulated device
+// with this package's Go functions; the CUDA kernels are checked against
+// Forward on the CPU harness (trainer/tensor/cuda). A backend with
+// neither interface takes the host round trip: ForwardOn downloads the
+// outputs and targets, runs Forward on the host and uploads the gradients
+// and the result, and HostRoundTrips counts those calls.
 //
 // The loss goes onto a backend as fused, loss-level kernels — this Go code
 // as the CPU implementation, a device twin checked against it — rather
@@ -86,5 +98,5 @@
 // the gathers of positives and the float64 reductions would need a dozen
 // new ops whose composition changes rounding, and the goldens in
 // ../shared/goldens/loss hold these numbers; one kernel per term keeps
-// that reference readable and exact. The device twin is not written yet.
+// that reference readable and exact.
 package loss

@@ -95,22 +95,25 @@ type Grads struct {
 }
 
 func (o *Outputs) check() error {
-	if err := o.Geometry.check(); err != nil {
+	return checkOutputLens(&o.Geometry, [NumOutputs]int{len(o.One2Many.Boxes), len(o.One2Many.Scores), len(o.One2Many.Coef),
+		len(o.One2One.Boxes), len(o.One2One.Scores), len(o.One2One.Coef), len(o.Proto), len(o.Semseg)})
+}
+
+// checkOutputLens checks the geometry and the lengths of the head
+// outputs, in the NumOutputs order, against it.
+func checkOutputLens(g *Geometry, n [NumOutputs]int) error {
+	if err := g.check(); err != nil {
 		return err
 	}
-	g := &o.Geometry
 	A := g.Anchors()
-	for _, br := range []struct {
-		name string
-		b    *Branch
-	}{{"one2many", &o.One2Many}, {"one2one", &o.One2One}} {
-		if len(br.b.Boxes) != g.B*4*A || len(br.b.Scores) != g.B*g.NC*A || len(br.b.Coef) != g.B*g.NM*A {
+	for i, name := range [2]string{"one2many", "one2one"} {
+		if n[3*i] != g.B*4*A || n[3*i+1] != g.B*g.NC*A || n[3*i+2] != g.B*g.NM*A {
 			return fmt.Errorf("loss: %s outputs have %d/%d/%d values, want B×4×A=%d, B×NC×A=%d, B×NM×A=%d",
-				br.name, len(br.b.Boxes), len(br.b.Scores), len(br.b.Coef), g.B*4*A, g.B*g.NC*A, g.B*g.NM*A)
+				name, n[3*i], n[3*i+1], n[3*i+2], g.B*4*A, g.B*g.NC*A, g.B*g.NM*A)
 		}
 	}
-	if len(o.Proto) != g.B*g.NM*g.ProtoH*g.ProtoW || len(o.Semseg) != g.B*g.NC*g.SemH*g.SemW {
-		return fmt.Errorf("loss: proto/semseg have %d/%d values, want %d/%d", len(o.Proto), len(o.Semseg),
+	if n[6] != g.B*g.NM*g.ProtoH*g.ProtoW || n[7] != g.B*g.NC*g.SemH*g.SemW {
+		return fmt.Errorf("loss: proto/semseg have %d/%d values, want %d/%d", n[6], n[7],
 			g.B*g.NM*g.ProtoH*g.ProtoW, g.B*g.NC*g.SemH*g.SemW)
 	}
 	return nil
@@ -126,12 +129,14 @@ func (o *Outputs) Grads() *Grads {
 	}
 }
 
+var errGradShapes = errors.New("loss: gradient buffers do not match the outputs' shapes")
+
 func (gr *Grads) check(o *Outputs) error {
 	if len(gr.One2Many.Boxes) != len(o.One2Many.Boxes) || len(gr.One2Many.Scores) != len(o.One2Many.Scores) ||
 		len(gr.One2Many.Coef) != len(o.One2Many.Coef) || len(gr.One2One.Boxes) != len(o.One2One.Boxes) ||
 		len(gr.One2One.Scores) != len(o.One2One.Scores) || len(gr.One2One.Coef) != len(o.One2One.Coef) ||
 		len(gr.Proto) != len(o.Proto) || len(gr.Semseg) != len(o.Semseg) {
-		return errors.New("loss: gradient buffers do not match the outputs' shapes")
+		return errGradShapes
 	}
 	return nil
 }
@@ -202,9 +207,10 @@ type Criterion struct {
 	last     [2]*Assignment
 	semVal   float64
 	semDone  bool
-	// dev and roundTrips serve ForwardOn.
+	// dev, roundTrips and twin serve ForwardOn.
 	dev        deviceScratch
 	roundTrips int
+	twin       twinScratch
 }
 
 // NewCriterion checks cfg and returns a criterion at epoch 0.
@@ -241,7 +247,9 @@ func (c *Criterion) SetUpdates(u int) { c.updates = u; c.setWeights() }
 func (c *Criterion) Weights() (o2m, o2o float64) { return c.o2m, c.o2o }
 
 // Assignments returns the last call's assignments (one-to-many, one-to-one).
-// They alias the criterion's buffers until its next call.
+// They alias the criterion's buffers until its next call. After a
+// ForwardOn that ran on a device twin they are nil: that assignment stays
+// in the backend's memory.
 func (c *Criterion) Assignments() (o2m, o2o *Assignment) { return c.last[0], c.last[1] }
 
 // Forward computes the loss of out against t. When grads is non-nil it is
@@ -266,8 +274,7 @@ func (c *Criterion) Forward(out *Outputs, t *Targets, grads *Grads) (Result, err
 	}
 	c.tg.build(t, &out.Geometry)
 	c.semDone = false
-	B := float64(out.B)
-	res.O2M, res.O2O = c.o2m, c.o2o
+	var terms [2]branchTerms
 	for i, w := range [2]float64{c.o2m, c.o2o} {
 		br, bg := &out.One2Many, (*Branch)(nil)
 		var protoG, semG []float32
@@ -281,27 +288,65 @@ func (c *Criterion) Forward(out *Outputs, t *Targets, grads *Grads) (Result, err
 				bg, protoG, semG = &grads.One2One, nil, nil
 			}
 		}
-		v, asg, err := c.branch(i, out, br, t, bg, protoG, semG, w*B)
+		bt, asg, err := c.branch(i, out, br, bg, protoG, semG, w*float64(out.B))
 		if err != nil {
 			return res, err
 		}
 		c.last[i] = asg
-		res.NumFG[i] = asg.NumFG
-		res.ScoreSum[i] = c.br.scoreSum
+		terms[i] = bt
+	}
+	return c.cfg.combine(terms, c.semVal, c.o2m, c.o2o, out.B), nil
+}
+
+// branchTerms are one branch's ungained loss sums, from which vector
+// forms its loss vector: Σ BCE, Σ (1−CIoU)·w and Σ L1/4·w over the
+// positives (w their target score), the mask term, and the assignment's
+// positive count and target-score sum.
+type branchTerms struct {
+	cls, box, dist, seg float64
+	numFG               int
+	scoreSum            float64
+}
+
+// vector is one branch's gained loss vector (not times B); semVal is the
+// batch's semantic term. A branch without positives has only its class
+// term, as the reference returns before the others.
+func (cfg *Config) vector(t branchTerms, semVal float64) [NumComponents]float64 {
+	var v [NumComponents]float64
+	S := max(t.scoreSum, 1)
+	v[Cls] = cfg.ClsGain * t.cls / S
+	if t.numFG == 0 {
+		return v
+	}
+	v[Box] = cfg.BoxGain * t.box / S
+	v[DFL] = cfg.DFLGain * t.dist / S
+	v[Seg] = cfg.BoxGain * t.seg
+	v[Semseg] = cfg.BoxGain * semVal
+	return v
+}
+
+// combine forms a batch's Result from both branches' terms, the branch
+// weights and the batch size.
+func (cfg *Config) combine(terms [2]branchTerms, semVal, o2m, o2o float64, B int) Result {
+	res := Result{O2M: o2m, O2O: o2o}
+	b := float64(B)
+	for i, t := range terms {
+		v := cfg.vector(t, semVal)
+		res.NumFG[i], res.ScoreSum[i] = t.numFG, t.scoreSum
 		for k := range v {
 			if i == 0 {
-				res.One2Many[k] = v[k] * B
+				res.One2Many[k] = v[k] * b
 			} else {
-				res.One2One[k] = v[k] * B
+				res.One2One[k] = v[k] * b
 				res.Items[k] = v[k]
 			}
 		}
 	}
 	for k := range res.Combined {
-		res.Combined[k] = c.o2m*res.One2Many[k] + c.o2o*res.One2One[k]
+		res.Combined[k] = o2m*res.One2Many[k] + o2o*res.One2One[k]
 		res.Total += res.Combined[k]
 	}
-	return res, nil
+	return res
 }
 
 // branchScratch holds one branch's per-batch buffers.
@@ -310,20 +355,16 @@ type branchScratch struct {
 	anchorsPx        []float32 // [A,2]
 	pdPx             []float32 // [B,A,4]
 	probs            []float32 // [B,NC,A]
-	scoreSum         float64
 	clsPart          []float64 // per (image, class) BCE sums
 	mask             maskScratch
 	sem              semScratch
 }
 
-// branch computes one branch's gained loss vector (not times B) and, when
-// bg is non-nil, adds scale·d(vector sum)/d(output) into bg, protoG and
-// semG (nil means detached).
-func (c *Criterion) branch(which int, out *Outputs, br *Branch, t *Targets, bg *Branch, protoG, semG []float32, scale float64) ([NumComponents]float64, *Assignment, error) {
-	var vec [NumComponents]float64
-	g := &out.Geometry
+// prepare decodes a branch's raw outputs for the assigner and the class
+// term: anchor centres and strides, predicted boxes in pixels, class
+// probabilities and each (image, class) row's BCE sum at target 0.
+func (s *branchScratch) prepare(g *Geometry, br *Branch) {
 	B, A, NC := g.B, g.Anchors(), g.NC
-	s := &c.br
 	s.anchors = growF32(s.anchors, 2*A)
 	s.strides = growF32(s.strides, A)
 	s.anchorsPx = growF32(s.anchorsPx, 2*A)
@@ -359,29 +400,40 @@ func (c *Criterion) branch(which int, out *Outputs, br *Branch, t *Targets, bg *
 		}
 		s.clsPart[bk] = sum
 	})
-	tg := &c.tg
-	asg, err := c.asg[which].Assign(&AssignInput{
-		B: B, A: A, NC: NC, M: tg.M,
+}
+
+// assignInput is the assigner's view of a prepared branch and the padded
+// targets.
+func (s *branchScratch) assignInput(g *Geometry, tg *padded) *AssignInput {
+	return &AssignInput{
+		B: g.B, A: g.Anchors(), NC: g.NC, M: tg.M,
 		PdScores: s.probs, PdBoxes: s.pdPx, Anchors: s.anchorsPx,
 		GTLabels: tg.labels, GTBoxes: tg.boxes, MaskGT: tg.valid,
-	})
-	if err != nil {
-		return vec, nil, fmt.Errorf("loss: %s assignment: %w", [2]string{"one2many", "one2one"}[which], err)
 	}
+}
 
-	// S = max(Σ target scores, 1) over the whole batch.
+// scoreSum is Σ target scores over the batch's positives.
+func scoreSum(asg *Assignment) float64 {
 	sum := 0.0
 	for i, fg := range asg.FG {
 		if fg {
 			sum += float64(asg.ScoreValue[i])
 		}
 	}
-	s.scoreSum = sum
-	S := max(sum, 1)
+	return sum
+}
+
+// clsBox returns a prepared branch's class, box (CIoU) and distance sums
+// against asg (ungained, un-normalised) and, when bg is non-nil, adds
+// scale·gain/S times their gradients into bg.Scores and bg.Boxes, S =
+// max(Σ target scores, 1).
+func (s *branchScratch) clsBox(g *Geometry, cfg *Config, br *Branch, asg *Assignment, scale float64, bg *Branch) (cls, box, dist float64) {
+	B, A, NC := g.B, g.Anchors(), g.NC
+	S := max(scoreSum(asg), 1)
 
 	// Classification: BCE over every (image, class, anchor), target score
 	// only on the positive's label channel; d/dx = sigmoid(x) − t.
-	gc := scale * c.cfg.ClsGain / S
+	gc := scale * cfg.ClsGain / S
 	forEach(B*NC, func(_, bk int) {
 		b, k := bk/NC, bk%NC
 		row := bk * A
@@ -398,20 +450,17 @@ func (c *Criterion) branch(which int, out *Outputs, br *Branch, t *Targets, bg *
 		}
 		s.clsPart[bk] -= pos
 	})
-	cls := 0.0
 	for _, v := range s.clsPart {
 		cls += v
 	}
-	vec[Cls] = c.cfg.ClsGain * cls / S
 	if asg.NumFG == 0 {
-		return vec, asg, nil
+		return cls, 0, 0
 	}
 
 	// Box (CIoU) and the reg_max=1 distance term, on grid-unit boxes.
 	imgH, imgW := g.ImageSize()
-	box, dist := 0.0, 0.0
-	gBox := scale * c.cfg.BoxGain / S
-	gDist := scale * c.cfg.DFLGain / S
+	gBox := scale * cfg.BoxGain / S
+	gDist := scale * cfg.DFLGain / S
 	norms := [4]float64{float64(imgW), float64(imgH), float64(imgW), float64(imgH)}
 	for b := 0; b < B; b++ {
 		for a := 0; a < A; a++ {
@@ -453,15 +502,32 @@ func (c *Criterion) branch(which int, out *Outputs, br *Branch, t *Targets, bg *
 			}
 		}
 	}
-	vec[Box] = c.cfg.BoxGain * box / S
-	vec[DFL] = c.cfg.DFLGain * dist / S
+	return cls, box, dist
+}
 
+// branch computes one branch's ungained terms and, when bg is non-nil,
+// adds scale·d(vector sum)/d(output) into bg, protoG and semG (nil means
+// detached).
+func (c *Criterion) branch(which int, out *Outputs, br *Branch, bg *Branch, protoG, semG []float32, scale float64) (branchTerms, *Assignment, error) {
+	var t branchTerms
+	g := &out.Geometry
+	s := &c.br
+	s.prepare(g, br)
+	tg := &c.tg
+	asg, err := c.asg[which].Assign(s.assignInput(g, tg))
+	if err != nil {
+		return t, nil, fmt.Errorf("loss: %s assignment: %w", [2]string{"one2many", "one2one"}[which], err)
+	}
+	t.numFG, t.scoreSum = asg.NumFG, scoreSum(asg)
+	t.cls, t.box, t.dist = s.clsBox(g, &c.cfg, br, asg, scale, bg)
+	if asg.NumFG == 0 {
+		return t, asg, nil
+	}
 	var coefG []float32
 	if bg != nil {
 		coefG = bg.Coef
 	}
-	seg := s.mask.loss(g, asg, tg, br.Coef, out.Proto, coefG, protoG, scale*c.cfg.BoxGain)
-	vec[Seg] = c.cfg.BoxGain * seg
+	t.seg = s.mask.loss(g, asg, tg, br.Coef, out.Proto, coefG, protoG, scale*c.cfg.BoxGain)
 	// Both branches read the same logits and target, so the value is
 	// computed once per batch; only the first (one2many) caller sends
 	// gradient, the one2one copy being detached.
@@ -469,8 +535,7 @@ func (c *Criterion) branch(which int, out *Outputs, br *Branch, t *Targets, bg *
 		c.semVal = s.sem.loss(g, out.Semseg, tg.sem, semG, scale*c.cfg.BoxGain)
 		c.semDone = true
 	}
-	vec[Semseg] = c.cfg.BoxGain * c.semVal
-	return vec, asg, nil
+	return t, asg, nil
 }
 
 // bceSigmoid returns BCE-with-logits and the sigmoid of x from one

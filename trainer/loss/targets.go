@@ -52,7 +52,12 @@ func (t *Targets) withoutCrowd(dst *Targets, cells int) *Targets {
 }
 
 // check validates t against the geometry, naming the offending instance.
-func (t *Targets) check(g *Geometry) error {
+func (t *Targets) check(g *Geometry) error { return t.checkSized(g, len(t.Masks)) }
+
+// checkSized is check with the mask stack's length given: the device
+// path checks a host record of the targets whose masks stay on the
+// device.
+func (t *Targets) checkSized(g *Geometry, maskBytes int) error {
 	if len(t.BoxesPerImage) != g.B {
 		return fmt.Errorf("targets: boxes_per_image has %d images, outputs have %d", len(t.BoxesPerImage), g.B)
 	}
@@ -69,8 +74,8 @@ func (t *Targets) check(g *Geometry) error {
 	if t.IsCrowd != nil && len(t.IsCrowd) != n {
 		return fmt.Errorf("targets: %d crowd flags for %d instances", len(t.IsCrowd), n)
 	}
-	if len(t.Masks) != n*g.ProtoH*g.ProtoW {
-		return fmt.Errorf("targets: mask stack has %d bytes, want N×%d×%d = %d", len(t.Masks), g.ProtoH, g.ProtoW, n*g.ProtoH*g.ProtoW)
+	if maskBytes != n*g.ProtoH*g.ProtoW {
+		return fmt.Errorf("targets: mask stack has %d bytes, want N×%d×%d = %d", maskBytes, g.ProtoH, g.ProtoW, n*g.ProtoH*g.ProtoW)
 	}
 	img, first := 0, 0
 	for k := 0; k < n; k++ {

@@ -49,7 +49,9 @@ type engine interface {
 // host code on a backend without it, crossing to the host (counted). The
 // optimiser steps, gradient clipping and norms and the EMA update have
 // device twins instead (trainer/optim's DeviceKernels, in optim.go), so
-// they never cross; the loss still takes that round trip.
+// they never cross; the loss still takes that round trip until its device
+// twin (loss.DeviceKernels, loss_assign.go and the mask kernels) is
+// complete.
 //
 // Its methods panic on a device error (a launch that fails, memory that
 // runs out): the backend.Backend interface has no error results, and a

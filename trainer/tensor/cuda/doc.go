@@ -37,8 +37,14 @@
 // the EMA, over a table of the tensors cached on the device), so an
 // iteration's clip, SGD or AdamW step, zeroing and EMA take a dozen
 // launches rather than five per parameter; only Newton–Schulz stays per
-// matrix. The loss is what still takes the round trip
-// each step (only its BCE exists as a kernel).
+// matrix. The loss's device twin (trainer/loss's DeviceKernels,
+// imported: its methods take the loss's types) is being built in parts:
+// the padded targets, the task-aligned assigner, the class and box terms
+// and the combination are here (loss_assign.go, kernels/loss_assign.cu,
+// checked against Forward on the CPU harness by
+// TestLossKernelsOnHarness); until the owner map, mask and semantic
+// kernels join them the Backend does not satisfy the interface and the
+// loss takes the round trip each step.
 //
 // Backend runs on an engine: a GPU here, or in this package's tests the
 // CPU harness below, which runs the same .cu kernels compiled with g++

@@ -80,12 +80,11 @@ func syntheticBatch(b, sz int) ([]byte, *loss.Targets) {
 	return img, tg
 }
 
-// trainIteration runs one training iteration as the trainer's step does
-// (forward in training mode, the loss on the host, backward from its
-// output gradients) on be, from iterationModel, on syntheticBatch(b, sz).
-func trainIteration(t *testing.T, be backend.Backend, b, sz int) iterationResult {
+// modelLoss runs m's forward pass in training mode on be over
+// syntheticBatch(b, sz): the tape, the eight head outputs the loss reads
+// and, on the host, the loss's view of them and the batch's targets.
+func modelLoss(t *testing.T, be backend.Backend, m *model.Model, b, sz int) (*tensor.Tape, []*tensor.Tensor, *loss.Outputs, *loss.Targets) {
 	t.Helper()
-	m := iterationModel(t)
 	m.To(be)
 	img, tg := syntheticBatch(b, sz)
 	tp := tensor.NewTape(be)
@@ -109,6 +108,16 @@ func trainIteration(t *testing.T, be backend.Backend, b, sz int) iterationResult
 		One2Many: loss.Branch{Boxes: h[0], Scores: h[1], Coef: h[2]},
 		One2One:  loss.Branch{Boxes: h[3], Scores: h[4], Coef: h[5]},
 		Proto:    h[6], Semseg: h[7]}
+	return tp, outs, out, tg
+}
+
+// trainIteration runs one training iteration as the trainer's step does
+// (forward in training mode, the loss on the host, backward from its
+// output gradients) on be, from iterationModel, on syntheticBatch(b, sz).
+func trainIteration(t *testing.T, be backend.Backend, b, sz int) iterationResult {
+	t.Helper()
+	m := iterationModel(t)
+	tp, outs, out, tg := modelLoss(t, be, m, b, sz)
 	crit, err := loss.NewCriterion(loss.DefaultConfig(1))
 	if err != nil {
 		t.Fatal(err)

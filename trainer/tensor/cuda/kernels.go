@@ -72,6 +72,19 @@ const (
 	kBNTilesPartial
 	kBNTilesFinish
 	kBNTilesApply
+	// loss_assign.cu
+	kLossTargets
+	kLossAssignMetric
+	kLossAssignTopK
+	kLossAssignResolve
+	kLossAssignMax
+	kLossAssignTargets
+	kLossAssignCount
+	kLossClsRows
+	kLossBox
+	kLossClsBoxFinish
+	kLossCombine
+	kLossZeroWithoutFG
 	numKernels
 )
 
@@ -87,6 +100,10 @@ var kernelNames = [numKernels]string{
 	"bn_eval_backward",
 	"mt_fill", "mt_scale_by", "mt_ema", "mt_sgd_nesterov", "mt_adamw", "mt_sum_squares",
 	"bn_tiles_partial", "bn_tiles_finish", "bn_tiles_apply",
+	// loss_assign.cu
+	"loss_targets", "loss_assign_metric", "loss_assign_topk", "loss_assign_resolve", "loss_assign_max",
+	"loss_assign_targets", "loss_assign_count", "loss_cls_rows", "loss_box", "loss_clsbox_finish",
+	"loss_combine", "loss_zero_without_fg",
 }
 
 func (k kernel) String() string { return kernelNames[k] }

@@ -8,5 +8,11 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 nvcc="${NVCC:-nvcc}"
 for src in *.cu; do
-  "$nvcc" -ptx -arch=compute_80 -std=c++17 -o "${src%.cu}.ptx" "$src"
+  flags=()
+  case "$src" in
+    # The loss's kernels round every operation as the Go reference does:
+    # no multiply-add contraction.
+    loss_assign.cu) flags=(-fmad=false) ;;
+  esac
+  "$nvcc" -ptx -arch=compute_80 -std=c++17 "${flags[@]}" -o "${src%.cu}.ptx" "$src"
 done

@@ -54,6 +54,7 @@ thread_local std::barrier<>* sp_block_barrier;
 
 #include "elementwise.cu"
 #include "layout.cu"
+#include "loss_assign.cu"
 #include "norm.cu"
 #include "optim.cu"
 #include "reduce.cu"
@@ -127,6 +128,10 @@ const std::map<std::string, Kernel> kernels = {
     K(mt_fill), K(mt_scale_by), K(mt_ema), K(mt_sgd_nesterov), K(mt_adamw), K(mt_sum_squares),
     // Tiled batch-norm.
     K(bn_tiles_partial), K(bn_tiles_finish), K(bn_tiles_apply),
+    // loss_assign.cu
+    K(loss_targets),    K(loss_assign_metric), K(loss_assign_topk), K(loss_assign_resolve), K(loss_assign_max),
+    K(loss_assign_targets), K(loss_assign_count), K(loss_cls_rows), K(loss_box),     K(loss_clsbox_finish),
+    K(loss_combine),    K(loss_zero_without_fg),
 };
 
 std::map<long, std::vector<unsigned char>> buffers;
