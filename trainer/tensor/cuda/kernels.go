@@ -61,6 +61,16 @@ const (
 	kBNBackward
 	kBNEvalScale
 	kBNEvalBackward
+	// The loss's mask side (loss_mask.cu, loss_mask.go).
+	kLossOwnerArea
+	kLossOwnerMap
+	kLossSemantic
+	kLossMaskGather
+	kLossMaskRows
+	kLossMaskProtoGrad
+	kLossMaskFinish
+	kLossSemChannel
+	kLossSemFinish
 	numKernels
 )
 
@@ -74,6 +84,9 @@ var kernelNames = [numKernels]string{
 	"adamw_step", "muon_momentum", "axpby", "scale_inv_norm", "ema_update",
 	"index_select", "strided_walk", "bn_train", "bn_backward", "bn_eval_scale",
 	"bn_eval_backward",
+	// loss_mask.cu
+	"loss_owner_area", "loss_owner_map", "loss_semantic", "loss_mask_gather", "loss_mask_rows",
+	"loss_mask_proto_grad", "loss_mask_finish", "loss_sem_channel", "loss_sem_finish",
 }
 
 func (k kernel) String() string { return kernelNames[k] }

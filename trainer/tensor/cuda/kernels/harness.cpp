@@ -57,6 +57,8 @@ thread_local std::barrier<>* sp_block_barrier;
 #include "norm.cu"
 #include "optim.cu"
 #include "reduce.cu"
+// The loss's mask side.
+#include "loss_mask.cu"
 
 namespace {
 
@@ -123,6 +125,9 @@ const std::map<std::string, Kernel> kernels = {
     K(adamw_step),      K(muon_momentum),     K(axpby),             K(scale_inv_norm),  K(ema_update),
     K(index_select),    K(strided_walk),      K(bn_train),          K(bn_backward),     K(bn_eval_scale),
     K(bn_eval_backward),
+    // loss_mask.cu
+    K(loss_owner_area), K(loss_owner_map), K(loss_semantic), K(loss_mask_gather), K(loss_mask_rows),
+    K(loss_mask_proto_grad), K(loss_mask_finish), K(loss_sem_channel), K(loss_sem_finish),
 };
 
 std::map<long, std::vector<unsigned char>> buffers;
