@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"testing"
 	"unsafe"
 
+	"github.com/segpipe/segpipe/formats/safetensors"
+	"github.com/segpipe/segpipe/internal/shared"
 	"github.com/segpipe/segpipe/trainer/loss"
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
@@ -36,7 +39,8 @@ func maskGeometry(b int, rect bool) loss.Geometry {
 // overlap, pairs of equal-area rectangles, an empty mask in the image
 // with the most instances, boxes on even pixels (the crop's halfway
 // cases) and some past the canvas edge, and (crowd) about one instance in
-// six flagged crowd. With big, every mask spans half the grid or more
+// six flagged crowd, all of the last image's (an image left with none,
+// its masks still in the stack). With big, every mask spans half the grid or more
 // and every box is fractional in mask pixels.
 func maskBatch(rng *rand.Rand, g loss.Geometry, counts []int, crowd, big bool) (*loss.Outputs, *loss.Targets) {
 	A := g.Anchors()
@@ -111,8 +115,9 @@ func maskBatch(rng *rand.Rand, g loss.Geometry, counts []int, crowd, big bool) (
 	}
 	if crowd {
 		tg.IsCrowd = make([]uint8, len(tg.Classes))
+		last := len(tg.IsCrowd) - counts[len(counts)-1]
 		for i := range tg.IsCrowd {
-			if rng.IntN(6) == 0 {
+			if i >= last || rng.IntN(6) == 0 {
 				tg.IsCrowd[i] = 1
 			}
 		}
@@ -326,7 +331,6 @@ func (w lossWorst) log(t *testing.T) {
 }
 
 // maskCases are the batches the comparison runs: image counts, geometry,
-// crowd flags.
 // crowd flags; topK, when set, replaces the branches' top-k (and turns
 // off one-to-one's second stage) so that an image with one large
 // instance gets exactly that many positives: 50 and 49 put the crop rule's
@@ -338,22 +342,28 @@ var maskCases = []struct {
 	crowd  bool
 	topK   [2]int
 }{
-	{"crowded and empty", []int{12, 0, 3}, false, true, [2]int{}},
+	{"crowded and empty", []int{12, 0, 3, 2}, false, true, [2]int{}},
 	{"rectangular", []int{2, 14, 0, 1}, true, false, [2]int{}},
-	{"many instances", []int{16, 9}, false, true, [2]int{}},
-	{"one image", []int{5}, true, true, [2]int{}},
+	{"many instances", []int{16, 9, 3}, false, true, [2]int{}},
+	{"one image", []int{5}, true, false, [2]int{}},
+	{"only crowd", []int{3}, false, true, [2]int{}},
 	{"no instances", []int{0, 0}, false, false, [2]int{}},
 	{"crop boundary", []int{1, 1}, false, false, [2]int{50, 49}},
 }
 
-// compareLossMask runs every case on be: the owner map and semantic
-// target against bruteOwners (exactly), then the mask term of both
-// branches and the semantic term, values and gradients, against Forward.
-// Every device computation runs twice and must repeat its bits.
+// maskTally counts the images of the compared branches on each side of
+// the crop rule's boundary.
+type maskTally struct{ rounded, fractional int }
+
+// compareLossMask runs every case on be (and the loss goldens' batch,
+// where ../shared holds it): the owner map and semantic target against
+// bruteOwners (exactly), then the mask term of both branches and the
+// semantic term, values and gradients, against Forward. Every device
+// computation runs twice and must repeat its bits.
 func compareLossMask(t *testing.T, be *Backend) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	w := lossWorst{}
-	rounded, fractional := 0, 0
+	var n maskTally
 	for _, mc := range maskCases {
 		t.Run(mc.name, func(t *testing.T) {
 			g := maskGeometry(len(mc.counts), mc.rect)
@@ -362,143 +372,209 @@ func compareLossMask(t *testing.T, be *Backend) {
 			if mc.topK[0] > 0 {
 				cfg.One2Many.TopK, cfg.One2One.TopK, cfg.One2One.TopK2 = mc.topK[0], mc.topK[1], 0
 			}
-			c, err := loss.NewCriterion(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := out.Grads()
-			res, err := c.Forward(out, tg, want)
-			if err != nil {
-				t.Fatal(err)
-			}
-			asg := [2]*loss.Assignment{}
-			asg[0], asg[1] = c.Assignments()
-			o2m, o2o := c.Weights()
-			B, hw := g.B, g.ProtoH*g.ProtoW
-
-			p := padTargets(tg)
-			var dt loss.DeviceTargets
-			dt.Upload(be, tg)
-			dp := p.upload(be)
-			owner, sem := be.Alloc(B*hw), be.Alloc(B*g.NC*g.SemH*g.SemW)
-			be.LossOwners(g, &dt, dp, owner, sem)
-			wantOwner, wantSem := bruteOwners(g, tg, p)
-			gotOwner, gotSem := devInts(be, owner), devFloats(be, sem)
-			if i := sameBits(i32sAsF32(gotOwner), i32sAsF32(wantOwner)); i >= 0 {
-				t.Fatalf("owner map differs at %d (image %d pixel %d): %d, want %d", i, i/hw, i%hw, gotOwner[i], wantOwner[i])
-			}
-			if i := sameBits(gotSem, wantSem); i >= 0 {
-				t.Fatalf("semantic target differs at %d: %v, want %v", i, gotSem[i], wantSem[i])
-			}
-			be.LossOwners(g, &dt, dp, owner, sem)
-			if sameBits(i32sAsF32(devInts(be, owner)), i32sAsF32(gotOwner)) >= 0 || sameBits(devFloats(be, sem), gotSem) >= 0 {
-				t.Fatal("the owner map or semantic target changed on a second run")
-			}
-
-			coef := [2]backend.Buffer{devUpload(be, out.One2Many.Coef), devUpload(be, out.One2One.Coef)}
-			proto := devUpload(be, out.Proto)
-			wantCoef := [2][]float32{want.One2Many.Coef, want.One2One.Coef}
-			for i, wt := range [2]float64{o2m, o2o} {
-				branch := [2]string{"one2many", "one2one"}[i]
-				da := uploadAssignment(be, asg[i], res.ScoreSum[i])
-				counts := positives(asg[i])
-				for _, n := range counts {
-					if n >= 50 {
-						fractional++
-					} else if n > 0 {
-						rounded++
-					}
-				}
-				t.Logf("%s: positives per image %v", branch, counts)
-				if k := mc.topK[i]; k > 0 && slices.ContainsFunc(counts, func(n int) bool { return n != k }) {
-					t.Fatalf("%s: positives per image %v, want %d in each", branch, counts, k)
-				}
-				scale := wt * float64(B) * cfg.BoxGain
-				var bits [][]float32
-				for run := range 2 {
-					coefG := be.Alloc(len(out.One2Many.Coef))
-					be.Fill(coefG, 0)
-					protoG := backend.Buffer{}
-					if i == 0 {
-						protoG = be.Alloc(len(out.Proto))
-						be.Fill(protoG, 0)
-					}
-					terms := be.Alloc(2)
-					be.LossMask(g, da, dp, owner, coef[i], proto, scale, coefG, protoG, terms)
-					v := devFloat64(be, terms)
-					if asg[i].NumFG > 0 {
-						w.value(t, "mask term", v, [2][loss.NumComponents]float64{res.One2Many, res.One2One}[i][loss.Seg]/float64(B)/cfg.BoxGain)
-					} else if v != 0 {
-						t.Errorf("%s: mask term %v without positives, want 0", branch, v)
-					}
-					got := [][]float32{devFloats(be, coefG), devFloats(be, terms)}
-					w.grad(t, "mask coef gradient", got[0], wantCoef[i])
-					if i == 0 {
-						got = append(got, devFloats(be, protoG))
-						w.grad(t, "mask proto gradient", got[2], want.Proto)
-					}
-					if run == 0 {
-						bits = got
-					} else {
-						for k := range got {
-							if sameBits(got[k], bits[k]) >= 0 {
-								t.Errorf("%s: output %d of the mask term changed on a second run", branch, k)
-							}
-						}
-					}
-				}
-			}
-
-			// A branch without positives on a batch with instances: the
-			// term is 0 and the gradients keep what they held.
-			if p.M > 0 {
-				none := *asg[0]
-				none.FG, none.NumFG = make([]bool, len(asg[0].FG)), 0
-				da := uploadAssignment(be, &none, 0)
-				coefG, protoG, terms := be.Alloc(len(out.One2Many.Coef)), be.Alloc(len(out.Proto)), be.Alloc(2)
-				be.Fill(coefG, 0.25)
-				be.Fill(protoG, 0.25)
-				be.LossMask(g, da, dp, owner, coef[0], proto, o2m*float64(B)*cfg.BoxGain, coefG, protoG, terms)
-				if v := devFloat64(be, terms); v != 0 {
-					t.Errorf("mask term %v without positives, want 0", v)
-				}
-				for _, b := range []backend.Buffer{coefG, protoG} {
-					if i := slices.IndexFunc(devFloats(be, b), func(v float32) bool { return v != 0.25 }); i >= 0 {
-						t.Fatalf("a mask term without positives wrote a gradient at %d", i)
-					}
-				}
-			}
-
-			logits := devUpload(be, out.Semseg)
-			scale := o2m * float64(B) * cfg.BoxGain
-			var bits [2][]float32
-			for run := range 2 {
-				semG := be.Alloc(len(out.Semseg))
-				be.Fill(semG, 0)
-				terms := be.Alloc(2)
-				be.LossSemseg(g, logits, sem, scale, semG, terms)
-				v := devFloat64(be, terms)
-				// Forward skips the semantic term (and its gradient) in a
-				// branch without positives: compare where it ran.
-				if asg[0].NumFG > 0 {
-					w.value(t, "semantic term", v, res.One2Many[loss.Semseg]/float64(B)/cfg.BoxGain)
-					w.grad(t, "semantic gradient", devFloats(be, semG), want.Semseg)
-				} else if asg[1].NumFG > 0 {
-					w.value(t, "semantic term", v, res.One2One[loss.Semseg]/float64(B)/cfg.BoxGain)
-				}
-				got := [2][]float32{devFloats(be, semG), devFloats(be, terms)}
-				if run == 0 {
-					bits = got
-				} else if sameBits(got[0], bits[0]) >= 0 || sameBits(got[1], bits[1]) >= 0 {
-					t.Error("the semantic term changed on a second run")
-				}
-			}
+			checkLossMask(t, be, w, &n, out, tg, cfg, mc.topK)
 		})
 	}
-	if rounded == 0 || fractional == 0 {
-		t.Errorf("the cases have %d images with 1–49 positives and %d with 50 or more; both crop rules need some", rounded, fractional)
+	t.Run("golden", func(t *testing.T) {
+		out, tg, overlap := goldenMaskBatch(t)
+		owner := checkLossMask(t, be, w, &n, out, tg, loss.DefaultConfig(100), [2]int{})
+		hw := out.ProtoH * out.ProtoW
+		for i, v := range overlap {
+			if owner[i] != int32(v) {
+				t.Fatalf("owner map differs from the golden overlap map at image %d cell %d: %d, want %d", i/hw, i%hw, owner[i], v)
+			}
+		}
+	})
+	if n.rounded == 0 || n.fractional == 0 {
+		t.Errorf("the cases have %d images with 1–49 positives and %d with 50 or more; both crop rules need some", n.rounded, n.fractional)
 	}
 	w.log(t)
+}
+
+// goldenMaskBatch is the loss goldens' batch (yolo26n-seg at 128 px,
+// batch 2, 80 classes, 32 coefficients) in the loader's layout, as
+// trainer/loss's golden tests build it: each instance's mask the ellipse
+// inscribed in its mask-space box. overlap is the reference's overlap map.
+func goldenMaskBatch(t *testing.T) (out *loss.Outputs, tg *loss.Targets, overlap []uint8) {
+	dir := shared.Path(t, "goldens/loss")
+	open := func(name string) *safetensors.File {
+		f, err := safetensors.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	f32 := func(f *safetensors.File, name string) []float32 {
+		v, _, err := f.Float32s(name)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return v
+	}
+	bf, of := open("batch.safetensors"), open("outputs.safetensors")
+	g := loss.Geometry{B: 2, NC: 80, NM: 32, Levels: maskGeometry(2, false).Levels, ProtoH: 32, ProtoW: 32, SemH: 16, SemW: 16}
+	bidx, cls, xywh := f32(bf, "batch_idx"), f32(bf, "cls"), f32(bf, "bboxes")
+	m, err := bf.Get("masks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg = &loss.Targets{BoxesPerImage: make([]int, g.B)}
+	for k := range bidx {
+		tg.BoxesPerImage[int(bidx[k])]++
+		tg.Classes = append(tg.Classes, int32(cls[k]))
+		cx, cy, w, h := xywh[4*k]*128, xywh[4*k+1]*128, xywh[4*k+2]*128, xywh[4*k+3]*128
+		tg.Boxes = append(tg.Boxes, cx-w/2, cy-h/2, cx+w/2, cy+h/2)
+		x1, y1, x2, y2 := (cx-w/2)/4, (cy-h/2)/4, (cx+w/2)/4, (cy+h/2)/4
+		ex, ey, ax, ay := (x1+x2)/2, (y1+y2)/2, (x2-x1)/2, (y2-y1)/2
+		for r := range g.ProtoH {
+			for c := range g.ProtoW {
+				dx, dy := (float32(c)+0.5-ex)/ax, (float32(r)+0.5-ey)/ay
+				tg.Masks = append(tg.Masks, map[bool]uint8{false: 0, true: 1}[dx*dx+dy*dy <= 1])
+			}
+		}
+	}
+	out = &loss.Outputs{Geometry: g, Proto: f32(of, "proto"), Semseg: f32(of, "semseg")}
+	out.One2Many = loss.Branch{Boxes: f32(of, "boxes"), Scores: f32(of, "scores"), Coef: f32(of, "mask_coefficient")}
+	out.One2One = out.One2Many
+	return out, tg, m.Data
+}
+
+// checkLossMask runs one batch through Forward and through the device
+// kernels on be and compares; it returns the device's owner map.
+func checkLossMask(t *testing.T, be *Backend, w lossWorst, n *maskTally, out *loss.Outputs, tg *loss.Targets, cfg loss.Config, topK [2]int) []int32 {
+	g := out.Geometry
+	c, err := loss.NewCriterion(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := out.Grads()
+	res, err := c.Forward(out, tg, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	asg := [2]*loss.Assignment{}
+	asg[0], asg[1] = c.Assignments()
+	o2m, o2o := c.Weights()
+	B, hw := g.B, g.ProtoH*g.ProtoW
+
+	p := padTargets(tg)
+	var dt loss.DeviceTargets
+	dt.Upload(be, tg)
+	dp := p.upload(be)
+	owner, sem := be.Alloc(B*hw), be.Alloc(B*g.NC*g.SemH*g.SemW)
+	be.LossOwners(g, &dt, dp, owner, sem)
+	wantOwner, wantSem := bruteOwners(g, tg, p)
+	gotOwner, gotSem := devInts(be, owner), devFloats(be, sem)
+	if i := sameBits(i32sAsF32(gotOwner), i32sAsF32(wantOwner)); i >= 0 {
+		t.Fatalf("owner map differs at %d (image %d pixel %d): %d, want %d", i, i/hw, i%hw, gotOwner[i], wantOwner[i])
+	}
+	if i := sameBits(gotSem, wantSem); i >= 0 {
+		t.Fatalf("semantic target differs at %d: %v, want %v", i, gotSem[i], wantSem[i])
+	}
+	be.LossOwners(g, &dt, dp, owner, sem)
+	if sameBits(i32sAsF32(devInts(be, owner)), i32sAsF32(gotOwner)) >= 0 || sameBits(devFloats(be, sem), gotSem) >= 0 {
+		t.Fatal("the owner map or semantic target changed on a second run")
+	}
+
+	coef := [2]backend.Buffer{devUpload(be, out.One2Many.Coef), devUpload(be, out.One2One.Coef)}
+	proto := devUpload(be, out.Proto)
+	wantCoef := [2][]float32{want.One2Many.Coef, want.One2One.Coef}
+	for i, wt := range [2]float64{o2m, o2o} {
+		branch := [2]string{"one2many", "one2one"}[i]
+		da := uploadAssignment(be, asg[i], res.ScoreSum[i])
+		counts := positives(asg[i])
+		for _, k := range counts {
+			if k >= 50 {
+				n.fractional++
+			} else if k > 0 {
+				n.rounded++
+			}
+		}
+		t.Logf("%s: positives per image %v", branch, counts)
+		if k := topK[i]; k > 0 && slices.ContainsFunc(counts, func(n int) bool { return n != k }) {
+			t.Fatalf("%s: positives per image %v, want %d in each", branch, counts, k)
+		}
+		scale := wt * float64(B) * cfg.BoxGain
+		var bits [][]float32
+		for run := range 2 {
+			coefG := be.Alloc(len(out.One2Many.Coef))
+			be.Fill(coefG, 0)
+			protoG := backend.Buffer{}
+			if i == 0 {
+				protoG = be.Alloc(len(out.Proto))
+				be.Fill(protoG, 0)
+			}
+			terms := be.Alloc(2)
+			be.LossMask(g, da, dp, owner, coef[i], proto, scale, coefG, protoG, terms)
+			v := devFloat64(be, terms)
+			if asg[i].NumFG > 0 {
+				w.value(t, "mask term", v, [2][loss.NumComponents]float64{res.One2Many, res.One2One}[i][loss.Seg]/float64(B)/cfg.BoxGain)
+			} else if v != 0 {
+				t.Errorf("%s: mask term %v without positives, want 0", branch, v)
+			}
+			got := [][]float32{devFloats(be, coefG), devFloats(be, terms)}
+			w.grad(t, "mask coef gradient", got[0], wantCoef[i])
+			if i == 0 {
+				got = append(got, devFloats(be, protoG))
+				w.grad(t, "mask proto gradient", got[2], want.Proto)
+			}
+			if run == 0 {
+				bits = got
+			} else {
+				for k := range got {
+					if sameBits(got[k], bits[k]) >= 0 {
+						t.Errorf("%s: output %d of the mask term changed on a second run", branch, k)
+					}
+				}
+			}
+		}
+	}
+
+	// A branch without positives on a batch with instances: the
+	// term is 0 and the gradients keep what they held.
+	if p.M > 0 {
+		none := *asg[0]
+		none.FG, none.NumFG = make([]bool, len(asg[0].FG)), 0
+		da := uploadAssignment(be, &none, 0)
+		coefG, protoG, terms := be.Alloc(len(out.One2Many.Coef)), be.Alloc(len(out.Proto)), be.Alloc(2)
+		be.Fill(coefG, 0.25)
+		be.Fill(protoG, 0.25)
+		be.LossMask(g, da, dp, owner, coef[0], proto, o2m*float64(B)*cfg.BoxGain, coefG, protoG, terms)
+		if v := devFloat64(be, terms); v != 0 {
+			t.Errorf("mask term %v without positives, want 0", v)
+		}
+		for _, b := range []backend.Buffer{coefG, protoG} {
+			if i := slices.IndexFunc(devFloats(be, b), func(v float32) bool { return v != 0.25 }); i >= 0 {
+				t.Fatalf("a mask term without positives wrote a gradient at %d", i)
+			}
+		}
+	}
+
+	logits := devUpload(be, out.Semseg)
+	scale := o2m * float64(B) * cfg.BoxGain
+	var bits [2][]float32
+	for run := range 2 {
+		semG := be.Alloc(len(out.Semseg))
+		be.Fill(semG, 0)
+		terms := be.Alloc(2)
+		be.LossSemseg(g, logits, sem, scale, semG, terms)
+		v := devFloat64(be, terms)
+		// Forward skips the semantic term (and its gradient) in a
+		// branch without positives: compare where it ran.
+		if asg[0].NumFG > 0 {
+			w.value(t, "semantic term", v, res.One2Many[loss.Semseg]/float64(B)/cfg.BoxGain)
+			w.grad(t, "semantic gradient", devFloats(be, semG), want.Semseg)
+		} else if asg[1].NumFG > 0 {
+			w.value(t, "semantic term", v, res.One2One[loss.Semseg]/float64(B)/cfg.BoxGain)
+		}
+		got := [2][]float32{devFloats(be, semG), devFloats(be, terms)}
+		if run == 0 {
+			bits = got
+		} else if sameBits(got[0], bits[0]) >= 0 || sameBits(got[1], bits[1]) >= 0 {
+			t.Error("the semantic term changed on a second run")
+		}
+	}
+	return gotOwner
 }
 
 // positives counts each image's positive anchors.

@@ -263,7 +263,8 @@ extern "C" __global__ void loss_mask_rows(const float* __restrict__ coef, const 
 
 // loss_mask_proto_grad adds scale·dL/dproto into proto_g: one thread per
 // prototype pixel, adding each positive of its image whose crop holds the
-// pixel in row order, in float, as the Go code accumulates.
+// pixel in row order, in float, as the Go code accumulates (in a
+// per-thread copy of the pixel's NM gradients, stored once at the end).
 extern "C" __global__ void loss_mask_proto_grad(const float* __restrict__ coef, const float* __restrict__ proto,
                                                 const int* __restrict__ owner, const int* __restrict__ anchor,
                                                 const int* __restrict__ gt, const int* __restrict__ crop,
@@ -282,6 +283,8 @@ extern "C" __global__ void loss_mask_proto_grad(const float* __restrict__ coef, 
     float* pg = proto_g + (long long)b * g.NM * hw + px;
     const float* cf = coef + (long long)b * g.NM * g.A;
     int own = owner[i];
+    float acc[LM_MAX_NM];
+    for (int n = 0; n < g.NM; n++) acc[n] = pg[n * hw];
     for (int q = 0; q < count[b]; q++) {
       long long r = (long long)b * g.A + q;
       const int* cr = crop + 4 * r;
@@ -292,8 +295,9 @@ extern "C" __global__ void loss_mask_proto_grad(const float* __restrict__ coef, 
       double gtv = own == gt[r] + 1 ? 1 : 0, p;
       lm_bce(z, gtv, &p);
       double dz = k_grad / area[r] * (p - gtv);
-      for (int n = 0; n < g.NM; n++) pg[n * hw] += (float)(dz * (double)cf[(long long)n * g.A + a]);
+      for (int n = 0; n < g.NM; n++) acc[n] += (float)(dz * (double)cf[(long long)n * g.A + a]);
     }
+    for (int n = 0; n < g.NM; n++) pg[n * hw] = acc[n];
   }
 }
 
