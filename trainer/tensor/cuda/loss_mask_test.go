@@ -465,14 +465,14 @@ func checkLossMask(t *testing.T, be *Backend, w lossWorst, n *maskTally, out *lo
 	be.LossOwners(g, &dt, dp, owner, sem)
 	wantOwner, wantSem := bruteOwners(g, tg, p)
 	gotOwner, gotSem := devInts(be, owner), devFloats(be, sem)
-	if i := sameBits(i32sAsF32(gotOwner), i32sAsF32(wantOwner)); i >= 0 {
+	if i := firstDiff(i32sAsF32(gotOwner), i32sAsF32(wantOwner)); i >= 0 {
 		t.Fatalf("owner map differs at %d (image %d pixel %d): %d, want %d", i, i/hw, i%hw, gotOwner[i], wantOwner[i])
 	}
-	if i := sameBits(gotSem, wantSem); i >= 0 {
+	if i := firstDiff(gotSem, wantSem); i >= 0 {
 		t.Fatalf("semantic target differs at %d: %v, want %v", i, gotSem[i], wantSem[i])
 	}
 	be.LossOwners(g, &dt, dp, owner, sem)
-	if sameBits(i32sAsF32(devInts(be, owner)), i32sAsF32(gotOwner)) >= 0 || sameBits(devFloats(be, sem), gotSem) >= 0 {
+	if firstDiff(i32sAsF32(devInts(be, owner)), i32sAsF32(gotOwner)) >= 0 || firstDiff(devFloats(be, sem), gotSem) >= 0 {
 		t.Fatal("the owner map or semantic target changed on a second run")
 	}
 
@@ -522,7 +522,7 @@ func checkLossMask(t *testing.T, be *Backend, w lossWorst, n *maskTally, out *lo
 				bits = got
 			} else {
 				for k := range got {
-					if sameBits(got[k], bits[k]) >= 0 {
+					if firstDiff(got[k], bits[k]) >= 0 {
 						t.Errorf("%s: output %d of the mask term changed on a second run", branch, k)
 					}
 				}
@@ -570,7 +570,7 @@ func checkLossMask(t *testing.T, be *Backend, w lossWorst, n *maskTally, out *lo
 		got := [2][]float32{devFloats(be, semG), devFloats(be, terms)}
 		if run == 0 {
 			bits = got
-		} else if sameBits(got[0], bits[0]) >= 0 || sameBits(got[1], bits[1]) >= 0 {
+		} else if firstDiff(got[0], bits[0]) >= 0 || firstDiff(got[1], bits[1]) >= 0 {
 			t.Error("the semantic term changed on a second run")
 		}
 	}
@@ -596,14 +596,11 @@ func i32sAsF32(s []int32) []float32 {
 	return out
 }
 
-// sameBits returns the first index where a and b differ bitwise (or 0
-// for different lengths), −1 when they are the same.
-func sameBits(a, b []float32) int {
-	if len(a) != len(b) {
-		return 0
-	}
-	for i := range a {
-		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+// firstDiff returns the first index where a and b differ bitwise (or
+// where one of them ends), −1 when they are the same.
+func firstDiff(a, b []float32) int {
+	for i := range max(len(a), len(b)) {
+		if i >= len(a) || i >= len(b) || math.Float32bits(a[i]) != math.Float32bits(b[i]) {
 			return i
 		}
 	}
