@@ -611,8 +611,16 @@ func firstDiff(a, b []float32) int {
 // harness (the .cu kernels under g++; not a GPU) against Forward and the
 // brute-force owner map.
 func TestLossMaskOnHarness(t *testing.T) {
-	be, _ := newHarnessBackend(t)
+	be, e := newHarnessBackend(t)
 	compareLossMask(t, be)
+	// Again with a single block of 64 threads, so that every grid-stride
+	// loop over images, slots and rows runs in one block and the tree
+	// reductions take another depth (half a minute on the harness).
+	if testing.Short() {
+		return
+	}
+	be.k = &Kernels{l: e, maxBlocks: 1, threads: 64}
+	t.Run("one block of 64", func(t *testing.T) { compareLossMask(t, be) })
 }
 
 // TestLossMaskOnGPU is the same comparison on GPU 0.
