@@ -19,7 +19,8 @@ import (
 // LossSemseg) against trainer/loss's Forward: with the box and class
 // parts left out, Forward's coefficient and prototype gradients come only
 // from the mask term and its semantic-logit gradient only from the
-// semantic term, and Result gives both values (÷ B and the gain).
+// semantic term, and Result gives both values (÷ B and the gain). The
+// device methods must not cross to the host.
 
 // maskGeometry is a small batch geometry: square (128 px, 32×32 masks,
 // 16×16 semantic logits) or not (128×96 px, 32×24 masks, 13×10 logits, a
@@ -462,7 +463,7 @@ func checkLossMask(t *testing.T, be *Backend, w lossWorst, n *maskTally, out *lo
 	dt.Upload(be, tg)
 	dp := p.upload(be)
 	owner, sem := be.Alloc(B*hw), be.Alloc(B*g.NC*g.SemH*g.SemW)
-	be.LossOwners(g, &dt, dp, owner, sem)
+	noCrossing(t, be, "LossOwners", func() { be.LossOwners(g, &dt, dp, owner, sem) })
 	wantOwner, wantSem := bruteOwners(g, tg, p)
 	gotOwner, gotSem := devInts(be, owner), devFloats(be, sem)
 	if i := firstDiff(i32sAsF32(gotOwner), i32sAsF32(wantOwner)); i >= 0 {
@@ -505,7 +506,7 @@ func checkLossMask(t *testing.T, be *Backend, w lossWorst, n *maskTally, out *lo
 				be.Fill(protoG, 0)
 			}
 			terms := be.Alloc(2)
-			be.LossMask(g, da, dp, owner, coef[i], proto, scale, coefG, protoG, terms)
+			noCrossing(t, be, "LossMask", func() { be.LossMask(g, da, dp, owner, coef[i], proto, scale, coefG, protoG, terms) })
 			v := devFloat64(be, terms)
 			if asg[i].NumFG > 0 {
 				w.value(t, "mask term", v, [2][loss.NumComponents]float64{res.One2Many, res.One2One}[i][loss.Seg]/float64(B)/cfg.BoxGain)
@@ -557,7 +558,7 @@ func checkLossMask(t *testing.T, be *Backend, w lossWorst, n *maskTally, out *lo
 		semG := be.Alloc(len(out.Semseg))
 		be.Fill(semG, 0)
 		terms := be.Alloc(2)
-		be.LossSemseg(g, logits, sem, scale, semG, terms)
+		noCrossing(t, be, "LossSemseg", func() { be.LossSemseg(g, logits, sem, scale, semG, terms) })
 		v := devFloat64(be, terms)
 		// Forward skips the semantic term (and its gradient) in a
 		// branch without positives: compare where it ran.
