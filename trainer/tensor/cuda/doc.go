@@ -46,6 +46,17 @@
 // kernels join them the Backend does not satisfy the interface and the
 // loss takes the round trip each step.
 //
+// The loss's mask side has its device twins (loss_mask.go,
+// kernels/loss_mask.cu): LossOwners, LossMask and LossSemseg of
+// trainer/loss's DeviceKernels compose the owner map and semantic target
+// from the uploaded uint8 mask stack and compute each branch's mask term
+// and the semantic term with their gradients, in double with fixed-order
+// reductions and one writer per gradient element (no floating-point
+// atomics: the results repeat bit for bit). They are checked against
+// Forward on the CPU harness (TestLossMaskOnHarness) and, by
+// TestLossMaskOnGPU, on a GPU; ForwardOn uses them once the whole of
+// DeviceKernels exists.
+//
 // Backend runs on an engine: a GPU here, or in this package's tests the
 // CPU harness below, which runs the same .cu kernels compiled with g++
 // and naive stand-ins for cuBLAS and cuDNN. That is how the Backend's Go

@@ -85,6 +85,16 @@ const (
 	kLossClsBoxFinish
 	kLossCombine
 	kLossZeroWithoutFG
+	// The loss's mask side (loss_mask.cu, loss_mask.go).
+	kLossOwnerArea
+	kLossOwnerMap
+	kLossSemantic
+	kLossMaskGather
+	kLossMaskRows
+	kLossMaskProtoGrad
+	kLossMaskFinish
+	kLossSemChannel
+	kLossSemFinish
 	numKernels
 )
 
@@ -104,6 +114,9 @@ var kernelNames = [numKernels]string{
 	"loss_targets", "loss_assign_metric", "loss_assign_topk", "loss_assign_resolve", "loss_assign_max",
 	"loss_assign_targets", "loss_assign_count", "loss_cls_rows", "loss_box", "loss_clsbox_finish",
 	"loss_combine", "loss_zero_without_fg",
+	// loss_mask.cu
+	"loss_owner_area", "loss_owner_map", "loss_semantic", "loss_mask_gather", "loss_mask_rows",
+	"loss_mask_proto_grad", "loss_mask_finish", "loss_sem_channel", "loss_sem_finish",
 }
 
 func (k kernel) String() string { return kernelNames[k] }

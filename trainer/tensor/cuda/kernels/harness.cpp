@@ -58,6 +58,8 @@ thread_local std::barrier<>* sp_block_barrier;
 #include "norm.cu"
 #include "optim.cu"
 #include "reduce.cu"
+// The loss's mask side.
+#include "loss_mask.cu"
 
 namespace {
 
@@ -132,6 +134,9 @@ const std::map<std::string, Kernel> kernels = {
     K(loss_targets),    K(loss_assign_metric), K(loss_assign_topk), K(loss_assign_resolve), K(loss_assign_max),
     K(loss_assign_targets), K(loss_assign_count), K(loss_cls_rows), K(loss_box),     K(loss_clsbox_finish),
     K(loss_combine),    K(loss_zero_without_fg),
+    // loss_mask.cu
+    K(loss_owner_area), K(loss_owner_map), K(loss_semantic), K(loss_mask_gather), K(loss_mask_rows),
+    K(loss_mask_proto_grad), K(loss_mask_finish), K(loss_sem_channel), K(loss_sem_finish),
 };
 
 std::map<long, std::vector<unsigned char>> buffers;

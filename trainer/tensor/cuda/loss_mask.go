@@ -1,0 +1,205 @@
+package cuda
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/segpipe/segpipe/trainer/loss"
+	"github.com/segpipe/segpipe/trainer/tensor/backend"
+)
+
+// The mask side of trainer/loss's DeviceKernels on the device: the owner
+// map and semantic target (LossOwners), one branch's mask term
+// (LossMask) and the semantic term (LossSemseg), as the kernels of
+// kernels/loss_mask.cu. Each method checks what the host knows (buffer
+// sizes), queues its kernels on the compute stream and returns; data-
+// dependent outcomes (no positive, an image without instances) are
+// handled on the device, and nothing crosses to the host.
+
+// maxMaskCoefs is LM_MAX_NM in loss_mask.cu: the per-thread coefficient
+// sums of the mask term's gradient.
+const maxMaskCoefs = 64
+
+// maskGeom lays out struct LossMaskGeom: int B, A, M, NM, H, W; float
+// img_w, img_h; double scale.
+func maskGeom(g *loss.Geometry, m int, scale float64) []byte {
+	b := make([]byte, 40)
+	for i, v := range []int{g.B, g.Anchors(), m, g.NM, g.ProtoH, g.ProtoW} {
+		binary.LittleEndian.PutUint32(b[4*i:], uint32(v))
+	}
+	ih, iw := g.ImageSize()
+	binary.LittleEndian.PutUint32(b[24:], math.Float32bits(iw))
+	binary.LittleEndian.PutUint32(b[28:], math.Float32bits(ih))
+	binary.LittleEndian.PutUint64(b[32:], math.Float64bits(scale))
+	return b
+}
+
+// semGeom lays out struct LossSemGeom: long long nch, hw; double scale.
+func semGeom(g *loss.Geometry, scale float64) []byte {
+	b := make([]byte, 24)
+	binary.LittleEndian.PutUint64(b, uint64(g.B*g.NC))
+	binary.LittleEndian.PutUint64(b[8:], uint64(g.SemH*g.SemW))
+	binary.LittleEndian.PutUint64(b[16:], math.Float64bits(scale))
+	return b
+}
+
+// lossCheck panics unless every present buffer holds n elements; the
+// names say which argument is short.
+func lossCheck(op string, n int, bufs map[string]backend.Buffer) {
+	for name, b := range bufs {
+		if b.Present() && b.Len < n {
+			panic(fmt.Sprintf("cuda backend: %s: %s holds %d elements, want %d", op, name, b.Len, n))
+		}
+	}
+}
+
+// lossNeed panics unless every named buffer is present.
+func lossNeed(op string, bufs map[string]backend.Buffer) {
+	for name, b := range bufs {
+		if !b.Present() {
+			panic(fmt.Sprintf("cuda backend: %s: %s is absent", op, name))
+		}
+	}
+}
+
+// single launches a one-block kernel.
+func (k *Kernels) single(kn kernel, args ...arg) error {
+	if err := k.l.launch(kn, dim3{1, 1, 1}, k.block(), args); err != nil {
+		return fmt.Errorf("%s: %w", kn, err)
+	}
+	return nil
+}
+
+// LossOwners composes the owner map (owner, [B, ProtoH, ProtoW] int32: 1
+// + the owning slot, 0 for background) and the semantic target (sem,
+// [B, NC, SemH, SemW]) from the uploaded mask stack through p.Src: each
+// slot's mask area (one block per slot), then per pixel the smallest
+// covering mask, the later slot among equal areas — the result of
+// painting by decreasing area, stable — and per semantic pixel the class
+// of the owner at the nearest source pixel, the background reading the
+// image's last-painted slot.
+func (be *Backend) LossOwners(g loss.Geometry, t *loss.DeviceTargets, p *loss.DevicePadded, owner, sem backend.Buffer) {
+	const op = "loss owners"
+	hw := g.ProtoH * g.ProtoW
+	if hw <= 0 || g.B < 0 || p.M < 0 || g.NC < 1 || g.SemH < 1 || g.SemW < 1 {
+		panic(fmt.Sprintf("cuda backend: %s: bad geometry %+v with %d slots", op, g, p.M))
+	}
+	if t.MaskBytes < 0 || t.MaskBytes%hw != 0 || 4*t.Masks.Len < t.MaskBytes {
+		panic(fmt.Sprintf("cuda backend: %s: a mask stack of %d bytes in %d elements is not whole %dx%d masks",
+			op, t.MaskBytes, t.Masks.Len, g.ProtoH, g.ProtoW))
+	}
+	lossNeed(op, map[string]backend.Buffer{"owner": owner, "sem": sem})
+	lossCheck(op, g.B*hw, map[string]backend.Buffer{"owner": owner})
+	lossCheck(op, g.B*g.NC*g.SemH*g.SemW, map[string]backend.Buffer{"sem": sem})
+	lossCheck(op, g.B, map[string]backend.Buffer{"p.Count": p.Count})
+	if g.B == 0 {
+		return
+	}
+	if p.M == 0 {
+		// No image has an instance: nothing owns a pixel, no class is set.
+		be.Fill(owner.Slice(0, g.B*hw), 0)
+		be.Fill(sem.Slice(0, g.B*g.NC*g.SemH*g.SemW), 0)
+		return
+	}
+	lossNeed(op, map[string]backend.Buffer{"p.Src": p.Src, "p.Labels": p.Labels, "p.Count": p.Count, "t.Masks": t.Masks})
+	lossCheck(op, g.B*p.M, map[string]backend.Buffer{"p.Src": p.Src, "p.Labels": p.Labels})
+	geom := make([]byte, 32)
+	for i, v := range []int{g.B, p.M, g.ProtoH, g.ProtoW, g.NC, g.SemH, g.SemW, t.MaskBytes / hw} {
+		binary.LittleEndian.PutUint32(geom[4*i:], uint32(v))
+	}
+	masks, src, count, labels := be.ptr(t.Masks), be.ptr(p.Src), be.ptr(p.Count), be.ptr(p.Labels)
+	be.wsMu.Lock()
+	defer be.wsMu.Unlock()
+	area := be.scratch(4 * g.B * p.M)
+	k := be.k
+	orPanic(op, k.perChannel(kLossOwnerArea, g.B*p.M, ptrArg(masks), ptrArg(src), ptrArg(count), ptrArg(area), structArg(geom)))
+	orPanic(op, k.run(kLossOwnerMap, g.B*hw, ptrArg(masks), ptrArg(src), ptrArg(count), ptrArg(area), ptrArg(be.ptr(owner)), structArg(geom)))
+	orPanic(op, k.run(kLossSemantic, g.B*g.SemH*g.SemW, ptrArg(labels), ptrArg(count), ptrArg(area), ptrArg(be.ptr(owner)),
+		ptrArg(be.ptr(sem)), structArg(geom)))
+}
+
+// LossMask is one branch's mask term (trainer/loss's maskScratch.loss):
+// the positives gathered per image in anchor order with their crops (one
+// block per image), each positive's cropped BCE and coefficient gradient
+// (one block per positive), the prototype gradient (one thread per
+// prototype pixel, adding the image's positives in order), and the term,
+// Σ over images of their positives' losses divided by NumFG, into
+// terms[0:2] as a float64. Without a positive the term is 0 and no
+// gradient is touched. coefG and protoG may be absent.
+func (be *Backend) LossMask(g loss.Geometry, a *loss.DeviceAssignment, p *loss.DevicePadded, owner, coef, proto backend.Buffer, scale float64, coefG, protoG, terms backend.Buffer) {
+	const op = "loss mask"
+	A, hw := g.Anchors(), g.ProtoH*g.ProtoW
+	if g.B < 0 || p.M < 0 || g.NM < 1 || g.NM > maxMaskCoefs || hw <= 0 || len(g.Levels) == 0 {
+		panic(fmt.Sprintf("cuda backend: %s: bad geometry %+v with %d slots (at most %d coefficients)", op, g, p.M, maxMaskCoefs))
+	}
+	lossNeed(op, map[string]backend.Buffer{"terms": terms, "a.NumFG": a.NumFG})
+	lossCheck(op, 2, map[string]backend.Buffer{"terms": terms})
+	lossCheck(op, 1, map[string]backend.Buffer{"a.NumFG": a.NumFG})
+	if g.B == 0 || p.M == 0 {
+		// No slot, so no positive: the term is 0 (Forward returns before it).
+		be.Fill(terms.Slice(0, 2), 0)
+		return
+	}
+	lossNeed(op, map[string]backend.Buffer{"a.FG": a.FG, "a.GTIdx": a.GTIdx, "p.Boxes": p.Boxes,
+		"owner": owner, "coef": coef, "proto": proto})
+	lossCheck(op, g.B*A, map[string]backend.Buffer{"a.FG": a.FG, "a.GTIdx": a.GTIdx})
+	lossCheck(op, g.B*p.M*4, map[string]backend.Buffer{"p.Boxes": p.Boxes})
+	lossCheck(op, g.B*hw, map[string]backend.Buffer{"owner": owner})
+	lossCheck(op, g.B*g.NM*A, map[string]backend.Buffer{"coef": coef, "coefG": coefG})
+	lossCheck(op, g.B*g.NM*hw, map[string]backend.Buffer{"proto": proto, "protoG": protoG})
+	geom := structArg(maskGeom(&g, p.M, scale))
+	rows := g.B * A
+	be.wsMu.Lock()
+	defer be.wsMu.Unlock()
+	// Per row (image b's at b·A): area and loss (float64), anchor, slot,
+	// crop (4 int32); then the per-image counts.
+	ws := be.scratch(40*rows + 4*g.B)
+	area, rowLoss := ws, ws.Add(8*rows)
+	anchor, gt, crop := ws.Add(16*rows), ws.Add(20*rows), ws.Add(24*rows)
+	count := ws.Add(40 * rows)
+	numFG := be.ptr(a.NumFG)
+	k := be.k
+	orPanic(op, k.perChannel(kLossMaskGather, g.B, ptrArg(be.ptr(a.FG)), ptrArg(be.ptr(a.GTIdx)), ptrArg(be.ptr(p.Boxes)),
+		ptrArg(anchor), ptrArg(gt), ptrArg(crop), ptrArg(area), ptrArg(count), geom))
+	orPanic(op, k.perChannel(kLossMaskRows, rows, ptrArg(be.ptr(coef)), ptrArg(be.ptr(proto)), ptrArg(be.ptr(owner)),
+		ptrArg(anchor), ptrArg(gt), ptrArg(crop), ptrArg(area), ptrArg(count), ptrArg(numFG), ptrArg(be.ptr(coefG)),
+		ptrArg(rowLoss), geom))
+	if protoG.Present() {
+		orPanic(op, k.run(kLossMaskProtoGrad, g.B*hw, ptrArg(be.ptr(coef)), ptrArg(be.ptr(proto)), ptrArg(be.ptr(owner)),
+			ptrArg(anchor), ptrArg(gt), ptrArg(crop), ptrArg(area), ptrArg(count), ptrArg(numFG), ptrArg(be.ptr(protoG)), geom))
+	}
+	orPanic(op, k.single(kLossMaskFinish, ptrArg(rowLoss), ptrArg(count), ptrArg(numFG), ptrArg(be.ptr(terms)), geom))
+}
+
+// LossSemseg is the semantic term (trainer/loss's semScratch.loss):
+// 0.5·BCE (mean over all elements) + 0.5·Dice (mean over channels,
+// smoothing 1) of logits against sem, both [B, NC, SemH, SemW], one block
+// per channel, into terms[0:2] as a float64; grad, when present, takes
+// scale·dL/dlogit added.
+func (be *Backend) LossSemseg(g loss.Geometry, logits, sem backend.Buffer, scale float64, grad, terms backend.Buffer) {
+	const op = "loss semseg"
+	nch, hw := g.B*g.NC, g.SemH*g.SemW
+	if g.B < 0 || g.NC < 1 || hw <= 0 {
+		panic(fmt.Sprintf("cuda backend: %s: bad geometry %+v", op, g))
+	}
+	lossNeed(op, map[string]backend.Buffer{"logits": logits, "sem": sem, "terms": terms})
+	lossCheck(op, nch*hw, map[string]backend.Buffer{"logits": logits, "sem": sem, "grad": grad})
+	lossCheck(op, 2, map[string]backend.Buffer{"terms": terms})
+	geom := structArg(semGeom(&g, scale))
+	be.wsMu.Lock()
+	defer be.wsMu.Unlock()
+	stats := be.scratch(16 * max(nch, 1))
+	k := be.k
+	orPanic(op, k.perChannel(kLossSemChannel, nch, ptrArg(be.ptr(logits)), ptrArg(be.ptr(sem)), ptrArg(be.ptr(grad)), ptrArg(stats), geom))
+	orPanic(op, k.single(kLossSemFinish, ptrArg(stats), ptrArg(be.ptr(terms)), geom))
+}
+
+// The methods are loss.DeviceKernels' own: the assignments below stop
+// compiling if a signature drifts (until the Backend implements the whole
+// interface and can be asserted as one).
+var _ = func(dk loss.DeviceKernels, be *Backend) {
+	owners, mask, semseg := dk.LossOwners, dk.LossMask, dk.LossSemseg
+	owners, mask, semseg = be.LossOwners, be.LossMask, be.LossSemseg
+	_, _, _ = owners, mask, semseg
+}
