@@ -230,8 +230,10 @@ func (t *trainer) setup() error {
 	if t.em, err = model.New(mcfg); err != nil {
 		return err
 	}
-	if t.be, err = device.Open(t.cfg.Device); err != nil {
-		return fmt.Errorf("train: %w", err)
+	if t.be == nil { // tests bring their own wrappers of a device
+		if t.be, err = device.Open(t.cfg.Device); err != nil {
+			return fmt.Errorf("train: %w", err)
+		}
 	}
 	t.m.To(t.be)
 	t.em.To(t.be)
@@ -346,6 +348,7 @@ func (t *trainer) epoch(ctx context.Context, ld pipeline.Batches, e int) (Epoch,
 	}
 	tp := tensor.NewTape(t.be)
 	var gs gradSet
+	defer gs.batch.release(t.be)
 	x0, i0 := t.be.Transfers(), t.iters
 	for {
 		if err := ctx.Err(); err != nil {
@@ -395,6 +398,7 @@ func (t *trainer) epoch(ctx context.Context, ld pipeline.Batches, e int) (Epoch,
 		}
 	}
 	t.crossed, t.crossedIters = x0.Since(t.be.Transfers()), t.iters-i0
+	gs.batch.release(t.be) // validation may want the staging memory
 	if prog != nil {
 		prog.Finish()
 	}
@@ -437,6 +441,10 @@ func (t *trainer) step(tp *tensor.Tape, r arrow.RecordBatch, e int, gs *gradSet,
 	if err != nil {
 		return 0, err
 	}
+	// Once the step's kernels are queued, a staging backend may refill
+	// this batch's slot as soon as they have run: the next batch's copies
+	// run on the device beside this step's backward pass and optimiser.
+	defer gs.batch.done()
 	B := x.Shape[0]
 	acc := t.sched.Apply(t.opt_.Groups(), e, t.st.NI)
 	mo, err := t.m.Forward(tp, x, model.Train)

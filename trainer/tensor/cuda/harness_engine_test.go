@@ -28,7 +28,10 @@ type harnessEngine struct {
 	live   map[uint64]int // buffer id → bytes
 	plans  int            // planConv calls
 	convs  int            // convolution passes run
-	err    error
+	// launches counts kernel launches, the clock of the staging trace.
+	launches int
+	stage    []stageTrace // what a Stager on the harness queued, in order
+	err      error
 }
 
 // newHarnessBackend starts a harness process and returns a Backend on it
@@ -86,7 +89,10 @@ func (e *harnessEngine) do(f func() error) error {
 }
 
 func (e *harnessEngine) launch(k kernel, grid, block dim3, args []arg) error {
-	return e.do(func() error { return writeLaunch(e.w, k, grid, block, args) })
+	return e.do(func() error {
+		e.launches++
+		return writeLaunch(e.w, k, grid, block, args)
+	})
 }
 
 func (e *harnessEngine) alloc(bytes int) (Ptr, error) {
