@@ -29,3 +29,24 @@ type Stager interface {
 	// after it, and the next Stage allocates afresh.
 	FreeStaged()
 }
+
+// WindowExpander is implemented by backends that expand windowed mask
+// stacks on the device — the `--remote … masks=windowed` transport, which
+// sends per instance its window on the prototype grid and the window's
+// w·h bytes instead of the dense plane — so that only the windows cross.
+// A backend without it gets the dense stack the host expanded.
+type WindowExpander interface {
+	// WindowTable checks n = len(wins)/4 windows (x0, y0, w, h per mask, as
+	// the transport's int32 values) against a rows×cols grid and a window
+	// data of dataBytes bytes (the windows' bytes back to back, in order),
+	// and appends to dst the table ExpandWindows reads. A window outside
+	// the grid, or data that does not match the windows, is an error, as
+	// in the host expansion.
+	WindowTable(dst []byte, wins []int32, rows, cols, dataBytes int) ([]byte, error)
+	// ExpandWindows writes into dst the dense {0,1} uint8 stack of n
+	// rows×cols masks (n·rows·cols bytes, in order) from a WindowTable
+	// and the window data, both in the backend's memory (staged, say):
+	// inside a window each cell is the window's byte, outside 0. It is
+	// the host expansion's result to the bit.
+	ExpandWindows(n, rows, cols int, table, data, dst Buffer)
+}
