@@ -330,3 +330,9 @@ func TestStagingOnGPU(t *testing.T) {
 	}
 	be.FreeStaged()
 }
+
+// TestExpandWindowsOnGPU: the device expansion of windowed masks against
+// raster.Expand on a GPU, grids up to the 160×160 prototype grid of 640 px.
+func TestExpandWindowsOnGPU(t *testing.T) {
+	checkExpandWindows(t, openGPUBackend(t), 200, 160)
+}

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"bytes"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -57,13 +58,21 @@ func windowValues(wins []raster.Window) []int32 {
 // (outside the grid, data too short or too long) are refused too.
 func TestExpandWindowsOnHarness(t *testing.T) {
 	be, _ := newHarnessBackend(t)
-	rng := rand.New(rand.NewPCG(31, 7))
-	cases, refused := 80, 0
+	cases := 80
 	if testing.Short() {
 		cases = 30
 	}
+	checkExpandWindows(t, be, cases, 24)
+}
+
+// checkExpandWindows runs cases random window sets on grids of up to
+// maxSide cells a side through be's device expansion and raster.Expand.
+func checkExpandWindows(t *testing.T, be *Backend, cases, maxSide int) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(31, 7))
+	refused := 0
 	for c := range cases {
-		rows, cols, n := 1+rng.IntN(24), 1+rng.IntN(24), rng.IntN(9)
+		rows, cols, n := 1+rng.IntN(maxSide), 1+rng.IntN(maxSide), rng.IntN(9)
 		wins, data := randomWindows(rng, n, rows, cols)
 		if c%7 == 6 && n > 0 { // a case the host refuses
 			k := rng.IntN(n)
@@ -92,7 +101,8 @@ func TestExpandWindowsOnHarness(t *testing.T) {
 			be.UploadBytes(buf, b)
 			return buf
 		}
-		dst := be.Alloc(max((len(want)+3)/4, 1)) // the harness fills it with 0xFF
+		dst := be.Alloc(max((len(want)+3)/4, 1))
+		be.Fill(dst, math.Float32frombits(0xffffffff)) // 0xFF bytes: a skipped one shows
 		be.ExpandWindows(n, rows, cols, up(table), up(data), dst)
 		got := make([]float32, dst.Len)
 		be.Download(got, dst)
