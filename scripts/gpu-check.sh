@@ -212,9 +212,11 @@ done
 # on 16 others. The second epoch is warm (the first plans the
 # convolutions): its images_per_s and loader_stall_s in results.csv are
 # the figures — loader_stall_s is the time the step waited for the loader
-# (the host blocked in Next), an upper bound on the GPU's time waiting for
-# data, since the step's queued kernels run on meanwhile — and the log's
-# "device traffic per iteration" line is the host↔device bytes per step.
+# (the host blocked in Next), an upper bound on the GPU's wait, since the
+# step's queued kernels run on meanwhile — and the log's "device traffic
+# per iteration" line has the host↔device bytes per step and
+# device_wait_ms, the GPU's own idle time between one step and the next
+# (timing events around each staged batch's work, the copies included).
 if [[ -x ./segpipe ]]; then
   work="$outroot/train-cuda"
   rm -rf "$work"
@@ -230,6 +232,7 @@ if [[ -x ./segpipe ]]; then
       "$work/run/results.csv" | tee -a "$report"
   fi
   if [[ -f "$out/train-cuda.log" ]]; then
+    say "per iteration, each epoch (upload/download bytes, device_wait_ms: the GPU idle waiting for data):"
     grep -E 'device traffic per iteration' "$out/train-cuda.log" | tee -a "$report"
   fi
 fi

@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 
@@ -87,6 +88,15 @@ func (d *deviceBatch) release(be backend.Backend) {
 	if st, ok := be.(backend.Stager); ok {
 		st.FreeStaged()
 	}
+}
+
+// stageIdle is a staging backend's idle time between batches so far
+// (backend.Stager.StageIdle), 0 on a backend that does not stage.
+func stageIdle(be backend.Backend) time.Duration {
+	if st, ok := be.(backend.Stager); ok {
+		return st.StageIdle()
+	}
+	return 0
 }
 
 // deviceLoss is the loss's side of a step on the backend: the gradient

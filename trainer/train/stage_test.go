@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/trainer/loss"
@@ -60,6 +61,9 @@ func (s *stagingEmu) Stage(parts ...[]byte) ([]backend.Buffer, error) {
 }
 
 func (s *stagingEmu) StageDone() { s.done[s.last] = true }
+
+// StageIdle is zero: emu's kernels run as they are queued.
+func (s *stagingEmu) StageIdle() time.Duration { return 0 }
 
 func (s *stagingEmu) FreeStaged() {
 	for i, b := range s.slots {

@@ -114,6 +114,9 @@ type trainer struct {
 	// iterations (not its validation), and crossedIters their number.
 	crossed      backend.Transfers
 	crossedIters int
+	// waited is the device's idle time between those iterations' batches
+	// on a staging backend (backend.Stager.StageIdle; 0 elsewhere).
+	waited time.Duration
 }
 
 // Run trains as opt describes, writing the run directory after every
@@ -171,9 +174,15 @@ func Run(ctx context.Context, opt Options) (*Summary, error) {
 			// host boundary: the batch up and the loss items down, plus
 			// whatever a backend without a fused kernel round-trips.
 			x := t.crossed
-			t.log.Info("device traffic per iteration", "device", t.be.Name(),
-				"uploads", x.Uploads/int64(n), "upload_bytes", x.UploadBytes/int64(n),
-				"downloads", x.Downloads/int64(n), "download_bytes", x.DownloadBytes/int64(n))
+			args := []any{"device", t.be.Name(),
+				"uploads", x.Uploads / int64(n), "upload_bytes", x.UploadBytes / int64(n),
+				"downloads", x.Downloads / int64(n), "download_bytes", x.DownloadBytes / int64(n)}
+			if _, ok := t.be.(backend.Stager); ok {
+				// The device's own wait for data: its idle time between
+				// one batch's step and the next's, copies included.
+				args = append(args, "device_wait_ms", r4(t.waited.Seconds()*1e3/float64(n)))
+			}
+			t.log.Info("device traffic per iteration", args...)
 		}
 	}
 	sum.Epochs = t.st.History
@@ -349,7 +358,7 @@ func (t *trainer) epoch(ctx context.Context, ld pipeline.Batches, e int) (Epoch,
 	tp := tensor.NewTape(t.be)
 	var gs gradSet
 	defer gs.batch.release(t.be)
-	x0, i0 := t.be.Transfers(), t.iters
+	x0, i0, w0 := t.be.Transfers(), t.iters, stageIdle(t.be)
 	for {
 		if err := ctx.Err(); err != nil {
 			return ep, t.interrupt(&p, &ep, elapsed, err)
@@ -399,6 +408,7 @@ func (t *trainer) epoch(ctx context.Context, ld pipeline.Batches, e int) (Epoch,
 	}
 	t.crossed, t.crossedIters = x0.Since(t.be.Transfers()), t.iters-i0
 	gs.batch.release(t.be) // validation may want the staging memory
+	t.waited = stageIdle(t.be) - w0
 	if prog != nil {
 		prog.Finish()
 	}

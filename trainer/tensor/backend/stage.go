@@ -1,5 +1,7 @@
 package backend
 
+import "time"
+
 // Stager is implemented by backends that copy a batch up beside the
 // compute instead of through UploadBytes: each Stage copies its parts
 // into one of two staging slots and onto the device on a copy stream of
@@ -28,6 +30,13 @@ type Stager interface {
 	// work queued so far is done; the buffers Stage returned are invalid
 	// after it, and the next Stage allocates afresh.
 	FreeStaged()
+	// StageIdle is the time the device sat idle between the work of
+	// consecutive staged batches — from the end of the work StageDone
+	// marked to the start of the next batch's, its copies included —
+	// summed since the backend was made (each gap counted once the next
+	// batch's work has begun, every one after FreeStaged): the device's
+	// wait for data, zero when the host and the copies keep ahead of it.
+	StageIdle() time.Duration
 }
 
 // WindowExpander is implemented by backends that expand windowed mask

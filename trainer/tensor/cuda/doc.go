@@ -109,7 +109,9 @@
 // alias the slot. The copy of batch i+2 waits on the device for the event
 // recorded once the step of batch i is queued (StageDone), so the host
 // never waits for the compute stream to refill a slot; each part counts
-// as one upload of its bytes, as UploadBytes counts it. Backend also
+// as one upload of its bytes, as UploadBytes counts it. Timing events at
+// the start of each batch's work and the end of its step give the compute
+// stream's idle time between steps (Stager.Idle, Backend.StageIdle). Backend also
 // implements backend.WindowExpander: windowed mask stacks (the remote
 // transport's windows and their bytes) expanded on the device by
 // expand_windows, after WindowTable checked them as raster.Expand does.

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
@@ -28,6 +29,9 @@ type stageTrace struct {
 type harnessQueue struct {
 	e      *harnessEngine
 	events Event
+	// recorded is the trace index of each event's latest record: the
+	// harness's clock for elapsed, one millisecond a trace entry.
+	recorded map[Event]int
 }
 
 type hostBytes struct{ b []byte }
@@ -35,7 +39,9 @@ type hostBytes struct{ b []byte }
 func (h *hostBytes) Bytes() []byte { return h.b }
 func (h *hostBytes) Free() error   { h.b = nil; return nil }
 
-func (e *harnessEngine) stageQueue() (stageQueue, error) { return &harnessQueue{e: e}, nil }
+func (e *harnessEngine) stageQueue() (stageQueue, error) {
+	return &harnessQueue{e: e, recorded: map[Event]int{}}, nil
+}
 
 func (q *harnessQueue) trace(op string, ev, after Event) {
 	q.e.mu.Lock()
@@ -49,7 +55,7 @@ func (q *harnessQueue) pinned(n int) (pinnedMem, error) { return &hostBytes{b: m
 func (q *harnessQueue) destroyEvent(Event) error        { return nil }
 func (q *harnessQueue) close() error                    { return nil }
 
-func (q *harnessQueue) newEvent() (Event, error) {
+func (q *harnessQueue) newEvent(bool) (Event, error) {
 	q.events++
 	return q.events, nil
 }
@@ -65,8 +71,14 @@ func (q *harnessQueue) copyUp(after, done Event, src pinnedMem, copies []stageCo
 }
 
 func (q *harnessQueue) record(e Event) error {
+	q.recorded[e] = len(q.e.stage)
 	q.trace("record", e, 0)
 	return nil
+}
+
+func (q *harnessQueue) elapsed(start, end Event) (time.Duration, error) {
+	q.trace("elapsed", end, start)
+	return time.Duration(q.recorded[end]-q.recorded[start]) * time.Millisecond, nil
 }
 
 func (q *harnessQueue) syncEvent(e Event) error {
@@ -122,10 +134,11 @@ func TestStagingOnHarness(t *testing.T) {
 		parts := stagedBatch(rng, sh.images, sh.px, sh.instances, i != 2)
 		var stepEnd int
 		bufs := stageStep(t, be, i, parts, func() {
-			marks = append(marks, batchMarks{copyAt: len(e.stage) - 1})
-			if tr := e.stage[len(e.stage)-1]; tr.op != "copy" {
-				t.Fatalf("batch %d: the last thing staged is %+v, not its copy", i, tr)
+			c := lastOp(e.stage, "copy")
+			if c < 0 || (i > 0 && c <= marks[i-1].copyAt) {
+				t.Fatalf("batch %d: Stage queued no copy", i)
 			}
+			marks = append(marks, batchMarks{copyAt: c})
 		}, func() { stepEnd = e.launches })
 		marks[i].stepEnd = stepEnd
 		// A staged buffer is the Stager's: Free leaves it alone.
@@ -167,17 +180,43 @@ func TestStagingOnHarness(t *testing.T) {
 		if rec > marks[i-1].copyAt {
 			t.Errorf("batch %d: batch %d's step was marked done only after batch %d was staged", i, i-2, i-1)
 		}
-		// The host never waited for the compute stream: only the slot's
-		// own earlier copies (and slot growth, which syncs) stop it.
+		// The host never waited for the compute stream: only for the
+		// slot's own earlier copies, for the start of a step queued
+		// before the previous batch was staged (long past on the device,
+		// read for the idle time), and in slot growth, which syncs.
 		for j := marks[i-1].copyAt + 1; j < m.copyAt; j++ {
-			if tr := e.stage[j]; tr.op == "wait" && tr.event != e.stage[marks[i-2].copyAt].event {
-				t.Errorf("batch %d: the host waited for event %d, not the slot's copies", i, tr.event)
+			tr := e.stage[j]
+			if tr.op != "wait" || tr.event == e.stage[marks[i-2].copyAt].event {
+				continue
+			}
+			if r := lastRecord(e.stage[:j], tr.event); r < 0 || r > marks[i-1].copyAt {
+				t.Errorf("batch %d: the host waited for event %d, recorded at %d, after batch %d was staged", i, tr.event, r, i-1)
 			}
 		}
 	}
 	t.Logf("%d batches staged: trace of %d entries, %d slot syncs", len(shapes), len(e.stage), countOps(e.stage, "sync"))
-	// FreeStaged returns both slots; staging again opens them afresh.
+	// FreeStaged returns both slots (and counts the last gaps); staging
+	// again opens them afresh.
 	be.FreeStaged()
+	// The idle time: one gap between each two consecutive batches, from
+	// the end event of one's step to the start event of the next's work
+	// (one copy between the two records), summed.
+	var gaps int
+	var want time.Duration
+	for j, tr := range e.stage {
+		if tr.op != "elapsed" {
+			continue
+		}
+		a, b := lastRecord(e.stage[:j], tr.after), lastRecord(e.stage[:j], tr.event)
+		if a < 0 || b <= a || countOps(e.stage[a:b], "copy") != 1 {
+			t.Errorf("idle gap %d: from the record at %d to the one at %d, which are not the end of one batch's step and the start of the next's", gaps, a, b)
+		}
+		gaps++
+		want += time.Duration(b-a) * time.Millisecond
+	}
+	if gaps != len(shapes)-1 || be.StageIdle() != want {
+		t.Errorf("idle: %d gaps summing to %v; want %d gaps, %v", gaps, be.StageIdle(), len(shapes)-1, want)
+	}
 	if len(e.live) != liveBefore {
 		t.Errorf("after FreeStaged %d buffers live, before staging %d", len(e.live), liveBefore)
 	}
@@ -257,7 +296,7 @@ func TestStagingWithoutDone(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := e.stage[len(e.stage)-1]
+		c := e.stage[lastOp(e.stage, "copy")]
 		if i == 2 && (c.after != 0 || countOps(e.stage, "sync") == syncs) {
 			t.Errorf("refilling a slot whose batch was not marked done: copy %+v, %d syncs before it", c, countOps(e.stage, "sync")-syncs)
 		}
@@ -265,6 +304,26 @@ func TestStagingWithoutDone(t *testing.T) {
 			t.Errorf("batch %d: masks differ", i)
 		}
 	}
+}
+
+// lastOp is the index of the latest entry op in tr, or -1.
+func lastOp(tr []stageTrace, op string) int {
+	for j := len(tr) - 1; j >= 0; j-- {
+		if tr[j].op == op {
+			return j
+		}
+	}
+	return -1
+}
+
+// lastRecord is the index of the latest record of ev in tr, or -1.
+func lastRecord(tr []stageTrace, ev Event) int {
+	for j := len(tr) - 1; j >= 0; j-- {
+		if tr[j].op == "record" && tr[j].event == ev {
+			return j
+		}
+	}
+	return -1
 }
 
 func countOps(tr []stageTrace, op string) int {

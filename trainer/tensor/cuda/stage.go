@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"time"
 )
 
 // Stager uploads batches to the device through pinned memory on a copy
@@ -19,6 +20,10 @@ type Stager struct {
 	slots    [2]stageSlot
 	next     int
 	uploaded int64
+	// seq numbers the batches staged (from 1); idle sums the compute
+	// stream's gaps between consecutive batches (see Idle).
+	seq  int
+	idle time.Duration
 }
 
 // stageQueue is what a Stager runs on: the compute stream's memory, a
@@ -30,8 +35,11 @@ type stageQueue interface {
 	alloc(bytes int) (Ptr, error)
 	free(p Ptr) error
 	pinned(n int) (pinnedMem, error)
-	newEvent() (Event, error)
+	// newEvent makes an event; timing ones can be given to elapsed.
+	newEvent(timing bool) (Event, error)
 	destroyEvent(e Event) error
+	// elapsed is the time between two completed timing events.
+	elapsed(start, end Event) (time.Duration, error)
 	// copyUp queues on the copy stream: a wait for after (none when 0),
 	// the copies of src's bytes [Off, Off+N) to Dst, a record of done; and
 	// makes the compute stream wait for done.
@@ -66,6 +74,11 @@ type stageSlot struct {
 	consumed Event // on the compute stream, after the step that read it
 	filled   bool  // the slot holds a batch (its copies were queued)
 	done     bool  // consumed is recorded after that batch's step
+	// start and end are timing events on the compute stream: where the
+	// slot's latest batch's work begins (after its copies) and where the
+	// step that read it ends, for batches startSeq and endSeq (0: none).
+	start, end       Event
+	startSeq, endSeq int
 }
 
 // Staged is one uploaded batch.
@@ -78,6 +91,7 @@ type Staged struct {
 	Cap  int
 	s    *Stager
 	slot *stageSlot
+	seq  int
 }
 
 // stageAlign keeps every part 256-byte aligned on the device, as cuBLAS
@@ -98,11 +112,13 @@ func newStager(q stageQueue) (*Stager, error) {
 	for i := range s.slots {
 		sl := &s.slots[i]
 		var err error
-		if sl.copied, err = q.newEvent(); err != nil {
-			return nil, err
-		}
-		if sl.consumed, err = q.newEvent(); err != nil {
-			return nil, err
+		for _, e := range []struct {
+			ev     *Event
+			timing bool
+		}{{&sl.copied, false}, {&sl.consumed, false}, {&sl.start, true}, {&sl.end, true}} {
+			if *e.ev, err = q.newEvent(e.timing); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return s, nil
@@ -154,8 +170,12 @@ func (s *Stager) Stage(parts ...[]byte) (*Staged, error) {
 	if err := s.q.copyUp(after, sl.copied, sl.host, copies); err != nil {
 		return nil, fmt.Errorf("stage %d parts (%d bytes): %w", len(parts), total, err)
 	}
-	sl.filled, sl.done = true, false
-	st := &Staged{Parts: make([]Ptr, len(parts)), Base: sl.dev, Cap: sl.devCap, s: s, slot: sl}
+	s.seq++
+	if err := s.q.record(sl.start); err != nil {
+		return nil, err
+	}
+	sl.filled, sl.done, sl.startSeq = true, false, s.seq
+	st := &Staged{Parts: make([]Ptr, len(parts)), Base: sl.dev, Cap: sl.devCap, s: s, slot: sl, seq: s.seq}
 	for i := range parts {
 		st.Parts[i] = sl.dev.Add(offs[i])
 		s.uploaded += int64(len(parts[i]))
@@ -207,23 +227,79 @@ func (s *Stager) freeSlot(sl *stageSlot) error {
 // Done marks the batch consumed once the compute stream reaches this
 // point: call it after queueing the step that reads Parts.
 func (st *Staged) Done() error {
-	if err := st.s.q.record(st.slot.consumed); err != nil {
+	sl, s := st.slot, st.s
+	if err := s.q.record(sl.consumed); err != nil {
 		return err
 	}
-	st.slot.done = true
+	sl.done = true
+	// The slot's end event still marks the end of the batch before the
+	// previous one, whose successor's start the other slot holds: that
+	// gap is long past on the device, so reading it waits for nothing.
+	if err := s.gap(sl, s.other(sl)); err != nil {
+		return err
+	}
+	if err := s.q.record(sl.end); err != nil {
+		return err
+	}
+	sl.endSeq = st.seq
 	return nil
 }
 
-// Close waits for both streams and frees the slots.
+func (s *Stager) other(sl *stageSlot) *stageSlot {
+	if sl == &s.slots[0] {
+		return &s.slots[1]
+	}
+	return &s.slots[0]
+}
+
+// gap adds to Idle the compute stream's idle time between the end of the
+// batch whose step ended at prev.end and the start of the next batch's
+// work at next.start, when next holds that batch: the host's time
+// between queueing the two steps, and the wait for the next batch's
+// copies, insofar as the device had nothing else to run.
+func (s *Stager) gap(prev, next *stageSlot) error {
+	if prev.endSeq == 0 || next.startSeq != prev.endSeq+1 {
+		return nil
+	}
+	if err := s.q.syncEvent(next.start); err != nil {
+		return err
+	}
+	d, err := s.q.elapsed(prev.end, next.start)
+	if err != nil {
+		return err
+	}
+	s.idle += max(d, 0)
+	prev.endSeq = 0
+	return nil
+}
+
+// Idle is the time the compute stream sat idle between the work of
+// consecutive staged batches — from the end of the step Done marked to
+// the start of the next batch's work, its copies included — summed over
+// the batches whose successor's work has begun (all of them once Close
+// has run): the device's wait for data, zero when the host and the copy
+// stream keep ahead of it.
+func (s *Stager) Idle() time.Duration { return s.idle }
+
+// Close waits for both streams, adds the last gaps to Idle, and frees
+// the slots.
 func (s *Stager) Close() error {
 	err := s.q.syncAll()
+	if err == nil {
+		for i := range s.slots {
+			if e := s.gap(&s.slots[i], &s.slots[1-i]); err == nil {
+				err = e
+			}
+		}
+	}
 	for i := range s.slots {
 		sl := &s.slots[i]
 		if e := s.freeSlot(sl); err == nil {
 			err = e
 		}
-		s.q.destroyEvent(sl.copied)
-		s.q.destroyEvent(sl.consumed)
+		for _, e := range []Event{sl.copied, sl.consumed, sl.start, sl.end} {
+			s.q.destroyEvent(e)
+		}
 	}
 	if e := s.q.close(); err == nil {
 		err = e
@@ -246,13 +322,18 @@ func newDeviceQueue(d *Device) (*deviceQueue, error) {
 	return &deviceQueue{d: d, copy: cs}, nil
 }
 
-func (q *deviceQueue) alloc(bytes int) (Ptr, error)    { return q.d.Alloc(bytes) }
-func (q *deviceQueue) free(p Ptr) error                { return q.d.Free(p) }
-func (q *deviceQueue) pinned(n int) (pinnedMem, error) { return q.d.AllocHost(n) }
-func (q *deviceQueue) newEvent() (Event, error)        { return q.d.NewEvent(false) }
-func (q *deviceQueue) destroyEvent(e Event) error      { return q.d.DestroyEvent(e) }
-func (q *deviceQueue) record(e Event) error            { return q.d.Record(e, q.d.stream) }
-func (q *deviceQueue) syncEvent(e Event) error         { return q.d.SyncEvent(e) }
+func (q *deviceQueue) alloc(bytes int) (Ptr, error)        { return q.d.Alloc(bytes) }
+func (q *deviceQueue) free(p Ptr) error                    { return q.d.Free(p) }
+func (q *deviceQueue) pinned(n int) (pinnedMem, error)     { return q.d.AllocHost(n) }
+func (q *deviceQueue) newEvent(timing bool) (Event, error) { return q.d.NewEvent(timing) }
+func (q *deviceQueue) destroyEvent(e Event) error          { return q.d.DestroyEvent(e) }
+func (q *deviceQueue) record(e Event) error                { return q.d.Record(e, q.d.stream) }
+func (q *deviceQueue) syncEvent(e Event) error             { return q.d.SyncEvent(e) }
+
+func (q *deviceQueue) elapsed(start, end Event) (time.Duration, error) {
+	ms, err := q.d.Elapsed(start, end)
+	return time.Duration(float64(ms) * float64(time.Millisecond)), err
+}
 
 func (q *deviceQueue) copyUp(after, done Event, src pinnedMem, copies []stageCopy) error {
 	h, ok := src.(*HostBuffer)

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
@@ -15,6 +16,7 @@ type staging struct {
 	s    *Stager
 	last *Staged
 	mems [2]*mem
+	idle time.Duration // of the Stagers closed so far
 }
 
 // Stage copies parts up through the double-buffered Stager on the
@@ -84,6 +86,16 @@ func (be *Backend) closeStaging() error {
 			m.p = 0
 		}
 	}
-	*g = staging{}
+	*g = staging{idle: g.idle + g.s.Idle()}
 	return err
+}
+
+// StageIdle is the compute stream's idle time between consecutive staged
+// batches (Stager.Idle), over every Stager this backend has had.
+func (be *Backend) StageIdle() time.Duration {
+	g := &be.staging
+	if g.s == nil {
+		return g.idle
+	}
+	return g.idle + g.s.Idle()
 }
