@@ -13,7 +13,10 @@
 #
 #   bash scripts/gpu-check.sh            # report in $OUT/gpu-check/report.txt
 #
-# It needs no network. The CUDA libraries are found in the nvidia/*/lib
+# It needs no network. SEGPIPE_BENCH_TORCH names the Python whose PyTorch
+# is the throughput baseline (default $TORCH_VENV/bin/python), and
+# GPU_CHECK_TRAIN_IMAGES the size of the short training run's data (256).
+# The CUDA libraries are found in the nvidia/*/lib
 # folders of /opt/torch/.venv (PyTorch's CUDA 13 wheels) unless
 # TORCH_VENV says otherwise. Every step has its own timeout, and a failed
 # step does not stop the others; the whole run stays under 5 minutes
@@ -167,21 +170,71 @@ if [[ -x "$test_bin" ]]; then
   skipped iteration-vs-cpu "$out/iteration-vs-cpu.log" TestIterationOnGPU
 fi
 
-not_yet "training-step throughput vs PyTorch eager (640 px, batch 32/16, fp32/TF32)" "the benchmark of the cuda step against bench_torch.py is not written yet"
+# Throughput of the training step (variant n, 640 px, one train-mode
+# forward and backward with gradient 1 on every output, synchronised),
+# batch 32 and 16, fp32 and TF32, against PyTorch eager running the
+# project's own model script (trainer/model/testdata/bench_torch.py, the
+# CPU benchmarks' baseline, with "cuda") on the same GPU in the same run:
+# go/torch is segpipe's best step over PyTorch's (below 1: faster).
+torch_py="${SEGPIPE_BENCH_TORCH:-$venv/bin/python}"
+if [[ -x "$torch_py" ]] && "$torch_py" -c 'import torch' >/dev/null 2>&1; then
+  export SEGPIPE_BENCH_TORCH="$torch_py"
+  say ""
+  say "PyTorch for the throughput baseline: $torch_py"
+else
+  unset SEGPIPE_BENCH_TORCH
+  say ""
+  say "no PyTorch at $torch_py: the throughput steps time segpipe only (go/torch NOT MEASURED)"
+fi
+for b in 32 16; do
+  name="throughput-batch$b"
+  if [[ -x "$test_bin" ]]; then
+    step "$name" 75 bash -c "cd trainer/tensor/cuda && ./cuda.test -test.v -test.run '^\$' -test.bench 'TrainStepOnGPU/^batch=$b\$' -test.benchtime 1x"
+  elif command -v go >/dev/null 2>&1; then
+    step "$name" 120 go test -v -run '^$' -bench "TrainStepOnGPU/^batch=$b\$" -benchtime 1x ./trainer/tensor/cuda
+  else
+    say ""
+    say "==== $name ===="
+    say "---- FAILED: $test_bin is missing and there is no Go here (see the build command at the top)"
+    failed=1
+    continue
+  fi
+  if [[ -f "$out/$name.log" ]]; then
+    say "training step, batch $b at 640 px (best-s/step, img/s, host-device-B/step, torch-best-s/step, go/torch):"
+    grep -E '^BenchmarkTrainStepOnGPU' "$out/$name.log" | tee -a "$report"
+    skipped "$name" "$out/$name.log" 'BenchmarkTrainStepOnGPU'
+  fi
+done
 
-# A short run of segpipe train --device cuda on the quickstart data (its
-# dataset and shards only: --epochs 0), the loader on this machine's cores.
+# segpipe train --device cuda with the loader on this machine's cores:
+# batch 32 at 640 px, two epochs of GPU_CHECK_TRAIN_IMAGES synthetic
+# images (default 256: 8 iterations an epoch), validated once at the end
+# on 16 others. The second epoch is warm (the first plans the
+# convolutions): its images_per_s and loader_stall_s in results.csv are
+# the figures — loader_stall_s is the time the step waited for the loader
+# (the host blocked in Next), an upper bound on the GPU's wait, since the
+# step's queued kernels run on meanwhile — and the log's "device traffic
+# per iteration" line has the host↔device bytes per step and
+# device_wait_ms, the GPU's own idle time between one step and the next
+# (timing events around each staged batch's work, the copies included).
 if [[ -x ./segpipe ]]; then
   work="$outroot/train-cuda"
   rm -rf "$work"
-  step quickstart-data 15 ./segpipe quickstart --dir "$work/quickstart" --images 64 --epochs 0
-  step train-cuda 45 ./segpipe train --shards "$work/quickstart/shards" --variant n --epochs 1 --batch 8 --imgsz 256 \
-    --device cuda --out "$work/run"
+  images="${GPU_CHECK_TRAIN_IMAGES:-256}"
+  step train-data 30 bash -c "./segpipe quickstart --dir '$work/train' --images $images --epochs 0 &&
+    ./segpipe quickstart --dir '$work/val' --images 16 --epochs 0"
+  step train-cuda 100 ./segpipe train --shards "$work/train/shards" --val-shards "$work/val/shards" --variant n \
+    --epochs 2 --val-every 2 --batch 32 --imgsz 640 --device cuda --out "$work/run"
   if [[ -f "$work/run/results.csv" ]]; then
-    say "results.csv (images/s and loader stall per epoch):"
-    cat "$work/run/results.csv" | tee -a "$report"
+    say "results.csv (epoch 2 is warm: images_per_s, loader_stall_s, train_s):"
+    tee -a "$report" <"$work/run/results.csv"
+    awk -F, 'NR > 1 && $15 > 0 { printf "epoch %d: %.1f images/s, waited for data %.2f s of %.1f s (%.1f%%)\n", $1, $13, $14, $15, 100 * $14 / $15 }' \
+      "$work/run/results.csv" | tee -a "$report"
   fi
-  say "host-device bytes per step: not reported by train yet (the backend counts them: see iteration-vs-cpu)"
+  if [[ -f "$out/train-cuda.log" ]]; then
+    say "per iteration, each epoch (upload/download bytes, device_wait_ms: the GPU idle waiting for data):"
+    grep -E 'device traffic per iteration' "$out/train-cuda.log" | tee -a "$report"
+  fi
 fi
 
 if [[ -f python/device_check.sh ]]; then

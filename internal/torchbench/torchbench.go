@@ -1,4 +1,4 @@
-// Package torchbench runs the PyTorch CPU baseline script of the training
+// Package torchbench runs the PyTorch baseline script of the training
 // benchmarks (trainer/model/testdata/bench_torch.py) and reads its result,
 // so that the model's and the training loop's benchmarks time PyTorch the
 // same way, in the same run as their own figures.
@@ -28,6 +28,8 @@ type Result struct {
 	OptStepSec float64 `json:"opt_step_sec"`
 	Threads    int     `json:"threads"`
 	Torch      string  `json:"torch"`
+	// Device is "cpu" or the GPU's name.
+	Device string `json:"device"`
 }
 
 // Config is one baseline run.
@@ -43,6 +45,10 @@ type Config struct {
 	// DefaultMalloc leaves glibc's allocator settings alone (without it
 	// KeepMemoryEnv is set).
 	DefaultMalloc bool
+	// CUDA runs the model on GPU 0 (each step synchronised, cuDNN
+	// benchmarking its algorithms); TF32 lets cuBLAS and cuDNN use TF32
+	// there (off otherwise, as in segpipe).
+	CUDA, TF32 bool
 }
 
 // Run executes the script and returns its result.
@@ -50,6 +56,12 @@ func Run(c Config) (Result, error) {
 	args := []string{c.Script, c.Variant, strconv.Itoa(c.Batch), strconv.Itoa(c.Imgsz), strconv.Itoa(c.Threads), strconv.Itoa(max(c.Iters, 1))}
 	if c.OptStep {
 		args = append(args, "optstep")
+	}
+	if c.CUDA {
+		args = append(args, "cuda")
+		if c.TF32 {
+			args = append(args, "tf32")
+		}
 	}
 	cmd := exec.Command(c.Python, args...)
 	cmd.Env = os.Environ()

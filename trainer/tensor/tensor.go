@@ -78,9 +78,21 @@ func UploadBytes(be backend.Backend, px []byte, scale float32, shape ...int) *Te
 	}
 	raw := be.Alloc((len(px) + 3) / 4)
 	be.UploadBytes(raw, px)
-	t := empty(be, shape)
-	be.BytesToFloat(scale, raw, t.data)
+	t := WidenBytes(be, raw, scale, shape...)
 	be.Free(raw)
+	return t
+}
+
+// WidenBytes returns a float32 tensor of the given shape on be whose
+// elements are the first numel bytes of raw, a buffer already in be's
+// memory (a staged uint8 image batch), times scale: the widening
+// UploadBytes does after its copy.
+func WidenBytes(be backend.Backend, raw backend.Buffer, scale float32, shape ...int) *Tensor {
+	if n := numel(shape); n > 4*raw.Len {
+		panic(fmt.Sprintf("tensor.WidenBytes: shape %v needs %d bytes, the buffer holds %d", shape, n, 4*raw.Len))
+	}
+	t := empty(be, shape)
+	t.be.BytesToFloat(scale, raw, t.data)
 	return t
 }
 

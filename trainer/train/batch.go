@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 
@@ -22,15 +23,23 @@ type gradSet struct {
 // crossing of a batch onto the device: the images as uint8 (widened on
 // the backend) and the loss targets (boxes float32, classes and
 // boxes_per_image int32, iscrowd and the mask stack as the loader's
-// bytes), six uploads whatever the batch, into buffers reused while large
-// enough.
+// bytes), six uploads whatever the batch. On a backend that stages
+// batches (backend.Stager: cuda) the six parts go up together through its
+// double-buffered staging on a copy stream, beside the previous step;
+// elsewhere (cpu, emu) through UploadBytes into buffers reused while large
+// enough. The counts and bytes are the same either way.
 type deviceBatch struct {
 	targets loss.DeviceTargets
+	bpi     []int32
+	// staged is the Stager the current batch went up through, told when
+	// the step that reads it is queued (done).
+	staged backend.Stager
 }
 
 // upload sends rec to be and returns the image tensor, [B, 3, H, W] in
 // [0, 1], and the targets the loss reads there. Both are valid until the
-// next upload; rec may be released as soon as upload returns.
+// next upload; rec may be released as soon as upload returns. Call done
+// once the step that reads them is queued.
 func (d *deviceBatch) upload(be backend.Backend, rec arrow.RecordBatch) (*tensor.Tensor, *loss.DeviceTargets, error) {
 	tg, err := loss.TargetsFromRecord(rec)
 	if err != nil {
@@ -43,9 +52,51 @@ func (d *deviceBatch) upload(be backend.Backend, rec arrow.RecordBatch) (*tensor
 	if len(img.Shape) != 3 {
 		return nil, nil, fmt.Errorf("batch: images have shape %v, want [3, H, W]", img.Shape)
 	}
-	x := tensor.UploadBytes(be, img.Data, 1.0/255, img.Count, img.Shape[0], img.Shape[1], img.Shape[2])
+	shape := []int{img.Count, img.Shape[0], img.Shape[1], img.Shape[2]}
+	if st, ok := be.(backend.Stager); ok {
+		var parts [5][]byte
+		parts, d.bpi = loss.StagedParts(tg, d.bpi)
+		bufs, err := st.Stage(img.Data, parts[0], parts[1], parts[2], parts[3], parts[4])
+		if err != nil {
+			return nil, nil, fmt.Errorf("batch: %w", err)
+		}
+		d.staged = st
+		x := tensor.WidenBytes(be, bufs[0], 1.0/255, shape...)
+		d.targets.Adopt(be, [5]backend.Buffer(bufs[1:]), tg)
+		return x, &d.targets, nil
+	}
+	x := tensor.UploadBytes(be, img.Data, 1.0/255, shape...)
 	d.targets.Upload(be, tg)
 	return x, &d.targets, nil
+}
+
+// done tells a staging backend that the work queued so far is the last
+// to read the current batch, so that its slot is refilled two batches
+// later as soon as that work has run, not after the host waits for the
+// device.
+func (d *deviceBatch) done() {
+	if d.staged != nil {
+		d.staged.StageDone()
+		d.staged = nil
+	}
+}
+
+// release returns a staging backend's slots (at the end of a pass over
+// the training data, so that validation has the memory).
+func (d *deviceBatch) release(be backend.Backend) {
+	d.done()
+	if st, ok := be.(backend.Stager); ok {
+		st.FreeStaged()
+	}
+}
+
+// stageIdle is a staging backend's idle time between batches so far
+// (backend.Stager.StageIdle), 0 on a backend that does not stage.
+func stageIdle(be backend.Backend) time.Duration {
+	if st, ok := be.(backend.Stager); ok {
+		return st.StageIdle()
+	}
+	return 0
 }
 
 // deviceLoss is the loss's side of a step on the backend: the gradient

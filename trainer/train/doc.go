@@ -49,7 +49,10 @@
 //     on GPU 0 and is refused with ErrDevice where no driver, library or
 //     GPU is found. The step owns the host↔device boundary: the batch
 //     goes up once (batch.go: images, mask stack and iscrowd as the
-//     loader's bytes, boxes, classes, boxes_per_image), the loss runs on
+//     loader's bytes, boxes, classes, boxes_per_image; on a backend that
+//     stages batches, cuda, through its double-buffered copy stream, so
+//     the next batch's copies run beside this step's backward pass and
+//     optimiser), the loss runs on
 //     the backend (loss.ForwardOn) and only its items and total come
 //     down. The optimiser, clipping and the EMA run on the backend's own
 //     buffers (package optim; the EMA's average is the evaluation model),

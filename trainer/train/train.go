@@ -123,6 +123,9 @@ type trainer struct {
 	// iterations (not its validation), and crossedIters their number.
 	crossed      backend.Transfers
 	crossedIters int
+	// waited is the device's idle time between those iterations' batches
+	// on a staging backend (backend.Stager.StageIdle; 0 elsewhere).
+	waited time.Duration
 }
 
 // Run trains as opt describes, writing the run directory after every
@@ -180,9 +183,15 @@ func Run(ctx context.Context, opt Options) (*Summary, error) {
 			// host boundary: the batch up and the loss items down, plus
 			// whatever a backend without a fused kernel round-trips.
 			x := t.crossed
-			t.log.Info("device traffic per iteration", "device", t.be.Name(),
-				"uploads", x.Uploads/int64(n), "upload_bytes", x.UploadBytes/int64(n),
-				"downloads", x.Downloads/int64(n), "download_bytes", x.DownloadBytes/int64(n))
+			args := []any{"device", t.be.Name(),
+				"uploads", x.Uploads / int64(n), "upload_bytes", x.UploadBytes / int64(n),
+				"downloads", x.Downloads / int64(n), "download_bytes", x.DownloadBytes / int64(n)}
+			if _, ok := t.be.(backend.Stager); ok {
+				// The device's own wait for data: its idle time between
+				// one batch's step and the next's, copies included.
+				args = append(args, "device_wait_ms", r4(t.waited.Seconds()*1e3/float64(n)))
+			}
+			t.log.Info("device traffic per iteration", args...)
 		}
 	}
 	sum.Epochs = t.st.History
@@ -239,7 +248,10 @@ func (t *trainer) setup() error {
 	if t.em, err = model.New(mcfg); err != nil {
 		return err
 	}
-	if t.be = opt.Backend; t.be == nil {
+	if t.be == nil { // tests bring their own wrappers of a device
+		t.be = opt.Backend
+	}
+	if t.be == nil {
 		if t.be, err = device.Open(t.cfg.Device); err != nil {
 			return fmt.Errorf("train: %w", err)
 		}
@@ -363,7 +375,8 @@ func (t *trainer) epoch(ctx context.Context, ld pipeline.Batches, e int) (Epoch,
 	}
 	tp := tensor.NewTape(t.be)
 	var gs gradSet
-	x0, i0 := t.be.Transfers(), t.iters
+	defer gs.batch.release(t.be)
+	x0, i0, w0 := t.be.Transfers(), t.iters, stageIdle(t.be)
 	for {
 		if err := ctx.Err(); err != nil {
 			return ep, t.interrupt(&p, &ep, elapsed, err)
@@ -412,6 +425,8 @@ func (t *trainer) epoch(ctx context.Context, ld pipeline.Batches, e int) (Epoch,
 		}
 	}
 	t.crossed, t.crossedIters = x0.Since(t.be.Transfers()), t.iters-i0
+	gs.batch.release(t.be) // validation may want the staging memory
+	t.waited = stageIdle(t.be) - w0
 	if prog != nil {
 		prog.Finish()
 	}
@@ -454,6 +469,10 @@ func (t *trainer) step(tp *tensor.Tape, r arrow.RecordBatch, e int, gs *gradSet,
 	if err != nil {
 		return 0, err
 	}
+	// Once the step's kernels are queued, a staging backend may refill
+	// this batch's slot as soon as they have run: the next batch's copies
+	// run on the device beside this step's backward pass and optimiser.
+	defer gs.batch.done()
 	B := x.Shape[0]
 	acc := t.sched.Apply(t.opt_.Groups(), e, t.st.NI)
 	mo, err := t.m.Forward(tp, x, model.Train)

@@ -1,13 +1,17 @@
 #!/usr/bin/python3
-"""PyTorch CPU baseline for the training benchmarks (BenchmarkTrainStep in
-trainer/model, BenchmarkTrainIteration in trainer/train): one train-mode
-forward and backward (gradient 1 on every output) of a YOLO26-seg variant,
-and optionally one MuSGD-style optimiser step.
+"""PyTorch baseline for the training benchmarks (BenchmarkTrainStep in
+trainer/model, BenchmarkTrainIteration in trainer/train, and on a GPU
+BenchmarkTrainStepOnGPU in trainer/tensor/cuda): one train-mode forward
+and backward (gradient 1 on every output) of a YOLO26-seg variant, and
+optionally one MuSGD-style optimiser step.
 
-  /usr/bin/python3 bench_torch.py VARIANT BATCH IMGSZ THREADS ITERS [optstep]
+  python3 bench_torch.py VARIANT BATCH IMGSZ THREADS ITERS [optstep] [cuda [tf32]]
 
 Prints {"sec_per_iter": ..., "opt_step_sec": ...} (best of ITERS after one
-warm-up; opt_step_sec is 0 without "optstep").
+warm-up; opt_step_sec is 0 without "optstep"). With "cuda" the model and
+input live on GPU 0, each timed step ends with torch.cuda.synchronize(),
+and cuDNN picks its algorithms by benchmarking (PyTorch at its best);
+TF32 is off for cuBLAS and cuDNN unless "tf32" is given, as in segpipe.
 """
 import json
 import os
@@ -22,16 +26,28 @@ import gen_goldens as G  # noqa: E402
 
 def main():
     variant, batch, imgsz, threads, iters = sys.argv[1], *map(int, sys.argv[2:6])
+    flags = set(sys.argv[6:])
+    device = "cuda" if "cuda" in flags else "cpu"
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    model = G.Model(*G.SCALES[variant], 80).train()
-    x = torch.rand(batch, 3, imgsz, imgsz)
+    if device == "cuda":
+        tf32 = "tf32" in flags
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+        torch.backends.cudnn.benchmark = True
+    model = G.Model(*G.SCALES[variant], 80).train().to(device)
+    x = torch.rand(batch, 3, imgsz, imgsz, device=device)
+
+    def sync():
+        if device == "cuda":
+            torch.cuda.synchronize()
 
     def step():
         model.zero_grad(set_to_none=True)
         o = model(x)
         outs = [o["proto"], o["semseg"], *o["one2many"], *o["one2one"]]
         torch.autograd.backward(outs, [torch.ones_like(t) for t in outs])
+        sync()
 
     step()
     best = float("inf")
@@ -40,16 +56,17 @@ def main():
         step()
         best = min(best, time.perf_counter() - t0)
     opt = 0.0
-    if len(sys.argv) > 6 and sys.argv[6] == "optstep":
+    if "optstep" in flags:
         bufs = {p: torch.zeros_like(p) for p in model.parameters()}
         opt_step(model, bufs)  # warm-up
         opt = float("inf")
         for _ in range(iters):
             t0 = time.perf_counter()
             opt_step(model, bufs)
+            sync()
             opt = min(opt, time.perf_counter() - t0)
     print(json.dumps({"sec_per_iter": best, "opt_step_sec": opt, "threads": torch.get_num_threads(),
-                      "torch": torch.__version__}))
+                      "torch": torch.__version__, "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu"}))
 
 
 def newton_schulz5(g):

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -34,6 +35,9 @@ type engine interface {
 	convForward(p *ConvPlan, x, w, y Ptr) error
 	convBackwardData(p *ConvPlan, dy, w, dx Ptr) error
 	convBackwardFilter(p *ConvPlan, x, dy, dw Ptr) error
+	// stageQueue opens the copy stream a Backend's Stager uploads
+	// batches on (see stage.go).
+	stageQueue() (stageQueue, error)
 	close() error
 }
 
@@ -43,7 +47,9 @@ type engine interface {
 // are the Memory methods, counted in Transfers as the CPU backend counts
 // them. Sgemm is cuBLAS's strided-batched GEMM, convolutions are cuDNN's
 // with one plan (algorithms and workspace sizes) per shape, and the rest
-// are the project's own kernels (Kernels).
+// are the project's own kernels (Kernels). Batches go up through
+// backend.Stager (Stage: pinned double-buffered slots on a copy stream of
+// its own) rather than Upload on the compute stream.
 //
 // It does not implement backend.HostKernels: Go-coded kernels run as
 // host code on a backend without it, crossing to the host (counted). The
@@ -82,6 +88,8 @@ type Backend struct {
 	mtMu       sync.Mutex
 	mt         map[string]mtTable
 	tableBytes int64
+	// staging is the batch path's double-buffered Stager (stage_backend.go).
+	staging staging
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -118,6 +126,7 @@ func newBackend(e engine, k *Kernels) *Backend {
 // Close waits for the device, destroys the cached plans and handles, and
 // releases the context. Buffers still allocated go with it.
 func (be *Backend) Close() error {
+	stageErr := be.closeStaging()
 	be.closed.Store(true)
 	be.plansMu.Lock()
 	be.plans = map[Conv]*ConvPlan{}
@@ -131,7 +140,7 @@ func (be *Backend) Close() error {
 	be.mtMu.Lock()
 	be.dropTables()
 	be.mtMu.Unlock()
-	return be.e.close()
+	return errors.Join(stageErr, be.e.close())
 }
 
 // Name reports "cuda".
@@ -146,9 +155,10 @@ func (be *Backend) Name() string { return be.name }
 // collection whenever the device memory held grows by gcStep (see
 // reclaim): a dropped buffer is then given back, not leaked.
 type mem struct {
-	be   *Backend
-	p    Ptr
-	n    int
+	be *Backend
+	p  Ptr
+	n  int
+	// cell is nil for a staging slot, which its Stager owns and frees.
 	cell *devCell
 }
 
@@ -242,10 +252,10 @@ func (be *Backend) Alloc(n int) backend.Buffer {
 }
 
 // Free returns a whole buffer Alloc made to the pool once the stream's
-// prior work is done; views and other buffers are ignored.
+// prior work is done; views, staged buffers and other buffers are ignored.
 func (be *Backend) Free(b backend.Buffer) {
 	m, ok := b.Mem.(*mem)
-	if !ok || m.be != be || b.Off != 0 || b.Len != m.n || m.p == 0 {
+	if !ok || m.be != be || b.Off != 0 || b.Len != m.n || m.p == 0 || m.cell == nil {
 		return
 	}
 	orPanic("free", m.cell.release())

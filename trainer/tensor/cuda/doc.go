@@ -124,6 +124,19 @@
 // Batches go up through a Stager: two pinned slots and a copy stream,
 // so one batch's host-to-device copies overlap the step on the previous
 // one, and the compute stream waits on an event rather than the host.
+// Backend implements backend.Stager on it, which the train batch path
+// uses: the six parts of a batch (uint8 images, boxes_per_image, classes,
+// boxes, iscrowd, the {0,1} mask stack) go up as the loader's bytes in one
+// slot, the images are widened on the device, and the loss's targets
+// alias the slot. The copy of batch i+2 waits on the device for the event
+// recorded once the step of batch i is queued (StageDone), so the host
+// never waits for the compute stream to refill a slot; each part counts
+// as one upload of its bytes, as UploadBytes counts it. Timing events at
+// the start of each batch's work and the end of its step give the compute
+// stream's idle time between steps (Stager.Idle, Backend.StageIdle). Backend also
+// implements backend.WindowExpander: windowed mask stacks (the remote
+// transport's windows and their bytes) expanded on the device by
+// expand_windows, after WindowTable checked them as raster.Expand does.
 //
 // # Kernels
 //

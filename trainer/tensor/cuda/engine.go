@@ -106,6 +106,8 @@ func (e *gpuEngine) convBackwardFilter(p *ConvPlan, x, dy, dw Ptr) error {
 	return e.ConvBackwardFilter(e.dnn, p, x, dy, dw)
 }
 
+func (e *gpuEngine) stageQueue() (stageQueue, error) { return newDeviceQueue(e.Device) }
+
 func (e *gpuEngine) close() error {
 	errs := []error{e.Sync()}
 	for _, p := range e.plans {

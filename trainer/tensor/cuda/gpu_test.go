@@ -3,6 +3,7 @@ package cuda
 import (
 	"errors"
 	"math"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -316,4 +317,22 @@ func TestRunOnGPU(t *testing.T) {
 		want[i] = 2
 	}
 	closeTo(t, "fill, scale, add", g.read(x), want, 0)
+}
+
+// TestStagingOnGPU: the Backend's batch staging (backend.Stager) on a GPU,
+// batches of growing and shrinking sizes, each checked against the same
+// parts through UploadBytes (counts, bytes, widened images bit for bit).
+func TestStagingOnGPU(t *testing.T) {
+	be := openGPUBackend(t)
+	rng := rand.New(rand.NewPCG(5, 8))
+	for i, sh := range []struct{ images, px, instances int }{{2, 64, 3}, {8, 256, 40}, {1, 32, 0}, {16, 320, 60}, {2, 64, 1}} {
+		stageStep(t, be, i, stagedBatch(rng, sh.images, sh.px, sh.instances, i != 2), func() {}, func() {})
+	}
+	be.FreeStaged()
+}
+
+// TestExpandWindowsOnGPU: the device expansion of windowed masks against
+// raster.Expand on a GPU, grids up to the 160×160 prototype grid of 640 px.
+func TestExpandWindowsOnGPU(t *testing.T) {
+	checkExpandWindows(t, openGPUBackend(t), 200, 160)
 }

@@ -18,18 +18,20 @@ import (
 // GEMM and cuDNN's convolutions. It is not a GPU: it checks what the
 // Backend launches and with which arguments, against the CPU backend.
 type harnessEngine struct {
-	mu      sync.Mutex
-	cmd     *exec.Cmd
-	in      io.WriteCloser
-	w       *bufio.Writer
-	r       *bufio.Reader
-	stderr  bytes.Buffer
-	next    uint64
-	live    map[uint64]int // buffer id → bytes
-	plans   int            // planConv calls
-	convs   int            // convolution passes run
-	nlaunch int            // kernel launches queued
-	err     error
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	in     io.WriteCloser
+	w      *bufio.Writer
+	r      *bufio.Reader
+	stderr bytes.Buffer
+	next   uint64
+	live   map[uint64]int // buffer id → bytes
+	plans  int            // planConv calls
+	convs  int            // convolution passes run
+	// launches counts kernel launches, the clock of the staging trace.
+	launches int
+	stage    []stageTrace // what a Stager on the harness queued, in order
+	err      error
 }
 
 // newHarnessBackend starts a harness process and returns a Backend on it
@@ -90,14 +92,17 @@ func (e *harnessEngine) do(f func() error) error {
 }
 
 func (e *harnessEngine) launch(k kernel, grid, block dim3, args []arg) error {
-	return e.do(func() error { e.nlaunch++; return writeLaunch(e.w, k, grid, block, args) })
+	return e.do(func() error {
+		e.launches++
+		return writeLaunch(e.w, k, grid, block, args)
+	})
 }
 
 // launchCount is the number of kernel launches queued so far.
 func (e *harnessEngine) launchCount() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.nlaunch
+	return e.launches
 }
 
 func (e *harnessEngine) alloc(bytes int) (Ptr, error) {

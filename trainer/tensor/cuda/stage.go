@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"time"
 )
 
 // Stager uploads batches to the device through pinned memory on a copy
@@ -15,28 +16,82 @@ import (
 // st.Done() once the step's work is queued. A Stager is not safe for
 // concurrent use.
 type Stager struct {
-	d        *Device
-	copy     Stream
+	q        stageQueue
 	slots    [2]stageSlot
 	next     int
 	uploaded int64
+	// seq numbers the batches staged (from 1); idle sums the compute
+	// stream's gaps between consecutive batches (see Idle).
+	seq  int
+	idle time.Duration
+}
+
+// stageQueue is what a Stager runs on: the compute stream's memory, a
+// copy stream beside it, pinned host memory and the events that order the
+// two streams. A Device implements it (deviceQueue); so does the CPU
+// harness in the tests, which records the events' order.
+type stageQueue interface {
+	// alloc and free are device memory, ordered on the compute stream.
+	alloc(bytes int) (Ptr, error)
+	free(p Ptr) error
+	pinned(n int) (pinnedMem, error)
+	// newEvent makes an event; timing ones can be given to elapsed.
+	newEvent(timing bool) (Event, error)
+	destroyEvent(e Event) error
+	// elapsed is the time between two completed timing events.
+	elapsed(start, end Event) (time.Duration, error)
+	// copyUp queues on the copy stream: a wait for after (none when 0),
+	// the copies of src's bytes [Off, Off+N) to Dst, a record of done; and
+	// makes the compute stream wait for done.
+	copyUp(after, done Event, src pinnedMem, copies []stageCopy) error
+	// record marks e at the current end of the compute stream.
+	record(e Event) error
+	// syncEvent waits on the host until e has completed.
+	syncEvent(e Event) error
+	// syncAll waits on the host for both streams.
+	syncAll() error
+	// close waits for the copy stream and destroys it.
+	close() error
+}
+
+// pinnedMem is page-locked host memory a copy may read asynchronously.
+type pinnedMem interface {
+	Bytes() []byte
+	Free() error
+}
+
+// stageCopy is one part's copy from a pinned slot to the device.
+type stageCopy struct {
+	Dst    Ptr
+	Off, N int
 }
 
 type stageSlot struct {
-	host     *HostBuffer
+	host     pinnedMem
 	dev      Ptr
 	devCap   int
 	copied   Event // on the copy stream, after the slot's copies
 	consumed Event // on the compute stream, after the step that read it
-	used     bool
+	filled   bool  // the slot holds a batch (its copies were queued)
+	done     bool  // consumed is recorded after that batch's step
+	// start and end are timing events on the compute stream: where the
+	// slot's latest batch's work begins (after its copies) and where the
+	// step that read it ends, for batches startSeq and endSeq (0: none).
+	start, end       Event
+	startSeq, endSeq int
 }
 
 // Staged is one uploaded batch.
 type Staged struct {
 	// Parts are the device addresses of the parts given to Stage, in order.
 	Parts []Ptr
-	s     *Stager
-	slot  *stageSlot
+	// Base and Cap are the slot's device allocation, which Parts lie in;
+	// it changes only when a larger batch grows the slot.
+	Base Ptr
+	Cap  int
+	s    *Stager
+	slot *stageSlot
+	seq  int
 }
 
 // stageAlign keeps every part 256-byte aligned on the device, as cuBLAS
@@ -45,18 +100,25 @@ const stageAlign = 256
 
 // NewStager creates the copy stream and the slots' events.
 func (d *Device) NewStager() (*Stager, error) {
-	cs, err := d.NewStream()
+	q, err := newDeviceQueue(d)
 	if err != nil {
 		return nil, err
 	}
-	s := &Stager{d: d, copy: cs}
+	return newStager(q)
+}
+
+func newStager(q stageQueue) (*Stager, error) {
+	s := &Stager{q: q}
 	for i := range s.slots {
 		sl := &s.slots[i]
-		if sl.copied, err = d.NewEvent(false); err != nil {
-			return nil, err
-		}
-		if sl.consumed, err = d.NewEvent(false); err != nil {
-			return nil, err
+		var err error
+		for _, e := range []struct {
+			ev     *Event
+			timing bool
+		}{{&sl.copied, false}, {&sl.consumed, false}, {&sl.start, true}, {&sl.end, true}} {
+			if *e.ev, err = q.newEvent(e.timing); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return s, nil
@@ -67,7 +129,9 @@ func (s *Stager) Uploaded() int64 { return s.uploaded }
 
 // Stage copies parts into the next pinned slot and queues their upload on
 // the copy stream; the compute stream waits for it. It blocks only while
-// that slot's previous copies (two batches ago) are still running.
+// that slot's previous copies (two batches ago) are still running, or —
+// when that batch was never marked Done — until the compute stream is
+// idle.
 func (s *Stager) Stage(parts ...[]byte) (*Staged, error) {
 	sl := &s.slots[s.next]
 	s.next ^= 1
@@ -78,9 +142,17 @@ func (s *Stager) Stage(parts ...[]byte) (*Staged, error) {
 		total += (len(p) + stageAlign - 1) / stageAlign * stageAlign
 	}
 	total = max(total, stageAlign)
-	if sl.used {
+	var after Event
+	if sl.filled {
 		// The pinned bytes are free once the copies that read them are done.
-		if err := s.d.SyncEvent(sl.copied); err != nil {
+		if err := s.q.syncEvent(sl.copied); err != nil {
+			return nil, err
+		}
+		if sl.done {
+			// The device buffer is free once the step that read it is
+			// done: the copy stream waits for it on the device.
+			after = sl.consumed
+		} else if err := s.q.syncAll(); err != nil {
 			return nil, err
 		}
 	}
@@ -88,36 +160,22 @@ func (s *Stager) Stage(parts ...[]byte) (*Staged, error) {
 		return nil, err
 	}
 	hb := sl.host.Bytes()
+	copies := make([]stageCopy, 0, len(parts))
 	for i, p := range parts {
 		copy(hb[offs[i]:], p)
+		if len(p) > 0 {
+			copies = append(copies, stageCopy{Dst: sl.dev.Add(offs[i]), Off: offs[i], N: len(p)})
+		}
 	}
-	d := s.d
-	err := d.Do(func() error {
-		drv := d.drv
-		if sl.used {
-			// The device buffer is free once the step that read it is done.
-			if err := drv.check("cuStreamWaitEvent", ccall(drv.cuStreamWaitEvent, uintptr(s.copy), uintptr(sl.consumed), 0)); err != nil {
-				return err
-			}
-		}
-		for i, p := range parts {
-			if len(p) == 0 {
-				continue
-			}
-			if err := drv.check("cuMemcpyHtoDAsync", ccall(drv.cuMemcpyHtoDAsync, uintptr(sl.dev.Add(offs[i])),
-				sl.host.addr+uintptr(offs[i]), uintptr(len(p)), uintptr(s.copy))); err != nil {
-				return err
-			}
-		}
-		if err := drv.check("cuEventRecord", ccall(drv.cuEventRecord, uintptr(sl.copied), uintptr(s.copy))); err != nil {
-			return err
-		}
-		return drv.check("cuStreamWaitEvent", ccall(drv.cuStreamWaitEvent, uintptr(d.stream), uintptr(sl.copied), 0))
-	})
-	if err != nil {
+	if err := s.q.copyUp(after, sl.copied, sl.host, copies); err != nil {
 		return nil, fmt.Errorf("stage %d parts (%d bytes): %w", len(parts), total, err)
 	}
-	st := &Staged{Parts: make([]Ptr, len(parts)), s: s, slot: sl}
+	s.seq++
+	if err := s.q.record(sl.start); err != nil {
+		return nil, err
+	}
+	sl.filled, sl.done, sl.startSeq = true, false, s.seq
+	st := &Staged{Parts: make([]Ptr, len(parts)), Base: sl.dev, Cap: sl.devCap, s: s, slot: sl, seq: s.seq}
 	for i := range parts {
 		st.Parts[i] = sl.dev.Add(offs[i])
 		s.uploaded += int64(len(parts[i]))
@@ -132,57 +190,189 @@ func (s *Stager) grow(sl *stageSlot, n int) error {
 		return nil
 	}
 	c := max(n, 2*sl.devCap)
-	if err := s.d.Sync(); err != nil {
+	if err := s.q.syncAll(); err != nil {
 		return err
 	}
-	if err := s.d.Do(func() error {
-		return s.d.drv.check("cuStreamSynchronize", ccall(s.d.drv.cuStreamSynchronize, uintptr(s.copy)))
-	}); err != nil {
+	if err := s.freeSlot(sl); err != nil {
 		return err
 	}
-	if sl.host != nil {
-		if err := sl.host.Free(); err != nil {
-			return err
-		}
-		if err := s.d.Free(sl.dev); err != nil {
-			return err
-		}
-	}
-	h, err := s.d.AllocHost(c)
+	h, err := s.q.pinned(c)
 	if err != nil {
 		return err
 	}
-	p, err := s.d.Alloc(c)
+	p, err := s.q.alloc(c)
 	if err != nil {
+		h.Free()
 		return err
 	}
 	sl.host, sl.dev, sl.devCap = h, p, c
 	// The allocation is ordered on the compute stream; the copy stream
 	// must see it complete.
-	return s.d.Sync()
+	return s.q.syncAll()
+}
+
+// freeSlot returns a slot's memory; the streams must be idle.
+func (s *Stager) freeSlot(sl *stageSlot) error {
+	if sl.host == nil {
+		return nil
+	}
+	err := sl.host.Free()
+	if e := s.q.free(sl.dev); err == nil {
+		err = e
+	}
+	sl.host, sl.dev, sl.devCap, sl.filled, sl.done = nil, 0, 0, false, false
+	return err
 }
 
 // Done marks the batch consumed once the compute stream reaches this
 // point: call it after queueing the step that reads Parts.
 func (st *Staged) Done() error {
-	st.slot.used = true
-	return st.s.d.Record(st.slot.consumed, st.s.d.stream)
-}
-
-// Close waits for both streams and frees the slots.
-func (s *Stager) Close() error {
-	if err := s.d.Sync(); err != nil {
+	sl, s := st.slot, st.s
+	if err := s.q.record(sl.consumed); err != nil {
 		return err
 	}
-	err := s.d.DestroyStream(s.copy)
+	sl.done = true
+	// The slot's end event still marks the end of the batch before the
+	// previous one, whose successor's start the other slot holds: that
+	// gap is long past on the device, so reading it waits for nothing.
+	if err := s.gap(sl, s.other(sl)); err != nil {
+		return err
+	}
+	if err := s.q.record(sl.end); err != nil {
+		return err
+	}
+	sl.endSeq = st.seq
+	return nil
+}
+
+func (s *Stager) other(sl *stageSlot) *stageSlot {
+	if sl == &s.slots[0] {
+		return &s.slots[1]
+	}
+	return &s.slots[0]
+}
+
+// gap adds to Idle the compute stream's idle time between the end of the
+// batch whose step ended at prev.end and the start of the next batch's
+// work at next.start, when next holds that batch: the host's time
+// between queueing the two steps, and the wait for the next batch's
+// copies, insofar as the device had nothing else to run.
+func (s *Stager) gap(prev, next *stageSlot) error {
+	if prev.endSeq == 0 || next.startSeq != prev.endSeq+1 {
+		return nil
+	}
+	if err := s.q.syncEvent(next.start); err != nil {
+		return err
+	}
+	d, err := s.q.elapsed(prev.end, next.start)
+	if err != nil {
+		return err
+	}
+	s.idle += max(d, 0)
+	prev.endSeq = 0
+	return nil
+}
+
+// Idle is the time the compute stream sat idle between the work of
+// consecutive staged batches — from the end of the step Done marked to
+// the start of the next batch's work, its copies included — summed over
+// the batches whose successor's work has begun (all of them once Close
+// has run): the device's wait for data, zero when the host and the copy
+// stream keep ahead of it.
+func (s *Stager) Idle() time.Duration { return s.idle }
+
+// Close waits for both streams, adds the last gaps to Idle, and frees
+// the slots.
+func (s *Stager) Close() error {
+	err := s.q.syncAll()
+	if err == nil {
+		for i := range s.slots {
+			if e := s.gap(&s.slots[i], &s.slots[1-i]); err == nil {
+				err = e
+			}
+		}
+	}
 	for i := range s.slots {
 		sl := &s.slots[i]
-		if sl.host != nil {
-			_ = sl.host.Free()
-			_ = s.d.Free(sl.dev)
+		if e := s.freeSlot(sl); err == nil {
+			err = e
 		}
-		_ = s.d.DestroyEvent(sl.copied)
-		_ = s.d.DestroyEvent(sl.consumed)
+		for _, e := range []Event{sl.copied, sl.consumed, sl.start, sl.end} {
+			s.q.destroyEvent(e)
+		}
+	}
+	if e := s.q.close(); err == nil {
+		err = e
 	}
 	return err
+}
+
+// deviceQueue is a Stager's queue on a GPU: the device's compute stream
+// and a copy stream of the Stager's own.
+type deviceQueue struct {
+	d    *Device
+	copy Stream
+}
+
+func newDeviceQueue(d *Device) (*deviceQueue, error) {
+	cs, err := d.NewStream()
+	if err != nil {
+		return nil, err
+	}
+	return &deviceQueue{d: d, copy: cs}, nil
+}
+
+func (q *deviceQueue) alloc(bytes int) (Ptr, error)        { return q.d.Alloc(bytes) }
+func (q *deviceQueue) free(p Ptr) error                    { return q.d.Free(p) }
+func (q *deviceQueue) pinned(n int) (pinnedMem, error)     { return q.d.AllocHost(n) }
+func (q *deviceQueue) newEvent(timing bool) (Event, error) { return q.d.NewEvent(timing) }
+func (q *deviceQueue) destroyEvent(e Event) error          { return q.d.DestroyEvent(e) }
+func (q *deviceQueue) record(e Event) error                { return q.d.Record(e, q.d.stream) }
+func (q *deviceQueue) syncEvent(e Event) error             { return q.d.SyncEvent(e) }
+
+func (q *deviceQueue) elapsed(start, end Event) (time.Duration, error) {
+	ms, err := q.d.Elapsed(start, end)
+	return time.Duration(float64(ms) * float64(time.Millisecond)), err
+}
+
+func (q *deviceQueue) copyUp(after, done Event, src pinnedMem, copies []stageCopy) error {
+	h, ok := src.(*HostBuffer)
+	if !ok {
+		return fmt.Errorf("cuda: staging from %T, not pinned memory", src)
+	}
+	d := q.d
+	return d.Do(func() error {
+		drv := d.drv
+		if after != 0 {
+			if err := drv.check("cuStreamWaitEvent", ccall(drv.cuStreamWaitEvent, uintptr(q.copy), uintptr(after), 0)); err != nil {
+				return err
+			}
+		}
+		for _, c := range copies {
+			if err := drv.check("cuMemcpyHtoDAsync", ccall(drv.cuMemcpyHtoDAsync, uintptr(c.Dst),
+				h.addr+uintptr(c.Off), uintptr(c.N), uintptr(q.copy))); err != nil {
+				return err
+			}
+		}
+		if err := drv.check("cuEventRecord", ccall(drv.cuEventRecord, uintptr(done), uintptr(q.copy))); err != nil {
+			return err
+		}
+		return drv.check("cuStreamWaitEvent", ccall(drv.cuStreamWaitEvent, uintptr(d.stream), uintptr(done), 0))
+	})
+}
+
+func (q *deviceQueue) syncAll() error {
+	if err := q.d.Sync(); err != nil {
+		return err
+	}
+	return q.d.Do(func() error {
+		return q.d.drv.check("cuStreamSynchronize", ccall(q.d.drv.cuStreamSynchronize, uintptr(q.copy)))
+	})
+}
+
+func (q *deviceQueue) close() error {
+	if err := q.syncAll(); err != nil {
+		return err
+	}
+	return q.d.DestroyStream(q.copy)
 }

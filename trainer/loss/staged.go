@@ -1,0 +1,45 @@
+package loss
+
+import (
+	"unsafe"
+
+	"github.com/segpipe/segpipe/trainer/tensor/backend"
+)
+
+// StagedParts returns t's five target arrays as the bytes DeviceTargets
+// holds them, in the order of its fields BoxesPerImage (int32), Classes
+// (int32), Boxes (float32), IsCrowd and Masks (the loader's bytes): the
+// parts a backend that stages a batch (backend.Stager) copies up as they
+// are, never widened on the host. Only the B image counts are converted,
+// into bpi's storage, which is returned for reuse; the other parts alias
+// t.
+func StagedParts(t *Targets, bpi []int32) (parts [5][]byte, scratch []int32) {
+	bpi = bpi[:0]
+	for _, c := range t.BoxesPerImage {
+		bpi = append(bpi, int32(c))
+	}
+	return [5][]byte{int32Bytes(bpi), int32Bytes(t.Classes), bytesOfFloat32s(t.Boxes), t.IsCrowd, t.Masks}, bpi
+}
+
+// Adopt makes d the targets of t whose five arrays already lie in be's
+// memory as bufs, in StagedParts' order and with its byte layout (each
+// buffer ⌈len/4⌉ elements of its part): what Upload leaves, without a
+// copy. d does not own bufs — Free leaves them alone — and refers to them
+// until the next Upload or Adopt; buffers d allocated before are kept for
+// a later Upload.
+func (d *DeviceTargets) Adopt(be backend.Memory, bufs [5]backend.Buffer, t *Targets) {
+	if d.be != nil && d.be != be {
+		d.Free()
+	}
+	d.be = be
+	d.record(t) // the host copy and kept counts the device twin checks
+	d.CrowdBytes, d.MaskBytes = len(t.IsCrowd), len(t.Masks)
+	d.BoxesPerImage, d.Classes, d.Boxes, d.IsCrowd, d.Masks = bufs[0], bufs[1], bufs[2], bufs[3], bufs[4]
+}
+
+func bytesOfFloat32s(s []float32) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), 4*len(s))
+}
