@@ -8,6 +8,11 @@ import "golang.org/x/sys/cpu"
 // oracles and the path on CPUs without AVX2.
 var haveAVX2 = cpu.X86.HasAVX2
 
+// haveAVX512 selects the AVX-512 kernels (F, BW, DQ and VBMI: byte
+// permutes, mask registers, 64-bit multiplies) where there are some; the
+// AVX2 ones then handle the tails and stay the path of other CPUs.
+var haveAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512DQ && cpu.X86.HasAVX512VBMI
+
 // hsvRowAVX2 is applyRowGo for n pixels, n a positive multiple of 8, eight
 // pixels per step: sdiv and hdiv recomputed by float division (the same
 // integers, see the kernel), t.v and t.coef read by gathers. t.v is read
@@ -17,15 +22,26 @@ var haveAVX2 = cpu.X86.HasAVX2
 //go:noescape
 func hsvRowAVX2(rp, gp, bp *uint8, n int, t *hsvTable)
 
+// hsvRowAVX512 is hsvRowAVX2 for n a positive multiple of 16.
+//
+//go:noescape
+func hsvRowAVX512(rp, gp, bp *uint8, n int, t *hsvTable)
+
 // applyRow maps a row of planar RGB pixels in place (applyRowGo's bytes).
 func (t *hsvTable) applyRow(r, g, b []uint8) {
 	g = g[:len(r)]
 	b = b[:len(r)]
 	n := 0
-	if haveAVX2 && !forceGoKernels {
-		n = len(r) &^ 7
+	if haveAVX512 && !forceAVX2 && !forceGoKernels {
+		n = len(r) &^ 15
 		if n > 0 {
-			hsvRowAVX2(&r[0], &g[0], &b[0], n, t)
+			hsvRowAVX512(&r[0], &g[0], &b[0], n, t)
+		}
+	}
+	if haveAVX2 && !forceGoKernels {
+		if m := (len(r) - n) &^ 7; m > 0 {
+			hsvRowAVX2(&r[n], &g[n], &b[n], m, t)
+			n += m
 		}
 	}
 	t.applyRowGo(r[n:], g[n:], b[n:])

@@ -363,3 +363,129 @@ crow:
 	JNZ crow
 	VZEROUPPER
 	RET
+
+// func hsvRowAVX512(rp, gp, bp *uint8, n int, t *hsvTable)
+//
+// hsvRowAVX2's arithmetic sixteen pixels a step in dword lanes, with two
+// differences that remove work rather than widen it: t.v is looked up
+// from registers (VPERMI2B over its 256 bytes) instead of by a gather,
+// and the coefficients are gathered in pixel order, so the channels are
+// stored straight from the products (VPMOVQB) without interleaving.
+TEXT ·hsvRowAVX512(SB), NOSPLIT, $0-40
+	MOVQ rp+0(FP), AX
+	MOVQ gp+8(FP), BX
+	MOVQ bp+16(FP), CX
+	MOVQ n+24(FP), DX
+	MOVQ t+32(FP), SI
+
+	// t.v in four registers: bytes 0-63, 64-127, 128-191, 192-255
+	VMOVDQU64 0(SI), Z28
+	VMOVDQU64 64(SI), Z29
+	VMOVDQU64 128(SI), Z30
+	VMOVDQU64 192(SI), Z31
+	MOVL $2048, R9
+	VPBROADCASTD R9, Z27 // rounding half of 12-bit fixed point
+	MOVL $180, R9
+	VPBROADCASTD R9, Z26
+	MOVL $255, R9
+	VPBROADCASTD R9, Z25
+	MOVL $128, R9
+	VPBROADCASTD R9, Z24
+	MOVQ $0x0020000100000800, R9 // coefRound
+	VPBROADCASTQ R9, Z23
+	VBROADCASTSS sdivnum<>(SB), Z22
+	VBROADCASTSS hdivnum<>(SB), Z21
+
+loop512:
+	VPMOVZXBD (AX), Z0 // r
+	VPMOVZXBD (BX), Z1 // g
+	VPMOVZXBD (CX), Z2 // b
+	VPMAXSD Z1, Z0, Z3
+	VPMAXSD Z2, Z3, Z3 // v
+	VPMINSD Z1, Z0, Z4
+	VPMINSD Z2, Z4, Z4
+	VPSUBD Z4, Z3, Z4 // diff
+
+	// s = (diff·sdiv[v] + 2048) >> 12, sdiv by division (see hsvRowAVX2)
+	VCVTDQ2PS Z3, Z5
+	VDIVPS Z5, Z22, Z5
+	VCVTPS2DQ Z5, Z5
+	VPMULLD Z4, Z5, Z5
+	VPADDD Z27, Z5, Z5
+	VPSRAD $12, Z5, Z5
+
+	// hue numerator: v==r ? g-b : v==g ? b-r+2diff : r-g+4diff
+	VPSUBD Z1, Z0, Z8
+	VPSLLD $2, Z4, Z9
+	VPADDD Z9, Z8, Z8
+	VPSUBD Z0, Z2, Z7
+	VPADDD Z4, Z7, Z7
+	VPADDD Z4, Z7, Z7
+	VPCMPEQD Z1, Z3, K2
+	VMOVDQA32 Z7, K2, Z8
+	VPSUBD Z2, Z1, Z6
+	VPCMPEQD Z0, Z3, K3
+	VMOVDQA32 Z6, K3, Z8
+
+	// h = (h·hdiv[diff] + 2048) >> 12, wrapped into [0, 180)
+	VCVTDQ2PS Z4, Z7
+	VDIVPS Z7, Z21, Z7
+	VCVTPS2DQ Z7, Z7
+	VPMULLD Z7, Z8, Z8
+	VPADDD Z27, Z8, Z8
+	VPSRAD $12, Z8, Z8
+	VPMOVD2M Z8, K4
+	VPADDD Z26, Z8, K4, Z8
+
+	// coefficient index h<<8 | s&255 (ternary logic: A | (B & C))
+	VPSLLD $8, Z8, Z8
+	VPTERNLOGD $0xF8, Z25, Z5, Z8
+
+	// v' = t.v[v] from registers: bytes v&127 of both halves, the upper
+	// half's where bit 7 is set; the index's zero bytes look up t.v[0],
+	// cleared by the mask
+	VMOVDQA64 Z3, Z6
+	VPERMI2B Z29, Z28, Z6
+	VMOVDQA64 Z3, Z7
+	VPERMI2B Z31, Z30, Z7
+	VPTESTMD Z24, Z3, K5
+	VMOVDQA32 Z7, K5, Z6
+	VPANDD Z25, Z6, Z6
+
+	// coefficients of pixels 0-7 (Z0) and 8-15 (Z1)
+	KXNORW K0, K0, K1
+	VPGATHERDQ 256(SI)(Y8*8), K1, Z0
+	VEXTRACTI64X4 $1, Z8, Y9
+	KXNORW K0, K0, K1
+	VPGATHERDQ 256(SI)(Y9*8), K1, Z1
+
+	// p = v'·coef + coefRound, 64-bit
+	VPMOVZXDQ Y6, Z2
+	VEXTRACTI64X4 $1, Z6, Y6
+	VPMOVZXDQ Y6, Z3
+	VPMULLQ Z2, Z0, Z0
+	VPADDQ Z23, Z0, Z0
+	VPMULLQ Z3, Z1, Z1
+	VPADDQ Z23, Z1, Z1
+
+	// channels: the low bytes of p>>12, p>>33, p>>54
+	VPSRLQ $12, Z0, Z4
+	VPMOVQB Z4, (AX)
+	VPSRLQ $12, Z1, Z4
+	VPMOVQB Z4, 8(AX)
+	VPSRLQ $33, Z0, Z4
+	VPMOVQB Z4, (BX)
+	VPSRLQ $33, Z1, Z4
+	VPMOVQB Z4, 8(BX)
+	VPSRLQ $54, Z0, Z4
+	VPMOVQB Z4, (CX)
+	VPSRLQ $54, Z1, Z4
+	VPMOVQB Z4, 8(CX)
+
+	ADDQ $16, AX
+	ADDQ $16, BX
+	ADDQ $16, CX
+	SUBQ $16, DX
+	JNZ loop512
+	VZEROUPPER
+	RET
