@@ -55,7 +55,8 @@ func vblendAVX2(dst *uint32, top, bot *uint8, n int, iy, wy uint32)
 // hsampleAVX2 is hsampleGo for n pixels, n a positive multiple of 8, with
 // the source position relative to column xa (u0 = U − xa·2¹⁶) in 32 bits
 // and the left tap's pair index clamped to [0, last], the blended row's
-// last column pair; the three pair reads per pixel are gathers.
+// last column pair; the pair reads are gathers, R's and G's (adjacent)
+// one 64-bit element per pixel.
 //
 //go:noescape
 func hsampleAVX2(rp, gp, bp *uint8, n int, sc *uint32, u0, du, last int32)

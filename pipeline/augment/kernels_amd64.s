@@ -283,9 +283,26 @@ hloop:
 	VPSUBD Y2, Y3, Y3
 	VPADDD Y8, Y3, Y3
 
-	CHANNEL(0, Y5) // R
-	CHANNEL(4, Y6) // G
 	CHANNEL(8, Y1) // B
+
+	// R and G: their pairs are adjacent, so one qword gather per pixel
+	// reads both (16 gathered elements per 8 pixels instead of 24);
+	// even dwords are R's, odd G's, put back in pixel order
+	VMOVDQU Y10, Y4
+	VPGATHERDQ Y4, (SI)(X0*4), Y5 // pixels 0-3
+	VEXTRACTI128 $1, Y0, X2
+	VMOVDQU Y10, Y4
+	VPGATHERDQ Y4, (SI)(X2*4), Y6 // pixels 4-7
+	VSHUFPS $0xDD, Y6, Y5, Y2     // G 0 1 4 5 | 2 3 6 7
+	VSHUFPS $0x88, Y6, Y5, Y5     // R
+	VPERMQ $0xD8, Y2, Y6
+	VPERMQ $0xD8, Y5, Y5
+	VPMADDWD Y3, Y5, Y5
+	VPADDD Y7, Y5, Y5
+	VPSRLD $16, Y5, Y5
+	VPMADDWD Y3, Y6, Y6
+	VPADDD Y7, Y6, Y6
+	VPSRLD $16, Y6, Y6
 
 	PACKSTORE(Y5, Y6, Y1, Y0, X0, Y2)
 
