@@ -506,3 +506,71 @@ loop512:
 	JNZ loop512
 	VZEROUPPER
 	RET
+
+// qword orders that interleave the (k, k+3) pairs of VPUNPCKLWD (Z4: pairs
+// 0-3 | 8-11 | 16-19 | 24-27) and VPUNPCKHWD (Z5: 4-7 | 12-15 | ...) back
+// into pair order: pairs 0-15, then 16-31
+DATA pairsLo<>+0(SB)/8, $0
+DATA pairsLo<>+8(SB)/8, $1
+DATA pairsLo<>+16(SB)/8, $8
+DATA pairsLo<>+24(SB)/8, $9
+DATA pairsLo<>+32(SB)/8, $2
+DATA pairsLo<>+40(SB)/8, $3
+DATA pairsLo<>+48(SB)/8, $10
+DATA pairsLo<>+56(SB)/8, $11
+GLOBL pairsLo<>(SB), RODATA|NOPTR, $64
+DATA pairsHi<>+0(SB)/8, $4
+DATA pairsHi<>+8(SB)/8, $5
+DATA pairsHi<>+16(SB)/8, $12
+DATA pairsHi<>+24(SB)/8, $13
+DATA pairsHi<>+32(SB)/8, $6
+DATA pairsHi<>+40(SB)/8, $7
+DATA pairsHi<>+48(SB)/8, $14
+DATA pairsHi<>+56(SB)/8, $15
+GLOBL pairsHi<>(SB), RODATA|NOPTR, $64
+
+// func vblendAVX512(dst *uint32, top, bot *uint8, n int, iy, wy uint32)
+//
+// vblendAVX2 32 pairs a step.
+TEXT ·vblendAVX512(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), DI
+	MOVQ top+8(FP), SI
+	MOVQ bot+16(FP), BX
+	MOVQ n+24(FP), DX
+	MOVL iy+32(FP), AX
+	VPBROADCASTW AX, Z15
+	MOVL wy+36(FP), AX
+	VPBROADCASTW AX, Z14
+	MOVL $0x8000, AX
+	VPBROADCASTW AX, Z13
+	VMOVDQU64 pairsLo<>(SB), Z12
+	VMOVDQU64 pairsHi<>(SB), Z11
+
+vloop512:
+	VPMOVZXBW (SI), Z0
+	VPMOVZXBW (BX), Z1
+	VPMULLW Z15, Z0, Z0
+	VPMULLW Z14, Z1, Z1
+	VPADDW Z1, Z0, Z0
+	VPXORD Z13, Z0, Z0
+	VPMOVZXBW 3(SI), Z2
+	VPMOVZXBW 3(BX), Z3
+	VPMULLW Z15, Z2, Z2
+	VPMULLW Z14, Z3, Z3
+	VPADDW Z3, Z2, Z2
+	VPXORD Z13, Z2, Z2
+	VPUNPCKLWD Z2, Z0, Z4
+	VPUNPCKHWD Z2, Z0, Z5
+	VMOVDQA64 Z12, Z6
+	VPERMI2Q Z5, Z4, Z6
+	VMOVDQA64 Z11, Z7
+	VPERMI2Q Z5, Z4, Z7
+	VMOVDQU64 Z6, (DI)
+	VMOVDQU64 Z7, 64(DI)
+	ADDQ $32, SI
+	ADDQ $32, BX
+	ADDQ $128, DI
+	SUBQ $32, DX
+	JNZ vloop512
+	VZEROUPPER
+	RET

@@ -149,7 +149,9 @@ func benchKernelAndGo(b *testing.B, bytes int64, op func()) {
 }
 
 // TestVBlendKernelMatchesGo: exact equality on random rows and weights.
-func TestVBlendKernelMatchesGo(t *testing.T) {
+func TestVBlendKernelMatchesGo(t *testing.T) { eachVectorPath(t, testVBlendKernelMatchesGo) }
+
+func testVBlendKernelMatchesGo(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for trial := 0; trial < 300; trial++ {
 		n := r.IntN(200)
@@ -341,4 +343,16 @@ func BenchmarkHSVImage(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkVBlendRow blends one 640-column source row pair (1,920 values).
+func BenchmarkVBlendRow(b *testing.B) {
+	r := rand.New(rand.NewPCG(2, 2))
+	const n = 3 * 640
+	top, bot := make([]byte, n+3), make([]byte, n+3)
+	for i := range top {
+		top[i], bot[i] = uint8(r.IntN(256)), uint8(r.IntN(256))
+	}
+	sc := make([]uint32, n)
+	benchKernelAndGo(b, n, func() { vblend(sc, top, bot, 100, 156) })
 }
