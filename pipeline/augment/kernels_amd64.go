@@ -22,7 +22,7 @@ var haveAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512D
 //go:noescape
 func hsvRowAVX2(rp, gp, bp *uint8, n int, t *hsvTable)
 
-// hsvRowAVX512 is hsvRowAVX2 for n a positive multiple of 16.
+// hsvRowAVX512 is hsvRowAVX2 for any n > 0 (the last step masked).
 //
 //go:noescape
 func hsvRowAVX512(rp, gp, bp *uint8, n int, t *hsvTable)
@@ -33,10 +33,10 @@ func (t *hsvTable) applyRow(r, g, b []uint8) {
 	b = b[:len(r)]
 	n := 0
 	if haveAVX512 && !forceAVX2 && !forceGoKernels {
-		n = len(r) &^ 15
-		if n > 0 {
-			hsvRowAVX512(&r[0], &g[0], &b[0], n, t)
+		if len(r) > 0 {
+			hsvRowAVX512(&r[0], &g[0], &b[0], len(r), t)
 		}
+		return
 	}
 	if haveAVX2 && !forceGoKernels {
 		if m := (len(r) - n) &^ 7; m > 0 {

@@ -387,7 +387,9 @@ crow:
 // differences that remove work rather than widen it: t.v is looked up
 // from registers (VPERMI2B over its 256 bytes) instead of by a gather,
 // and the coefficients are gathered in pixel order, so the channels are
-// stored straight from the products (VPMOVQB) without interleaving.
+// stored straight from the products (VPMOVQB) without interleaving. The
+// last n mod 16 pixels are one more step under a mask (loads and stores
+// of the lanes past n suppressed; those lanes compute on zeros).
 TEXT ·hsvRowAVX512(SB), NOSPLIT, $0-40
 	MOVQ rp+0(FP), AX
 	MOVQ gp+8(FP), BX
@@ -414,9 +416,23 @@ TEXT ·hsvRowAVX512(SB), NOSPLIT, $0-40
 	VBROADCASTSS hdivnum<>(SB), Z21
 
 loop512:
-	VPMOVZXBD (AX), Z0 // r
-	VPMOVZXBD (BX), Z1 // g
-	VPMOVZXBD (CX), Z2 // b
+	// lane masks: all sixteen, or the n < 16 left (K6; K7 its upper half)
+	KXNORW K0, K0, K6
+	CMPQ DX, $16
+	JAE full512
+	MOVQ CX, R12
+	MOVQ DX, CX
+	MOVL $1, R10
+	SHLL CX, R10
+	DECL R10
+	MOVQ R12, CX
+	KMOVW R10, K6
+
+full512:
+	KSHIFTRW $8, K6, K7
+	VPMOVZXBD.Z (AX), K6, Z0 // r
+	VPMOVZXBD.Z (BX), K6, Z1 // g
+	VPMOVZXBD.Z (CX), K6, Z2 // b
 	VPMAXSD Z1, Z0, Z3
 	VPMAXSD Z2, Z3, Z3 // v
 	VPMINSD Z1, Z0, Z4
@@ -487,23 +503,23 @@ loop512:
 
 	// channels: the low bytes of p>>12, p>>33, p>>54
 	VPSRLQ $12, Z0, Z4
-	VPMOVQB Z4, (AX)
+	VPMOVQB Z4, K6, (AX)
 	VPSRLQ $12, Z1, Z4
-	VPMOVQB Z4, 8(AX)
+	VPMOVQB Z4, K7, 8(AX)
 	VPSRLQ $33, Z0, Z4
-	VPMOVQB Z4, (BX)
+	VPMOVQB Z4, K6, (BX)
 	VPSRLQ $33, Z1, Z4
-	VPMOVQB Z4, 8(BX)
+	VPMOVQB Z4, K7, 8(BX)
 	VPSRLQ $54, Z0, Z4
-	VPMOVQB Z4, (CX)
+	VPMOVQB Z4, K6, (CX)
 	VPSRLQ $54, Z1, Z4
-	VPMOVQB Z4, 8(CX)
+	VPMOVQB Z4, K7, 8(CX)
 
 	ADDQ $16, AX
 	ADDQ $16, BX
 	ADDQ $16, CX
 	SUBQ $16, DX
-	JNZ loop512
+	JG loop512
 	VZEROUPPER
 	RET
 

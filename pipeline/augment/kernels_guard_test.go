@@ -1,0 +1,49 @@
+//go:build linux && amd64 && !purego
+
+package augment
+
+import (
+	"math/rand/v2"
+	"syscall"
+	"testing"
+)
+
+// guarded returns n bytes that end where an inaccessible page begins: a
+// kernel reading or writing one byte past the row faults.
+func guarded(t *testing.T, n int) []byte {
+	t.Helper()
+	ps := syscall.Getpagesize()
+	m, err := syscall.Mmap(-1, 0, 2*ps, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		t.Skipf("mmap: %v", err)
+	}
+	t.Cleanup(func() { syscall.Munmap(m) })
+	if err := syscall.Mprotect(m[ps:], syscall.PROT_NONE); err != nil {
+		t.Skipf("mprotect: %v", err)
+	}
+	return m[ps-n : ps : ps]
+}
+
+// TestHSVRowKernelsStayInRow: rows of every length up to 40 that end at
+// an inaccessible page (the AVX-512 kernel masks its last step's loads
+// and stores) give applyRowGo's bytes and do not fault.
+func TestHSVRowKernelsStayInRow(t *testing.T) {
+	eachVectorPath(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(13, 14))
+		var tab hsvTable
+		tab.build(randomGains(r))
+		for n := 1; n <= 40; n++ {
+			R, G, B := guarded(t, n), guarded(t, n), guarded(t, n)
+			randomRow(r, R, G, B)
+			want := append(append(append([]byte(nil), R...), G...), B...)
+			tab.applyRowGo(want[:n], want[n:2*n], want[2*n:])
+			tab.applyRow(R, G, B)
+			got := append(append(append([]byte(nil), R...), G...), B...)
+			for i := range got {
+				if got[i] != want[i] {
+					t.Fatalf("n %d: byte %d: kernel %d, Go %d", n, i, got[i], want[i])
+				}
+			}
+		}
+	})
+}
