@@ -61,7 +61,7 @@ func vblendAVX2(dst *uint32, top, bot *uint8, n int, iy, wy uint32)
 //go:noescape
 func hsampleAVX2(rp, gp, bp *uint8, n int, sc *uint32, u0, du, last int32)
 
-// vblendAVX512 is vblendAVX2 for n a positive multiple of 32.
+// vblendAVX512 is vblendAVX2 for any n > 0 (the last step masked).
 //
 //go:noescape
 func vblendAVX512(dst *uint32, top, bot *uint8, n int, iy, wy uint32)
@@ -70,9 +70,10 @@ func vblend(sc []uint32, top, bot []byte, iy, wy uint32) {
 	top, bot = top[:len(sc)+3], bot[:len(sc)+3]
 	n := 0
 	if haveAVX512 && !forceAVX2 && !forceGoKernels {
-		if n = len(sc) &^ 31; n > 0 {
-			vblendAVX512(&sc[0], &top[0], &bot[0], n, iy, wy)
+		if len(sc) > 0 {
+			vblendAVX512(&sc[0], &top[0], &bot[0], len(sc), iy, wy)
 		}
+		return
 	}
 	if haveAVX2 && !forceGoKernels {
 		if m := (len(sc) - n) &^ 15; m > 0 {

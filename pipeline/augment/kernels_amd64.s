@@ -547,7 +547,8 @@ GLOBL pairsHi<>(SB), RODATA|NOPTR, $64
 
 // func vblendAVX512(dst *uint32, top, bot *uint8, n int, iy, wy uint32)
 //
-// vblendAVX2 32 pairs a step.
+// vblendAVX2 32 pairs a step, the last n mod 32 under a mask (loads and
+// stores past n suppressed).
 TEXT ·vblendAVX512(SB), NOSPLIT, $0-40
 	MOVQ dst+0(FP), DI
 	MOVQ top+8(FP), SI
@@ -563,14 +564,28 @@ TEXT ·vblendAVX512(SB), NOSPLIT, $0-40
 	VMOVDQU64 pairsHi<>(SB), Z11
 
 vloop512:
-	VPMOVZXBW (SI), Z0
-	VPMOVZXBW (BX), Z1
+	// lane masks: all 32 pairs, or the n < 32 left (K1; K2 and K3 the
+	// two halves' 16 dwords)
+	KXNORD K0, K0, K1
+	CMPQ DX, $32
+	JAE vfull512
+	MOVQ DX, CX
+	MOVL $1, R10
+	SHLL CX, R10
+	DECL R10
+	KMOVD R10, K1
+
+vfull512:
+	KSHIFTRD $16, K1, K3
+	KMOVW K1, K2
+	VPMOVZXBW.Z (SI), K1, Z0
+	VPMOVZXBW.Z (BX), K1, Z1
 	VPMULLW Z15, Z0, Z0
 	VPMULLW Z14, Z1, Z1
 	VPADDW Z1, Z0, Z0
 	VPXORD Z13, Z0, Z0
-	VPMOVZXBW 3(SI), Z2
-	VPMOVZXBW 3(BX), Z3
+	VPMOVZXBW.Z 3(SI), K1, Z2
+	VPMOVZXBW.Z 3(BX), K1, Z3
 	VPMULLW Z15, Z2, Z2
 	VPMULLW Z14, Z3, Z3
 	VPADDW Z3, Z2, Z2
@@ -581,12 +596,12 @@ vloop512:
 	VPERMI2Q Z5, Z4, Z6
 	VMOVDQA64 Z11, Z7
 	VPERMI2Q Z5, Z4, Z7
-	VMOVDQU64 Z6, (DI)
-	VMOVDQU64 Z7, 64(DI)
+	VMOVDQU32 Z6, K2, (DI)
+	VMOVDQU32 Z7, K3, 64(DI)
 	ADDQ $32, SI
 	ADDQ $32, BX
 	ADDQ $128, DI
 	SUBQ $32, DX
-	JNZ vloop512
+	JG vloop512
 	VZEROUPPER
 	RET

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"syscall"
 	"testing"
+	"unsafe"
 )
 
 // guarded returns n bytes that end where an inaccessible page begins: a
@@ -42,6 +43,32 @@ func TestHSVRowKernelsStayInRow(t *testing.T) {
 			for i := range got {
 				if got[i] != want[i] {
 					t.Fatalf("n %d: byte %d: kernel %d, Go %d", n, i, got[i], want[i])
+				}
+			}
+		}
+	})
+}
+
+// TestVBlendKernelsStayInRow: blended rows of every length up to 80
+// whose sources and destination end at an inaccessible page give
+// vblendGo's words and do not fault.
+func TestVBlendKernelsStayInRow(t *testing.T) {
+	eachVectorPath(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(15, 16))
+		for n := 1; n <= 80; n++ {
+			top, bot := guarded(t, n+3), guarded(t, n+3)
+			for i := range top {
+				top[i], bot[i] = uint8(r.IntN(256)), uint8(r.IntN(256))
+			}
+			d := guarded(t, 4*n)
+			got := unsafe.Slice((*uint32)(unsafe.Pointer(&d[0])), n)
+			want := make([]uint32, n)
+			wy := uint32(r.IntN(256))
+			vblend(got, top, bot, 256-wy, wy)
+			vblendGo(want, top, bot, 256-wy, wy)
+			for i := range got {
+				if got[i] != want[i] {
+					t.Fatalf("n %d: value %d: kernel %#x, Go %#x", n, i, got[i], want[i])
 				}
 			}
 		}
