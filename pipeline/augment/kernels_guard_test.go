@@ -74,3 +74,31 @@ func TestVBlendKernelsStayInRow(t *testing.T) {
 		}
 	})
 }
+
+// TestHSampleKernelsStayInRow: output rows of every length up to 40 that
+// end at an inaccessible page give hsampleGo's bytes and do not fault.
+func TestHSampleKernelsStayInRow(t *testing.T) {
+	r := rand.New(rand.NewPCG(17, 18))
+	const w = 100
+	for n := 1; n <= 40; n++ {
+		dU := int64((0.5 + 1.5*r.Float64()) * 65536)
+		U := int64(r.IntN(10 << 16))
+		Ue := U + int64(n-1)*dU
+		xa := min(max(int(U>>16), 0), w-1)
+		xb := min(max(int(Ue>>16)+1, 0), w-1)
+		sc := make([]uint32, 3*(xb-xa+2))
+		for i := range sc {
+			sc[i] = uint32(r.IntN(255*256+1)) ^ 0x8000 | (uint32(r.IntN(255*256+1))^0x8000)<<16
+		}
+		R, G, B := guarded(t, n), guarded(t, n), guarded(t, n)
+		want := make([]byte, 3*n)
+		hsample(R, G, B, sc, U, dU, xa, w-1)
+		hsampleGo(want[:n], want[n:2*n], want[2*n:], sc, U, dU, xa, w-1)
+		got := append(append(append([]byte(nil), R...), G...), B...)
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("n %d: byte %d: kernel %d, Go %d", n, i, got[i], want[i])
+			}
+		}
+	}
+}
