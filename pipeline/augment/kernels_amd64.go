@@ -8,6 +8,11 @@ import "golang.org/x/sys/cpu"
 // oracles and the path on CPUs without AVX2.
 var haveAVX2 = cpu.X86.HasAVX2
 
+// haveAVX512 selects the AVX-512 kernels (F, BW, DQ and VBMI: byte
+// permutes, mask registers, 64-bit multiplies) where there are some; the
+// AVX2 ones then handle the tails and stay the path of other CPUs.
+var haveAVX512 = cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512DQ && cpu.X86.HasAVX512VBMI
+
 // hsvRowAVX2 is applyRowGo for n pixels, n a positive multiple of 8, eight
 // pixels per step: sdiv and hdiv recomputed by float division (the same
 // integers, see the kernel), t.v and t.coef read by gathers. t.v is read
@@ -17,15 +22,26 @@ var haveAVX2 = cpu.X86.HasAVX2
 //go:noescape
 func hsvRowAVX2(rp, gp, bp *uint8, n int, t *hsvTable)
 
+// hsvRowAVX512 is hsvRowAVX2 for any n > 0 (the last step masked).
+//
+//go:noescape
+func hsvRowAVX512(rp, gp, bp *uint8, n int, t *hsvTable)
+
 // applyRow maps a row of planar RGB pixels in place (applyRowGo's bytes).
 func (t *hsvTable) applyRow(r, g, b []uint8) {
 	g = g[:len(r)]
 	b = b[:len(r)]
 	n := 0
+	if haveAVX512 && !forceAVX2 && !forceGoKernels {
+		if len(r) > 0 {
+			hsvRowAVX512(&r[0], &g[0], &b[0], len(r), t)
+		}
+		return
+	}
 	if haveAVX2 && !forceGoKernels {
-		n = len(r) &^ 7
-		if n > 0 {
-			hsvRowAVX2(&r[0], &g[0], &b[0], n, t)
+		if m := (len(r) - n) &^ 7; m > 0 {
+			hsvRowAVX2(&r[n], &g[n], &b[n], m, t)
+			n += m
 		}
 	}
 	t.applyRowGo(r[n:], g[n:], b[n:])
@@ -39,18 +55,30 @@ func vblendAVX2(dst *uint32, top, bot *uint8, n int, iy, wy uint32)
 // hsampleAVX2 is hsampleGo for n pixels, n a positive multiple of 8, with
 // the source position relative to column xa (u0 = U − xa·2¹⁶) in 32 bits
 // and the left tap's pair index clamped to [0, last], the blended row's
-// last column pair; the three pair reads per pixel are gathers.
+// last column pair; the pair reads are gathers, R's and G's (adjacent)
+// one 64-bit element per pixel.
 //
 //go:noescape
 func hsampleAVX2(rp, gp, bp *uint8, n int, sc *uint32, u0, du, last int32)
 
+// vblendAVX512 is vblendAVX2 for any n > 0 (the last step masked).
+//
+//go:noescape
+func vblendAVX512(dst *uint32, top, bot *uint8, n int, iy, wy uint32)
+
 func vblend(sc []uint32, top, bot []byte, iy, wy uint32) {
 	top, bot = top[:len(sc)+3], bot[:len(sc)+3]
 	n := 0
+	if haveAVX512 && !forceAVX2 && !forceGoKernels {
+		if len(sc) > 0 {
+			vblendAVX512(&sc[0], &top[0], &bot[0], len(sc), iy, wy)
+		}
+		return
+	}
 	if haveAVX2 && !forceGoKernels {
-		n = len(sc) &^ 15
-		if n > 0 {
-			vblendAVX2(&sc[0], &top[0], &bot[0], n, iy, wy)
+		if m := (len(sc) - n) &^ 15; m > 0 {
+			vblendAVX2(&sc[n], &top[n], &bot[n], m, iy, wy)
+			n += m
 		}
 	}
 	vblendGo(sc[n:], top[n:], bot[n:], iy, wy)

@@ -283,9 +283,26 @@ hloop:
 	VPSUBD Y2, Y3, Y3
 	VPADDD Y8, Y3, Y3
 
-	CHANNEL(0, Y5) // R
-	CHANNEL(4, Y6) // G
 	CHANNEL(8, Y1) // B
+
+	// R and G: their pairs are adjacent, so one qword gather per pixel
+	// reads both (16 gathered elements per 8 pixels instead of 24);
+	// even dwords are R's, odd G's, put back in pixel order
+	VMOVDQU Y10, Y4
+	VPGATHERDQ Y4, (SI)(X0*4), Y5 // pixels 0-3
+	VEXTRACTI128 $1, Y0, X2
+	VMOVDQU Y10, Y4
+	VPGATHERDQ Y4, (SI)(X2*4), Y6 // pixels 4-7
+	VSHUFPS $0xDD, Y6, Y5, Y2     // G 0 1 4 5 | 2 3 6 7
+	VSHUFPS $0x88, Y6, Y5, Y5     // R
+	VPERMQ $0xD8, Y2, Y6
+	VPERMQ $0xD8, Y5, Y5
+	VPMADDWD Y3, Y5, Y5
+	VPADDD Y7, Y5, Y5
+	VPSRLD $16, Y5, Y5
+	VPMADDWD Y3, Y6, Y6
+	VPADDD Y7, Y6, Y6
+	VPSRLD $16, Y6, Y6
 
 	PACKSTORE(Y5, Y6, Y1, Y0, X0, Y2)
 
@@ -361,5 +378,230 @@ crow:
 	ADDQ $64, DI
 	DECQ CX
 	JNZ crow
+	VZEROUPPER
+	RET
+
+// func hsvRowAVX512(rp, gp, bp *uint8, n int, t *hsvTable)
+//
+// hsvRowAVX2's arithmetic sixteen pixels a step in dword lanes, with two
+// differences that remove work rather than widen it: t.v is looked up
+// from registers (VPERMI2B over its 256 bytes) instead of by a gather,
+// and the coefficients are gathered in pixel order, so the channels are
+// stored straight from the products (VPMOVQB) without interleaving. The
+// last n mod 16 pixels are one more step under a mask (loads and stores
+// of the lanes past n suppressed; those lanes compute on zeros).
+TEXT ·hsvRowAVX512(SB), NOSPLIT, $0-40
+	MOVQ rp+0(FP), AX
+	MOVQ gp+8(FP), BX
+	MOVQ bp+16(FP), CX
+	MOVQ n+24(FP), DX
+	MOVQ t+32(FP), SI
+
+	// t.v in four registers: bytes 0-63, 64-127, 128-191, 192-255
+	VMOVDQU64 0(SI), Z28
+	VMOVDQU64 64(SI), Z29
+	VMOVDQU64 128(SI), Z30
+	VMOVDQU64 192(SI), Z31
+	MOVL $2048, R9
+	VPBROADCASTD R9, Z27 // rounding half of 12-bit fixed point
+	MOVL $180, R9
+	VPBROADCASTD R9, Z26
+	MOVL $255, R9
+	VPBROADCASTD R9, Z25
+	MOVL $128, R9
+	VPBROADCASTD R9, Z24
+	MOVQ $0x0020000100000800, R9 // coefRound
+	VPBROADCASTQ R9, Z23
+	VBROADCASTSS sdivnum<>(SB), Z22
+	VBROADCASTSS hdivnum<>(SB), Z21
+
+loop512:
+	// lane masks: all sixteen, or the n < 16 left (K6; K7 its upper half)
+	KXNORW K0, K0, K6
+	CMPQ DX, $16
+	JAE full512
+	MOVQ CX, R12
+	MOVQ DX, CX
+	MOVL $1, R10
+	SHLL CX, R10
+	DECL R10
+	MOVQ R12, CX
+	KMOVW R10, K6
+
+full512:
+	KSHIFTRW $8, K6, K7
+	VPMOVZXBD.Z (AX), K6, Z0 // r
+	VPMOVZXBD.Z (BX), K6, Z1 // g
+	VPMOVZXBD.Z (CX), K6, Z2 // b
+	VPMAXSD Z1, Z0, Z3
+	VPMAXSD Z2, Z3, Z3 // v
+	VPMINSD Z1, Z0, Z4
+	VPMINSD Z2, Z4, Z4
+	VPSUBD Z4, Z3, Z4 // diff
+
+	// s = (diff·sdiv[v] + 2048) >> 12, sdiv by division (see hsvRowAVX2)
+	VCVTDQ2PS Z3, Z5
+	VDIVPS Z5, Z22, Z5
+	VCVTPS2DQ Z5, Z5
+	VPMULLD Z4, Z5, Z5
+	VPADDD Z27, Z5, Z5
+	VPSRAD $12, Z5, Z5
+
+	// hue numerator: v==r ? g-b : v==g ? b-r+2diff : r-g+4diff
+	VPSUBD Z1, Z0, Z8
+	VPSLLD $2, Z4, Z9
+	VPADDD Z9, Z8, Z8
+	VPSUBD Z0, Z2, Z7
+	VPADDD Z4, Z7, Z7
+	VPADDD Z4, Z7, Z7
+	VPCMPEQD Z1, Z3, K2
+	VMOVDQA32 Z7, K2, Z8
+	VPSUBD Z2, Z1, Z6
+	VPCMPEQD Z0, Z3, K3
+	VMOVDQA32 Z6, K3, Z8
+
+	// h = (h·hdiv[diff] + 2048) >> 12, wrapped into [0, 180)
+	VCVTDQ2PS Z4, Z7
+	VDIVPS Z7, Z21, Z7
+	VCVTPS2DQ Z7, Z7
+	VPMULLD Z7, Z8, Z8
+	VPADDD Z27, Z8, Z8
+	VPSRAD $12, Z8, Z8
+	VPMOVD2M Z8, K4
+	VPADDD Z26, Z8, K4, Z8
+
+	// coefficient index h<<8 | s&255 (ternary logic: A | (B & C))
+	VPSLLD $8, Z8, Z8
+	VPTERNLOGD $0xF8, Z25, Z5, Z8
+
+	// v' = t.v[v] from registers: bytes v&127 of both halves, the upper
+	// half's where bit 7 is set; the index's zero bytes look up t.v[0],
+	// cleared by the mask
+	VMOVDQA64 Z3, Z6
+	VPERMI2B Z29, Z28, Z6
+	VMOVDQA64 Z3, Z7
+	VPERMI2B Z31, Z30, Z7
+	VPTESTMD Z24, Z3, K5
+	VMOVDQA32 Z7, K5, Z6
+	VPANDD Z25, Z6, Z6
+
+	// coefficients of pixels 0-7 (Z0) and 8-15 (Z1)
+	KXNORW K0, K0, K1
+	VPGATHERDQ 256(SI)(Y8*8), K1, Z0
+	VEXTRACTI64X4 $1, Z8, Y9
+	KXNORW K0, K0, K1
+	VPGATHERDQ 256(SI)(Y9*8), K1, Z1
+
+	// p = v'·coef + coefRound, 64-bit
+	VPMOVZXDQ Y6, Z2
+	VEXTRACTI64X4 $1, Z6, Y6
+	VPMOVZXDQ Y6, Z3
+	VPMULLQ Z2, Z0, Z0
+	VPADDQ Z23, Z0, Z0
+	VPMULLQ Z3, Z1, Z1
+	VPADDQ Z23, Z1, Z1
+
+	// channels: the low bytes of p>>12, p>>33, p>>54
+	VPSRLQ $12, Z0, Z4
+	VPMOVQB Z4, K6, (AX)
+	VPSRLQ $12, Z1, Z4
+	VPMOVQB Z4, K7, 8(AX)
+	VPSRLQ $33, Z0, Z4
+	VPMOVQB Z4, K6, (BX)
+	VPSRLQ $33, Z1, Z4
+	VPMOVQB Z4, K7, 8(BX)
+	VPSRLQ $54, Z0, Z4
+	VPMOVQB Z4, K6, (CX)
+	VPSRLQ $54, Z1, Z4
+	VPMOVQB Z4, K7, 8(CX)
+
+	ADDQ $16, AX
+	ADDQ $16, BX
+	ADDQ $16, CX
+	SUBQ $16, DX
+	JG loop512
+	VZEROUPPER
+	RET
+
+// qword orders that interleave the (k, k+3) pairs of VPUNPCKLWD (Z4: pairs
+// 0-3 | 8-11 | 16-19 | 24-27) and VPUNPCKHWD (Z5: 4-7 | 12-15 | ...) back
+// into pair order: pairs 0-15, then 16-31
+DATA pairsLo<>+0(SB)/8, $0
+DATA pairsLo<>+8(SB)/8, $1
+DATA pairsLo<>+16(SB)/8, $8
+DATA pairsLo<>+24(SB)/8, $9
+DATA pairsLo<>+32(SB)/8, $2
+DATA pairsLo<>+40(SB)/8, $3
+DATA pairsLo<>+48(SB)/8, $10
+DATA pairsLo<>+56(SB)/8, $11
+GLOBL pairsLo<>(SB), RODATA|NOPTR, $64
+DATA pairsHi<>+0(SB)/8, $4
+DATA pairsHi<>+8(SB)/8, $5
+DATA pairsHi<>+16(SB)/8, $12
+DATA pairsHi<>+24(SB)/8, $13
+DATA pairsHi<>+32(SB)/8, $6
+DATA pairsHi<>+40(SB)/8, $7
+DATA pairsHi<>+48(SB)/8, $14
+DATA pairsHi<>+56(SB)/8, $15
+GLOBL pairsHi<>(SB), RODATA|NOPTR, $64
+
+// func vblendAVX512(dst *uint32, top, bot *uint8, n int, iy, wy uint32)
+//
+// vblendAVX2 32 pairs a step, the last n mod 32 under a mask (loads and
+// stores past n suppressed).
+TEXT ·vblendAVX512(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), DI
+	MOVQ top+8(FP), SI
+	MOVQ bot+16(FP), BX
+	MOVQ n+24(FP), DX
+	MOVL iy+32(FP), AX
+	VPBROADCASTW AX, Z15
+	MOVL wy+36(FP), AX
+	VPBROADCASTW AX, Z14
+	MOVL $0x8000, AX
+	VPBROADCASTW AX, Z13
+	VMOVDQU64 pairsLo<>(SB), Z12
+	VMOVDQU64 pairsHi<>(SB), Z11
+
+vloop512:
+	// lane masks: all 32 pairs, or the n < 32 left (K1; K2 and K3 the
+	// two halves' 16 dwords)
+	KXNORD K0, K0, K1
+	CMPQ DX, $32
+	JAE vfull512
+	MOVQ DX, CX
+	MOVL $1, R10
+	SHLL CX, R10
+	DECL R10
+	KMOVD R10, K1
+
+vfull512:
+	KSHIFTRD $16, K1, K3
+	KMOVW K1, K2
+	VPMOVZXBW.Z (SI), K1, Z0
+	VPMOVZXBW.Z (BX), K1, Z1
+	VPMULLW Z15, Z0, Z0
+	VPMULLW Z14, Z1, Z1
+	VPADDW Z1, Z0, Z0
+	VPXORD Z13, Z0, Z0
+	VPMOVZXBW.Z 3(SI), K1, Z2
+	VPMOVZXBW.Z 3(BX), K1, Z3
+	VPMULLW Z15, Z2, Z2
+	VPMULLW Z14, Z3, Z3
+	VPADDW Z3, Z2, Z2
+	VPXORD Z13, Z2, Z2
+	VPUNPCKLWD Z2, Z0, Z4
+	VPUNPCKHWD Z2, Z0, Z5
+	VMOVDQA64 Z12, Z6
+	VPERMI2Q Z5, Z4, Z6
+	VMOVDQA64 Z11, Z7
+	VPERMI2Q Z5, Z4, Z7
+	VMOVDQU32 Z6, K2, (DI)
+	VMOVDQU32 Z7, K3, 64(DI)
+	ADDQ $32, SI
+	ADDQ $32, BX
+	ADDQ $128, DI
+	SUBQ $32, DX
+	JG vloop512
 	VZEROUPPER
 	RET

@@ -13,3 +13,6 @@ func hsample(r, g, b []byte, sc []uint32, U, dU int64, xa, maxX int) {
 func coefRow(row []uint64, k *coefInputs, hf, hf1 float32, sh *[4]uint64) {
 	coefRowGo(row, k, hf, hf1, sh)
 }
+
+// haveAVX512: no AVX-512 kernels off amd64 (tests ask).
+const haveAVX512 = false

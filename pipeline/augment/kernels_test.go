@@ -1,8 +1,13 @@
 package augment
 
 import (
+	"image/jpeg"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"testing"
+
+	"github.com/segpipe/segpipe/internal/shared"
 
 	"github.com/segpipe/segpipe/pipeline/order"
 )
@@ -31,9 +36,25 @@ func randomRow(r *rand.Rand, p []byte, g, b []byte) {
 	}
 }
 
-// TestHSVRowKernelsMatchGo: the dispatched applyRow (vector kernel plus Go
-// tail) must give applyRowGo's bytes exactly, for every length mod 8.
-func TestHSVRowKernelsMatchGo(t *testing.T) {
+// eachVectorPath runs f once with the dispatchers as they are (the widest
+// kernels this CPU has) and, where AVX-512 kernels are in use, once more
+// with them skipped: every vector path is compared with the Go one.
+func eachVectorPath(t *testing.T, f func(t *testing.T)) {
+	t.Run("widest", f)
+	if haveAVX512 {
+		t.Run("avx2", func(t *testing.T) {
+			forceAVX2 = true
+			defer func() { forceAVX2 = false }()
+			f(t)
+		})
+	}
+}
+
+// TestHSVRowKernelsMatchGo: the dispatched applyRow (vector kernels plus Go
+// tail) must give applyRowGo's bytes exactly, for every length mod 16.
+func TestHSVRowKernelsMatchGo(t *testing.T) { eachVectorPath(t, testHSVRowKernelsMatchGo) }
+
+func testHSVRowKernelsMatchGo(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	var tab hsvTable
 	for trial := 0; trial < 200; trial++ {
@@ -59,6 +80,10 @@ func TestHSVRowKernelsAllColours(t *testing.T) {
 	if testing.Short() {
 		t.Skip("16M colours × 3 gains")
 	}
+	eachVectorPath(t, testHSVRowKernelsAllColours)
+}
+
+func testHSVRowKernelsAllColours(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
 	var tab hsvTable
 	const n = 1 << 16
@@ -97,19 +122,25 @@ func BenchmarkHSVRow(b *testing.B) {
 }
 
 // benchKernelAndGo runs op as sub-benchmarks "kernel" (the dispatched
-// vector kernels) and "go" (the Go references), bytes per op for the
-// throughput column (0: none).
+// vector kernels), "kernel=avx2" (the AVX2 ones, on CPUs that also have
+// AVX-512 kernels) and "go" (the Go references), bytes per op for the
+// throughput column (0: none), and the process's CPU time per op.
 func benchKernelAndGo(b *testing.B, bytes int64, op func()) {
 	for _, k := range []struct {
-		name string
-		goK  bool
-	}{{"kernel", false}, {"go", true}} {
+		name       string
+		goK, avx2K bool
+	}{{"kernel", false, false}, {"kernel=avx2", false, true}, {"go", true, false}} {
+		if k.avx2K && !haveAVX512 {
+			continue
+		}
 		b.Run(k.name, func(b *testing.B) {
-			forceGoKernels = k.goK
-			defer func() { forceGoKernels = false }()
+			forceGoKernels, forceAVX2 = k.goK, k.avx2K
+			defer func() { forceGoKernels, forceAVX2 = false, false }()
 			if bytes > 0 {
 				b.SetBytes(bytes)
 			}
+			c0 := cpuTime()
+			defer func() { b.ReportMetric(float64(cpuTime()-c0)/float64(b.N), "cpu-ns/op") }()
 			for b.Loop() {
 				op()
 			}
@@ -118,7 +149,9 @@ func benchKernelAndGo(b *testing.B, bytes int64, op func()) {
 }
 
 // TestVBlendKernelMatchesGo: exact equality on random rows and weights.
-func TestVBlendKernelMatchesGo(t *testing.T) {
+func TestVBlendKernelMatchesGo(t *testing.T) { eachVectorPath(t, testVBlendKernelMatchesGo) }
+
+func testVBlendKernelMatchesGo(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for trial := 0; trial < 300; trial++ {
 		n := r.IntN(200)
@@ -178,7 +211,9 @@ func TestHSampleKernelMatchesGo(t *testing.T) {
 // TestRenderKernelsMatchGo: whole renders (mosaic, letterbox, flips, HSV
 // on and off) give the same bytes with the vector kernels as with the Go
 // ones.
-func TestRenderKernelsMatchGo(t *testing.T) {
+func TestRenderKernelsMatchGo(t *testing.T) { eachVectorPath(t, testRenderKernelsMatchGo) }
+
+func testRenderKernelsMatchGo(t *testing.T) {
 	tiles := benchTiles()
 	cfg := DefaultConfig()
 	cfg.ImgSz = 320
@@ -250,4 +285,74 @@ func BenchmarkHSVTableBuild(b *testing.B) {
 	g := randomGains(rand.New(rand.NewPCG(1, 1)))
 	tab := new(hsvTable)
 	benchKernelAndGo(b, 0, func() { tab.build(g) })
+}
+
+// BenchmarkHSVImage jitters whole real COCO images (planar, row by row,
+// as Render does): unlike BenchmarkHSVRow's noise, natural colours are
+// spatially coherent, which decides how the coefficient lookups hit the
+// caches. Each op restores the image first (a copy, the same in every
+// case). cpu-ns/op is the process's CPU time per op.
+func BenchmarkHSVImage(b *testing.B) {
+	dir := shared.Path(b, "data/coco-tiny/train2017")
+	names, err := filepath.Glob(filepath.Join(dir, "*.jpg"))
+	if err != nil || len(names) < 4 {
+		b.Skipf("coco-tiny images: %v", err)
+	}
+	type planar struct {
+		w, h int
+		pix  []byte // R, G, B planes
+	}
+	var imgs []planar
+	for _, name := range names[:4] {
+		f, err := os.Open(name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		im, err := jpeg.Decode(f)
+		f.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+		r := im.Bounds()
+		p := planar{w: r.Dx(), h: r.Dy(), pix: make([]byte, 3*r.Dx()*r.Dy())}
+		n := p.w * p.h
+		for y := 0; y < p.h; y++ {
+			for x := 0; x < p.w; x++ {
+				cr, cg, cb, _ := im.At(r.Min.X+x, r.Min.Y+y).RGBA()
+				i := y*p.w + x
+				p.pix[i], p.pix[n+i], p.pix[2*n+i] = uint8(cr>>8), uint8(cg>>8), uint8(cb>>8)
+			}
+		}
+		imgs = append(imgs, p)
+	}
+	var tab hsvTable
+	tab.build(randomGains(rand.New(rand.NewPCG(1, 1))))
+	work := make([]byte, 3*640*640)
+	var bytes int64
+	for _, p := range imgs {
+		bytes += int64(len(p.pix))
+	}
+	benchKernelAndGo(b, bytes, func() {
+		for _, p := range imgs {
+			n := p.w * p.h
+			w := work[:len(p.pix)]
+			copy(w, p.pix)
+			for y := 0; y < p.h; y++ {
+				o := y * p.w
+				tab.applyRow(w[o:o+p.w], w[n+o:n+o+p.w], w[2*n+o:2*n+o+p.w])
+			}
+		}
+	})
+}
+
+// BenchmarkVBlendRow blends one 640-column source row pair (1,920 values).
+func BenchmarkVBlendRow(b *testing.B) {
+	r := rand.New(rand.NewPCG(2, 2))
+	const n = 3 * 640
+	top, bot := make([]byte, n+3), make([]byte, n+3)
+	for i := range top {
+		top[i], bot[i] = uint8(r.IntN(256)), uint8(r.IntN(256))
+	}
+	sc := make([]uint32, n)
+	benchKernelAndGo(b, n, func() { vblend(sc, top, bot, 100, 156) })
 }

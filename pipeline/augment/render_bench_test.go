@@ -27,16 +27,22 @@ func benchTiles() []Tile {
 // BenchmarkRender renders 640×640 mosaics; the hsv=off case is the
 // baseline that isolates the geometric resampling, and kernels=go the
 // same renders with the Go reference kernels (the baseline of the vector
-// ones, in the same run).
+// ones, in the same run); kernels=avx2 skips the AVX-512 kernels on CPUs
+// that have them.
 func BenchmarkRender(b *testing.B) {
 	tiles := benchTiles()
 	for _, tc := range []struct {
-		name      string
-		hsv, goKs bool
-	}{{"hsv=off", false, false}, {"hsv=on", true, false}, {"hsv=off/kernels=go", false, true}, {"hsv=on/kernels=go", true, true}} {
+		name             string
+		hsv, goKs, avx2K bool
+	}{{"hsv=off", false, false, false}, {"hsv=on", true, false, false},
+		{"hsv=off/kernels=avx2", false, false, true}, {"hsv=on/kernels=avx2", true, false, true},
+		{"hsv=off/kernels=go", false, true, false}, {"hsv=on/kernels=go", true, true, false}} {
+		if tc.avx2K && !haveAVX512 {
+			continue
+		}
 		b.Run(tc.name, func(b *testing.B) {
-			forceGoKernels = tc.goKs
-			defer func() { forceGoKernels = false }()
+			forceGoKernels, forceAVX2 = tc.goKs, tc.avx2K
+			defer func() { forceGoKernels, forceAVX2 = false, false }()
 			cfg := DefaultConfig()
 			if !tc.hsv {
 				cfg.HSVH, cfg.HSVS, cfg.HSVV = 0, 0, 0
