@@ -98,10 +98,10 @@ func TestInferenceOnHarness(t *testing.T) {
 	compareInference(t, inferOn(t, be, 2, 64, 50), inferOn(t, cpu.New(), 2, 64, 50), 1e-3)
 }
 
-// TestInferenceOnGPU is the same comparison on GPU 0 at 640 px.
+// TestInferenceOnGPU is the same comparison on GPU 0 at 320 px.
 func TestInferenceOnGPU(t *testing.T) {
 	be := openGPUBackend(t)
-	compareInference(t, inferOn(t, be, 2, 640, 300), inferOn(t, cpu.New(), 2, 640, 300), 1e-3)
+	compareInference(t, inferOn(t, be, 2, 320, 300), inferOn(t, cpu.New(), 2, 320, 300), 1e-3)
 }
 
 // checkpointCrossing saves the golden model from one backend, opens the
@@ -144,14 +144,14 @@ func checkpointCrossing(t *testing.T, be backend.Backend) {
 	}
 }
 
-// TestCheckpointCrossesHarness: a checkpoint crosses between the CPU
+// TestCheckpointCrossingOnHarness: a checkpoint crosses between the CPU
 // backend and the CUDA Backend (on the CPU harness) unchanged.
-func TestCheckpointCrossesHarness(t *testing.T) {
+func TestCheckpointCrossingOnHarness(t *testing.T) {
 	be, _ := newHarnessBackend(t)
 	checkpointCrossing(t, be)
 }
 
-// TestCheckpointCrossesGPU is the same crossing with GPU 0.
-func TestCheckpointCrossesGPU(t *testing.T) {
+// TestCheckpointCrossingOnGPU is the same crossing with GPU 0.
+func TestCheckpointCrossingOnGPU(t *testing.T) {
 	checkpointCrossing(t, openGPUBackend(t))
 }
