@@ -71,6 +71,5 @@
 // then nothing crosses but the one norm ClipGradNorm and GlobalNorm
 // return (ClipGrads returns none). A backend with neither falls back to a
 // host round trip: each buffer a kernel reads is downloaded and uploaded
-// back afterwards, counted by the backend. On CUDA the loss is what still
-// takes that round trip each step.
+// back afterwards, counted by the backend.
 package optim

@@ -37,25 +37,23 @@
 // the EMA, over a table of the tensors cached on the device), so an
 // iteration's clip, SGD or AdamW step, zeroing and EMA take a dozen
 // launches rather than five per parameter; only Newton–Schulz stays per
-// matrix. The loss's device twin (trainer/loss's DeviceKernels,
-// imported: its methods take the loss's types) is being built in parts:
-// the padded targets, the task-aligned assigner, the class and box terms
-// and the combination are here (loss_assign.go, kernels/loss_assign.cu,
-// checked against Forward on the CPU harness by
-// TestLossKernelsOnHarness); until the owner map, mask and semantic
-// kernels join them the Backend does not satisfy the interface and the
-// loss takes the round trip each step.
+// matrix.
 //
-// The loss's mask side has its device twins (loss_mask.go,
-// kernels/loss_mask.cu): LossOwners, LossMask and LossSemseg of
-// trainer/loss's DeviceKernels compose the owner map and semantic target
-// from the uploaded uint8 mask stack and compute each branch's mask term
-// and the semantic term with their gradients, in double with fixed-order
-// reductions and one writer per gradient element (no floating-point
-// atomics: the results repeat bit for bit). They are checked against
-// Forward on the CPU harness (TestLossMaskOnHarness) and, by
-// TestLossMaskOnGPU, on a GPU; ForwardOn uses them once the whole of
-// DeviceKernels exists.
+// The loss runs on the device too: Backend implements trainer/loss's
+// DeviceKernels (imported: its methods take the loss's types), so
+// ForwardOn queues the padded targets, the task-aligned assigner, the
+// class and box terms and their combination (loss_assign.go,
+// kernels/loss_assign.cu, compiled without multiply-add contraction so
+// that each operation rounds as Go's), and the owner map, the mask term
+// and the semantic term (loss_mask.go, kernels/loss_mask.cu), all in
+// double where the Go code is, with fixed-order reductions and one writer
+// per gradient element (no floating-point atomics: results repeat bit for
+// bit), and only the loss items come down. They are checked against
+// Forward on the CPU harness (TestLossKernelsOnHarness,
+// TestLossMaskOnHarness, TestForwardOnHarness: bit for bit but the float64
+// sums) and, by the …OnGPU twins, on a GPU. With the batch staged
+// (stage_backend.go) a training iteration crosses the batch's own bytes up
+// and 48 bytes of loss items down.
 //
 // Backend runs on an engine: a GPU here, or in this package's tests the
 // CPU harness below, which runs the same .cu kernels compiled with g++
