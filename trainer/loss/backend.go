@@ -3,7 +3,6 @@ package loss
 import (
 	"fmt"
 	"math"
-	"unsafe"
 
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
@@ -67,9 +66,9 @@ func (d *DeviceTargets) Upload(be backend.Memory, t *Targets) {
 		d.bpi = append(d.bpi, int32(c))
 	}
 	d.BoxesPerImage = d.buffer(0, len(d.bpi))
-	be.UploadBytes(d.BoxesPerImage, int32Bytes(d.bpi))
+	be.UploadBytes(d.BoxesPerImage, backend.Int32Bytes(d.bpi))
 	d.Classes = d.buffer(1, len(t.Classes))
-	be.UploadBytes(d.Classes, int32Bytes(t.Classes))
+	be.UploadBytes(d.Classes, backend.Int32Bytes(t.Classes))
 	d.Boxes = d.buffer(2, len(t.Boxes))
 	be.Upload(d.Boxes, t.Boxes)
 	d.IsCrowd = d.buffer(3, (len(t.IsCrowd)+3)/4)
@@ -214,8 +213,8 @@ func (c *Criterion) roundTrip(be backend.Backend, g Geometry, out, grads [NumOut
 		be.Download(h.raw[i], b)
 		raw[i] = h.raw[i]
 	}
-	tg := h.targets(float32sAsInt32(raw[0]), float32sAsInt32(raw[1]), raw[2],
-		float32sAsBytes(raw[3])[:t.CrowdBytes], float32sAsBytes(raw[4])[:t.MaskBytes])
+	tg := h.targets(backend.Int32s(raw[0]), backend.Int32s(raw[1]), raw[2],
+		backend.Bytes(raw[3])[:t.CrowdBytes], backend.Bytes(raw[4])[:t.MaskBytes])
 	var words [ResultLen]float32
 	if err := c.forwardSlices(g, o, gr, tg, withGrads, words[:]); err != nil {
 		return err
@@ -303,28 +302,4 @@ func putFloat64(w []float32, v float64) {
 
 func getFloat64(w []float32) float64 {
 	return math.Float64frombits(uint64(math.Float32bits(w[0])) | uint64(math.Float32bits(w[1]))<<32)
-}
-
-// The reinterpretations below let int32 and byte arrays cross through the
-// float32 Memory methods with their bits untouched.
-
-func int32Bytes(s []int32) []byte {
-	if len(s) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), 4*len(s))
-}
-
-func float32sAsInt32(s []float32) []int32 {
-	if len(s) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*int32)(unsafe.Pointer(&s[0])), len(s))
-}
-
-func float32sAsBytes(s []float32) []byte {
-	if len(s) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), 4*len(s))
 }

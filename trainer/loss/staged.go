@@ -1,8 +1,6 @@
 package loss
 
 import (
-	"unsafe"
-
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
 
@@ -18,7 +16,7 @@ func StagedParts(t *Targets, bpi []int32) (parts [5][]byte, scratch []int32) {
 	for _, c := range t.BoxesPerImage {
 		bpi = append(bpi, int32(c))
 	}
-	return [5][]byte{int32Bytes(bpi), int32Bytes(t.Classes), bytesOfFloat32s(t.Boxes), t.IsCrowd, t.Masks}, bpi
+	return [5][]byte{backend.Int32Bytes(bpi), backend.Int32Bytes(t.Classes), backend.Bytes(t.Boxes), t.IsCrowd, t.Masks}, bpi
 }
 
 // Adopt makes d the targets of t whose five arrays already lie in be's
@@ -35,11 +33,4 @@ func (d *DeviceTargets) Adopt(be backend.Memory, bufs [5]backend.Buffer, t *Targ
 	d.record(t) // the host copy and kept counts the device twin checks
 	d.CrowdBytes, d.MaskBytes = len(t.IsCrowd), len(t.Masks)
 	d.BoxesPerImage, d.Classes, d.Boxes, d.IsCrowd, d.Masks = bufs[0], bufs[1], bufs[2], bufs[3], bufs[4]
-}
-
-func bytesOfFloat32s(s []float32) []byte {
-	if len(s) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), 4*len(s))
 }

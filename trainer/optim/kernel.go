@@ -1,8 +1,6 @@
 package optim
 
 import (
-	"unsafe"
-
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 	"github.com/segpipe/segpipe/trainer/tensor/cpu"
 )
@@ -53,19 +51,11 @@ func (r *roundTrip) Float32(b backend.Buffer) []float32 {
 }
 
 func (r *roundTrip) Int32(b backend.Buffer) []int32 {
-	f := r.Float32(b)
-	if len(f) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*int32)(unsafe.Pointer(&f[0])), len(f))
+	return backend.Int32s(r.Float32(b))
 }
 
 func (r *roundTrip) Bytes(b backend.Buffer) []byte {
-	f := r.Float32(b)
-	if len(f) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*byte)(unsafe.Pointer(&f[0])), 4*len(f))
+	return backend.Bytes(r.Float32(b))
 }
 
 // zeroed allocates n elements on be, set to zero (a fresh moment buffer).

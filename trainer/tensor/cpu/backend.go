@@ -5,7 +5,6 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
@@ -133,20 +132,12 @@ func (be *Backend) f(b backend.Buffer) []float32 {
 
 // i resolves a buffer of int32 elements.
 func (be *Backend) i(b backend.Buffer) []int32 {
-	d := be.f(b)
-	if len(d) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*int32)(unsafe.Pointer(&d[0])), len(d))
+	return backend.Int32s(be.f(b))
 }
 
 // b resolves a buffer to its bytes.
 func (be *Backend) b(buf backend.Buffer) []byte {
-	d := be.f(buf)
-	if len(d) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*byte)(unsafe.Pointer(&d[0])), 4*len(d))
+	return backend.Bytes(be.f(buf))
 }
 
 // Upload copies host values into dst.

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
@@ -272,7 +271,7 @@ func (be *Backend) Upload(dst backend.Buffer, src []float32) {
 	if len(src) == 0 {
 		return
 	}
-	orPanic("upload", be.e.upload(be.ptr(dst), unsafe.Slice((*byte)(unsafe.Pointer(&src[0])), 4*len(src))))
+	orPanic("upload", be.e.upload(be.ptr(dst), backend.Bytes(src)))
 }
 
 // UploadBytes copies host bytes into dst's memory in order.
@@ -298,7 +297,7 @@ func (be *Backend) Download(dst []float32, src backend.Buffer) {
 	if len(dst) == 0 {
 		return
 	}
-	orPanic("download", be.e.download(unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 4*len(dst)), be.ptr(src)))
+	orPanic("download", be.e.download(backend.Bytes(dst), be.ptr(src)))
 }
 
 // Host returns nil: device memory is not host-addressable.
