@@ -7,9 +7,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/segpipe/segpipe/datasets/coco"
 	"github.com/segpipe/segpipe/datasets/synth"
 	"github.com/segpipe/segpipe/formats/shard"
+	"github.com/segpipe/segpipe/internal/synthshards"
 	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/trainer/metrics"
 	"github.com/segpipe/segpipe/trainer/model"
@@ -20,26 +20,8 @@ import (
 // returns the shard directory and the dataset directory.
 func synthShards(t *testing.T, n int) (shards, data string, sc synth.Config) {
 	t.Helper()
-	root := t.TempDir()
-	data, shards = filepath.Join(root, "data"), filepath.Join(root, "shards")
 	sc = synth.Config{Images: n, Seed: 3, MaxSide: 96, MeanInstances: 2, Workers: 1}
-	if err := synth.Generate(data, sc); err != nil {
-		t.Fatal(err)
-	}
-	ds, err := coco.Open(synth.AnnotationsPath(data, sc), synth.ImagesDir(data), coco.Options{Workers: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := shard.Create(shards, shard.WriterOptions{Categories: ds.Categories(), Source: shard.Source{Kind: "coco"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ds.Images(context.Background(), 0, w.Write); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Close(nil); err != nil {
-		t.Fatal(err)
-	}
+	shards, data = synthshards.Write(t, sc)
 	return shards, data, sc
 }
 

@@ -8,10 +8,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/segpipe/segpipe/datasets/coco"
 	"github.com/segpipe/segpipe/datasets/synth"
 	"github.com/segpipe/segpipe/formats/safetensors"
-	"github.com/segpipe/segpipe/formats/shard"
+	"github.com/segpipe/segpipe/internal/synthshards"
 	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/trainer/model"
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
@@ -19,29 +18,10 @@ import (
 	"github.com/segpipe/segpipe/trainer/train"
 )
 
-// synthShards writes n synthetic COCO images as shards.
+// synthShards writes n synthetic COCO images as shards and opens them.
 func synthShards(t *testing.T, n int) *pipeline.ShardSource {
 	t.Helper()
-	root := t.TempDir()
-	data, dir := filepath.Join(root, "data"), filepath.Join(root, "shards")
-	sc := synth.Config{Images: n, Seed: 3, MaxSide: 96, MeanInstances: 2, Workers: 1}
-	if err := synth.Generate(data, sc); err != nil {
-		t.Fatal(err)
-	}
-	ds, err := coco.Open(synth.AnnotationsPath(data, sc), synth.ImagesDir(data), coco.Options{Workers: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := shard.Create(dir, shard.WriterOptions{Categories: ds.Categories(), Source: shard.Source{Kind: "coco"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ds.Images(context.Background(), 0, w.Write); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Close(nil); err != nil {
-		t.Fatal(err)
-	}
+	dir, _ := synthshards.Write(t, synth.Config{Images: n, Seed: 3, MaxSide: 96, MeanInstances: 2, Workers: 1})
 	src, err := pipeline.OpenShards(dir)
 	if err != nil {
 		t.Fatal(err)
