@@ -134,23 +134,11 @@ func Expand(dst []uint8, g Grid, wins []Window, data []uint8) error {
 	// Validate everything first, so that an error leaves dst untouched,
 	// then clear the stack in one call: one large clear is far cheaper than
 	// one per plane.
-	off := 0
-	for i, w := range wins {
-		if w.W < 0 || w.H < 0 || w.X0 < 0 || w.Y0 < 0 ||
-			int(w.X0)+int(w.W) > g.Cols || int(w.Y0)+int(w.H) > g.Rows {
-			return fmt.Errorf("raster: window %d %+v outside grid %dx%d", i, w, g.Rows, g.Cols)
-		}
-		n := w.Size()
-		if n > len(data)-off {
-			return fmt.Errorf("raster: window %d needs %d bytes at offset %d, data has %d", i, n, off, len(data))
-		}
-		off += n
-	}
-	if off != len(data) {
-		return fmt.Errorf("raster: windows use %d bytes, data has %d", off, len(data))
+	if err := CheckWindows(g.Rows, g.Cols, wins, len(data)); err != nil {
+		return err
 	}
 	clear(dst)
-	off = 0
+	off := 0
 	for i, w := range wins {
 		plane := dst[i*p : (i+1)*p]
 		ww := int(w.W)
@@ -159,6 +147,29 @@ func Expand(dst []uint8, g Grid, wins []Window, data []uint8) error {
 			copy(plane[o:o+ww], data[off:off+ww])
 			off += ww
 		}
+	}
+	return nil
+}
+
+// CheckWindows reports the first window of wins that lies outside a
+// rows×cols grid or does not fit dataBytes bytes of window data (the
+// windows' w·h bytes back to back, in order), and data left over: what
+// Expand refuses, for an expansion done elsewhere (on a device).
+func CheckWindows(rows, cols int, wins []Window, dataBytes int) error {
+	off := 0
+	for i, w := range wins {
+		if w.W < 0 || w.H < 0 || w.X0 < 0 || w.Y0 < 0 ||
+			int(w.X0)+int(w.W) > cols || int(w.Y0)+int(w.H) > rows {
+			return fmt.Errorf("raster: window %d %+v outside grid %dx%d", i, w, rows, cols)
+		}
+		n := w.Size()
+		if n > dataBytes-off {
+			return fmt.Errorf("raster: window %d needs %d bytes at offset %d, data has %d", i, n, off, dataBytes)
+		}
+		off += n
+	}
+	if off != dataBytes {
+		return fmt.Errorf("raster: windows use %d bytes, data has %d", off, dataBytes)
 	}
 	return nil
 }

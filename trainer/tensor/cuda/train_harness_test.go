@@ -66,39 +66,29 @@ func TestTrainOnHarness(t *testing.T) {
 		from, to string
 	}{{"cpu then cuda", "cpu", "cuda"}, {"cuda then cpu", "cuda", "cpu"}, {"cuda then cuda", "cuda", "cuda"}} {
 		t.Run(route.name, func(t *testing.T) {
-			on := func(dev string) cudaOrCPU {
+			// The harness Backend for cuda; nil lets the run open the CPU.
+			on := func(dev string) backend.Backend {
 				if dev == "cuda" {
-					return cudaOrCPU{be}
+					return be
 				}
-				return cudaOrCPU{}
+				return nil
 			}
 			out := t.TempDir()
 			c := cfg
 			c.Device = route.from
 			_, err := train.Run(ctx, train.Options{Config: c, Train: train.Local(src), Categories: cats, Out: out,
-				StopAfterIterations: 1, Backend: on(route.from).backend()})
+				StopAfterIterations: 1, Backend: on(route.from)})
 			if !errors.Is(err, train.ErrInterrupted) {
 				t.Fatalf("first iteration on %s: %v, want ErrInterrupted", route.from, err)
 			}
 			got, err := train.Run(ctx, train.Options{Train: train.Local(src), Out: out, Resume: true,
-				Device: route.to, Backend: on(route.to).backend()})
+				Device: route.to, Backend: on(route.to)})
 			if err != nil {
 				t.Fatalf("resume on %s: %v", route.to, err)
 			}
 			compareRuns(t, cfg, len(cats), got, want, filepath.Join(out, train.LastFile), filepath.Join(ref, train.LastFile))
 		})
 	}
-}
-
-// cudaOrCPU is the Backend option of a run: the harness Backend, or the
-// device the config names (nil).
-type cudaOrCPU struct{ be *cuda.Backend }
-
-func (c cudaOrCPU) backend() backend.Backend {
-	if c.be == nil {
-		return nil
-	}
-	return c.be
 }
 
 func compareRuns(t *testing.T, cfg train.Config, classes int, got, want *train.Summary, gotLast, wantLast string) {

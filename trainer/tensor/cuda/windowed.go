@@ -2,14 +2,17 @@ package cuda
 
 import (
 	"fmt"
+	"unsafe"
 
+	"github.com/segpipe/segpipe/pipeline/raster"
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
 
 var _ backend.WindowExpander = (*Backend)(nil)
 
 // WindowTable checks the windows as the host expansion does
-// (raster.Expand: inside the grid, sizes matching the data) and appends
+// (raster.CheckWindows: inside the grid, sizes matching the data; the
+// transport's four int32 per window are raster.Window's layout) and appends
 // their ExpandWindows table entries (AppendWindow), each with its offset
 // into the data.
 func (be *Backend) WindowTable(dst []byte, wins []int32, rows, cols, dataBytes int) ([]byte, error) {
@@ -19,20 +22,14 @@ func (be *Backend) WindowTable(dst []byte, wins []int32, rows, cols, dataBytes i
 	if rows < 0 || cols < 0 {
 		return dst, fmt.Errorf("cuda backend: windows on a %dx%d grid", rows, cols)
 	}
-	off := int64(0)
-	for i := 0; i < len(wins); i += 4 {
-		x0, y0, w, h := int64(wins[i]), int64(wins[i+1]), int64(wins[i+2]), int64(wins[i+3])
-		if x0 < 0 || y0 < 0 || w < 0 || h < 0 || x0+w > int64(cols) || y0+h > int64(rows) {
-			return dst, fmt.Errorf("cuda backend: window %d (%d, %d, %d×%d) outside grid %dx%d", i/4, x0, y0, w, h, rows, cols)
-		}
-		if w*h > int64(dataBytes)-off {
-			return dst, fmt.Errorf("cuda backend: window %d needs %d bytes at offset %d, data has %d", i/4, w*h, off, dataBytes)
-		}
-		dst = AppendWindow(dst, int(x0), int(y0), int(w), int(h), off)
-		off += w * h
+	ws := unsafe.Slice((*raster.Window)(unsafe.Pointer(unsafe.SliceData(wins))), len(wins)/4)
+	if err := raster.CheckWindows(rows, cols, ws, dataBytes); err != nil {
+		return dst, fmt.Errorf("cuda backend: %w", err)
 	}
-	if off != int64(dataBytes) {
-		return dst, fmt.Errorf("cuda backend: windows use %d bytes, data has %d", off, dataBytes)
+	off := 0
+	for _, w := range ws {
+		dst = AppendWindow(dst, int(w.X0), int(w.Y0), int(w.W), int(w.H), int64(off))
+		off += w.Size()
 	}
 	return dst, nil
 }
