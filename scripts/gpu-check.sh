@@ -110,7 +110,8 @@ fi
 # The CUDA tests: every kernel against the CPU reference, cuBLAS GEMMs
 # (fp32 and TF32), cuDNN convolutions and batch-norm, pinned copies and
 # events, and the optimiser device twins (TestOptimOnGPU: SGD, AdamW and
-# MuSGD steps, clipping, EMA against the cpu backend, nothing crossing).
+# MuSGD steps, clipping, EMA against the cpu backend, nothing crossing),
+# and the loss result's copy behind the queued work (TestFetchOnGPU).
 # -test.v prints each kernel's worst relative error.
 test_bin=trainer/tensor/cuda/cuda.test
 if [[ -x "$test_bin" ]]; then

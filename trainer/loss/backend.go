@@ -266,6 +266,13 @@ func putResult(res []float32, r *Result) {
 func ReadResult(be backend.Memory, res backend.Buffer) (items [NumComponents]float64, total float64) {
 	var w [ResultLen]float32
 	be.Download(w[:], res.Slice(0, ResultLen))
+	return DecodeResult(w)
+}
+
+// DecodeResult decodes the loss items and the total from the ResultLen
+// words of a result buffer, as they came down (ReadResult, or a
+// backend.Fetcher's copy of res.Slice(0, ResultLen)).
+func DecodeResult(w [ResultLen]float32) (items [NumComponents]float64, total float64) {
 	for k := range items {
 		items[k] = getFloat64(w[2*k:])
 	}

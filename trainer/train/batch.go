@@ -17,6 +17,10 @@ import (
 type gradSet struct {
 	batch deviceBatch
 	loss  deviceLoss
+	// pending is the latest step's loss on its way down from a
+	// backend.Fetcher, read once the next step is queued (or at the
+	// epoch's end, a save or an interruption: trainer.settle).
+	pending stepLoss
 }
 
 // deviceBatch is the batch on the run's backend. Its upload is the one
@@ -114,13 +118,41 @@ type lossResult struct {
 	Total float64
 }
 
+// stepLoss is the loss result of iteration ni: read at once from a
+// backend that runs kernels as they are queued (cpu, emu), or on its way
+// down from a backend.Fetcher (cuda) until read, so that the host queues
+// the step's backward pass, its optimiser and the next step before it
+// waits for the device.
+type stepLoss struct {
+	ni      int
+	fetched backend.Fetched // nil: r is the result
+	r       lossResult
+}
+
+// deferred reports whether the result is still on its way.
+func (s *stepLoss) deferred() bool { return s.fetched != nil }
+
+// read returns the result, waiting for its copy when it is on its way.
+func (s *stepLoss) read() (lossResult, error) {
+	if s.fetched != nil {
+		var w [loss.ResultLen]float32
+		err := s.fetched.Wait(w[:])
+		s.fetched = nil
+		if err != nil {
+			return lossResult{}, fmt.Errorf("iteration %d: reading the loss: %w", s.ni, err)
+		}
+		s.r.Items, s.r.Total = loss.DecodeResult(w)
+	}
+	return s.r, nil
+}
+
 // run computes the loss of the model outputs outs (loss.NumOutputs of
 // them, in its order) against tg on be, leaving d(total)/d(output) in
-// d.seeds, and downloads the result. It warns once when the backend has
-// no loss kernel and the loss takes the host round trip.
-func (d *deviceLoss) run(be backend.Backend, crit *loss.Criterion, g loss.Geometry, outs []*tensor.Tensor, tg *loss.DeviceTargets, warn func(string, ...any)) (lossResult, error) {
+// d.seeds, and fetches the result (one download). It warns once when the
+// backend has no loss kernel and the loss takes the host round trip.
+func (d *deviceLoss) run(be backend.Backend, crit *loss.Criterion, g loss.Geometry, outs []*tensor.Tensor, tg *loss.DeviceTargets, warn func(string, ...any)) (stepLoss, error) {
 	if len(outs) != loss.NumOutputs {
-		return lossResult{}, fmt.Errorf("loss: %d model outputs, want %d", len(outs), loss.NumOutputs)
+		return stepLoss{}, fmt.Errorf("loss: %d model outputs, want %d", len(outs), loss.NumOutputs)
 	}
 	if len(d.seeds) != len(outs) {
 		d.seeds = make([]*tensor.Tensor, len(outs))
@@ -137,13 +169,28 @@ func (d *deviceLoss) run(be backend.Backend, crit *loss.Criterion, g loss.Geomet
 	}
 	n := crit.HostRoundTrips()
 	if err := crit.ForwardOn(be, g, ob, gb, tg, d.res); err != nil {
-		return lossResult{}, err
+		return stepLoss{}, err
 	}
 	if n == 0 && crit.HostRoundTrips() > 0 && warn != nil {
 		warn("the backend has no loss kernel: every step downloads the head outputs and targets and uploads their gradients",
 			"backend", be.Name())
 	}
-	var r lossResult
-	r.Items, r.Total = loss.ReadResult(be, d.res)
-	return r, nil
+	var s stepLoss
+	if f, ok := be.(backend.Fetcher); ok {
+		var err error
+		if s.fetched, err = f.Fetch(d.res.Slice(0, loss.ResultLen)); err != nil {
+			return stepLoss{}, fmt.Errorf("loss: %w", err)
+		}
+		return s, nil
+	}
+	s.r.Items, s.r.Total = loss.ReadResult(be, d.res)
+	return s, nil
+}
+
+// drop waits for a loss still on its way and discards it (an epoch that
+// ends in an error), so that its copy's resources are returned.
+func (gs *gradSet) drop() {
+	if gs.pending.deferred() {
+		gs.pending.read()
+	}
 }

@@ -16,13 +16,14 @@ import (
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
 
-// firstBatch sets up a tiny run at batch 2 on dev and returns it with the
-// loader's first batch, which the caller releases.
-func firstBatch(t *testing.T, src *pipeline.ShardSource, cats []shard.Category, dev string) (*trainer, arrow.RecordBatch) {
+// firstBatch sets up a tiny run at batch 2 on dev (on be when not nil,
+// whose kind dev is) and returns it with the loader's first batch, which
+// the caller releases.
+func firstBatch(t *testing.T, src *pipeline.ShardSource, cats []shard.Category, dev string, be backend.Backend) (*trainer, arrow.RecordBatch) {
 	t.Helper()
 	cfg := tinyConfig(1)
 	cfg.Device, cfg.Batch = dev, 2
-	tr := &trainer{opt: Options{Config: cfg, Train: Local(src), Categories: cats, Out: t.TempDir()}, log: discardLogger()}
+	tr := &trainer{opt: Options{Config: cfg, Train: Local(src), Categories: cats, Out: t.TempDir(), Backend: be}, log: discardLogger()}
 	if err := tr.setup(); err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +47,7 @@ func TestStepRefusesNonFiniteLoss(t *testing.T) {
 	src, cats := open(t, shards)
 	for _, dev := range []string{"cpu", "emu"} {
 		t.Run(dev, func(t *testing.T) {
-			tr, rec := firstBatch(t, src, cats, dev)
+			tr, rec := firstBatch(t, src, cats, dev, nil)
 			defer rec.Release()
 			for _, p := range tr.m.Params() {
 				v := make([]float32, p.Value.Numel())
@@ -76,7 +77,7 @@ type noLossKernel struct{ backend.Backend }
 func TestLossWithoutLossKernel(t *testing.T) {
 	shards, _, _ := synthShards(t, 4)
 	src, cats := open(t, shards)
-	tr, rec := firstBatch(t, src, cats, "emu")
+	tr, rec := firstBatch(t, src, cats, "emu", nil)
 	defer rec.Release()
 	var db deviceBatch
 	x, tg, err := db.upload(tr.be, rec)
@@ -109,7 +110,11 @@ func TestLossWithoutLossKernel(t *testing.T) {
 		warn := func(string, ...any) { runs[k].warns++ }
 		for range 2 {
 			t0 := be.Transfers()
-			if runs[k].res, err = dl.run(be, crit, geometry(mo, tr.cfg.Classes), outs, tg, warn); err != nil {
+			sl, err := dl.run(be, crit, geometry(mo, tr.cfg.Classes), outs, tg, warn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if runs[k].res, err = sl.read(); err != nil {
 				t.Fatal(err)
 			}
 			t1 := be.Transfers()

@@ -54,9 +54,11 @@
 //     the next batch's copies run beside this step's backward pass and
 //     optimiser), the loss runs on
 //     the backend (loss.ForwardOn) and only its items and total come
-//     down. The optimiser, clipping and the EMA run on the backend's own
+//     down — on a backend.Fetcher (cuda) a step late: fetched behind the
+//     loss kernels and read at the end of the next step, whose work is
+//     then queued (stepLoss; trainer.settle before every save). The optimiser, clipping and the EMA run on the backend's own
 //     buffers (package optim; the EMA's average is the evaluation model),
 //     so the run files are the only other crossing (see hostState). A
-//     backend without the loss's kernel (cuda, for now) takes a counted
-//     host round trip of the loss's inputs and gradients instead.
+//     backend without the loss's kernel takes a counted host round trip
+//     of the loss's inputs and gradients instead.
 package train

@@ -376,13 +376,21 @@ func (t *trainer) epoch(ctx context.Context, ld pipeline.Batches, e int) (Epoch,
 	tp := tensor.NewTape(t.be)
 	var gs gradSet
 	defer gs.batch.release(t.be)
+	defer gs.drop()
+	// stop saves the partial epoch once the latest loss is in it.
+	stop := func(cause error) error {
+		if err := t.settle(&gs, &ep); err != nil {
+			return err
+		}
+		return t.interrupt(&p, &ep, elapsed, cause)
+	}
 	x0, i0, w0 := t.be.Transfers(), t.iters, stageIdle(t.be)
 	for {
 		if err := ctx.Err(); err != nil {
-			return ep, t.interrupt(&p, &ep, elapsed, err)
+			return ep, stop(err)
 		}
 		if t.opt.StopAfterIterations > 0 && t.iters >= t.opt.StopAfterIterations {
-			return ep, t.interrupt(&p, &ep, elapsed, nil)
+			return ep, stop(nil)
 		}
 		w0 := time.Now()
 		rec, err := ld.Next(ctx)
@@ -392,7 +400,7 @@ func (t *trainer) epoch(ctx context.Context, ld pipeline.Batches, e int) (Epoch,
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return ep, t.interrupt(&p, &ep, elapsed, ctx.Err())
+				return ep, stop(ctx.Err())
 			}
 			return ep, err
 		}
@@ -413,6 +421,9 @@ func (t *trainer) epoch(ctx context.Context, ld pipeline.Batches, e int) (Epoch,
 			break
 		}
 		if t.cfg.SaveEvery > 0 && t.st.NI%t.cfg.SaveEvery == 0 {
+			if err := t.settle(&gs, &ep); err != nil {
+				return ep, err
+			}
 			elapsed()
 			saved := p
 			saved.Loss = ep.Loss
@@ -423,6 +434,9 @@ func (t *trainer) epoch(ctx context.Context, ld pipeline.Batches, e int) (Epoch,
 				return ep, fmt.Errorf("saving the state at iteration %d: %w", t.st.NI, err)
 			}
 		}
+	}
+	if err := t.settle(&gs, &ep); err != nil {
+		return ep, err
 	}
 	t.crossed, t.crossedIters = x0.Since(t.be.Transfers()), t.iters-i0
 	gs.batch.release(t.be) // validation may want the staging memory
@@ -483,14 +497,19 @@ func (t *trainer) step(tp *tensor.Tape, r arrow.RecordBatch, e int, gs *gradSet,
 		mo.One2One.Boxes, mo.One2One.Scores, mo.One2One.MaskCoefficients, mo.Proto, mo.Semseg}
 	// The loss runs on the backend as one fused kernel; its gradients
 	// are the backward seeds and only its items and total come down.
-	res, err := gs.loss.run(t.be, t.crit, geometry(mo, t.cfg.Classes), outs, tg, t.log.Warn)
+	sl, err := gs.loss.run(t.be, t.crit, geometry(mo, t.cfg.Classes), outs, tg, t.log.Warn)
 	if err != nil {
 		tp.Reset()
 		return 0, err
 	}
-	if math.IsNaN(res.Total) || math.IsInf(res.Total, 0) {
-		tp.Reset()
-		return 0, fmt.Errorf("iteration %d: loss is %v", t.st.NI, res.Total)
+	sl.ni = t.st.NI
+	if !sl.deferred() {
+		// Read at once (the kernels have run): a non-finite loss is
+		// refused before the backward pass.
+		if err := t.account(&sl, ep); err != nil {
+			tp.Reset()
+			return 0, err
+		}
 	}
 	seeds := gs.loss.seeds
 	// Nothing reads this step's activations after backward: handing them
@@ -499,9 +518,6 @@ func (t *trainer) step(tp *tensor.Tape, r arrow.RecordBatch, e int, gs *gradSet,
 	tp.RecycleOutputs()
 	if err := tp.BackwardFrom(outs, seeds); err != nil {
 		return 0, err
-	}
-	for i, v := range res.Items {
-		ep.Loss[i] += v
 	}
 	if t.acc.Due(t.st.NI, acc) {
 		// Clip, step, zero and average are kernels on the backend's own
@@ -514,7 +530,48 @@ func (t *trainer) step(tp *tensor.Tape, r arrow.RecordBatch, e int, gs *gradSet,
 			return 0, err
 		}
 	}
+	if sl.deferred() {
+		// The whole step is queued: now read the previous step's loss,
+		// whose copy has long run, while the device works on this one.
+		// A non-finite loss is then refused one step later than on a
+		// backend that runs kernels as they are queued, but before
+		// anything is saved (settle runs before every save).
+		prev := gs.pending
+		gs.pending = sl
+		if prev.deferred() {
+			if err := t.account(&prev, ep); err != nil {
+				return 0, err
+			}
+		}
+	}
 	return B, nil
+}
+
+// account adds a step's loss items to the epoch's sums, refusing a
+// non-finite total.
+func (t *trainer) account(s *stepLoss, ep *Epoch) error {
+	r, err := s.read()
+	if err != nil {
+		return err
+	}
+	if math.IsNaN(r.Total) || math.IsInf(r.Total, 0) {
+		return fmt.Errorf("iteration %d: loss is %v", s.ni, r.Total)
+	}
+	for i, v := range r.Items {
+		ep.Loss[i] += v
+	}
+	return nil
+}
+
+// settle accounts the loss still on its way, if any: before the epoch's
+// sums are read or saved.
+func (t *trainer) settle(gs *gradSet, ep *Epoch) error {
+	if !gs.pending.deferred() {
+		return nil
+	}
+	s := gs.pending
+	gs.pending = stepLoss{}
+	return t.account(&s, ep)
 }
 
 func geometry(mo *model.Output, nc int) loss.Geometry {

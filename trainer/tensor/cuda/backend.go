@@ -54,9 +54,9 @@ type engine interface {
 // host code on a backend without it, crossing to the host (counted). The
 // optimiser steps, gradient clipping and norms and the EMA update have
 // device twins instead (trainer/optim's DeviceKernels, in optim.go), so
-// they never cross; the loss still takes that round trip until its device
-// twin (loss.DeviceKernels, loss_assign.go and the mask kernels) is
-// complete.
+// they never cross; nor does the loss (loss.DeviceKernels, in
+// loss_assign.go and loss_mask.go), whose result comes down through
+// backend.Fetcher (fetch.go) without waiting for the device.
 //
 // Its methods panic on a device error (a launch that fails, memory that
 // runs out): the backend.Backend interface has no error results, and a
@@ -89,6 +89,8 @@ type Backend struct {
 	tableBytes int64
 	// staging is the batch path's double-buffered Stager (stage_backend.go).
 	staging staging
+	// fetching serves backend.Fetcher (fetch.go).
+	fetching fetching
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -125,7 +127,7 @@ func newBackend(e engine, k *Kernels) *Backend {
 // Close waits for the device, destroys the cached plans and handles, and
 // releases the context. Buffers still allocated go with it.
 func (be *Backend) Close() error {
-	stageErr := be.closeStaging()
+	stageErr := errors.Join(be.closeFetching(), be.closeStaging())
 	be.closed.Store(true)
 	be.plansMu.Lock()
 	be.plans = map[Conv]*ConvPlan{}

@@ -119,6 +119,14 @@
 // memory), because the kernelParams block is a table of raw addresses that
 // Go memory must not hold.
 //
+// A step's one download, its loss result, does not wait for the device:
+// Backend implements backend.Fetcher, whose Fetch queues the copy into
+// pinned memory on the compute stream with an event after it, and the
+// train loop reads it at the end of the next step, whose work is then
+// queued, waiting on that event alone. The host thus stays
+// a step ahead and the compute stream never idles while the host reads a
+// result and then queues the rest of the step.
+//
 // Batches go up through a Stager: two pinned slots and a copy stream,
 // so one batch's host-to-device copies overlap the step on the previous
 // one, and the compute stream waits on an event rather than the host.

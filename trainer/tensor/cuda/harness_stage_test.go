@@ -70,6 +70,15 @@ func (q *harnessQueue) copyUp(after, done Event, src pinnedMem, copies []stageCo
 	return nil
 }
 
+func (q *harnessQueue) copyDown(dst pinnedMem, src Ptr, n int, done Event) error {
+	if err := q.e.download(dst.Bytes()[:n], src); err != nil {
+		return err
+	}
+	q.recorded[done] = len(q.e.stage)
+	q.trace("down", done, 0)
+	return nil
+}
+
 func (q *harnessQueue) record(e Event) error {
 	q.recorded[e] = len(q.e.stage)
 	q.trace("record", e, 0)

@@ -44,6 +44,9 @@ type stageQueue interface {
 	// the copies of src's bytes [Off, Off+N) to Dst, a record of done; and
 	// makes the compute stream wait for done.
 	copyUp(after, done Event, src pinnedMem, copies []stageCopy) error
+	// copyDown queues on the compute stream the copy of n bytes at src
+	// into dst and a record of done after it.
+	copyDown(dst pinnedMem, src Ptr, n int, done Event) error
 	// record marks e at the current end of the compute stream.
 	record(e Event) error
 	// syncEvent waits on the host until e has completed.
@@ -358,6 +361,23 @@ func (q *deviceQueue) copyUp(after, done Event, src pinnedMem, copies []stageCop
 			return err
 		}
 		return drv.check("cuStreamWaitEvent", ccall(drv.cuStreamWaitEvent, uintptr(d.stream), uintptr(done), 0))
+	})
+}
+
+func (q *deviceQueue) copyDown(dst pinnedMem, src Ptr, n int, done Event) error {
+	h, ok := dst.(*HostBuffer)
+	if !ok || n > h.n {
+		return fmt.Errorf("cuda: copy of %d bytes into %T, not pinned memory that holds them", n, dst)
+	}
+	d := q.d
+	return d.Do(func() error {
+		drv := d.drv
+		if n > 0 {
+			if err := drv.check("cuMemcpyDtoHAsync", ccall(drv.cuMemcpyDtoHAsync, h.addr, uintptr(src), uintptr(n), uintptr(d.stream))); err != nil {
+				return err
+			}
+		}
+		return drv.check("cuEventRecord", ccall(drv.cuEventRecord, uintptr(done), uintptr(d.stream)))
 	})
 }
 
