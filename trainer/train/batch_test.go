@@ -49,13 +49,7 @@ func TestStepRefusesNonFiniteLoss(t *testing.T) {
 		t.Run(dev, func(t *testing.T) {
 			tr, rec := firstBatch(t, src, cats, dev, nil)
 			defer rec.Release()
-			for _, p := range tr.m.Params() {
-				v := make([]float32, p.Value.Numel())
-				for i := range v {
-					v[i] = float32(math.NaN())
-				}
-				p.Value.FromHost(v)
-			}
+			nanWeights(tr)
 			var gs gradSet
 			var ep Epoch
 			_, err := tr.step(tensor.NewTape(tr.be), rec, 0, &gs, &ep)
@@ -63,6 +57,17 @@ func TestStepRefusesNonFiniteLoss(t *testing.T) {
 				t.Fatalf("step with NaN weights: %v, want the NaN loss refused", err)
 			}
 		})
+	}
+}
+
+// nanWeights sets every weight of tr's model to NaN.
+func nanWeights(tr *trainer) {
+	for _, p := range tr.m.Params() {
+		v := make([]float32, p.Value.Numel())
+		for i := range v {
+			v[i] = float32(math.NaN())
+		}
+		p.Value.FromHost(v)
 	}
 }
 

@@ -3,7 +3,6 @@ package train
 import (
 	"context"
 	"errors"
-	"math"
 	"strings"
 	"testing"
 
@@ -99,13 +98,7 @@ func TestDeferredLossRefusesNonFinite(t *testing.T) {
 	for _, iters := range []int{1, 2} { // the read at the epoch's end, and a late read
 		fe := &fetchingEmu{Backend: cpu.NewEmulated(), t: t}
 		tr, rec := firstBatch(t, src, cats, "emu", fe)
-		for _, p := range tr.m.Params() {
-			v := make([]float32, p.Value.Numel())
-			for i := range v {
-				v[i] = float32(math.NaN())
-			}
-			p.Value.FromHost(v)
-		}
+		nanWeights(tr)
 		var gs gradSet
 		var ep Epoch
 		tp := tensor.NewTape(tr.be)
