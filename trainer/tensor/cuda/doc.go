@@ -1,9 +1,10 @@
 // Package cuda binds the CUDA driver API, cuBLAS and cuDNN 9 at run time
 // and implements segpipe's CUDA trainer backend on them: one locked OS
 // thread per device, streams, events, stream-ordered allocation, pinned
-// host memory, cuBLAS GEMMs, cuDNN convolutions, batch-norm and pooling,
-// the project's own kernels (see Kernels), and Backend, the
-// backend.Backend over device memory that `--device cuda` selects.
+// host memory, cuBLAS GEMMs, cuDNN convolutions (and cuDNN's batch-norm,
+// bound and checked on a GPU, though Backend runs its own, see below), the
+// project's own kernels (see Kernels), and Backend, the backend.Backend
+// over device memory that `--device cuda` selects.
 //
 // # The backend
 //
