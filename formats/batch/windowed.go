@@ -220,14 +220,14 @@ func windowColumns(n, sumN, listOffset int, listOffs, wins, dataOffs, data *memo
 	return wa, ba
 }
 
-// WindowedOf returns the windowed form of the dense batch record rec,
+// windowedOf returns the windowed form of the dense batch record rec,
 // whose masks are described by wins (four int32 per instance, in the
 // record's instance order) and dataOffs/data (the N+1 per-image offsets
 // into data of the windows' bytes): rec's first nine columns unchanged,
 // then mask_windows and mask_data over the given buffers, without a copy.
 // schema is WindowedSchema of rec's. The caller still owns rec and the
 // buffers and owns one reference to the result.
-func WindowedOf(schema *arrow.Schema, rec arrow.RecordBatch, wins, dataOffs, data *memory.Buffer) (arrow.RecordBatch, error) {
+func windowedOf(schema *arrow.Schema, rec arrow.RecordBatch, wins, dataOffs, data *memory.Buffer) (arrow.RecordBatch, error) {
 	ms, err := MaskStack(rec)
 	if err != nil {
 		return nil, err
