@@ -1,7 +1,6 @@
 package train
 
 import (
-	"context"
 	"encoding/binary"
 	"strings"
 	"testing"
@@ -10,7 +9,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/segpipe/segpipe/formats/batch"
-	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/pipeline/raster"
 	"github.com/segpipe/segpipe/trainer/loss"
 	"github.com/segpipe/segpipe/trainer/tensor"
@@ -118,40 +116,19 @@ func TestWindowedStepsLikeDense(t *testing.T) {
 	const steps = 5
 	kinds := []string{"dense", "windowed on a window expander", "windowed on emu"}
 	runs := make([]run, len(kinds))
-	var we *windowingEmu
 	var extra []int64 // per step: table + window bytes − stack bytes
 	var grown, withInstances int
-	for k := range kinds {
-		cfg := tinyConfig(1)
-		cfg.Device, cfg.Batch, cfg.NBS = "emu", 2, 4
-		tr := &trainer{opt: Options{Config: cfg, Train: Local(src), Categories: cats, Out: t.TempDir()}, log: discardLogger()}
-		switch k {
-		case 0:
-			tr.be = &stagingEmu{Backend: cpu.NewEmulated(), t: t}
-		case 1:
-			we = &windowingEmu{stagingEmu: stagingEmu{Backend: cpu.NewEmulated(), t: t}}
-			tr.be = we
-			if !ExpandsWindows(we) {
-				t.Fatal("ExpandsWindows is false for a staging window expander")
-			}
-		}
-		if err := tr.setup(); err != nil {
-			t.Fatal(err)
-		}
-		ctx := context.Background()
-		ld, err := pipeline.New(ctx, pipeline.Repeat(src, 4), pipeline.Config{BatchSize: cfg.Batch, Augment: defaultAugFrom(cfg), Epochs: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tp := tensor.NewTape(tr.be)
-		var gs gradSet
-		var stack backend.Buffer
-		for range steps {
-			rec, err := ld.Next(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if k > 0 {
+	we := &windowingEmu{stagingEmu: stagingEmu{Backend: cpu.NewEmulated(), t: t}}
+	if !ExpandsWindows(we) {
+		t.Fatal("ExpandsWindows is false for a staging window expander")
+	}
+	var stack backend.Buffer
+	for k, be := range []backend.Backend{&stagingEmu{Backend: cpu.NewEmulated(), t: t}, we, cpu.NewEmulated()} {
+		var each func(int, *trainer, arrow.RecordBatch) arrow.RecordBatch
+		var after func(*gradSet)
+		if k > 0 {
+			each = func(_ int, _ *trainer, rec arrow.RecordBatch) arrow.RecordBatch {
+				defer rec.Release()
 				win := windowedForm(t, rec, "")
 				if k == 1 {
 					mw, err := batch.MaskWindowsOf(win)
@@ -164,28 +141,22 @@ func TestWindowedStepsLikeDense(t *testing.T) {
 						withInstances++
 					}
 				}
-				rec.Release()
-				rec = win
-			}
-			var ep Epoch
-			t0 := tr.be.Transfers()
-			if _, err := tr.step(tp, rec, 0, &gs, &ep); err != nil {
-				t.Fatal(err)
-			}
-			rec.Release()
-			tr.st.NI++
-			runs[k].losses = append(runs[k].losses, ep.Loss)
-			runs[k].moved = append(runs[k].moved, t0.Since(tr.be.Transfers()))
-			if k == 1 && gs.batch.masks != stack {
-				grown++
-				stack = gs.batch.masks
+				return win
 			}
 		}
-		gs.batch.release(tr.be)
+		if k == 1 {
+			after = func(gs *gradSet) {
+				if gs.batch.masks != stack {
+					grown++
+					stack = gs.batch.masks
+				}
+			}
+		}
+		var gs *gradSet
+		runs[k].losses, runs[k].moved, gs = trainSteps(t, src, cats, be, steps, each, after)
 		if gs.batch.masks.Present() {
 			t.Errorf("%s: the device stack is held after release", kinds[k])
 		}
-		ld.Close()
 	}
 	for k := 1; k < len(kinds); k++ {
 		for i := range steps {
