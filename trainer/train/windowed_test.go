@@ -186,7 +186,17 @@ func TestWindowedStepsLikeDense(t *testing.T) {
 func TestWindowedBatchRefused(t *testing.T) {
 	shards, _, _ := synthShards(t, 4)
 	src, cats := open(t, shards)
-	_, rec := firstBatch(t, src, cats, "cpu")
+	var rec arrow.RecordBatch // the first batch with instances
+	trainSteps(t, src, cats, cpu.NewEmulated(), 4, func(_ int, _ *trainer, r arrow.RecordBatch) arrow.RecordBatch {
+		if ms, err := batch.MaskStack(r); err == nil && ms.Count > 0 && rec == nil {
+			r.Retain()
+			rec = r
+		}
+		return r
+	}, nil)
+	if rec == nil {
+		t.Fatal("no batch with instances")
+	}
 	defer rec.Release()
 	for _, bad := range []struct{ name, want string }{{"window", "outside grid"}, {"data", "data has"}} {
 		win := windowedForm(t, rec, bad.name)
