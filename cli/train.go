@@ -16,6 +16,7 @@ import (
 	ucli "github.com/urfave/cli/v3"
 
 	"github.com/segpipe/segpipe/pipeline"
+	"github.com/segpipe/segpipe/trainer/device"
 	"github.com/segpipe/segpipe/trainer/train"
 )
 
@@ -112,7 +113,8 @@ func trainCommand() *ucli.Command {
 			"but --device, which moves it to another device (checkpoints have one format on all).\n" +
 			"Ctrl-C saves the run between two batches; --resume continues from the next batch.\n" +
 			"With --remote the batches come from `segpipe serve` on another machine (windowed\n" +
-			"masks on the wire); the run directory and the model stay here.\n\n" +
+			"masks on the wire); the run directory and the model stay here.\n" +
+			"With --remote and --device cuda the masks stay windowed up to the GPU, which expands them.\n\n" +
 			"Examples:\n  segpipe train --shards shards/train --config trainer/configs/smoke.json --out runs/smoke\n" +
 			"  segpipe train --shards shards/train --variant n --epochs 100 --batch 8 --imgsz 640 --out runs/n\n" +
 			"  segpipe train --remote loader-host:8815 --shards coco/train --config trainer/configs/long.json --out runs/long\n" +
@@ -158,6 +160,7 @@ func runTrain(ctx context.Context, c *ucli.Command) error {
 		return &trainProgress{p: newProgress(stderr, what, int64(total), 0)}
 	}}
 	cfg := train.DefaultConfig()
+	dev := "" // the device the run trains on
 	if dir := c.String("resume"); dir != "" {
 		for _, k := range append(train.Keys(), "config", "out") {
 			if f := flagOf(k); c.IsSet(f) && f != "workers" && f != "device" {
@@ -169,9 +172,11 @@ func runTrain(ctx context.Context, c *ucli.Command) error {
 			return err
 		}
 		opt.Out, opt.Resume = dir, true
+		dev = saved.Device
 		if c.IsSet("device") {
 			// The one setting a resume may change: where it runs.
 			opt.Device = c.String("device")
+			dev = opt.Device
 		}
 		if !c.IsSet("shards") {
 			c.Set("shards", saved.Shards)
@@ -202,6 +207,7 @@ func runTrain(ctx context.Context, c *ucli.Command) error {
 			return usagef("--out RUN_DIR is required")
 		}
 		opt.Out = c.String("out")
+		dev = cfg.Device
 	}
 	shards, valShards := cfg.Shards, cfg.ValShards
 	if c.IsSet("shards") || opt.Resume {
@@ -219,11 +225,18 @@ func runTrain(ctx context.Context, c *ucli.Command) error {
 			return err
 		}
 		defer cl.Close()
-		if opt.Train, opt.Categories, err = remoteData(ctx, cl, shards); err != nil {
+		// A device that expands windowed masks itself gets the training
+		// batches windowed; elsewhere the stream expands them.
+		be, err := device.Open(dev)
+		if err != nil {
+			return err
+		}
+		windowed := train.ExpandsWindows(be)
+		if opt.Train, opt.Categories, err = remoteData(ctx, cl, shards, windowed); err != nil {
 			return err
 		}
 		if valShards != "" {
-			if opt.Val, _, err = remoteData(ctx, cl, valShards); err != nil {
+			if opt.Val, _, err = remoteData(ctx, cl, valShards, windowed); err != nil {
 				return err
 			}
 		}

@@ -36,22 +36,30 @@ func remoteClient(c *ucli.Command) (*remote.Client, error) {
 	return remote.NewClient(cfg)
 }
 
-// streamData is a shard set behind a segpipe server as train.Data.
+// streamData is a shard set behind a segpipe server as train.Data. With
+// windowed set (a device that expands windows, train.ExpandsWindows) the
+// training streams deliver their batches windowed (remote's
+// OpenWindowed); validation streams, whose masks the host reads, and
+// every stream otherwise deliver them expanded on the host.
 type streamData struct {
-	c      *remote.Client
-	shards string
-	images int
+	c        *remote.Client
+	shards   string
+	images   int
+	windowed bool
 }
 
 func (d streamData) Images() int { return d.images }
 
 func (d streamData) Open(ctx context.Context, cfg pipeline.Config) (pipeline.Batches, error) {
+	if d.windowed && !cfg.Val {
+		return d.c.OpenWindowed(ctx, d.shards, cfg)
+	}
 	return d.c.Open(ctx, d.shards, cfg)
 }
 
 // remoteData asks the server about a shard set and returns it as training
-// data with its category table.
-func remoteData(ctx context.Context, c *remote.Client, shards string) (train.Data, []shard.Category, error) {
+// data with its category table, its training batches windowed when asked.
+func remoteData(ctx context.Context, c *remote.Client, shards string, windowed bool) (train.Data, []shard.Category, error) {
 	info, err := c.Dataset(ctx, shards)
 	if err != nil {
 		return nil, nil, err
@@ -59,5 +67,5 @@ func remoteData(ctx context.Context, c *remote.Client, shards string) (train.Dat
 	if info.Images == 0 {
 		return nil, nil, fmt.Errorf("remote shard set %q holds no images", shards)
 	}
-	return streamData{c: c, shards: shards, images: info.Images}, info.Categories, nil
+	return streamData{c: c, shards: shards, images: info.Images, windowed: windowed}, info.Categories, nil
 }

@@ -2,12 +2,18 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/csv"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/segpipe/segpipe/formats/batch"
 	"github.com/segpipe/segpipe/formats/safetensors"
+	"github.com/segpipe/segpipe/pipeline"
+	"github.com/segpipe/segpipe/pipeline/augment"
+	"github.com/segpipe/segpipe/pipeline/remote"
+	"github.com/segpipe/segpipe/trainer/device"
 	"github.com/segpipe/segpipe/trainer/train"
 )
 
@@ -94,4 +100,49 @@ func lossColumns(t *testing.T, run string) [][11]string {
 		out = append(out, x)
 	}
 	return out
+}
+
+// The remote training data streams windowed batches only where the device
+// expands them (train.ExpandsWindows: cuda) and only for training;
+// validation streams, and every stream for cpu and emu, are dense.
+func TestRemoteDataWindowedForTrainingOnly(t *testing.T) {
+	dir := miniShards(t)
+	addr, stop := serveShards(t, dir, 1)
+	defer stop()
+	cl, err := remote.NewClient(remote.ClientConfig{Addr: addr, Token: "tk"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for _, dev := range []string{"cpu", "emu"} {
+		be, err := device.Open(dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if train.ExpandsWindows(be) {
+			t.Errorf("%s expands windows", dev)
+		}
+	}
+	ctx := context.Background()
+	for _, c := range []struct {
+		windowed, val, want bool
+	}{{false, false, false}, {true, true, false}, {true, false, true}} {
+		data, _, err := remoteData(ctx, cl, "mini", c.windowed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := data.Open(ctx, pipeline.Config{BatchSize: 2, Val: c.val, Augment: augment.DefaultConfig()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := s.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := batch.IsWindowed(rec.Schema()); got != c.want {
+			t.Errorf("windowed data %v, validation %v: windowed batches %v, want %v", c.windowed, c.val, got, c.want)
+		}
+		rec.Release()
+		s.Close()
+	}
 }

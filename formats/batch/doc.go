@@ -33,6 +33,19 @@
 // {"shape":[...]} (plus optional "dim_names", "permutation"). The package
 // registers it on import so that IPC and Flight round trips restore it.
 //
+// # Windowed form
+//
+// For transport (`segpipe serve` with "masks":"windowed") a batch may
+// carry its masks as per-instance windows instead of the dense stack: the
+// masks column is replaced by mask_windows (per instance x0, y0, w, h on
+// the grid) and mask_data (per image the windows' w·h bytes), with the
+// grid under [MetaMaskGrid] (see [WindowedSchema]). [Windowed] makes that
+// form of a dense record, [Builder.BuildWindowed] builds one over given
+// buffers, [MaskWindowsOf] reads its mask part (checking the layout; the
+// windows against the grid are an expansion's checks, pipeline/raster's
+// Expand or CheckWindows), and [InstancesWithoutMasks] its other instance
+// columns. [IsWindowed] tells the forms apart.
+//
 // # Ownership
 //
 // [Builder.Build] wraps the given memory.Buffers; the record holds its own

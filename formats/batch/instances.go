@@ -27,7 +27,14 @@ type Instances struct {
 
 // InstancesOf views rec's instance columns, checking that their per-image
 // splits agree.
-func InstancesOf(rec arrow.RecordBatch) (*Instances, error) {
+func InstancesOf(rec arrow.RecordBatch) (*Instances, error) { return instancesOf(rec, true) }
+
+// InstancesWithoutMasks is InstancesOf for a consumer whose masks come
+// separately — a windowed record (IsWindowed, read with MaskWindowsOf) —
+// or that does not read them: every field but Masks, which is nil.
+func InstancesWithoutMasks(rec arrow.RecordBatch) (*Instances, error) { return instancesOf(rec, false) }
+
+func instancesOf(rec arrow.RecordBatch, withMasks bool) (*Instances, error) {
 	col := func(name string) (arrow.Array, error) { return column(rec, name) }
 	bpiCol, err := col(ColBoxesPerImage)
 	if err != nil {
@@ -65,9 +72,14 @@ func InstancesOf(rec arrow.RecordBatch) (*Instances, error) {
 	if !ok {
 		return nil, fmt.Errorf("batch: column %s holds %s, not int32", ColClasses, cls.ListValues().DataType())
 	}
-	masks, err := MaskStack(rec)
-	if err != nil {
-		return nil, err
+	var masks Stack
+	if withMasks {
+		if masks, err = MaskStack(rec); err != nil {
+			if IsWindowed(rec.Schema()) {
+				return nil, fmt.Errorf("batch: the record's masks are windowed (read them with MaskWindowsOf): %w", err)
+			}
+			return nil, err
+		}
 	}
 
 	n := bpi.Len()
@@ -98,14 +110,16 @@ func InstancesOf(rec arrow.RecordBatch) (*Instances, error) {
 		return nil, fmt.Errorf("batch: record holds %d classes, need %d", len(cv), hi)
 	}
 	t.Classes = cv[lo:hi]
-	if len(masks.Shape) != 2 {
-		return nil, fmt.Errorf("batch: masks have shape %v, want [Hp, Wp]", masks.Shape)
+	if withMasks {
+		if len(masks.Shape) != 2 {
+			return nil, fmt.Errorf("batch: masks have shape %v, want [Hp, Wp]", masks.Shape)
+		}
+		hw := masks.Shape[0] * masks.Shape[1]
+		if len(masks.Offsets) != n+1 || masks.Offsets[0] != offs[0] || masks.Offsets[n] != offs[n] || hi*hw > len(masks.Data) {
+			return nil, fmt.Errorf("batch: mask stack does not match the box lists")
+		}
+		t.Masks = masks.Data[lo*hw : hi*hw]
 	}
-	hw := masks.Shape[0] * masks.Shape[1]
-	if len(masks.Offsets) != n+1 || masks.Offsets[0] != offs[0] || masks.Offsets[n] != offs[n] || hi*hw > len(masks.Data) {
-		return nil, fmt.Errorf("batch: mask stack does not match the box lists")
-	}
-	t.Masks = masks.Data[lo*hw : hi*hw]
 	crowd, err := CrowdFlags(rec)
 	if err != nil {
 		return nil, err

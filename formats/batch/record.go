@@ -47,6 +47,7 @@ type Builder struct {
 	classesType  *arrow.ListType
 	crowdType    *arrow.ListType
 	masksType    *arrow.ListType
+	windowed     *arrow.Schema
 }
 
 // NewBuilder returns a builder for canvases of h×w pixels and masks on an
@@ -83,11 +84,16 @@ func NewBuilder(h, w, hp, wp int) (*Builder, error) {
 		{Name: ColBoxesPerImage, Type: arrow.PrimitiveTypes.Int32},
 		{Name: ColMasks, Type: b.masksType},
 	}, &md)
+	b.windowed = WindowedSchema(b.schema, hp, wp)
 	return b, nil
 }
 
 // Schema returns the batch schema.
 func (b *Builder) Schema() *arrow.Schema { return b.schema }
+
+// WindowedSchema returns the schema of the records BuildWindowed makes:
+// [WindowedSchema] of the batch schema on the builder's grid.
+func (b *Builder) WindowedSchema() *arrow.Schema { return b.windowed }
 
 // Columns are the buffers of one batch of N images and SumN instances. The
 // buffers are wrapped as Arrow buffers without copying; each must hold at
@@ -106,6 +112,12 @@ type Columns struct {
 	Classes       *memory.Buffer // SumN int32
 	IsCrowd       *memory.Buffer // SumN uint8 in {0,1}; nil: no crowd instance
 	Masks         *memory.Buffer // SumN·Hp·Wp uint8 in {0,1}
+
+	// The windowed form's mask part, which BuildWindowed takes instead of
+	// Masks (see WindowedSchema).
+	Windows       *memory.Buffer // SumN·4 int32: x0 y0 w h on the grid per instance
+	WindowOffsets *memory.Buffer // N+1 int32: image i's window bytes are WindowData[off[i]:off[i+1]]
+	WindowData    *memory.Buffer // the windows' w·h bytes back to back
 }
 
 // Build wraps c into a record. The record takes its own reference on every
@@ -114,7 +126,16 @@ type Columns struct {
 // one reference that belongs to the caller; when the last holder releases
 // it the buffers are released, which returns pooled memory to its
 // allocator. Build checks sizes and offsets and never copies data.
-func (b *Builder) Build(c *Columns) (arrow.RecordBatch, error) {
+func (b *Builder) Build(c *Columns) (arrow.RecordBatch, error) { return b.build(c, false) }
+
+// BuildWindowed is Build for the windowed form: c.Windows, WindowOffsets
+// and WindowData take the place of c.Masks (which is ignored). Besides
+// Build's checks it checks that the data offsets start at or above 0,
+// never decrease and stay inside WindowData; the windows against the grid
+// and the data are an expansion's checks (pipeline/raster).
+func (b *Builder) BuildWindowed(c *Columns) (arrow.RecordBatch, error) { return b.build(c, true) }
+
+func (b *Builder) build(c *Columns, windowed bool) (arrow.RecordBatch, error) {
 	n, sn := c.N, c.SumN
 	if n < 0 || sn < 0 {
 		return nil, fmt.Errorf("batch: negative count (N=%d, SumN=%d)", n, sn)
@@ -124,11 +145,12 @@ func (b *Builder) Build(c *Columns) (arrow.RecordBatch, error) {
 		// A producer without crowd instances need not keep a zero buffer.
 		crowd = memory.NewBufferBytes(make([]byte, sn))
 	}
-	need := []struct {
+	type sized struct {
 		name string
 		buf  *memory.Buffer
 		size int
-	}{
+	}
+	need := []sized{
 		{ColImage, c.Images, n * 3 * b.H * b.W},
 		{ColImageID, c.ImageIDs, n * 8},
 		{ColOrigHeight, c.OrigHeight, n * 4},
@@ -139,7 +161,11 @@ func (b *Builder) Build(c *Columns) (arrow.RecordBatch, error) {
 		{ColBoxes, c.Boxes, sn * 4 * 4},
 		{ColClasses, c.Classes, sn * 4},
 		{ColIsCrowd, crowd, sn},
-		{ColMasks, c.Masks, sn * b.Hp * b.Wp},
+	}
+	if windowed {
+		need = append(need, sized{ColMaskWindows, c.Windows, sn * 16}, sized{ColMaskData + " offsets", c.WindowOffsets, (n + 1) * 4})
+	} else {
+		need = append(need, sized{ColMasks, c.Masks, sn * b.Hp * b.Wp})
 	}
 	for _, x := range need {
 		if x.buf == nil {
@@ -173,6 +199,22 @@ func (b *Builder) Build(c *Columns) (arrow.RecordBatch, error) {
 		}
 	}
 
+	if windowed && n > 0 {
+		do := int32s(c.WindowOffsets, n+1)
+		data := 0
+		if c.WindowData != nil {
+			data = c.WindowData.Len()
+		}
+		if do[0] < 0 || int(do[n]) > data {
+			return nil, fmt.Errorf("batch: column %s: offsets %d..%d outside %d bytes", ColMaskData, do[0], do[n], data)
+		}
+		for i := 0; i < n; i++ {
+			if do[i+1] < do[i] {
+				return nil, fmt.Errorf("batch: column %s: image %d: offsets %d..%d decrease", ColMaskData, i, do[i], do[i+1])
+			}
+		}
+	}
+
 	prim := func(t arrow.DataType, buf *memory.Buffer, length int) *array.Data {
 		return array.NewData(t, length, []*memory.Buffer{nil, buf}, nil, 0, 0)
 	}
@@ -188,7 +230,7 @@ func (b *Builder) Build(c *Columns) (arrow.RecordBatch, error) {
 	}
 	u8, f32, f64, i32, i64 := arrow.PrimitiveTypes.Uint8, arrow.PrimitiveTypes.Float32, arrow.PrimitiveTypes.Float64, arrow.PrimitiveTypes.Int32, arrow.PrimitiveTypes.Int64
 
-	datas := [10]*array.Data{
+	datas := []*array.Data{
 		fsl(b.imageType, prim(u8, c.Images, n*3*b.H*b.W), n),
 		prim(i64, c.ImageIDs, n),
 		prim(i32, c.OrigHeight, n),
@@ -198,14 +240,21 @@ func (b *Builder) Build(c *Columns) (arrow.RecordBatch, error) {
 		list(b.classesType, prim(i32, c.Classes, sn)),
 		list(b.crowdType, prim(u8, crowd, sn)),
 		prim(i32, c.BoxesPerImage, n),
-		list(b.masksType, fsl(b.maskType, prim(u8, c.Masks, sn*b.Hp*b.Wp), sn)),
 	}
-	var cols [10]arrow.Array
+	schema := b.schema
+	if !windowed {
+		datas = append(datas, list(b.masksType, fsl(b.maskType, prim(u8, c.Masks, sn*b.Hp*b.Wp), sn)))
+	}
+	cols := make([]arrow.Array, len(datas), nDense+2)
 	for i, d := range datas {
 		cols[i] = array.MakeFromData(d)
 		d.Release()
 	}
-	rec := array.NewRecordBatch(b.schema, cols[:], int64(n))
+	if windowed {
+		wa, ba := windowColumns(n, sn, 0, c.Offsets, c.Windows, c.WindowOffsets, c.WindowData)
+		cols, schema = append(cols, wa, ba), b.windowed
+	}
+	rec := array.NewRecordBatch(schema, cols, int64(n))
 	for _, a := range cols {
 		a.Release()
 	}

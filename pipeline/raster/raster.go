@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"unsafe"
 )
 
 // Grid is the prototype grid: Rows×Cols cells, each Stride canvas pixels
@@ -49,6 +50,19 @@ func (g Grid) check() error {
 // columns without conversion.
 type Window struct {
 	X0, Y0, W, H int32
+}
+
+// WindowsOf views window values as they travel (Arrow int32, four per
+// window in Window's field order: x0, y0, w, h) as Windows, without a
+// copy. A length that is not a multiple of four is an error.
+func WindowsOf(v []int32) ([]Window, error) {
+	if len(v)%4 != 0 {
+		return nil, fmt.Errorf("raster: %d window values, not 4 per window", len(v))
+	}
+	if len(v) == 0 {
+		return nil, nil
+	}
+	return unsafe.Slice((*Window)(unsafe.Pointer(unsafe.SliceData(v))), len(v)/4), nil
 }
 
 // Size returns the number of mask bytes the window holds.

@@ -168,15 +168,30 @@ func (c *Client) Dataset(ctx context.Context, shards string) (DatasetInfo, error
 }
 
 // Open streams the shard set shards through a server loader configured as
-// cfg (see NewRequest), with windowed masks on the wire. It is what a
-// trainer calls where it would call pipeline.New.
+// cfg (see NewRequest), with windowed masks on the wire, delivered as
+// dense batch records. It is what a trainer calls where it would call
+// pipeline.New.
 func (c *Client) Open(ctx context.Context, shards string, cfg pipeline.Config) (*Stream, error) {
+	return c.open(ctx, shards, cfg, false)
+}
+
+// OpenWindowed is Open for a consumer that expands the masks itself, on a
+// device: the stream's batches keep the windowed form they travel in
+// (batch.WindowedSchema's columns, read with batch.MaskWindowsOf), each
+// checked as the host expansion checks it — the batch contract, the
+// windows against the grid and the data — and refused with the same
+// errors.
+func (c *Client) OpenWindowed(ctx context.Context, shards string, cfg pipeline.Config) (*Stream, error) {
+	return c.open(ctx, shards, cfg, true)
+}
+
+func (c *Client) open(ctx context.Context, shards string, cfg pipeline.Config, keepWindowed bool) (*Stream, error) {
 	req, err := NewRequest(shards, cfg)
 	if err != nil {
 		return nil, err
 	}
 	req.Masks = MasksWindowed
-	return c.Stream(ctx, req)
+	return c.stream(ctx, req, keepWindowed)
 }
 
 // Stream is one rank's batches from a server. It implements
@@ -192,6 +207,7 @@ type Stream struct {
 	mu        sync.Mutex // guards scancel, which a cancelled Next calls from another goroutine
 	scancel   context.CancelFunc
 	exp       *expander
+	keepWin   bool     // deliver windowed batches windowed (OpenWindowed)
 	fl        fleetPos // which server of a fleet serves the stream
 	state     order.State
 	delivered int64
@@ -208,13 +224,17 @@ var _ pipeline.Batches = (*Stream)(nil)
 // bounds the opening only: the stream lives until Close, and each Next
 // takes its own context.
 func (c *Client) Stream(ctx context.Context, req Request) (*Stream, error) {
+	return c.stream(ctx, req, false)
+}
+
+func (c *Client) stream(ctx context.Context, req Request, keepWindowed bool) (*Stream, error) {
 	if req.Version == 0 {
 		req.Version = RequestVersion
 	}
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Stream{c: c, req: req, state: req.Start}
+	s := &Stream{c: c, req: req, state: req.Start, keepWin: keepWindowed}
 	c.fleet.place(s)
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, s.cancel)
@@ -391,7 +411,12 @@ func (s *Stream) deliver() (arrow.RecordBatch, error) {
 	var out arrow.RecordBatch
 	if s.exp != nil {
 		var err error
-		if out, err = s.exp.expand(rec); err != nil {
+		if s.keepWin {
+			out, err = s.exp.windowed(rec)
+		} else {
+			out, err = s.exp.expand(rec)
+		}
+		if err != nil {
 			s.drop()
 			return nil, fmt.Errorf("remote: batch %d from %s: %w", s.delivered, s.c.cfg.Addr, err)
 		}

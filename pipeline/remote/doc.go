@@ -32,7 +32,11 @@
 // x0,y0,w,h on the grid) and mask_data (per image the windows' w·h bytes),
 // see ColMaskWindows; [Stream] expands them back into the dense
 // (sum_N, Hp, Wp) stack, so a consumer of Stream sees batch records either
-// way, byte-identical to the local loader's.
+// way, byte-identical to the local loader's. A stream from
+// [Client.OpenWindowed] delivers them windowed instead, checked
+// as the expansion checks them, for a consumer that expands them on a
+// device (segpipe train --device cuda: trainer/train stages the windows
+// and their bytes and expands them there).
 //
 // # Client
 //

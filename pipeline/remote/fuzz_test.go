@@ -10,6 +10,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/segpipe/segpipe/formats/batch"
 	"github.com/segpipe/segpipe/internal/bufpool"
+	"github.com/segpipe/segpipe/pipeline/raster"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 )
@@ -74,7 +75,10 @@ func FuzzUnmarshalFlightData(f *testing.F) {
 
 // FuzzExpand: a windowed record whose windows, crowd flags, mask-data
 // offsets and mask bytes are whatever a server sent either expands into a
-// batch that keeps the contract or fails with an error, never a panic.
+// batch that keeps the contract or fails with an error, never a panic; and
+// the check of a stream that delivers it windowed (OpenWindowed) refuses
+// exactly what the expansion refuses, and what it accepts expands, through
+// batch.MaskWindowsOf and raster.Expand, into the same stack.
 func FuzzExpand(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0}, uint8(3))
 	f.Add([]byte{2, 1, 255, 255, 255, 127, 9}, uint8(5))
@@ -116,10 +120,27 @@ func FuzzExpand(f *testing.F) {
 			t.Fatal(err)
 		}
 		out, err := e.expand(win)
+		kept, errKept := e.windowed(win)
+		if (err == nil) != (errKept == nil) {
+			t.Fatalf("expansion error %v, windowed delivery's %v", err, errKept)
+		}
 		if err != nil {
 			return
 		}
 		defer out.Release()
+		defer kept.Release()
+		mw, err := batch.MaskWindowsOf(kept)
+		if err != nil {
+			t.Fatalf("a checked windowed record: %v", err)
+		}
+		wins, err := raster.WindowsOf(mw.Windows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again := make([]byte, mw.Count()*mw.Rows*mw.Cols)
+		if err := raster.Expand(again, e.grid, wins, mw.Data); err != nil {
+			t.Fatalf("a checked windowed record does not expand: %v", err)
+		}
 		ms, err := batch.MaskStack(out)
 		if err != nil {
 			t.Fatal(err)
@@ -130,6 +151,9 @@ func FuzzExpand(f *testing.F) {
 		}
 		if len(ms.Data) != ms.Count*16 || len(crowd) < ms.Count {
 			t.Fatalf("%d mask bytes and %d crowd flags for %d instances", len(ms.Data), len(crowd), ms.Count)
+		}
+		if !bytes.Equal(again, ms.Data) {
+			t.Fatal("the windowed record expands to another stack than the expansion's")
 		}
 		for _, v := range crowd[:ms.Count] {
 			if v > 1 {

@@ -267,7 +267,7 @@ func (s *Server) open(ctx context.Context, name string) (pipeline.Source, error)
 
 // schemaOf returns the stream schema of a request (what the loader's
 // records carry, windowed when asked).
-func schemaOf(cfg pipeline.Config, transport string) (*arrow.Schema, int, error) {
+func schemaOf(cfg pipeline.Config, transport string) (*arrow.Schema, error) {
 	stride := cfg.Stride
 	if stride == 0 {
 		stride = 4
@@ -275,12 +275,12 @@ func schemaOf(cfg pipeline.Config, transport string) (*arrow.Schema, int, error)
 	sz := cfg.Augment.ImgSz
 	b, err := batch.NewBuilder(sz, sz, sz/stride, sz/stride)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	if transport == MasksWindowed {
-		return windowedSchema(b.Schema(), sz/stride, sz/stride), sz / stride, nil
+		return b.WindowedSchema(), nil
 	}
-	return b.Schema(), sz / stride, nil
+	return b.Schema(), nil
 }
 
 func grpcError(err error) error {
@@ -329,7 +329,7 @@ func (s *Server) DoGet(t *flight.Ticket, stream flight.FlightService_DoGetServer
 		}
 		return grpcError(err)
 	}
-	schema, grid, err := schemaOf(cfg, req.transport())
+	schema, err := schemaOf(cfg, req.transport())
 	if err != nil {
 		return grpcError(fmt.Errorf("%w: %v", ErrBadRequest, err))
 	}
@@ -371,7 +371,7 @@ func (s *Server) DoGet(t *flight.Ticket, stream flight.FlightService_DoGetServer
 
 	var win *windower
 	if req.transport() == MasksWindowed {
-		win = &windower{mem: s.mem, schema: schema, hp: grid, wp: grid}
+		win = &windower{mem: s.mem, schema: schema}
 	}
 	held := &streamHeld{s: s}
 	defer func() {
@@ -462,7 +462,7 @@ func (s *Server) GetFlightInfo(ctx context.Context, d *flight.FlightDescriptor) 
 	if err != nil {
 		return nil, grpcError(err)
 	}
-	schema, _, err := schemaOf(cfg, req.transport())
+	schema, err := schemaOf(cfg, req.transport())
 	if err != nil {
 		return nil, grpcError(fmt.Errorf("%w: %v", ErrBadRequest, err))
 	}

@@ -7,45 +7,14 @@ import (
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/segpipe/segpipe/formats/batch"
 	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/pipeline/order"
+	"github.com/segpipe/segpipe/pipeline/raster"
 )
-
-// bruteWindow is the reference: the bounding box of the non-zero cells by
-// testing every cell.
-func bruteWindow(p []byte, rows, cols int) (x0, y0, w, h int) {
-	x0, y0, x1, y1 := cols, rows, -1, -1
-	for r := 0; r < rows; r++ {
-		for c := 0; c < cols; c++ {
-			if p[r*cols+c] != 0 {
-				x0, y0, x1, y1 = min(x0, c), min(y0, r), max(x1, c), max(y1, r)
-			}
-		}
-	}
-	if x1 < 0 {
-		return 0, 0, 0, 0
-	}
-	return x0, y0, x1 - x0 + 1, y1 - y0 + 1
-}
-
-func TestTightWindowMatchesBruteForce(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 4))
-	for i := 0; i < 2000; i++ {
-		rows, cols := 1+rng.IntN(70), 1+rng.IntN(70)
-		p := make([]byte, rows*cols)
-		for k := rng.IntN(6); k > 0; k-- {
-			p[rng.IntN(len(p))] = 1
-		}
-		x, y, w, h := tightWindow(p, rows, cols)
-		bx, by, bw, bh := bruteWindow(p, rows, cols)
-		if x != bx || y != by || w != bw || h != bh {
-			t.Fatalf("%dx%d plane: (%d,%d,%d,%d), brute force (%d,%d,%d,%d)", rows, cols, x, y, w, h, bx, by, bw, bh)
-		}
-	}
-}
 
 // TestWindowedRoundTrip encodes random batches, empty masks and images
 // without instances included, and expands them back.
@@ -190,4 +159,64 @@ func TestWindowedBytesCocoTiny(t *testing.T) {
 	t.Logf("coco-tiny mosaic, 3 batches of 32 at 640: mask bytes/batch dense %.0f, windowed %.0f (%.1f× fewer); whole batch %.0f vs %.0f (%.2f× fewer)",
 		float64(masksDense)/3, float64(masksWin)/3, float64(masksDense)/float64(masksWin),
 		float64(dense)/3, float64(windowed)/3, float64(dense)/float64(windowed))
+}
+
+// TestWindowedDeliveryExpandsLikeDense: a stream that delivers its batches
+// windowed (OpenWindowed's) gives records of the windowed schema whose
+// first nine columns are the dense stream's and whose windows, read with
+// batch.MaskWindowsOf and expanded with raster.Expand, are the dense
+// stream's mask stack byte for byte.
+func TestWindowedDeliveryExpandsLikeDense(t *testing.T) {
+	rows := synthRows(t, 12)
+	srv := startServer(t, rows, ServerConfig{})
+	c := client(t, ClientConfig{Addr: srv.addr})
+	req := testRequest()
+	req.Masks = MasksWindowed
+	ctx := context.Background()
+	dense, err := c.Stream(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := drain(t, dense)
+	defer release(want)
+	dense.Close()
+	kept, err := c.stream(ctx, req, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := drain(t, kept)
+	defer release(got)
+	kept.Close()
+	if len(got) != len(want) || len(got) == 0 {
+		t.Fatalf("%d windowed batches, %d dense", len(got), len(want))
+	}
+	for i := range want {
+		if !batch.IsWindowed(got[i].Schema()) {
+			t.Fatalf("batch %d: schema %s", i, got[i].Schema())
+		}
+		for col := 0; col < nDense; col++ {
+			if !array.Equal(got[i].Column(col), want[i].Column(col)) {
+				t.Fatalf("batch %d: column %s differs", i, want[i].Schema().Field(col).Name)
+			}
+		}
+		mw, err := batch.MaskWindowsOf(got[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms, err := batch.MaskStack(want[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		wins, err := raster.WindowsOf(mw.Windows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stack := make([]byte, mw.Count()*mw.Rows*mw.Cols)
+		if err := raster.Expand(stack, raster.Grid{Rows: mw.Rows, Cols: mw.Cols, Stride: 4}, wins, mw.Data); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(stack, ms.Data) {
+			t.Fatalf("batch %d: the windows expand to another stack than the dense stream's", i)
+		}
+	}
 }

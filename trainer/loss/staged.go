@@ -26,11 +26,21 @@ func StagedParts(t *Targets, bpi []int32) (parts [5][]byte, scratch []int32) {
 // until the next Upload or Adopt; buffers d allocated before are kept for
 // a later Upload.
 func (d *DeviceTargets) Adopt(be backend.Memory, bufs [5]backend.Buffer, t *Targets) {
+	d.AdoptExpanded(be, bufs, t, len(t.Masks))
+}
+
+// AdoptExpanded is Adopt for targets whose masks did not come with t
+// (TargetsWithoutMasks): bufs[4] is the dense {0,1} stack already in be's
+// memory — expanded there from the batch's windows — and maskBytes its
+// length in bytes; t.Masks is not read. ForwardOn checks maskBytes
+// against the instances and the prototype grid as it checks an uploaded
+// stack.
+func (d *DeviceTargets) AdoptExpanded(be backend.Memory, bufs [5]backend.Buffer, t *Targets, maskBytes int) {
 	if d.be != nil && d.be != be {
 		d.Free()
 	}
 	d.be = be
 	d.record(t) // the host copy and kept counts the device twin checks
-	d.CrowdBytes, d.MaskBytes = len(t.IsCrowd), len(t.Masks)
+	d.CrowdBytes, d.MaskBytes = len(t.IsCrowd), maskBytes
 	d.BoxesPerImage, d.Classes, d.Boxes, d.IsCrowd, d.Masks = bufs[0], bufs[1], bufs[2], bufs[3], bufs[4]
 }

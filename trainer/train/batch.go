@@ -7,6 +7,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/segpipe/segpipe/formats/batch"
+	"github.com/segpipe/segpipe/pipeline/raster"
 	"github.com/segpipe/segpipe/trainer/loss"
 	"github.com/segpipe/segpipe/trainer/tensor"
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
@@ -32,12 +33,78 @@ type gradSet struct {
 // double-buffered staging on a copy stream, beside the previous step;
 // elsewhere (cpu, emu) through UploadBytes into buffers reused while large
 // enough. The counts and bytes are the same either way.
+//
+// A windowed record (batch.IsWindowed: the `--remote` transport's masks
+// as per-instance windows and their bytes, from remote's OpenWindowed)
+// goes up windowed on a backend that expands windows and stages
+// (ExpandsWindows: cuda): the window table (backend.WindowExpander's
+// WindowTable, which checks the windows as the host expansion does) and
+// the window bytes are staged in place of the dense stack — seven parts —
+// and expanded on the device into a dense uint8 stack that the loss reads
+// as it reads a staged one; that buffer is reused from batch to batch,
+// grown when too small. On any other backend the windows are expanded on
+// the host (raster.Expand) and the batch goes up as a dense one, so every
+// backend trains on either form.
 type deviceBatch struct {
 	targets loss.DeviceTargets
 	bpi     []int32
 	// staged is the Stager the current batch went up through, told when
 	// the step that reads it is queued (done).
 	staged backend.Stager
+	// table is the host window table of a windowed batch, masks the
+	// device stack it expands into (ExpandsWindows); hostMasks the host
+	// expansion's stack elsewhere.
+	table     []byte
+	masks     backend.Buffer
+	hostMasks []byte
+}
+
+// ExpandsWindows reports whether training on be takes windowed batches
+// windowed — the windows staged and expanded on the device — rather than
+// expanded on the host: be is a backend.WindowExpander and a
+// backend.Stager (cuda). A data source that can deliver either form
+// (remote's Client.OpenWindowed or Open) asks for it by this.
+func ExpandsWindows(be backend.Backend) bool {
+	_, wx := be.(backend.WindowExpander)
+	_, st := be.(backend.Stager)
+	return wx && st
+}
+
+// maskWindows reads a windowed record's mask part (batch.MaskWindowsOf)
+// and checks that it splits like the targets: bpi[i] windows for image i.
+func maskWindows(rec arrow.RecordBatch, bpi []int) (batch.MaskWindows, error) {
+	mw, err := batch.MaskWindowsOf(rec)
+	if err != nil {
+		return mw, err
+	}
+	if len(mw.Offsets) != len(bpi)+1 {
+		return mw, fmt.Errorf("batch: mask windows for %d images, boxes for %d", len(mw.Offsets)-1, len(bpi))
+	}
+	for i, n := range bpi {
+		if got := int(mw.Offsets[i+1] - mw.Offsets[i]); got != n {
+			return mw, fmt.Errorf("batch: image %d: %d mask windows for %d instances", i, got, n)
+		}
+	}
+	return mw, nil
+}
+
+// expandHost writes the dense stack of mw's windows into dst (grown when
+// short) through raster.Expand, which refuses windows outside the grid
+// and data that does not match them.
+func expandHost(dst []byte, mw batch.MaskWindows) ([]byte, error) {
+	wins, err := raster.WindowsOf(mw.Windows)
+	if err != nil {
+		return dst, err
+	}
+	n := len(wins) * mw.Rows * mw.Cols
+	if cap(dst) < n {
+		dst = make([]byte, n)
+	}
+	dst = dst[:n]
+	if err := raster.Expand(dst, raster.Grid{Rows: mw.Rows, Cols: mw.Cols, Stride: 1}, wins, mw.Data); err != nil {
+		return dst, fmt.Errorf("batch: masks: %w", err)
+	}
+	return dst, nil
 }
 
 // upload sends rec to be and returns the image tensor, [B, 3, H, W] in
@@ -45,7 +112,14 @@ type deviceBatch struct {
 // next upload; rec may be released as soon as upload returns. Call done
 // once the step that reads them is queued.
 func (d *deviceBatch) upload(be backend.Backend, rec arrow.RecordBatch) (*tensor.Tensor, *loss.DeviceTargets, error) {
-	tg, err := loss.TargetsFromRecord(rec)
+	windowed := batch.IsWindowed(rec.Schema())
+	var tg *loss.Targets
+	var err error
+	if windowed {
+		tg, err = loss.TargetsWithoutMasks(rec)
+	} else {
+		tg, err = loss.TargetsFromRecord(rec)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -57,6 +131,20 @@ func (d *deviceBatch) upload(be backend.Backend, rec arrow.RecordBatch) (*tensor
 		return nil, nil, fmt.Errorf("batch: images have shape %v, want [3, H, W]", img.Shape)
 	}
 	shape := []int{img.Count, img.Shape[0], img.Shape[1], img.Shape[2]}
+	if windowed {
+		mw, err := maskWindows(rec, tg.BoxesPerImage)
+		if err != nil {
+			return nil, nil, err
+		}
+		if ExpandsWindows(be) {
+			x, err := d.stageWindowed(be, img.Data, shape, tg, mw)
+			return x, &d.targets, err
+		}
+		if d.hostMasks, err = expandHost(d.hostMasks, mw); err != nil {
+			return nil, nil, err
+		}
+		tg.Masks = d.hostMasks
+	}
 	if st, ok := be.(backend.Stager); ok {
 		var parts [5][]byte
 		parts, d.bpi = loss.StagedParts(tg, d.bpi)
@@ -72,6 +160,38 @@ func (d *deviceBatch) upload(be backend.Backend, rec arrow.RecordBatch) (*tensor
 	x := tensor.UploadBytes(be, img.Data, 1.0/255, shape...)
 	d.targets.Upload(be, tg)
 	return x, &d.targets, nil
+}
+
+// stageWindowed stages a windowed batch on a backend that expands windows:
+// the images, the four small target arrays, the window table and the
+// window bytes, then the expansion into d.masks on the device.
+func (d *deviceBatch) stageWindowed(be backend.Backend, images []byte, shape []int, tg *loss.Targets, mw batch.MaskWindows) (*tensor.Tensor, error) {
+	wx, st := be.(backend.WindowExpander), be.(backend.Stager)
+	var err error
+	if d.table, err = wx.WindowTable(d.table[:0], mw.Windows, mw.Rows, mw.Cols, len(mw.Data)); err != nil {
+		return nil, fmt.Errorf("batch: masks: %w", err)
+	}
+	var parts [5][]byte
+	parts, d.bpi = loss.StagedParts(tg, d.bpi) // parts[4], the masks, is empty
+	bufs, err := st.Stage(images, parts[0], parts[1], parts[2], parts[3], d.table, mw.Data)
+	if err != nil {
+		return nil, fmt.Errorf("batch: %w", err)
+	}
+	d.staged = st
+	n, rows, cols := mw.Count(), mw.Rows, mw.Cols
+	bytes := n * rows * cols
+	if words := (bytes + 3) / 4; !d.masks.Present() || d.masks.Len < words {
+		if d.masks.Present() {
+			be.Free(d.masks)
+		}
+		d.masks = be.Alloc(max(words, 1))
+	}
+	if n > 0 {
+		wx.ExpandWindows(n, rows, cols, bufs[5], bufs[6], d.masks)
+	}
+	x := tensor.WidenBytes(be, bufs[0], 1.0/255, shape...)
+	d.targets.AdoptExpanded(be, [5]backend.Buffer{bufs[1], bufs[2], bufs[3], bufs[4], d.masks.Slice(0, (bytes+3)/4)}, tg, bytes)
+	return x, nil
 }
 
 // done tells a staging backend that the work queued so far is the last
@@ -91,6 +211,10 @@ func (d *deviceBatch) release(be backend.Backend) {
 	d.done()
 	if st, ok := be.(backend.Stager); ok {
 		st.FreeStaged()
+	}
+	if d.masks.Present() {
+		be.Free(d.masks) // queued after the work that reads it
+		d.masks = backend.Buffer{}
 	}
 }
 

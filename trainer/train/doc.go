@@ -35,7 +35,12 @@
 //   - Data is transport-neutral: Local streams shards on this machine;
 //     `segpipe train --remote` streams the same batches from a segpipe
 //     server (pipeline/remote). Loader stall is the time the loop waits in
-//     Next, whichever the transport.
+//     Next, whichever the transport. A training batch may also come in the
+//     windowed form (formats/batch's mask_windows and mask_data, from
+//     remote's OpenWindowed): on a backend for which ExpandsWindows holds
+//     (cuda) the windows and their bytes go up and are expanded on the
+//     device; elsewhere they are expanded on the host first. Validation
+//     reads masks on the host and takes dense batches.
 //   - Validation follows the reference's segmentation validator on the
 //     prototype grid (package predict): one-to-one outputs, top-k without
 //     NMS, score > conf (0.001), masks sigmoid(coef·proto) cropped to the

@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/segpipe/segpipe/formats/shard"
 	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/trainer/loss"
 	"github.com/segpipe/segpipe/trainer/tensor"
@@ -74,6 +77,54 @@ func (s *stagingEmu) FreeStaged() {
 	}
 }
 
+// trainSteps sets up the tiny run at batch 2 on be and trains steps steps
+// on the loader's batches, each passed first through each when set (which
+// takes the loader's record and returns the one to train on), and returns
+// per step the loss items and the crossings of the step; after, when set,
+// sees the step's batch state, which is released at the end and returned.
+func trainSteps(t *testing.T, src *pipeline.ShardSource, cats []shard.Category, be backend.Backend, steps int,
+	each func(i int, tr *trainer, rec arrow.RecordBatch) arrow.RecordBatch, after func(*gradSet)) ([][loss.NumComponents]float64, []backend.Transfers, *gradSet) {
+	t.Helper()
+	cfg := tinyConfig(1)
+	cfg.Device, cfg.Batch, cfg.NBS = "emu", 2, 4
+	tr := &trainer{opt: Options{Config: cfg, Train: Local(src), Categories: cats, Out: t.TempDir()}, log: discardLogger(), be: be}
+	if err := tr.setup(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ld, err := pipeline.New(ctx, pipeline.Repeat(src, 4), pipeline.Config{BatchSize: cfg.Batch, Augment: defaultAugFrom(cfg), Epochs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ld.Close()
+	tp := tensor.NewTape(tr.be)
+	var gs gradSet
+	var losses [][loss.NumComponents]float64
+	var moved []backend.Transfers
+	for i := range steps {
+		rec, err := ld.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if each != nil {
+			rec = each(i, tr, rec)
+		}
+		var ep Epoch
+		t0 := tr.be.Transfers()
+		if _, err := tr.step(tp, rec, 0, &gs, &ep); err != nil {
+			t.Fatal(err)
+		}
+		rec.Release()
+		tr.st.NI++
+		losses, moved = append(losses, ep.Loss), append(moved, t0.Since(tr.be.Transfers()))
+		if after != nil {
+			after(&gs)
+		}
+	}
+	gs.batch.release(tr.be)
+	return losses, moved, &gs
+}
+
 // TestStagedStepsLikeUploaded: training steps whose batches go up through
 // a Stager give emu's losses to the bit, move the same uploads and bytes
 // per iteration as the UploadBytes path, and mark every batch done before
@@ -87,30 +138,9 @@ func TestStagedStepsLikeUploaded(t *testing.T) {
 		image  []float32
 	}
 	var runs [2]run
-	var st *stagingEmu
-	for k := range runs {
-		cfg := tinyConfig(1)
-		cfg.Device, cfg.Batch, cfg.NBS = "emu", 2, 4
-		tr := &trainer{opt: Options{Config: cfg, Train: Local(src), Categories: cats, Out: t.TempDir()}, log: discardLogger()}
-		if k == 1 {
-			st = &stagingEmu{Backend: cpu.NewEmulated(), t: t}
-			tr.be = st
-		}
-		if err := tr.setup(); err != nil {
-			t.Fatal(err)
-		}
-		ctx := context.Background()
-		ld, err := pipeline.New(ctx, pipeline.Repeat(src, 4), pipeline.Config{BatchSize: cfg.Batch, Augment: defaultAugFrom(cfg), Epochs: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tp := tensor.NewTape(tr.be)
-		var gs gradSet
-		for i := range 5 {
-			rec, err := ld.Next(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+	st := &stagingEmu{Backend: cpu.NewEmulated(), t: t}
+	for k, be := range []backend.Backend{cpu.NewEmulated(), st} {
+		image := func(i int, tr *trainer, rec arrow.RecordBatch) arrow.RecordBatch {
 			if i == 0 {
 				var db deviceBatch
 				x, _, err := db.upload(tr.be, rec)
@@ -120,18 +150,9 @@ func TestStagedStepsLikeUploaded(t *testing.T) {
 				runs[k].image = x.ToHost(nil)
 				db.release(tr.be)
 			}
-			var ep Epoch
-			t0 := tr.be.Transfers()
-			if _, err := tr.step(tp, rec, 0, &gs, &ep); err != nil {
-				t.Fatal(err)
-			}
-			rec.Release()
-			tr.st.NI++
-			runs[k].losses = append(runs[k].losses, ep.Loss)
-			runs[k].moved = append(runs[k].moved, t0.Since(tr.be.Transfers()))
+			return rec
 		}
-		gs.batch.release(tr.be)
-		ld.Close()
+		runs[k].losses, runs[k].moved, _ = trainSteps(t, src, cats, be, 5, image, nil)
 	}
 	a, b := runs[0], runs[1]
 	for j := range a.image {

@@ -144,6 +144,12 @@
 // implements backend.WindowExpander: windowed mask stacks (the remote
 // transport's windows and their bytes) expanded on the device by
 // expand_windows, after WindowTable checked them as raster.Expand does.
+// The train batch path uses it for windowed batches (`segpipe train
+// --remote … --device cuda`, whose training streams deliver them windowed
+// through remote's OpenWindowed): the window table and the window bytes
+// are staged in place of the dense stack — seven parts — and expanded on
+// the compute stream into a dense stack the loss reads, reused from batch
+// to batch.
 //
 // # Kernels
 //

@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"fmt"
-	"unsafe"
 
 	"github.com/segpipe/segpipe/pipeline/raster"
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
@@ -16,13 +15,13 @@ var _ backend.WindowExpander = (*Backend)(nil)
 // their ExpandWindows table entries (AppendWindow), each with its offset
 // into the data.
 func (be *Backend) WindowTable(dst []byte, wins []int32, rows, cols, dataBytes int) ([]byte, error) {
-	if len(wins)%4 != 0 {
-		return dst, fmt.Errorf("cuda backend: %d window values, not 4 per window", len(wins))
+	ws, err := raster.WindowsOf(wins)
+	if err != nil {
+		return dst, fmt.Errorf("cuda backend: %w", err)
 	}
 	if rows < 0 || cols < 0 {
 		return dst, fmt.Errorf("cuda backend: windows on a %dx%d grid", rows, cols)
 	}
-	ws := unsafe.Slice((*raster.Window)(unsafe.Pointer(unsafe.SliceData(wins))), len(wins)/4)
 	if err := raster.CheckWindows(rows, cols, ws, dataBytes); err != nil {
 		return dst, fmt.Errorf("cuda backend: %w", err)
 	}
