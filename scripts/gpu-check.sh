@@ -236,6 +236,27 @@ if [[ -x ./segpipe ]]; then
     say "per iteration, each epoch (upload/download bytes, device_wait_ms: the GPU idle waiting for data):"
     grep -E 'device traffic per iteration' "$out/train-cuda.log" | tee -a "$report"
   fi
+
+  # The same data through `segpipe serve` on loopback: with --remote and
+  # --device cuda the training batches arrive windowed and the GPU expands
+  # the masks (7 uploads per iteration — the window table and bytes in
+  # place of the dense stack — where the local run has 6). One epoch,
+  # validated on the val set (dense on the wire).
+  port=18815
+  ./segpipe serve --shards "$work" --addr "127.0.0.1:$port" >"$out/serve.log" 2>&1 &
+  serve_pid=$!
+  for _ in $(seq 50); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+    sleep 0.2
+  done
+  step train-cuda-remote 60 ./segpipe train --remote "127.0.0.1:$port" --shards train/shards --val-shards val/shards \
+    --variant n --epochs 1 --batch 32 --imgsz 640 --device cuda --out "$work/run-remote"
+  kill "$serve_pid" 2>/dev/null
+  wait "$serve_pid" 2>/dev/null
+  if [[ -f "$out/train-cuda-remote.log" ]]; then
+    say "per iteration, windowed over loopback (uploads 7 = windows expanded on the GPU):"
+    grep -E 'device traffic per iteration' "$out/train-cuda-remote.log" | tee -a "$report"
+  fi
 fi
 
 if [[ -f python/device_check.sh ]]; then
