@@ -5,8 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/segpipe/segpipe/internal/batchfault"
+
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/segpipe/segpipe/formats/batch"
 	"github.com/segpipe/segpipe/pipeline/raster"
@@ -66,35 +67,12 @@ func (e *windowingEmu) ExpandWindows(n, rows, cols int, table, data, dst backend
 	})
 }
 
-// windowedForm returns the windowed form of the dense batch rec as the
-// server sends it (batch.Windowed), broken as bad says: "window" moves the
-// first non-empty window one cell past the grid's right edge, "data"
-// leaves the last byte of the window data out of the images' data.
+// windowedForm is batchfault.Windowed, failing t on an error.
 func windowedForm(t *testing.T, rec arrow.RecordBatch, bad string) arrow.RecordBatch {
 	t.Helper()
-	ms, err := batch.MaskStack(rec)
+	win, err := batchfault.Windowed(rec, bad)
 	if err != nil {
 		t.Fatal(err)
-	}
-	win, err := batch.Windowed(batch.WindowedSchema(rec.Schema(), ms.Shape[0], ms.Shape[1]), rec, memory.DefaultAllocator)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wins := arrow.Int32Traits.CastFromBytes(win.Column(9).Data().Children()[0].Children()[0].Buffers()[1].Bytes())
-	offs := arrow.Int32Traits.CastFromBytes(win.Column(10).Data().Buffers()[1].Bytes())
-	switch bad {
-	case "window":
-		for k := 0; k+3 < len(wins); k += 4 {
-			if wins[k+2] > 0 {
-				wins[k] = int32(ms.Shape[1]) - wins[k+2] + 1
-				break
-			}
-		}
-	case "data":
-		last := offs[len(offs)-1] - 1
-		for i := range offs {
-			offs[i] = min(offs[i], last)
-		}
 	}
 	return win
 }

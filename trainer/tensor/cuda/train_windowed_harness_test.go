@@ -13,8 +13,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/segpipe/segpipe/internal/batchfault"
+
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/segpipe/segpipe/datasets/synth"
 	"github.com/segpipe/segpipe/formats/batch"
@@ -239,27 +240,12 @@ func TestWindowedTrainingOnHarness(t *testing.T) {
 	}
 }
 
-// windowedRecord returns the windowed form of the dense batch rec
-// (batch.Windowed), broken by bad: "window" moves the first window past
-// the grid's right edge, "data" leaves the data's last byte out.
+// windowedRecord is batchfault.Windowed, failing t on an error.
 func windowedRecord(t *testing.T, rec arrow.RecordBatch, bad string) arrow.RecordBatch {
 	t.Helper()
-	ms, err := batch.MaskStack(rec)
+	win, err := batchfault.Windowed(rec, bad)
 	if err != nil {
 		t.Fatal(err)
-	}
-	win, err := batch.Windowed(batch.WindowedSchema(rec.Schema(), ms.Shape[0], ms.Shape[1]), rec, memory.DefaultAllocator)
-	if err != nil {
-		t.Fatal(err)
-	}
-	switch bad {
-	case "window": // x0 = Wp+1: outside whatever the window's width
-		arrow.Int32Traits.CastFromBytes(win.Column(9).Data().Children()[0].Children()[0].Buffers()[1].Bytes())[0] = int32(ms.Shape[1]) + 1
-	case "data":
-		offs := arrow.Int32Traits.CastFromBytes(win.Column(10).Data().Buffers()[1].Bytes())
-		for i, end := range offs {
-			offs[i] = min(end, offs[len(offs)-1]-1)
-		}
 	}
 	return win
 }
