@@ -55,53 +55,17 @@ func (g goldenFile) i64(name string) []int64 {
 	return v
 }
 
-// goldenGeometry is yolo26n-seg at 128×128 with batch 2.
-func goldenGeometry() Geometry {
-	return Geometry{
-		B: 2, NC: 80, NM: 32,
-		Levels: []Level{{16, 16, 8}, {8, 8, 16}, {4, 4, 32}},
-		ProtoH: 32, ProtoW: 32, SemH: 16, SemW: 16,
-	}
-}
-
 // goldenCase loads the golden batch in the loader's layout and the train
-// outputs (the one2one outputs equal the one2many ones at init).
+// outputs (ReadGoldenCase), checking that the masks, composed by the
+// loss's rule, give the golden overlap map.
 func goldenCase(t testing.TB) (*Outputs, *Targets, string) {
 	dir := goldenDir(t)
-	bf := openGolden(t, dir, "batch.safetensors")
-	of := openGolden(t, dir, "outputs.safetensors")
-	g := goldenGeometry()
-	bidx, cls, xywh := bf.f32("batch_idx"), bf.f32("cls"), bf.f32("bboxes")
-	tn, err := bf.f.Get("masks")
+	out, tg, overlap, err := ReadGoldenCase(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	overlap := tn.Data // U8 [B,32,32]
+	g := out.Geometry
 	hw := g.ProtoH * g.ProtoW
-	tg := &Targets{BoxesPerImage: make([]int, g.B)}
-	for k := range bidx {
-		b := int(bidx[k])
-		tg.BoxesPerImage[b]++
-		tg.Classes = append(tg.Classes, int32(cls[k]))
-		cx, cy, w, h := xywh[4*k]*128, xywh[4*k+1]*128, xywh[4*k+2]*128, xywh[4*k+3]*128
-		tg.Boxes = append(tg.Boxes, cx-w/2, cy-h/2, cx+w/2, cy+h/2)
-		// The loader's layout: each instance's whole mask, overlaps and all
-		// (the README's inscribed ellipse in the mask-space box). The loss
-		// composes them into the reference's overlap map itself.
-		x1, y1, x2, y2 := (cx-w/2)/4, (cy-h/2)/4, (cx+w/2)/4, (cy+h/2)/4
-		ex, ey, ax, ay := (x1+x2)/2, (y1+y2)/2, (x2-x1)/2, (y2-y1)/2
-		for r := range g.ProtoH {
-			for c := range g.ProtoW {
-				dx, dy := (float32(c)+0.5-ex)/ax, (float32(r)+0.5-ey)/ay
-				var bit uint8
-				if dx*dx+dy*dy <= 1 {
-					bit = 1
-				}
-				tg.Masks = append(tg.Masks, bit)
-			}
-		}
-	}
-	// Composed by the loss's rule, the masks must give the golden map.
 	var p padded
 	p.build(tg, &g)
 	for i, v := range overlap {
@@ -109,10 +73,6 @@ func goldenCase(t testing.TB) (*Outputs, *Targets, string) {
 			t.Fatalf("owner map differs from the golden overlap map at image %d cell %d: %d, want %d", i/hw, i%hw, p.owner[i], v)
 		}
 	}
-
-	out := &Outputs{Geometry: g, Proto: of.f32("proto"), Semseg: of.f32("semseg")}
-	out.One2Many = Branch{of.f32("boxes"), of.f32("scores"), of.f32("mask_coefficient")}
-	out.One2One = Branch{of.f32("boxes"), of.f32("scores"), of.f32("mask_coefficient")}
 	return out, tg, dir
 }
 

@@ -4,12 +4,10 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"path/filepath"
 	"slices"
 	"testing"
 	"unsafe"
 
-	"github.com/segpipe/segpipe/formats/safetensors"
 	"github.com/segpipe/segpipe/internal/shared"
 	"github.com/segpipe/segpipe/trainer/loss"
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
@@ -392,52 +390,14 @@ func compareLossMask(t *testing.T, be *Backend) {
 	w.log(t)
 }
 
-// goldenMaskBatch is the loss goldens' batch (yolo26n-seg at 128 px,
-// batch 2, 80 classes, 32 coefficients) in the loader's layout, as
-// trainer/loss's golden tests build it: each instance's mask the ellipse
-// inscribed in its mask-space box. overlap is the reference's overlap map.
+// goldenMaskBatch is the loss goldens' batch (loss.ReadGoldenCase) in
+// the loader's layout; overlap is the reference's overlap map.
 func goldenMaskBatch(t *testing.T) (out *loss.Outputs, tg *loss.Targets, overlap []uint8) {
-	dir := shared.Path(t, "goldens/loss")
-	open := func(name string) *safetensors.File {
-		f, err := safetensors.ReadFile(filepath.Join(dir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return f
-	}
-	f32 := func(f *safetensors.File, name string) []float32 {
-		v, _, err := f.Float32s(name)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		return v
-	}
-	bf, of := open("batch.safetensors"), open("outputs.safetensors")
-	g := loss.Geometry{B: 2, NC: 80, NM: 32, Levels: maskGeometry(2, false).Levels, ProtoH: 32, ProtoW: 32, SemH: 16, SemW: 16}
-	bidx, cls, xywh := f32(bf, "batch_idx"), f32(bf, "cls"), f32(bf, "bboxes")
-	m, err := bf.Get("masks")
+	out, tg, overlap, err := loss.ReadGoldenCase(shared.Path(t, "goldens/loss"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	tg = &loss.Targets{BoxesPerImage: make([]int, g.B)}
-	for k := range bidx {
-		tg.BoxesPerImage[int(bidx[k])]++
-		tg.Classes = append(tg.Classes, int32(cls[k]))
-		cx, cy, w, h := xywh[4*k]*128, xywh[4*k+1]*128, xywh[4*k+2]*128, xywh[4*k+3]*128
-		tg.Boxes = append(tg.Boxes, cx-w/2, cy-h/2, cx+w/2, cy+h/2)
-		x1, y1, x2, y2 := (cx-w/2)/4, (cy-h/2)/4, (cx+w/2)/4, (cy+h/2)/4
-		ex, ey, ax, ay := (x1+x2)/2, (y1+y2)/2, (x2-x1)/2, (y2-y1)/2
-		for r := range g.ProtoH {
-			for c := range g.ProtoW {
-				dx, dy := (float32(c)+0.5-ex)/ax, (float32(r)+0.5-ey)/ay
-				tg.Masks = append(tg.Masks, map[bool]uint8{false: 0, true: 1}[dx*dx+dy*dy <= 1])
-			}
-		}
-	}
-	out = &loss.Outputs{Geometry: g, Proto: f32(of, "proto"), Semseg: f32(of, "semseg")}
-	out.One2Many = loss.Branch{Boxes: f32(of, "boxes"), Scores: f32(of, "scores"), Coef: f32(of, "mask_coefficient")}
-	out.One2One = out.One2Many
-	return out, tg, m.Data
+	return out, tg, overlap
 }
 
 // checkLossMask runs one batch through Forward and through the device
