@@ -42,17 +42,25 @@ func synthShards(t *testing.T, n int) *pipeline.ShardSource {
 // where it ran on the CPU). Longer runs on this toy batch are
 // not compared: after a few steps the one-to-one branch's single best
 // anchor per instance can flip on float32 differences and the curves part.
+// harnessConfig is the harness's training run: one epoch at batch 2 and
+// 64 px, one worker, plain SGD with an optimiser step every batch, no
+// warm-up and no augmentation, so that every backend sees the same pixels.
+func harnessConfig() train.Config {
+	cfg := train.DefaultConfig()
+	cfg.Epochs, cfg.Batch, cfg.Imgsz, cfg.Workers = 1, 2, 64, 1
+	cfg.Optimizer, cfg.LR0, cfg.NBS, cfg.WarmupEpochs = "sgd", 0.01, 2, 0
+	cfg.Mosaic, cfg.FlipLR, cfg.HSVH, cfg.HSVS, cfg.HSVV, cfg.Scale, cfg.Translate, cfg.CloseMosaic = 0, 0, 0, 0, 0, 0, 0, 0
+	cfg.MaxDet = 50
+	return cfg
+}
+
 func TestTrainOnHarness(t *testing.T) {
 	if testing.Short() {
 		t.Skip("training iterations on the CPU harness take minutes")
 	}
 	src := synthShards(t, 4)
 	cats := src.Manifest().Categories
-	cfg := train.DefaultConfig()
-	cfg.Epochs, cfg.Batch, cfg.Imgsz, cfg.Workers = 1, 2, 64, 1
-	cfg.Optimizer, cfg.LR0, cfg.NBS, cfg.WarmupEpochs = "sgd", 0.01, 2, 0
-	cfg.Mosaic, cfg.FlipLR, cfg.HSVH, cfg.HSVS, cfg.HSVV, cfg.Scale, cfg.Translate, cfg.CloseMosaic = 0, 0, 0, 0, 0, 0, 0, 0
-	cfg.MaxDet = 50
+	cfg := harnessConfig()
 	ctx := context.Background()
 
 	ref := t.TempDir()

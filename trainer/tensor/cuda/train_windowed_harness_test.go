@@ -171,11 +171,8 @@ func TestWindowedTrainingOnHarness(t *testing.T) {
 		t.Fatal(err)
 	}
 	cats := info.Categories
-	cfg := train.DefaultConfig()
-	cfg.Epochs, cfg.Batch, cfg.Imgsz, cfg.Workers, cfg.Device = 1, 2, 64, 1, "cuda"
-	cfg.Optimizer, cfg.LR0, cfg.NBS, cfg.WarmupEpochs = "sgd", 0.01, 2, 0
-	cfg.Mosaic, cfg.FlipLR, cfg.HSVH, cfg.HSVS, cfg.HSVV, cfg.Scale, cfg.Translate, cfg.CloseMosaic = 0, 0, 0, 0, 0, 0, 0, 0
-	cfg.MaxDet = 50
+	cfg := harnessConfig()
+	cfg.Device = "cuda"
 	be := cuda.NewHarnessBackendForTest(t)
 	if !train.ExpandsWindows(be) {
 		t.Fatal("the cuda Backend does not expand windows")
@@ -294,9 +291,7 @@ func TestWindowedRecordRefusedOnEveryBackend(t *testing.T) {
 	}
 	src := synthShards(t, 2)
 	cats := src.Manifest().Categories
-	cfg := train.DefaultConfig()
-	cfg.Epochs, cfg.Batch, cfg.Imgsz, cfg.Workers = 1, 2, 64, 1
-	cfg.Mosaic, cfg.CloseMosaic, cfg.MaxDet = 0, 0, 50
+	cfg := harnessConfig()
 	harness := cuda.NewHarnessBackendForTest(t)
 	for _, dev := range []string{"cpu", "emu", "cuda"} {
 		var be backend.Backend
