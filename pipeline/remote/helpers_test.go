@@ -179,11 +179,14 @@ func sameBatches(t testing.TB, want, got []arrow.RecordBatch) {
 	}
 }
 
-func eventually(t testing.TB, what string, d time.Duration, ok func() bool) {
+func eventually(t testing.TB, what string, d time.Duration, ok func() bool, state ...func() string) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !ok() {
 		if time.Now().After(deadline) {
+			for _, st := range state {
+				what += " (" + st() + ")"
+			}
 			t.Fatalf("%s: not within %v", what, d)
 		}
 		time.Sleep(10 * time.Millisecond)

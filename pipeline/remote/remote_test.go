@@ -22,6 +22,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 
 	"github.com/segpipe/segpipe/formats/batch"
@@ -547,4 +548,74 @@ func gauge(t *testing.T, s *Server, name string) float64 {
 	}
 	t.Fatalf("no series %s", name)
 	return 0
+}
+
+// deadTransport is a DoGet stream whose connection dies after ok messages.
+// It keeps every message it accepted without freeing it, as gRPC does with
+// frames still queued when its writer exits, and then fails the send. gRPC
+// closes its done channel before it cancels the streams of a dying
+// connection, so the context may still be live when DoGet sees the error
+// (cancel nil) or already done (cancel called first).
+type deadTransport struct {
+	flight.FlightService_DoGetServer
+	ctx    context.Context
+	cancel context.CancelFunc
+	ok     int
+	kept   []mem.BufferSlice
+}
+
+func (d *deadTransport) Context() context.Context { return d.ctx }
+
+func (d *deadTransport) SendMsg(m any) error {
+	if len(d.kept) == d.ok {
+		if d.cancel != nil {
+			d.cancel()
+		}
+		return status.Error(codes.Unavailable, "transport is closing")
+	}
+	b, err := newCodec(nil).Marshal(m)
+	if err != nil {
+		return err
+	}
+	d.kept = append(d.kept, b)
+	return nil
+}
+
+func TestDeadTransportSettlesTransportCount(t *testing.T) {
+	srv := startServer(t, synthRows(t, 16), ServerConfig{})
+	req := testRequest()
+	// Images past minRef, so that the messages reference the batches'
+	// buffers rather than copy them.
+	req.ImgSz, req.Epochs = 256, 1000
+	for _, tc := range []struct {
+		name      string
+		cancelled bool
+	}{
+		{"send fails, context live", false},
+		{"send fails, context cancelled", true},
+	} {
+		ctx, cancel := context.WithCancel(context.Background())
+		d := &deadTransport{ctx: ctx, ok: 4} // the schema and three batches
+		if tc.cancelled {
+			d.cancel = cancel
+		}
+		err := srv.DoGet(&flight.Ticket{Ticket: req.Marshal()}, d)
+		cancel()
+		if err == nil {
+			t.Fatalf("%s: DoGet returned no error over a dead transport", tc.name)
+		}
+		if len(d.kept) != 4 {
+			t.Fatalf("%s: %d messages sent, want 4", tc.name, len(d.kept))
+		}
+		if n := srv.TransportBatches(); n != 0 {
+			t.Errorf("%s: %d batches counted as held after the stream ended", tc.name, n)
+		}
+		// The transport letting go late must not count them a second time.
+		for _, b := range d.kept {
+			b.Free()
+		}
+		if n := srv.TransportBatches(); n != 0 {
+			t.Errorf("%s: %d batches counted once the transport freed them", tc.name, n)
+		}
+	}
 }

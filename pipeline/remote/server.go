@@ -308,6 +308,20 @@ type streamState struct {
 
 // DoGet implements flight.FlightServer.
 func (s *Server) DoGet(t *flight.Ticket, stream flight.FlightService_DoGetServer) error {
+	held := &streamHeld{s: s}
+	err := s.doGet(t, stream, held)
+	// A stream that did not finish may leave batches queued in a transport
+	// that will never write or free them: when the connection dies, gRPC
+	// fails the send (its done channel closes) before it cancels the
+	// stream's context, so an error return is enough to settle the count,
+	// whichever of the two DoGet saw first.
+	if err != nil || stream.Context().Err() != nil {
+		held.abandon()
+	}
+	return err
+}
+
+func (s *Server) doGet(t *flight.Ticket, stream flight.FlightService_DoGetServer, held *streamHeld) error {
 	req, err := ParseRequest(t.GetTicket())
 	if err != nil {
 		s.m.refused.WithLabelValues("bad_request").Inc()
@@ -373,12 +387,6 @@ func (s *Server) DoGet(t *flight.Ticket, stream flight.FlightService_DoGetServer
 	if req.transport() == MasksWindowed {
 		win = &windower{mem: s.mem, schema: schema}
 	}
-	held := &streamHeld{s: s}
-	defer func() {
-		if ctx.Err() != nil {
-			held.abandon()
-		}
-	}()
 	ps := &payloadSender{send: func(m *outMsg) error { return stream.SendMsg(m) }}
 	if err := ps.sendSchema(schema, s.mem); err != nil {
 		return status.Error(codes.Unavailable, fmt.Sprintf("send schema: %v", err))
@@ -529,7 +537,8 @@ func (h *streamHeld) add(rec arrow.RecordBatch) func() {
 }
 
 // abandon stops counting every batch still held; call it only once the
-// stream's context is done, so that gRPC will not send them.
+// stream has ended, so that no batch is added after it. gRPC may still be
+// writing one: that is why the records are not released here.
 func (h *streamHeld) abandon() {
 	h.mu.Lock()
 	defer h.mu.Unlock()

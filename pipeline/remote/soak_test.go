@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/exec"
 	"runtime"
@@ -100,7 +101,13 @@ func TestSoak(t *testing.T) {
 	}
 	stop := make(chan struct{})
 	var peakRSS atomic.Int64
+	sampled := make(chan struct{})
+	stopSampler := sync.OnceFunc(func() { close(stop); <-sampled })
+	// The sampler must be gone before the test ends, however it ends: it
+	// reports through t.
+	defer stopSampler()
 	go func() { // sampler
+		defer close(sampled)
 		for {
 			select {
 			case <-stop:
@@ -190,14 +197,24 @@ func TestSoak(t *testing.T) {
 	}
 	wg.Wait()
 	t0 := time.Now()
+	var active, held float64
+	var ready string
 	eventually(t, "server drained", 30*time.Second, func() bool {
-		return srv.metric(t, "segpipe_serve_active_streams") == 0 && srv.metric(t, "segpipe_serve_transport_batches") == 0 &&
-			strings.HasPrefix(srv.ready(t), "ready: 0 streams, 0 B ")
+		active, held = srv.metric(t, "segpipe_serve_active_streams"), srv.metric(t, "segpipe_serve_transport_batches")
+		ready = srv.ready(t)
+		return active == 0 && held == 0 && strings.HasPrefix(ready, "ready: 0 streams, 0 B ")
+	}, func() string {
+		return fmt.Sprintf("active streams %v, transport batches %v, readyz %q; the server's goroutines:\n%s",
+			active, held, strings.TrimSpace(ready), srv.goroutines())
 	})
 	fig.DrainSeconds = time.Since(t0).Seconds()
-	close(stop)
+	stopSampler()
+	var goroutines float64
 	eventually(t, "server goroutines back to the baseline", 30*time.Second, func() bool {
-		return srv.metric(t, "go_goroutines") <= baseGoroutines+2
+		goroutines = srv.metric(t, "go_goroutines")
+		return goroutines <= baseGoroutines+2
+	}, func() string {
+		return fmt.Sprintf("%v goroutines, %v at the start:\n%s", goroutines, baseGoroutines, srv.goroutines())
 	})
 	// The server returns memory to the OS when its last stream ends.
 	time.Sleep(time.Second)
@@ -292,6 +309,18 @@ func (s *soakServer) metric(t *testing.T, series string) float64 {
 	return 0
 }
 
+// goroutines is the server's goroutine dump, for a failure that names
+// what did not stop.
+func (s *soakServer) goroutines() string {
+	resp, err := http.Get("http://" + s.http + "/debug/pprof/goroutine?debug=2")
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
 func (s *soakServer) ready(t *testing.T) string {
 	resp, err := http.Get("http://" + s.http + "/readyz")
 	if err != nil {
@@ -321,6 +350,7 @@ func TestSoakServerProcess(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", srv.MetricsHandler())
 	mux.Handle("/readyz", srv.HealthHandler())
+	mux.Handle("/debug/pprof/goroutine", pprof.Handler("goroutine"))
 	hs := &http.Server{Handler: mux}
 	go hs.Serve(lis)
 	defer hs.Close()
