@@ -5,9 +5,11 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
@@ -65,6 +67,10 @@ type ShardReader struct {
 	// version is the shard's format version (MinFormatVersion to
 	// FormatVersion).
 	version int
+	mem     memory.Allocator
+	// imgLeaf is the image column's leaf when its chunks may be read
+	// directly (imagecol.go), else -1.
+	imgLeaf int
 }
 
 // OpenShard opens the i-th shard of the set.
@@ -176,6 +182,7 @@ func openShardFile(f *storage.File, name string, opts ReadOptions) (*ShardReader
 		r.leaves = appendLeaves(r.leaves, &fld)
 	}
 	r.schema = arrow.NewSchema(fields, nil)
+	r.mem, r.imgLeaf = mem, r.imageLeaf()
 	f.SetBlocks(columnRanges(r.pf, r.leaves))
 	return r, nil
 }
@@ -313,6 +320,12 @@ func (r *ShardReader) ReadRowGroup(ctx context.Context, i int) (rec arrow.Record
 	if i < 0 || i >= r.NumRowGroups() {
 		return nil, fmt.Errorf("shard %s: row group %d out of range [0,%d)", r.name, i, r.NumRowGroups())
 	}
+	if r.imgLeaf >= 0 {
+		rec, err = r.readDirect(ctx, i)
+		if err == nil || !errors.Is(err, errNotPlainImages) {
+			return rec, err
+		}
+	}
 	rr, err := r.fr.GetRecordReader(ctx, r.leaves, []int{i})
 	if err != nil {
 		return nil, fmt.Errorf("shard %s row group %d: %w", r.name, i, err)
@@ -328,6 +341,51 @@ func (r *ShardReader) ReadRowGroup(ctx context.Context, i int) (rec arrow.Record
 		return nil, fmt.Errorf("shard %s row group %d: read %d rows, footer says %d", r.name, i, rec.NumRows(), r.RowGroupRows(i))
 	}
 	return rec, nil
+}
+
+// readDirect reads row group i with its image chunk read directly
+// (imagecol.go) and the other columns through pqarrow. It returns
+// errNotPlainImages, wrapped, when the chunk is not in the layout read
+// directly.
+func (r *ShardReader) readDirect(ctx context.Context, i int) (arrow.RecordBatch, error) {
+	n := r.RowGroupRows(i)
+	if n == 0 {
+		return nil, errNotPlainImages
+	}
+	imgs, err := r.readImageChunk(i, r.imgLeaf, n, r.mem)
+	if err != nil {
+		return nil, fmt.Errorf("shard %s row group %d: image column: %w", r.name, i, err)
+	}
+	defer imgs.Release()
+	others := slices.DeleteFunc(slices.Clone(r.leaves), func(l int) bool { return l == r.imgLeaf })
+	var part arrow.RecordBatch
+	if len(others) > 0 {
+		rr, err := r.fr.GetRecordReader(ctx, others, []int{i})
+		if err != nil {
+			return nil, fmt.Errorf("shard %s row group %d: %w", r.name, i, err)
+		}
+		defer rr.Release()
+		if part, err = rr.Read(); err != nil {
+			return nil, fmt.Errorf("shard %s row group %d: %w", r.name, i, err)
+		}
+		if part.NumRows() != n {
+			return nil, fmt.Errorf("shard %s row group %d: read %d rows, footer says %d", r.name, i, part.NumRows(), n)
+		}
+	}
+	cols := make([]arrow.Array, 0, r.schema.NumFields())
+	j := 0
+	for _, f := range r.schema.Fields() {
+		if f.Name == ColImage {
+			cols = append(cols, imgs)
+			continue
+		}
+		if part == nil || j >= int(part.NumCols()) {
+			return nil, fmt.Errorf("shard %s row group %d: %d columns read, schema has %d", r.name, i, j, r.schema.NumFields())
+		}
+		cols = append(cols, part.Column(j))
+		j++
+	}
+	return array.NewRecordBatch(r.schema, cols, n), nil
 }
 
 // Close closes the shard file.
