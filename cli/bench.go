@@ -46,6 +46,7 @@ func benchCommand() *ucli.Command {
 			&ucli.IntFlag{Name: "window", Value: order.DefaultWindowRows, Usage: "shuffle window rows"},
 			&ucli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 			&ucli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile to `FILE`"},
+			&ucli.StringFlag{Name: "memprofile", Usage: "write a heap profile to `FILE` after the last batch, before the loader closes"},
 			strictFlag(),
 			runDirFlag(),
 		},
@@ -82,7 +83,7 @@ func benchCommand() *ucli.Command {
 				}
 				defer pprof.StopCPUProfile()
 			}
-			res, err := runBench(ctx, pipeline.Repeat(src, int(c.Int("repeat"))), cfg)
+			res, err := runBench(ctx, pipeline.Repeat(src, int(c.Int("repeat"))), cfg, c.String("memprofile"))
 			if err != nil {
 				return err
 			}
@@ -127,7 +128,7 @@ type benchResult struct {
 	Skipped         map[string]int64 `json:"skipped"`
 }
 
-func runBench(ctx context.Context, src pipeline.Source, cfg pipeline.Config) (*benchResult, error) {
+func runBench(ctx context.Context, src pipeline.Source, cfg pipeline.Config, memprofile string) (*benchResult, error) {
 	l, err := pipeline.New(ctx, src, cfg)
 	if err != nil {
 		return nil, err
@@ -174,6 +175,12 @@ func runBench(ctx context.Context, src pipeline.Source, cfg pipeline.Config) (*b
 		r.AllocsPerBatch = float64(m1.Mallocs-m0.Mallocs) / float64(nb)
 		r.BytesPerBatch = float64(m1.TotalAlloc-m0.TotalAlloc) / float64(nb)
 	}
+	// After the figures, while the loader (its cache, its pools) is open.
+	if memprofile != "" {
+		if err := writeHeapProfile(memprofile); err != nil {
+			return nil, err
+		}
+	}
 	return r, nil
 }
 
@@ -192,6 +199,21 @@ func (r *benchResult) table(w interface{ Write([]byte) (int, error) }) error {
 	fmt.Fprintf(tw, "peak RSS\t%.0f MiB\n", r.PeakRSSMiB)
 	fmt.Fprintf(tw, "%s\n", strings.Replace(r.skips.String(), ": ", "\t", 1))
 	return tw.Flush()
+}
+
+// writeHeapProfile writes the in-use heap as of the last garbage
+// collection, which runs first so that the profile is current.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	runtime.GC()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		f.Close()
+		return fmt.Errorf("--memprofile: %w", err)
+	}
+	return f.Close()
 }
 
 // peakRSSMiB reads VmHWM from /proc (Linux); 0 elsewhere.

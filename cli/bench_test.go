@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -30,9 +31,14 @@ func TestBenchReportsTheRun(t *testing.T) {
 	if r.Images != 24 || r.Batches != 6 || r.Workers != 2 || r.DecodesPerImage <= 0 || r.ImagesPerSec <= 0 {
 		t.Fatalf("unexpected report %+v", r)
 	}
-	code, out, _ = run(t, "bench", "--shards", shards, "--batch", "4", "--imgsz", "64", "--val")
+	heap := filepath.Join(dir, "heap.pb.gz")
+	code, out, _ = run(t, "bench", "--shards", shards, "--batch", "4", "--imgsz", "64", "--val", "--memprofile", heap)
 	if code != ExitOK || !strings.Contains(out, "images per CPU-second") || !strings.Contains(out, "decodes per output image") {
 		t.Fatalf("table: exit %d\n%s", code, out)
+	}
+	// A heap profile is a gzipped protocol buffer.
+	if b, err := os.ReadFile(heap); err != nil || len(b) < 20 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Fatalf("--memprofile wrote %d bytes (%v)", len(b), err)
 	}
 }
 

@@ -197,11 +197,7 @@ func (c *cache) get(row int64, src *shard.Image) (e *entry, decoded bool) {
 	}
 	e = &entry{row: row, ready: make(chan struct{}), refs: 1}
 	c.entries[row] = e
-	var buf []byte
-	if n := len(c.free); n > 0 {
-		buf = c.free[n-1]
-		c.free = c.free[:n-1]
-	}
+	buf := c.takeFree(3 * int64(src.Width) * int64(src.Height))
 	c.mu.Unlock()
 
 	e.img, e.err = decodeRow(src, buf)
@@ -211,7 +207,7 @@ func (c *cache) get(row int64, src *shard.Image) (e *entry, decoded bool) {
 		delete(c.entries, row) // failures are not cached
 		e.evicted = true
 		if buf != nil {
-			c.free = append(c.free, buf)
+			c.recycle(buf)
 		}
 	} else {
 		c.cur += int64(cap(e.img.Pix))
@@ -253,8 +249,46 @@ func (c *cache) evict() {
 	}
 }
 
+// maxFree is how many evicted pixel buffers the cache keeps for reuse.
+const maxFree = 16
+
+// takeFree removes and returns the smallest free buffer holding need
+// bytes, or nil. Images differ in size: handing out any buffer would drop
+// the ones too small for the next decode to the garbage collector, and
+// the heap would grow by a decode's pixels each time (a fifth of a
+// coco-tiny run's allocations). need is the row's stated size; a row that
+// lies about it only costs the decoder a new buffer.
+func (c *cache) takeFree(need int64) []byte {
+	best := -1
+	for i, b := range c.free {
+		if int64(cap(b)) >= need && (best < 0 || cap(b) < cap(c.free[best])) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return nil
+	}
+	b := c.free[best]
+	last := len(c.free) - 1
+	c.free[best], c.free[last] = c.free[last], nil
+	c.free = c.free[:last]
+	return b
+}
+
+// recycle keeps b for reuse; when the list is full the smallest buffer
+// goes, which fits the fewest later decodes.
 func (c *cache) recycle(b []byte) {
-	if len(c.free) < 16 {
+	if len(c.free) < maxFree {
 		c.free = append(c.free, b[:0])
+		return
+	}
+	small := 0
+	for i := range c.free {
+		if cap(c.free[i]) < cap(c.free[small]) {
+			small = i
+		}
+	}
+	if cap(b) > cap(c.free[small]) {
+		c.free[small] = b[:0]
 	}
 }

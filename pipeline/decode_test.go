@@ -58,3 +58,41 @@ func FuzzDecodeImage(f *testing.F) {
 		}
 	})
 }
+
+func TestCacheReusesBuffersThatFit(t *testing.T) {
+	c := newCache(1 << 30)
+	for _, n := range []int{900, 300, 600} {
+		c.recycle(make([]byte, n))
+	}
+	for _, tc := range []struct {
+		need    int64
+		wantCap int // 0: none fits
+	}{
+		{500, 600}, // the smallest that holds it, not the last freed
+		{1000, 0},  // none holds it: the free list keeps all of them
+		{300, 300},
+		{300, 900},
+		{1, 0},
+	} {
+		b := c.takeFree(tc.need)
+		if cap(b) != tc.wantCap {
+			t.Fatalf("takeFree(%d) gave a buffer of %d, want %d", tc.need, cap(b), tc.wantCap)
+		}
+	}
+	// A full list makes room for a larger buffer by dropping its smallest,
+	// and keeps what it has over a smaller one.
+	for i := 0; i < maxFree; i++ {
+		c.recycle(make([]byte, 100+i))
+	}
+	c.recycle(make([]byte, 50))
+	c.recycle(make([]byte, 5000))
+	if len(c.free) != maxFree {
+		t.Fatalf("%d free buffers, want %d", len(c.free), maxFree)
+	}
+	if b := c.takeFree(5000); cap(b) != 5000 {
+		t.Fatalf("the largest buffer was not kept (got %d)", cap(b))
+	}
+	if b := c.takeFree(0); cap(b) != 101 {
+		t.Fatalf("smallest kept buffer %d, want 101 (100 dropped for 5000, 50 refused)", cap(b))
+	}
+}
