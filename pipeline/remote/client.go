@@ -362,6 +362,13 @@ func (s *Stream) Next(ctx context.Context) (arrow.RecordBatch, error) {
 	for {
 		var err error
 		if s.rdr == nil {
+			if s.scheduleDone() {
+				// The connection died after the last batch, before the
+				// stream's end: there is nothing left to reopen for,
+				// and the server would refuse the request as empty.
+				s.done = true
+				return nil, io.EOF
+			}
 			err = s.open()
 		}
 		if err == nil {
@@ -382,6 +389,9 @@ func (s *Stream) Next(ctx context.Context) (arrow.RecordBatch, error) {
 		if !retryable(err) {
 			return nil, fmt.Errorf("remote: stream from %s after %d batches: %w", s.c.cfg.Addr, s.delivered, err)
 		}
+		if s.scheduleDone() {
+			continue // to the end of the stream, without waiting
+		}
 		if s.failover(err) {
 			continue
 		}
@@ -399,6 +409,17 @@ func (s *Stream) Next(ctx context.Context) (arrow.RecordBatch, error) {
 		}
 		wait = min(2*wait, s.c.cfg.MaxBackoff)
 	}
+}
+
+// scheduleDone reports whether the batches delivered so far end the
+// request's schedule: the state after the last one is past its last
+// epoch.
+func (s *Stream) scheduleDone() bool {
+	epochs := s.req.Epochs
+	if epochs == 0 {
+		epochs = s.req.Start.Epoch + 1 // the request's default, from its own start
+	}
+	return s.delivered > 0 && s.state.Epoch >= epochs
 }
 
 func (s *Stream) deliver() (arrow.RecordBatch, error) {

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/segpipe/segpipe/formats/batch"
+	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/pipeline/order"
 )
 
@@ -617,5 +618,67 @@ func TestDeadTransportSettlesTransportCount(t *testing.T) {
 		if n := srv.TransportBatches(); n != 0 {
 			t.Errorf("%s: %d batches counted once the transport freed them", tc.name, n)
 		}
+	}
+}
+
+// lastThenSilence serves n batches of the request's one epoch and then
+// neither ends nor sends: a connection lost now is lost after the last
+// batch but before the stream's end.
+type lastThenSilence struct {
+	rec  arrow.RecordBatch
+	n, k int64
+}
+
+func (l *lastThenSilence) Next(ctx context.Context) (arrow.RecordBatch, error) {
+	if l.k == l.n {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	l.k++
+	l.rec.Retain()
+	return l.rec, nil
+}
+
+func (l *lastThenSilence) State() order.State {
+	if l.k == l.n {
+		return order.State{Seed: 7, Epoch: 1}
+	}
+	return order.State{Seed: 7, Consumed: 4 * l.k}
+}
+
+func (l *lastThenSilence) Close() error { return nil }
+
+func TestDropAfterTheLastBatchEndsTheStream(t *testing.T) {
+	rec := preparedBatch(t, 4, 64, 2)
+	defer rec.Release()
+	srv := startServer(t, nil, ServerConfig{newBatches: func(context.Context, pipeline.Source, pipeline.Config) (pipeline.Batches, error) {
+		return &lastThenSilence{rec: rec, n: 3}, nil
+	}})
+	px := newProxy(t, srv.addr)
+	c := client(t, ClientConfig{Addr: px.lis.Addr().String(), Backoff: time.Millisecond})
+	s, err := c.Stream(context.Background(), Request{Version: RequestVersion, Shards: "synth", ImgSz: 64, BatchSize: 4,
+		Start: order.State{Seed: 7}, Epochs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for i := 0; i < 3; i++ {
+		r, err := s.Next(context.Background())
+		if err != nil {
+			t.Fatalf("batch %d: %v", i, err)
+		}
+		r.Release()
+	}
+	px.cut()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if r, err := s.Next(ctx); err != io.EOF {
+		if r != nil {
+			r.Release()
+		}
+		t.Fatalf("after the last batch and a dropped connection: %v, want io.EOF", err)
+	}
+	if st := s.State(); st.Epoch != 1 || s.Delivered() != 3 {
+		t.Fatalf("state %+v after %d batches", st, s.Delivered())
 	}
 }

@@ -259,6 +259,12 @@ class Request:
     def transport(self) -> str:
         return self.masks or MASKS_DENSE
 
+    def schedule_done(self, state: ResumeState, delivered: int) -> bool:
+        """Whether ``delivered`` batches, the last one carrying ``state``, end
+        this request's schedule: the state is past its last epoch."""
+        epochs = self.epochs or self.start.epoch + 1
+        return delivered > 0 and state.epoch >= epochs
+
     def resumed(self, state: ResumeState, delivered: int) -> "Request":
         """The request that continues this one after ``delivered`` batches whose
         last one carried ``state``: same settings, start moved, limit reduced."""

@@ -7,7 +7,8 @@ client.go): a dropped stream is reopened from the state of the last batch
 delivered with the limit reduced by the batches delivered, after
 backoff, 2*backoff, ... up to max_backoff, and fails after ``retries``
 attempts in a row; any other failure ends the stream at once, and a limit
-already reached is never reopened (limit 0 would mean "no limit").
+already reached, or a schedule whose last epoch was delivered, is never
+reopened (limit 0 would mean "no limit").
 """
 
 from __future__ import annotations
@@ -88,6 +89,11 @@ class Resumable:
         while True:
             try:
                 if self._reader is None:
+                    if self.request.schedule_done(self.state, self.delivered):
+                        # Lost after the last batch, before the stream's end:
+                        # nothing is left to reopen for (the server would
+                        # refuse the request as empty).
+                        raise StopIteration
                     self._reader = self._open_reader(self.request.resumed(self.state, self.delivered))
                 chunk = self._reader.read_chunk()
                 break
@@ -96,6 +102,8 @@ class Resumable:
                 raise
             except self._retryable as e:
                 self._drop()
+                if self.request.schedule_done(self.state, self.delivered):
+                    continue  # to the end of the stream, without waiting
                 if attempts >= self.retries:
                     self.done = True
                     raise StreamError(

@@ -116,6 +116,13 @@ class ResumableTest(unittest.TestCase):
         self.assertEqual(len(srv.requests), 1)
         self.assertTrue(srv.readers[0].cancelled, "the server's loader must be stopped")
 
+    def test_a_drop_after_the_last_epoch_is_not_reopened(self):
+        srv = Server([chunk(4, 0), chunk(0, 1, epoch=1), Lost("after the last batch")])
+        s, slept = stream(srv, Request(shards="s", start=ResumeState(seed=1), batch_size=4, epochs=1))
+        got = drain(s)
+        self.assertEqual([st for _, st in got], [ResumeState(1, 0, 4), ResumeState(1, 1, 0)])
+        self.assertEqual((len(srv.requests), slept, s.done), (1, [], True))
+
     def test_gives_up_after_retries_in_a_row_with_backoff(self):
         srv = Server([chunk(4, 0), Lost("a")], Lost("b"), Lost("c"), Lost("d"), [chunk(8, 1)])
         s, slept = stream(srv)
