@@ -197,34 +197,10 @@ func readPageHeader(b []byte) (pageHeader, int, error) {
 			h.crc, h.hasCRC = uint32(t.i32()), true
 		case id == 5 && typ == thriftStruct: // DataPageHeader
 			haveData = true
-			return t.fields(func(id int16, typ byte) error {
-				switch {
-				case id == 1 && typ == thriftI32:
-					h.values = int(t.i32())
-				case id == 2 && typ == thriftI32:
-					h.encoding = int(t.i32())
-				default:
-					t.skip(typ, 0)
-				}
-				return t.err
-			})
+			return t.dataPage(&h, false)
 		case id == 8 && typ == thriftStruct: // DataPageHeaderV2
 			haveData = true
-			return t.fields(func(id int16, typ byte) error {
-				switch {
-				case id == 1 && typ == thriftI32:
-					h.values = int(t.i32())
-				case id == 2 && typ == thriftI32:
-					h.nulls = int(t.i32())
-				case id == 4 && typ == thriftI32:
-					h.encoding = int(t.i32())
-				case (id == 5 || id == 6) && typ == thriftI32:
-					h.levels = h.levels || t.i32() != 0
-				default:
-					t.skip(typ, 0)
-				}
-				return t.err
-			})
+			return t.dataPage(&h, true)
 		default:
 			t.skip(typ, 0)
 		}
@@ -237,6 +213,30 @@ func readPageHeader(b []byte) (pageHeader, int, error) {
 		return h, 0, errors.New("data page without its header")
 	}
 	return h, t.pos, nil
+}
+
+// dataPage decodes a DataPageHeader, or with v2 a DataPageHeaderV2, into
+// h. Their integer fields are all i32; the rest (statistics, v2's
+// is_compressed) is skipped.
+func (t *thriftReader) dataPage(h *pageHeader, v2 bool) error {
+	return t.fields(func(id int16, typ byte) error {
+		if typ != thriftI32 {
+			t.skip(typ, 0)
+			return t.err
+		}
+		v := int(t.i32())
+		switch {
+		case id == 1:
+			h.values = v
+		case id == 2 && !v2, id == 4 && v2:
+			h.encoding = v
+		case id == 2 && v2:
+			h.nulls = v
+		case (id == 5 || id == 6) && v2: // level byte lengths
+			h.levels = h.levels || v != 0
+		}
+		return t.err
+	})
 }
 
 // Thrift compact-protocol type codes.
