@@ -61,6 +61,13 @@ func vblendAVX2(dst *uint32, top, bot *uint8, n int, iy, wy uint32)
 //go:noescape
 func hsampleAVX2(rp, gp, bp *uint8, n int, sc *uint32, u0, du, last int32)
 
+// hsampleAVX512 is hsampleAVX2 for n a positive multiple of 16 and
+// |du| ≤ 2¹⁷, reading each step's taps from registers instead of
+// gathering them; sc must stay readable for 93 dwords past the row.
+//
+//go:noescape
+func hsampleAVX512(rp, gp, bp *uint8, n int, sc *uint32, u0, du, last int32)
+
 // vblendAVX512 is vblendAVX2 for any n > 0 (the last step masked).
 //
 //go:noescape
@@ -88,22 +95,33 @@ func hsample(r, g, b []byte, sc []uint32, U, dU int64, xa, maxX int) {
 	g = g[:len(r)]
 	b = b[:len(r)]
 	n := 0
-	if haveAVX2 && !forceGoKernels {
-		n = len(r) &^ 7
-		// The kernel steps relative positions in 32 bits: every lane it
-		// computes (the last step's included) must fit, and so must the
-		// row. Clamping to the row's last pair instead of maxX's is the
-		// same (no tap lies past the row except at maxX) and keeps every
-		// gather inside sc.
+	// The kernels step relative positions in 32 bits: every lane they
+	// compute (the last step's included) must fit, and so must the row.
+	// Clamping to the row's last pair instead of maxX's is the same (no
+	// tap lies past the row except at maxX) and keeps every read inside
+	// sc.
+	const lim = 1 << 30
+	last := len(sc)/3 - 1
+	fits := func(m, step int) bool {
 		u0 := U - int64(xa)<<16
-		ue := u0 + int64(n+7)*dU
-		const lim = 1 << 30
-		last := len(sc)/3 - 1
-		if n > 0 && u0 > -lim && u0 < lim && ue > -lim && ue < lim && 8*dU > -lim && 8*dU < lim && len(sc) < lim && last <= maxX-xa+1 {
-			hsampleAVX2(&r[0], &g[0], &b[0], n, &sc[0], int32(u0), int32(dU), int32(last))
-			U += int64(n) * dU
-		} else {
-			n = 0
+		ue := u0 + int64(m+step-1)*dU
+		return m > 0 && u0 > -lim && u0 < lim && ue > -lim && ue < lim && int64(step)*dU > -lim && int64(step)*dU < lim &&
+			len(sc) < lim && last <= maxX-xa+1
+	}
+	if haveAVX512 && !forceAVX2 && !forceGoKernels {
+		// Sixteen taps within 32 pairs (|dU| ≤ 2), and the window of 96
+		// dwords from any pair readable (sampleSpanRow leaves the slack).
+		if m := len(r) &^ 15; -2<<16 <= dU && dU <= 2<<16 && cap(sc)-len(sc) >= hsampleSlack && fits(m, 16) {
+			hsampleAVX512(&r[0], &g[0], &b[0], m, &sc[0], int32(U-int64(xa)<<16), int32(dU), int32(last))
+			U += int64(m) * dU
+			n = m
+		}
+	}
+	if haveAVX2 && !forceGoKernels {
+		if m := (len(r) - n) &^ 7; fits(m, 8) {
+			hsampleAVX2(&r[n], &g[n], &b[n], m, &sc[0], int32(U-int64(xa)<<16), int32(dU), int32(last))
+			U += int64(m) * dU
+			n += m
 		}
 	}
 	hsampleGo(r[n:], g[n:], b[n:], sc, U, dU, xa, maxX)

@@ -315,6 +315,134 @@ hloop:
 	VZEROUPPER
 	RET
 
+DATA iota16<>+0(SB)/4, $0
+DATA iota16<>+4(SB)/4, $1
+DATA iota16<>+8(SB)/4, $2
+DATA iota16<>+12(SB)/4, $3
+DATA iota16<>+16(SB)/4, $4
+DATA iota16<>+20(SB)/4, $5
+DATA iota16<>+24(SB)/4, $6
+DATA iota16<>+28(SB)/4, $7
+DATA iota16<>+32(SB)/4, $8
+DATA iota16<>+36(SB)/4, $9
+DATA iota16<>+40(SB)/4, $10
+DATA iota16<>+44(SB)/4, $11
+DATA iota16<>+48(SB)/4, $12
+DATA iota16<>+52(SB)/4, $13
+DATA iota16<>+56(SB)/4, $14
+DATA iota16<>+60(SB)/4, $15
+GLOBL iota16<>(SB), RODATA|NOPTR, $64
+
+// One channel of hsampleAVX512's sixteen pixels into dst: the pairs at
+// window indices j (< 96) picked from the window Z0-Z5 (three VPERMI2D
+// over its register pairs, merged by j's range), multiply-added with the
+// weight pairs Z8, the offsets and rounding half added back, shifted and
+// stored as bytes.
+#define CHAN16(j, dst) \
+	VMOVDQA32 j, Z10; \
+	VPERMI2D Z1, Z0, Z10; \
+	VMOVDQA32 j, Z12; \
+	VPERMI2D Z3, Z2, Z12; \
+	VMOVDQA32 j, Z13; \
+	VPERMI2D Z5, Z4, Z13; \
+	VPCMPUD $5, Z23, j, K1; \
+	VMOVDQA32 Z12, K1, Z10; \
+	VPCMPUD $5, Z22, j, K2; \
+	VMOVDQA32 Z13, K2, Z10; \
+	VPMADDWD Z8, Z10, Z10; \
+	VPADDD Z24, Z10, Z10; \
+	VPSRLD $16, Z10, Z10; \
+	VPMOVDB Z10, (dst)
+
+// func hsampleAVX512(rp, gp, bp *uint8, n int, sc *uint32, u0, du, last int32)
+//
+// hsampleAVX2's pixels sixteen a step without gathers: the sixteen left
+// taps of a step lie within 32 pairs of each other (|du| ≤ 2), so the
+// step loads the 96 dwords of those pairs from sc once (six registers,
+// starting at the smallest tap) and picks each channel's pairs from them
+// with register permutes. sc must be readable for 96 dwords from any
+// pair index ≤ last, i.e. 93 dwords past the row.
+TEXT ·hsampleAVX512(SB), NOSPLIT, $0-52
+	MOVQ rp+0(FP), AX
+	MOVQ gp+8(FP), BX
+	MOVQ bp+16(FP), CX
+	MOVQ n+24(FP), DX
+	MOVQ sc+32(FP), SI
+
+	MOVL du+44(FP), R9
+	VPBROADCASTD R9, Z30
+	VMOVDQU32 iota16<>(SB), Z31
+	VPMULLD Z30, Z31, Z31
+	MOVL u0+40(FP), R9
+	VPBROADCASTD R9, Z29
+	VPADDD Z29, Z31, Z31 // lane positions u0 + i·du
+	VPSLLD $4, Z30, Z30  // step 16·du
+	MOVL last+48(FP), R9
+	VPBROADCASTD R9, Z29
+	VPXORD Z28, Z28, Z28
+	VPTERNLOGD $0xFF, Z27, Z27, Z27 // −1
+	MOVL $255, R9
+	VPBROADCASTD R9, Z26
+	MOVL $256, R9
+	VPBROADCASTD R9, Z25
+	MOVL $0x808000, R9 // 32768·256 + 32768
+	VPBROADCASTD R9, Z24
+	MOVL $32, R9
+	VPBROADCASTD R9, Z23
+	MOVL $64, R9
+	VPBROADCASTD R9, Z22
+	MOVL $15, R9
+	VPBROADCASTD R9, Z21
+	MOVL $1, R9
+	VPBROADCASTD R9, Z20
+
+h16loop:
+	// pair index of the left tap, (u>>16) + 1 clamped to [0, last]
+	VPSRAD $16, Z31, Z6
+	VPSUBD Z27, Z6, Z6
+	VPMAXSD Z28, Z6, Z6
+	VPMINSD Z29, Z6, Z6
+
+	// weight pairs: low word 256 − wx, high word wx = (u>>8)&255
+	VPSRLD $8, Z31, Z7
+	VPANDD Z26, Z7, Z7
+	VPSLLD $16, Z7, Z8
+	VPSUBD Z7, Z8, Z8
+	VPADDD Z25, Z8, Z8
+
+	// the window starts at the smallest index (lane 0, or lane 15 when
+	// stepping backwards); j = 3·(index − start) for R, +1 G, +2 B
+	VPERMD Z6, Z28, Z9
+	VPERMD Z6, Z21, Z7
+	VPMINSD Z7, Z9, Z9
+	VMOVD X9, R10
+	VPSUBD Z9, Z6, Z6
+	VPADDD Z6, Z6, Z7
+	VPADDD Z7, Z6, Z6
+	LEAQ (R10)(R10*2), R11
+	LEAQ (SI)(R11*4), R11
+	VMOVDQU32 0(R11), Z0
+	VMOVDQU32 64(R11), Z1
+	VMOVDQU32 128(R11), Z2
+	VMOVDQU32 192(R11), Z3
+	VMOVDQU32 256(R11), Z4
+	VMOVDQU32 320(R11), Z5
+
+	CHAN16(Z6, AX)
+	VPADDD Z20, Z6, Z6
+	CHAN16(Z6, BX)
+	VPADDD Z20, Z6, Z6
+	CHAN16(Z6, CX)
+
+	VPADDD Z30, Z31, Z31
+	ADDQ $16, AX
+	ADDQ $16, BX
+	ADDQ $16, CX
+	SUBQ $16, DX
+	JNZ h16loop
+	VZEROUPPER
+	RET
+
 DATA coefconst<>+0(SB)/4, $1.0
 DATA coefconst<>+4(SB)/4, $4096.0
 DATA coefconst<>+8(SB)/4, $0.5

@@ -173,8 +173,12 @@ func testVBlendKernelMatchesGo(t *testing.T) {
 
 // TestHSampleKernelMatchesGo: exact equality for random spans, both
 // directions (a horizontal flip steps backwards), scales from 0.2 to 4,
-// and spans that run off either edge of the image (replicated columns).
-func TestHSampleKernelMatchesGo(t *testing.T) {
+// and spans that run off either edge of the image (replicated columns);
+// every other row has the slack past it that the AVX-512 kernel needs
+// (sampleSpanRow's), the others go to the AVX2 kernel.
+func TestHSampleKernelMatchesGo(t *testing.T) { eachVectorPath(t, testHSampleKernelMatchesGo) }
+
+func testHSampleKernelMatchesGo(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	for trial := 0; trial < 2000; trial++ {
 		w := 1 + r.IntN(700)
@@ -193,9 +197,9 @@ func TestHSampleKernelMatchesGo(t *testing.T) {
 		Ue := U + int64(n-1)*dU
 		xa := min(max(int(min(U, Ue)>>16), 0), maxX)
 		xb := min(max(int(max(U, Ue)>>16)+1, 0), maxX)
-		sc := make([]uint32, 3*(xb-xa+2))
-		for i := range sc {
-			sc[i] = uint32(r.IntN(255*256+1)) ^ 0x8000 | (uint32(r.IntN(255*256+1))^0x8000)<<16
+		sc := make([]uint32, 3*(xb-xa+2), 3*(xb-xa+2)+hsampleSlack*(trial%2))
+		for i := range sc[:cap(sc)] {
+			sc[:cap(sc)][i] = uint32(r.IntN(255*256+1)) ^ 0x8000 | (uint32(r.IntN(255*256+1))^0x8000)<<16
 		}
 		got, want := make([]byte, 3*n), make([]byte, 3*n)
 		hsample(got[:n], got[n:2*n], got[2*n:], sc, U, dU, xa, maxX)

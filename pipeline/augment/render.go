@@ -227,8 +227,10 @@ func sampleSpanRow(r, g, b, pix []byte, stride, maxX, maxY int, U, V, dU int64, 
 	xa := min(max(int(min(U, Ue)>>16), 0), maxX)
 	xb := min(max(int(max(U, Ue)>>16)+1, 0), maxX)
 	m := 3 * (xb - xa + 1)
-	if cap(sc) < m+3 {
-		sc = make([]uint32, m+3, m+m/2+3)
+	// 93 dwords of slack past the row: the AVX-512 horizontal step loads
+	// 96 dwords from any pair (hsample).
+	if cap(sc) < m+3+hsampleSlack {
+		sc = make([]uint32, m+3, m+m/2+3+hsampleSlack)
 	}
 	sc = sc[:m+3]
 	top := pix[y0*stride+3*xa : y0*stride+3*xb+3]
@@ -244,6 +246,10 @@ func sampleSpanRow(r, g, b, pix []byte, stride, maxX, maxY int, U, V, dU int64, 
 	hsample(r, g, b, sc, U, dU, xa, maxX)
 	return sc
 }
+
+// hsampleSlack is how many dwords past the blended row hsample's AVX-512
+// kernel may read.
+const hsampleSlack = 93
 
 // blend16 is one vertically blended value, offset to int16 range.
 func blend16(t, b uint8, iy, wy uint32) uint32 {
