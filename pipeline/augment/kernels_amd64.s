@@ -15,15 +15,24 @@ DATA evenodd<>+24(SB)/4, $5
 DATA evenodd<>+28(SB)/4, $7
 GLOBL evenodd<>(SB), RODATA|NOPTR, $32
 
-DATA iota8<>+0(SB)/4, $0
-DATA iota8<>+4(SB)/4, $1
-DATA iota8<>+8(SB)/4, $2
-DATA iota8<>+12(SB)/4, $3
-DATA iota8<>+16(SB)/4, $4
-DATA iota8<>+20(SB)/4, $5
-DATA iota8<>+24(SB)/4, $6
-DATA iota8<>+28(SB)/4, $7
-GLOBL iota8<>(SB), RODATA|NOPTR, $32
+// Lane numbers 0-15 (the AVX2 kernels load the first eight).
+DATA iota16<>+0(SB)/4, $0
+DATA iota16<>+4(SB)/4, $1
+DATA iota16<>+8(SB)/4, $2
+DATA iota16<>+12(SB)/4, $3
+DATA iota16<>+16(SB)/4, $4
+DATA iota16<>+20(SB)/4, $5
+DATA iota16<>+24(SB)/4, $6
+DATA iota16<>+28(SB)/4, $7
+DATA iota16<>+32(SB)/4, $8
+DATA iota16<>+36(SB)/4, $9
+DATA iota16<>+40(SB)/4, $10
+DATA iota16<>+44(SB)/4, $11
+DATA iota16<>+48(SB)/4, $12
+DATA iota16<>+52(SB)/4, $13
+DATA iota16<>+56(SB)/4, $14
+DATA iota16<>+60(SB)/4, $15
+GLOBL iota16<>(SB), RODATA|NOPTR, $64
 
 // Eight pixels' R, G, B (dwords ≤ 255) to the planes at AX, BX, CX: bytes
 // [R0-7 B0-7 | G0-7 B0-7] in t0 (tx: its low half; t1 scratch).
@@ -244,7 +253,7 @@ TEXT ·hsampleAVX2(SB), NOSPLIT, $0-52
 	MOVL du+44(FP), R9
 	MOVQ R9, X14
 	VPBROADCASTD X14, Y14
-	VMOVDQU iota8<>(SB), Y15
+	VMOVDQU iota16<>(SB), Y15
 	VPMULLD Y14, Y15, Y15
 	MOVL u0+40(FP), R9
 	MOVQ R9, X13
@@ -314,24 +323,6 @@ hloop:
 	JNZ hloop
 	VZEROUPPER
 	RET
-
-DATA iota16<>+0(SB)/4, $0
-DATA iota16<>+4(SB)/4, $1
-DATA iota16<>+8(SB)/4, $2
-DATA iota16<>+12(SB)/4, $3
-DATA iota16<>+16(SB)/4, $4
-DATA iota16<>+20(SB)/4, $5
-DATA iota16<>+24(SB)/4, $6
-DATA iota16<>+28(SB)/4, $7
-DATA iota16<>+32(SB)/4, $8
-DATA iota16<>+36(SB)/4, $9
-DATA iota16<>+40(SB)/4, $10
-DATA iota16<>+44(SB)/4, $11
-DATA iota16<>+48(SB)/4, $12
-DATA iota16<>+52(SB)/4, $13
-DATA iota16<>+56(SB)/4, $14
-DATA iota16<>+60(SB)/4, $15
-GLOBL iota16<>(SB), RODATA|NOPTR, $64
 
 // One channel of hsampleAVX512's sixteen pixels into dst: the pairs at
 // window indices j (< 96) picked from the window Z0-Z5 (three VPERMI2D
