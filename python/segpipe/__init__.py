@@ -1,9 +1,10 @@
 """segpipe for PyTorch: training batches from `segpipe serve` over Arrow Flight.
 
-``FlightBatches`` (pyarrow and torch) streams one rank's batches as tensors;
-``segpipe.ultralytics`` feeds an Ultralytics segmentation trainer from it. The
-request, resume-state and rank logic in ``segpipe.request`` and
-``segpipe.dist`` needs neither, so it imports anywhere.
+``FlightBatches`` (pyarrow and torch) streams one rank's batches as tensors,
+an epoch per iteration (``Batch`` describes one); ``segpipe.ultralytics``
+feeds an Ultralytics segmentation trainer from it. The request, resume-state
+and rank logic in ``segpipe.request`` and ``segpipe.dist`` needs neither, so
+it imports anywhere.
 """
 
 from .dist import rank_and_world
@@ -22,6 +23,7 @@ from .stream import StreamError
 __version__ = "0.1.0"
 
 __all__ = [
+    "Batch",
     "FlightBatches",
     "MASKS_DENSE",
     "MASKS_WINDOWED",
@@ -43,4 +45,8 @@ def __getattr__(name):
         from .flight import FlightBatches
 
         return FlightBatches
+    if name == "Batch":
+        from .batch import Batch
+
+        return Batch
     raise AttributeError(f"module 'segpipe' has no attribute {name!r}")

@@ -30,6 +30,9 @@ class Resumable:
     open_reader(request) returns a reader whose read_chunk() returns the next
     chunk (raising StopIteration at the end) and whose cancel() ends it;
     app_metadata(chunk) returns the chunk's app metadata bytes (or None).
+    retryable is a tuple of exception types that mean "connection lost", or
+    a predicate on an exception; failures are the transport's other
+    exception types, which end the stream with a StreamError.
     """
 
     def __init__(
@@ -38,7 +41,7 @@ class Resumable:
         open_reader: Callable[[Request], Any],
         app_metadata: Callable[[Any], Any],
         *,
-        retryable: tuple = (),
+        retryable: Any = (),
         failures: tuple = (),
         retries: int = 5,
         backoff: float = 0.1,
@@ -50,7 +53,15 @@ class Resumable:
             raise RequestError(f"retries {retries}, backoff {backoff}, max_backoff {max_backoff}: want retries >= 0 and 0 <= backoff <= max_backoff")
         self.request = request.validate()
         self._open_reader, self._app_metadata = open_reader, app_metadata
-        self._retryable, self._failures = tuple(retryable), tuple(failures)
+        # retryable: exception types, or a predicate for transports whose
+        # exception types do not tell a lost connection from an answer
+        # (pyarrow raises a server's RESOURCE_EXHAUSTED as ArrowInvalid).
+        if callable(retryable) and not isinstance(retryable, (tuple, type)):
+            self._is_retryable = retryable
+        else:
+            types = tuple(retryable) if isinstance(retryable, tuple) else (retryable,)
+            self._is_retryable = lambda e: isinstance(e, types)
+        self._failures = tuple(failures)
         self.retries, self.backoff, self.max_backoff = retries, backoff, max_backoff
         self.where, self._sleep = where, sleep
         self.state: ResumeState = request.start
@@ -62,7 +73,7 @@ class Resumable:
     def __getstate__(self) -> dict:
         # A copy (a DataLoader worker's) opens its own reader.
         d = dict(self.__dict__)
-        d["_reader"], d["_open_reader"] = None, None
+        d["_reader"], d["_open_reader"], d["_is_retryable"] = None, None, None
         return d
 
     def _drop(self) -> None:
@@ -100,7 +111,12 @@ class Resumable:
             except StopIteration:
                 self.close()
                 raise
-            except self._retryable as e:
+            except Exception as e:
+                if not self._is_retryable(e):
+                    if isinstance(e, self._failures + (RequestError, StreamError)):
+                        self.close()
+                        raise StreamError(f"stream from {self.where} after {self.delivered} batches: {e}") from e
+                    raise
                 self._drop()
                 if self.request.schedule_done(self.state, self.delivered):
                     continue  # to the end of the stream, without waiting
@@ -113,9 +129,8 @@ class Resumable:
                 attempts += 1
                 self._sleep(wait)
                 wait = min(2 * wait, self.max_backoff)
-            except self._failures + (RequestError, StreamError) as e:
-                self.close()
-                raise StreamError(f"stream from {self.where} after {self.delivered} batches: {e}") from e
+                if self.done:  # closed from another thread while waiting
+                    raise StopIteration
         try:
             self._pending, _ = parse_app_metadata(self._app_metadata(chunk), self.delivered)
         except ValueError as e:
