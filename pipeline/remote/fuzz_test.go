@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow/flight"
@@ -15,17 +16,21 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// FuzzParseRequest: any bytes give a request or an ErrBadRequest, never a
-// panic; an accepted request survives Marshal unchanged.
+// FuzzParseRequest: any bytes give a request or an ErrBadRequest of bounded
+// size, never a panic; an accepted request survives Marshal unchanged.
 func FuzzParseRequest(f *testing.F) {
 	f.Add(testRequest().Marshal())
 	f.Add([]byte(`{"version":1,"masks":"windowed","augment":{"mosaic":0.5,"fill":3}}`))
 	f.Add([]byte(`{"version":1,"shards":"../x"}`))
+	f.Add([]byte(`{"version":1,"masks":"` + strings.Repeat("é", 2000) + `"}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := ParseRequest(b)
 		if err != nil {
 			if !errors.Is(err, ErrBadRequest) {
 				t.Fatalf("error without ErrBadRequest: %v", err)
+			}
+			if len(err.Error()) > maxErrorMessage {
+				t.Fatalf("error of %d bytes for a %d-byte ticket", len(err.Error()), len(b))
 			}
 			return
 		}

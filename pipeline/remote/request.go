@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/segpipe/segpipe/formats/shard"
 	"github.com/segpipe/segpipe/pipeline"
@@ -27,6 +29,52 @@ const (
 // ErrBadRequest marks a ticket or descriptor the server cannot use: bad
 // JSON, an unknown field, a wrong version or an invalid setting.
 var ErrBadRequest = errors.New("remote: bad request")
+
+// A client's value is quoted in an error or a log line by at most its first
+// maxQuote bytes, and a message that may hold client input (the JSON
+// decoder's, an Open function's) is cut at maxErrorMessage bytes, so that a
+// request of any size never comes back, or into the server's log, at its
+// own size.
+const (
+	maxQuote        = 64
+	maxErrorMessage = 1024
+)
+
+// quote is %q of s, or of its first maxQuote bytes followed by its length.
+func quote(s string) string {
+	if len(s) <= maxQuote {
+		return strconv.Quote(s)
+	}
+	return strconv.Quote(prefix(s, maxQuote)) + fmt.Sprintf("… (%d bytes)", len(s))
+}
+
+// clip is s, or its first n bytes followed by its length.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return prefix(s, n) + fmt.Sprintf("… (%d bytes)", len(s))
+}
+
+// decodeError is the JSON decoder's message, the field named before the
+// value, which is clipped: the decoder quotes a value at its own size.
+func decodeError(err error) string {
+	if e, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && e.Field != "" {
+		return fmt.Sprintf("field %s: cannot take %s, want %s", e.Field, clip(e.Value, maxQuote), e.Type)
+	}
+	return clip(err.Error(), 2*maxQuote)
+}
+
+// prefix is s cut to at most n bytes, not inside a UTF-8 sequence.
+func prefix(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
 
 // Request is the loader request a ticket carries, as JSON. Fields left out
 // take the loader's defaults; unknown fields are an error, so a client never
@@ -83,7 +131,7 @@ func ParseRequest(b []byte) (Request, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&r); err != nil {
-		return Request{}, fmt.Errorf("%w: ticket is not a version %d loader request: %v", ErrBadRequest, RequestVersion, err)
+		return Request{}, fmt.Errorf("%w: ticket is not a version %d loader request: %s", ErrBadRequest, RequestVersion, decodeError(err))
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return Request{}, fmt.Errorf("%w: trailing data after the request object", ErrBadRequest)
@@ -115,7 +163,7 @@ func (r Request) Validate() error {
 	switch r.Masks {
 	case "", MasksDense, MasksWindowed:
 	default:
-		return fmt.Errorf("%w: masks %q: want %q or %q", ErrBadRequest, r.Masks, MasksDense, MasksWindowed)
+		return fmt.Errorf("%w: masks %s: want %q or %q", ErrBadRequest, quote(r.Masks), MasksDense, MasksWindowed)
 	}
 	if r.Limit < 0 {
 		return fmt.Errorf("%w: limit %d is negative", ErrBadRequest, r.Limit)
@@ -178,7 +226,7 @@ func datasetInfo(src pipeline.Source) DatasetInfo {
 // the shard root.
 func cleanSet(name string) (string, error) {
 	if strings.ContainsRune(name, '\\') || strings.HasPrefix(name, "/") {
-		return "", fmt.Errorf("%w: shards %q: want a path relative to the shard root, with forward slashes", ErrBadRequest, name)
+		return "", fmt.Errorf("%w: shards %s: want a path relative to the shard root, with forward slashes", ErrBadRequest, quote(name))
 	}
 	c := path.Clean("/" + name)[1:]
 	if c == "" {
@@ -186,7 +234,7 @@ func cleanSet(name string) (string, error) {
 	}
 	for _, part := range strings.Split(name, "/") {
 		if part == ".." {
-			return "", fmt.Errorf("%w: shards %q leaves the shard root", ErrBadRequest, name)
+			return "", fmt.Errorf("%w: shards %s leaves the shard root", ErrBadRequest, quote(name))
 		}
 	}
 	return c, nil

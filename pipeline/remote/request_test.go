@@ -6,7 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow/flight"
+	"google.golang.org/grpc/status"
 
 	"github.com/segpipe/segpipe/formats/shard"
 	"github.com/segpipe/segpipe/pipeline"
@@ -122,4 +126,50 @@ func TestOpenMatchesLocal(t *testing.T) {
 	got := drain(t, s)
 	defer release(got)
 	sameBatches(t, want, got)
+}
+
+// Issue 30 item 4: a refusal quotes at most a short prefix of a client's
+// value, whichever check refuses it, so a 10 MB value never comes back as a
+// 10 MB error.
+func TestRefusalsQuoteAShortPrefix(t *testing.T) {
+	const maxEcho = 512
+	big := strings.Repeat("x", 10<<20)
+	for _, tc := range []struct {
+		name, ticket, want string
+	}{
+		{"masks", `{"version":1,"masks":"` + big + `"}`, `masks "xxxx`},
+		{"shards with a backslash", `{"version":1,"shards":"\\` + big + `"}`, `shards "\\xxx`},
+		{"shards leaving the root", `{"version":1,"shards":"../` + big + `"}`, `shards "../xxx`},
+		{"unknown field", `{"version":1,"` + big + `":1}`, `unknown field "xxx`},
+		{"huge number", `{"version":1,"rank":1` + strings.Repeat("0", 10<<20) + `}`, "rank"},
+		{"string for a number", `{"version":1,"rank":"` + big + `"}`, "rank"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseRequest([]byte(tc.ticket))
+			if !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %.300v, want ErrBadRequest mentioning %q", err, tc.want)
+			}
+			if n := len(err.Error()); n > maxEcho {
+				t.Errorf("error of %d bytes, want at most %d: %.300s…", n, maxEcho, err)
+			}
+		})
+	}
+
+	// Over Flight, through every refusal the server sends: the parser's, the
+	// shard root's and the not-found answer.
+	srv := startServer(t, nil, ServerConfig{Root: t.TempDir()})
+	c := client(t, ClientConfig{Addr: srv.addr})
+	for _, tk := range []string{
+		`{"version":1,"masks":"` + big + `"}`,
+		`{"version":1,"shards":"a/` + big + `"}`,
+	} {
+		st, err := c.fc.DoGet(context.Background(), &flight.Ticket{Ticket: []byte(tk)})
+		if err == nil {
+			_, err = st.Recv()
+		}
+		msg := status.Convert(err).Message()
+		if err == nil || len(msg) > maxEcho {
+			t.Errorf("ticket %.40s…: %d-byte refusal, want at most %d: %.300s", tk, len(msg), maxEcho, msg)
+		}
+	}
 }

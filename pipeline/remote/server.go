@@ -260,7 +260,7 @@ func (s *Server) open(ctx context.Context, name string) (pipeline.Source, error)
 	}
 	dir := filepath.Join(s.cfg.Root, filepath.FromSlash(clean))
 	if _, err := os.Stat(filepath.Join(dir, shard.ManifestName)); err != nil {
-		return nil, fmt.Errorf("shard set %q: %w", name, os.ErrNotExist)
+		return nil, fmt.Errorf("shard set %s: %w", quote(name), os.ErrNotExist)
 	}
 	return pipeline.OpenShards(dir)
 }
@@ -283,18 +283,22 @@ func schemaOf(cfg pipeline.Config, transport string) (*arrow.Schema, error) {
 	return b.Schema(), nil
 }
 
+// grpcError maps err to its gRPC status; the message is clipped, so that
+// an error that carries client input (an Open function's) never echoes it
+// at its own size.
 func grpcError(err error) error {
+	msg := clip(err.Error(), maxErrorMessage)
 	switch {
 	case errors.Is(err, pipeline.ErrMemoryLimit):
-		return status.Error(codes.ResourceExhausted, err.Error())
+		return status.Error(codes.ResourceExhausted, msg)
 	case errors.Is(err, ErrBadRequest):
-		return status.Error(codes.InvalidArgument, err.Error())
+		return status.Error(codes.InvalidArgument, msg)
 	case errors.Is(err, os.ErrNotExist):
-		return status.Error(codes.NotFound, err.Error())
+		return status.Error(codes.NotFound, msg)
 	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, err.Error())
+		return status.Error(codes.Canceled, msg)
 	}
-	return status.Error(codes.FailedPrecondition, err.Error())
+	return status.Error(codes.FailedPrecondition, msg)
 }
 
 // streamState is the app metadata of every batch: the resume state after
@@ -335,7 +339,7 @@ func (s *Server) doGet(t *flight.Ticket, stream flight.FlightService_DoGetServer
 		}
 	}
 	client = fmt.Sprintf("%s rank %d/%d", client, req.Rank, max(req.WorldSize, 1))
-	log := s.cfg.Logger.With("client", client, "shards", req.Shards, "start", req.Start)
+	log := s.cfg.Logger.With("client", client, "shards", clip(req.Shards, maxQuote), "start", req.Start)
 	cfg, err := req.Config(s.cfg.Loader)
 	if err != nil {
 		if errors.Is(err, pipeline.ErrMemoryLimit) {
