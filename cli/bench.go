@@ -67,7 +67,7 @@ func benchCommand() *ucli.Command {
 			if c.Int("repeat") < 1 || cfg.BatchSize < 1 || cfg.Epochs < 1 {
 				return usagef("--repeat, --batch and --epochs must be at least 1")
 			}
-			src, err := pipeline.OpenShards(c.String("shards"))
+			src, err := openShards("--shards", c.String("shards"))
 			if err != nil {
 				return err
 			}

@@ -148,6 +148,22 @@ func TestExitCodes(t *testing.T) {
 		{"resume of finished run", []string{"convert", "coco", "--annotations", ann, "--images", imgs, "--out", done, "--resume"}, ExitOK, ""},
 		{"inspect ok", []string{"inspect", done}, ExitOK, ""},
 		{"help", []string{"convert", "coco", "--help"}, ExitOK, ""},
+		// Issue 30: settings the loader refuses are usage errors whichever
+		// command passes them, and a missing shard path is named as such.
+		{"bench imgsz not a multiple of the stride", []string{"bench", "--shards", done, "--imgsz", "7"}, ExitUsage, "imgsz 7"},
+		{"bench negative imgsz", []string{"bench", "--shards", done, "--imgsz", "-320"}, ExitUsage, "imgsz -320"},
+		{"bench mosaic out of range", []string{"bench", "--shards", done, "--mosaic", "2"}, ExitUsage, "mosaic 2"},
+		{"bench negative workers", []string{"bench", "--shards", done, "--workers", "-1"}, ExitUsage, "-1 workers"},
+		{"bench huge batch", []string{"bench", "--shards", done, "--batch", "100000"}, ExitUsage, "batch size 100000"},
+		{"dump huge batch", []string{"dump", "--shards", done, "--batch", "100000", "--out", tmp + "/d.arrows"}, ExitUsage, "batch size 100000"},
+		{"bench missing shards", []string{"bench", "--shards", tmp + "/nope"}, ExitUsage, "does not exist"},
+		{"dump missing shards", []string{"dump", "--shards", tmp + "/nope", "--out", tmp + "/d.arrows"}, ExitUsage, "does not exist"},
+		{"bench shards is a file", []string{"bench", "--shards", ann}, ExitUsage, "is not a directory"},
+		{"serve missing shards", []string{"serve", "--shards", tmp + "/nope"}, ExitUsage, "does not exist"},
+		{"bench directory without a manifest", []string{"bench", "--shards", emptyDir}, ExitFailure, "manifest.json"},
+		{"unknown command", []string{"frobnicate"}, ExitUsage, `unknown command "frobnicate"`},
+		{"unknown command lists commands", []string{"frobnicate"}, ExitUsage, "convert, bench, inspect"},
+		{"unknown command points to help", []string{"frobnicate"}, ExitUsage, "segpipe --help"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out, errs := run(t, tc.args...)

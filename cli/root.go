@@ -71,7 +71,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var ue usageError
 	// A loader configuration over the memory limit is a request to lower
 	// --batch or --imgsz, refused before anything was allocated.
-	if errors.As(err, &ue) || isUsageErr(err) || errors.Is(err, pipeline.ErrMemoryLimit) {
+	// A loader setting out of range is the caller's, whichever command
+	// passed it.
+	if errors.As(err, &ue) || isUsageErr(err) || errors.Is(err, pipeline.ErrMemoryLimit) || errors.Is(err, pipeline.ErrInvalidConfig) {
 		return ExitUsage
 	}
 	return ExitFailure
@@ -93,7 +95,7 @@ func newRoot(stdout, stderr io.Writer) *ucli.Command {
 	for _, c := range commands {
 		cmds = append(cmds, c())
 	}
-	return &ucli.Command{
+	root := &ucli.Command{
 		Name:  "segpipe",
 		Usage: "keep GPUs fed while training instance-segmentation models",
 		Description: "segpipe converts COCO-format datasets into Parquet shards, streams augmented\n" +
@@ -116,6 +118,39 @@ func newRoot(stdout, stderr io.Writer) *ucli.Command {
 		ExitErrHandler: func(context.Context, *ucli.Command, error) {},
 		Commands:       cmds,
 	}
+	setGroupActions(root)
+	return root
+}
+
+// setGroupActions gives every command that only groups sub-commands (the
+// root, convert, model, manifest) the action groupAction.
+func setGroupActions(c *ucli.Command) {
+	if len(c.Commands) > 0 && c.Action == nil {
+		c.Action = groupAction
+	}
+	for _, sub := range c.Commands {
+		setGroupActions(sub)
+	}
+}
+
+// groupAction shows a group's help when it is run alone, and refuses an
+// argument that names none of its sub-commands as a usage error that lists
+// them.
+func groupAction(_ context.Context, c *ucli.Command) error {
+	if !c.Args().Present() {
+		if c.Root() == c {
+			return ucli.ShowRootCommandHelp(c)
+		}
+		return ucli.ShowSubcommandHelp(c)
+	}
+	var names []string
+	for _, sub := range c.VisibleCommands() {
+		if sub.Name != "help" {
+			names = append(names, sub.Name)
+		}
+	}
+	return usagef("unknown command %q: the commands of %s are %s (%s --help describes them)",
+		c.Args().First(), c.FullName(), strings.Join(names, ", "), c.FullName())
 }
 
 func setupLogging(c *ucli.Command, stderr io.Writer) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strings"
 
@@ -57,18 +58,38 @@ func storageBefore(next ucli.BeforeFunc) ucli.BeforeFunc {
 
 // checkShardRoot accepts a local directory or a bucket URL as serve's
 // shard root.
-func checkShardRoot(root string) error {
-	loc, err := storage.ParseLocation(root)
+func checkShardRoot(root string) error { return checkShardDir("--shards", root) }
+
+// checkShardDir accepts a bucket URL, or a local path that is a directory:
+// a path that does not exist or is not a directory is a usage error that
+// says which, naming flag.
+func checkShardDir(flag, location string) error {
+	loc, err := storage.ParseLocation(location)
 	if err != nil {
-		return usagef("--shards: %v", err)
+		return usagef("%s: %v", flag, err)
 	}
 	if loc.IsBucket() {
 		return nil
 	}
-	if st, err := os.Stat(loc.Dir); err != nil || !st.IsDir() {
-		return usagef("--shards %q is not a directory", root)
+	st, err := os.Stat(loc.Dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return usagef("%s %q does not exist", flag, location)
+	case err != nil:
+		return usagef("%s %q: %v", flag, location, err)
+	case !st.IsDir():
+		return usagef("%s %q is not a directory", flag, location)
 	}
 	return nil
+}
+
+// openShards opens the shard set a command's flag names, after
+// checkShardDir.
+func openShards(flag, location string) (*pipeline.ShardSource, error) {
+	if err := checkShardDir(flag, location); err != nil {
+		return nil, err
+	}
+	return pipeline.OpenShards(location)
 }
 
 // openShardsBelow opens the shard sets a server is asked for below a

@@ -15,7 +15,6 @@ import (
 
 	ucli "github.com/urfave/cli/v3"
 
-	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/trainer/device"
 	"github.com/segpipe/segpipe/trainer/train"
 )
@@ -242,14 +241,14 @@ func runTrain(ctx context.Context, c *ucli.Command) error {
 		}
 		cfg.Shards, cfg.ValShards, cfg.Remote = shards, valShards, addr
 	} else {
-		src, err := pipeline.OpenShards(shards)
+		src, err := openShards("--shards", shards)
 		if err != nil {
 			return err
 		}
 		defer src.Close()
 		opt.Train, opt.Categories = train.Local(src), src.Manifest().Categories
 		if v := valShards; v != "" {
-			vs, err := pipeline.OpenShards(v)
+			vs, err := openShards("--val-shards", v)
 			if err != nil {
 				return err
 			}

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -119,8 +120,28 @@ func (d Config) validate() error {
 	return d.checkMemory()
 }
 
-// validateShape checks everything but the memory estimate.
+// ErrInvalidConfig marks a configuration New refuses for a setting out of
+// range (batch size, workers, rank, imgsz, an augmentation setting), before
+// it opens any data: the caller's settings are wrong, not the data.
+var ErrInvalidConfig = errors.New("invalid loader configuration")
+
+// invalidConfig is a setting's own message that also matches
+// ErrInvalidConfig.
+type invalidConfig struct{ err error }
+
+func (e invalidConfig) Error() string   { return e.err.Error() }
+func (e invalidConfig) Unwrap() []error { return []error{e.err, ErrInvalidConfig} }
+
+// validateShape checks everything but the memory estimate; its errors
+// match ErrInvalidConfig.
 func (d Config) validateShape() error {
+	if err := d.checkShape(); err != nil {
+		return invalidConfig{err}
+	}
+	return nil
+}
+
+func (d Config) checkShape() error {
 	switch {
 	case d.BatchSize < 1 || d.BatchSize > MaxBatchSize:
 		return fmt.Errorf("pipeline: batch size %d: want 1 to %d", d.BatchSize, MaxBatchSize)
