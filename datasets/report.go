@@ -33,7 +33,7 @@ const (
 	ReasonEmptySegmentation   = "empty_segmentation"     // segmentation absent or []; annotation skipped
 	ReasonNonFinite           = "non_finite_number"      // NaN or ±Inf in coordinates, bbox or area; annotation skipped
 	ReasonInvalidBBox         = "invalid_bbox"           // bbox not 4 numbers or negative width/height
-	ReasonInvalidRLE          = "invalid_rle"            // RLE size/counts malformed or counts not summing to h*w
+	ReasonInvalidRLE          = "invalid_rle"            // RLE size/counts malformed, counts not summing to h*w, or size not the image's
 	ReasonInvalidLabelLine    = "invalid_label_line"     // YOLO label line that is not numbers in a known layout
 )
 

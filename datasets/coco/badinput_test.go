@@ -81,6 +81,9 @@ func TestBadInputFixtures(t *testing.T) {
 			emitted: map[int64][]int64{1: {}, 2: {}}, msg: []string{"annotations[0].segmentation[0] image 1 annotation 10: non_finite_number: value 2 is NaN"}},
 		{name: "invalid-rle", counts: map[string]int64{"invalid_rle": 1},
 			emitted: map[int64][]int64{1: {10}, 2: {}}, msg: []string{"annotations[1].segmentation image 2 annotation 11: invalid_rle: counts sum to 18"}},
+		// Issue 30: an RLE whose size is not its image's passed unnoticed.
+		{name: "rle-size-mismatch", counts: map[string]int64{"invalid_rle": 1},
+			emitted: map[int64][]int64{1: {10}, 2: {}}, msg: []string{"annotations[1] image 2 annotation 11: invalid_rle: segmentation size [10, 10], the image is 16x12 (size [12, 16])"}},
 		{name: "invalid-rle-string", counts: map[string]int64{"invalid_rle": 1},
 			emitted: map[int64][]int64{1: {10}, 2: {}}, msg: []string{"annotations[1].segmentation.counts image 2 annotation 11: invalid_rle", "'~'"}},
 		{name: "empty-segmentation", counts: map[string]int64{"empty_segmentation": 1},

@@ -1049,6 +1049,10 @@ func (p *parser) finish(imagesDir string, workers int, d *Dataset) error {
 			reason, detail = datasets.ReasonUnknownImageID, fmt.Sprintf("image_id %d is not in images", p.annImage[i])
 		} else if !okCat {
 			reason, detail = datasets.ReasonUnknownCategoryID, fmt.Sprintf("category_id %d is not in categories", a.CategoryID)
+		} else if im := &p.images[img]; a.HasRLE && (a.RLEH != im.h || a.RLEW != im.w) {
+			// A mask of another size than its image lands anywhere or
+			// nowhere: a defect of the RLE like a wrong pixel count.
+			reason, detail = datasets.ReasonInvalidRLE, fmt.Sprintf("segmentation size [%d, %d], the image is %dx%d (size [%d, %d])", a.RLEH, a.RLEW, im.w, im.h, im.h, im.w)
 		}
 		if reason != "" {
 			where := fmt.Sprintf("annotations[%d]", p.annIdx[i])
