@@ -14,12 +14,15 @@ import (
 )
 
 // checkToken compares the request's "authorization: Bearer T" header with
-// the token in constant time (the length is not secret).
+// the token in constant time (the length is not secret). The scheme is
+// case-insensitive and may be followed by several spaces (RFC 7235); the
+// token is exact.
 func checkToken(ctx context.Context, token string) error {
 	md, _ := metadata.FromIncomingContext(ctx)
 	for _, v := range md.Get("authorization") {
-		got, ok := strings.CutPrefix(v, "Bearer ")
-		if ok && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1 {
+		scheme, got, ok := strings.Cut(v, " ")
+		got = strings.TrimLeft(got, " ")
+		if ok && strings.EqualFold(scheme, "Bearer") && got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1 {
 			return nil
 		}
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/segpipe/segpipe/formats/batch"
@@ -680,5 +681,31 @@ func TestDropAfterTheLastBatchEndsTheStream(t *testing.T) {
 	}
 	if st := s.State(); st.Epoch != 1 || s.Delivered() != 3 {
 		t.Fatalf("state %+v after %d batches", st, s.Delivered())
+	}
+}
+
+// Issue 30: "bearer" was refused; RFC 7235 makes the scheme
+// case-insensitive. The token itself stays exact.
+func TestBearerScheme(t *testing.T) {
+	for _, tc := range []struct {
+		header string
+		ok     bool
+	}{
+		{"Bearer s3cret", true},
+		{"bearer s3cret", true},
+		{"BEARER s3cret", true},
+		{"Bearer   s3cret", true},
+		{"Bearer S3CRET", false},
+		{"Bearer s3cret ", false},
+		{"Bearers3cret", false},
+		{"Basic s3cret", false},
+		{"s3cret", false},
+		{"Bearer ", false},
+		{"", false},
+	} {
+		ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", tc.header))
+		if err := checkToken(ctx, "s3cret"); (err == nil) != tc.ok {
+			t.Errorf("authorization %q: %v, want accepted %v", tc.header, err, tc.ok)
+		}
 	}
 }
