@@ -33,7 +33,8 @@ func serveCommand() *ucli.Command {
 			"of batch_size × 3 × imgsz² bytes of images plus masks, and its shard set's cache)\n" +
 			"and admitted only if it fits in --max-memory beside the running streams and\n" +
 			"fewer than --max-streams run; otherwise the client gets ResourceExhausted with\n" +
-			"the figures, before anything is allocated (segpipe clients retry with backoff).\n\n" +
+			"the figures, before anything is allocated (segpipe clients retry with backoff),\n" +
+			"or FailedPrecondition when the stream alone is over --max-memory (not retried).\n\n" +
 			"Without a token the server listens on loopback only unless --allow-remote is\n" +
 			"given. --token (or the SEGPIPE_TOKEN environment variable) requires\n" +
 			"\"authorization: Bearer T\" on every call. --metrics-addr serves Prometheus\n" +

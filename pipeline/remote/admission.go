@@ -18,7 +18,9 @@ const DefaultMaxStreams = 64
 // admitted when its loader's memory estimate (pipeline.Config.Memory),
 // plus the decoded-image cache of its shard set when no stream of that
 // set runs yet, fits in what the running streams leave; otherwise it is
-// refused with ResourceExhausted before its loader exists.
+// refused before its loader exists: with ResourceExhausted (retry later)
+// when the running streams leave too little, with FailedPrecondition (do
+// not retry) when it is over the whole budget.
 type admission struct {
 	mu         sync.Mutex
 	maxBytes   int64 // ≤ 0: no memory budget
@@ -76,7 +78,7 @@ func (a *admission) admit(set string, cfg pipeline.Config) (pipeline.Config, fun
 	}
 	if a.maxBytes > 0 && a.used+need > a.maxBytes {
 		if need > a.maxBytes {
-			return cfg, nil, &refusal{"memory", status.Errorf(codes.ResourceExhausted,
+			return cfg, nil, &refusal{"memory", status.Errorf(codes.FailedPrecondition,
 				"segpipe serve: batch_size %d at imgsz %d needs an estimated %s, over the server's whole memory budget of %s (--max-memory): lower batch_size or imgsz",
 				cfg.BatchSize, cfg.Augment.ImgSz, pipeline.FormatBytes(need), pipeline.FormatBytes(a.maxBytes))}
 		}

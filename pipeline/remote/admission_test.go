@@ -6,8 +6,10 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/flight"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -32,8 +34,8 @@ func TestOversizedRequestIsRefusedNotFatal(t *testing.T) {
 	srv := startServer(t, rows, ServerConfig{MaxMemory: 4 << 30})
 	c := client(t, ClientConfig{Addr: srv.addr, Retries: -1})
 	err := doGet(t, c, `{"version":1,"shards":"synth","batch_size":64,"imgsz":16384,"limit":1}`)
-	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "imgsz 16384") {
-		t.Fatalf("oversized request: %v, want ResourceExhausted naming the request", err)
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "imgsz 16384") {
+		t.Fatalf("oversized request: %v, want FailedPrecondition naming the request", err)
 	}
 	s, err := c.Stream(context.Background(), Request{Shards: "synth", BatchSize: 4, ImgSz: 64, Limit: 2})
 	if err != nil {
@@ -159,5 +161,63 @@ func TestIdleServerIsReady(t *testing.T) {
 	srv.HealthHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
 	if rec.Code != 200 || !strings.HasPrefix(rec.Body.String(), "ready") {
 		t.Errorf("/readyz: %d %q", rec.Code, rec.Body.String())
+	}
+}
+
+// Issue 30: a request whose own estimate exceeds the whole budget was sent
+// as ResourceExhausted with the text "bad request", and the Go client
+// tried it again (on the next server of a fleet, and on every reconnect).
+// It can never fit: FailedPrecondition, which no client retries, and a
+// text that says it is over the memory budget. A server busy now still
+// answers ResourceExhausted, which clients retry.
+func TestRequestThatCanNeverFitIsNotRetried(t *testing.T) {
+	rows := synthRows(t, 16)
+	var srvs []*testServer
+	for range 2 {
+		srvs = append(srvs, startServer(t, rows, ServerConfig{MaxMemory: 64 << 20, Loader: pipeline.Config{CacheBytes: 1 << 20}}))
+	}
+	huge := Request{Version: RequestVersion, Shards: "synth", BatchSize: 64, ImgSz: 1024, Limit: 1}
+
+	err := doGet(t, client(t, ClientConfig{Addr: srvs[0].addr, Retries: -1}), string(huge.Marshal()))
+	if status.Code(err) != codes.FailedPrecondition || retryable(err) {
+		t.Errorf("request over the whole budget: %v (retryable %v), want FailedPrecondition, not retryable", err, retryable(err))
+	}
+	if msg := status.Convert(err).Message(); strings.Contains(msg, "bad request") || !strings.Contains(msg, "memory budget") || !strings.Contains(msg, "--max-memory") {
+		t.Errorf("refusal %q: want it to say the request is over the memory budget (--max-memory), not a bad request", msg)
+	}
+
+	// Through a fleet client that retries: one refusal in all.
+	c := client(t, ClientConfig{Addr: fleetAddr(srvs), Retries: 3, Backoff: time.Millisecond})
+	if _, err := c.Stream(context.Background(), huge); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("fleet stream: %v, want FailedPrecondition", err)
+	}
+	var refused float64
+	for _, s := range srvs {
+		refused += testutil.ToFloat64(s.m.refused.WithLabelValues("memory"))
+	}
+	if refused != 2 { // the direct DoGet above, and the fleet's one try
+		t.Errorf("%v memory refusals over the fleet, want 2: the client retried a request that can never fit", refused)
+	}
+
+	// Busy now: room for one small stream only.
+	small := Request{Version: RequestVersion, Shards: "synth", BatchSize: 2, ImgSz: 64, Epochs: 1000}
+	base := pipeline.Config{Workers: 1, CacheBytes: 1 << 20}
+	cfg, err := small.Config(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := cfg.Memory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy := startServer(t, rows, ServerConfig{MaxMemory: m.Total() + m.Batches/2, Loader: base})
+	bc := client(t, ClientConfig{Addr: busy.addr, Retries: -1})
+	s, err := bc.Stream(context.Background(), small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := doGet(t, bc, string(small.Marshal())); status.Code(err) != codes.ResourceExhausted || !retryable(err) {
+		t.Errorf("second stream on a busy server: %v, want ResourceExhausted, retryable", err)
 	}
 }

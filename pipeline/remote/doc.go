@@ -80,7 +80,10 @@
 // A request that does not fit beside the running streams in
 // ServerConfig.MaxMemory, or beyond ServerConfig.MaxStreams, is refused
 // with ResourceExhausted and a message with the figures; [Client] retries
-// it with backoff like a dropped stream. When the last stream ends the
+// it with backoff like a dropped stream. A request whose own estimate is
+// over the whole budget can never fit: it is refused with
+// FailedPrecondition (ErrOverBudget), which [Client] does not retry, nor
+// fail over to another server of a fleet. When the last stream ends the
 // set's cache is dropped and the freed memory is returned to the OS.
 //
 // [Server.HealthHandler] serves two probes (segpipe serve mounts them on

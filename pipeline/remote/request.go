@@ -30,6 +30,12 @@ const (
 // JSON, an unknown field, a wrong version or an invalid setting.
 var ErrBadRequest = errors.New("remote: bad request")
 
+// ErrOverBudget marks a request whose own memory estimate exceeds the
+// server's whole budget: well formed, but no wait makes it fit, so it is
+// answered FailedPrecondition, which clients do not retry (a server busy
+// now answers ResourceExhausted, which they do).
+var ErrOverBudget = errors.New("segpipe serve: the request's memory estimate is over the server's whole memory budget (--max-memory); lower batch_size or imgsz")
+
 // A client's value is quoted in an error or a log line by at most its first
 // maxQuote bytes, and a message that may hold client input (the JSON
 // decoder's, an Open function's) is cut at maxErrorMessage bytes, so that a
@@ -287,6 +293,9 @@ func (r Request) Config(base pipeline.Config) (pipeline.Config, error) {
 	// The loader's own validation, so that a bad request fails when the
 	// ticket is read, before any data is opened.
 	if err := c.Validate(); err != nil {
+		if errors.Is(err, pipeline.ErrMemoryLimit) {
+			return c, fmt.Errorf("%w: %w", ErrOverBudget, err)
+		}
 		return c, fmt.Errorf("%w: %w", ErrBadRequest, err)
 	}
 	return c, nil

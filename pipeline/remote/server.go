@@ -72,7 +72,8 @@ type ServerConfig struct {
 	// batches in flight) plus, for the first stream of a shard set, that
 	// set's shared decoded-image cache (Loader.CacheBytes) fits in what the
 	// running streams leave; otherwise DoGet answers ResourceExhausted
-	// before allocating. Default pipeline.DefaultMaxMemory() (half the
+	// before allocating (FailedPrecondition when the stream alone is over
+	// the whole budget: no retry makes it fit). Default pipeline.DefaultMaxMemory() (half the
 	// machine's or the container's memory); negative: no budget.
 	MaxMemory int64
 	// MaxStreams is the number of streams served at once, default
@@ -289,6 +290,8 @@ func schemaOf(cfg pipeline.Config, transport string) (*arrow.Schema, error) {
 func grpcError(err error) error {
 	msg := clip(err.Error(), maxErrorMessage)
 	switch {
+	case errors.Is(err, ErrOverBudget):
+		return status.Error(codes.FailedPrecondition, msg)
 	case errors.Is(err, pipeline.ErrMemoryLimit):
 		return status.Error(codes.ResourceExhausted, msg)
 	case errors.Is(err, ErrBadRequest):
@@ -342,7 +345,7 @@ func (s *Server) doGet(t *flight.Ticket, stream flight.FlightService_DoGetServer
 	log := s.cfg.Logger.With("client", client, "shards", clip(req.Shards, maxQuote), "start", req.Start)
 	cfg, err := req.Config(s.cfg.Loader)
 	if err != nil {
-		if errors.Is(err, pipeline.ErrMemoryLimit) {
+		if errors.Is(err, ErrOverBudget) {
 			s.m.refused.WithLabelValues("memory").Inc()
 		}
 		return grpcError(err)
