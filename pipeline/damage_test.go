@@ -1,11 +1,16 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"log/slog"
 	"maps"
+	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/segpipe/segpipe/formats/shard"
@@ -144,4 +149,116 @@ func TestStrictFailsOnDamage(t *testing.T) {
 	if errors.Is(failed, context.Canceled) {
 		t.Errorf("strict error is a cancellation: %v", failed)
 	}
+}
+
+// Issue 30: the summary added skipped samples and filled mosaic quarters
+// (a damaged partner: the sample is still delivered) into one number.
+func TestSkipSummaryReportsSamplesAndQuartersApart(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		skipped           map[string]int64
+		samples, quarters int64
+		line              string
+	}{
+		{"nothing", nil, 0, 0, "skipped: nothing"},
+		{"samples", map[string]int64{SkipBadRow: 2, "decode": 1}, 3, 0, "skipped 3 samples: bad_row=2 decode=1"},
+		{"quarters", map[string]int64{PartnerPrefix + SkipBadRow: 4}, 0, 4, "skipped 0 samples; filled 4 mosaic quarters: partner_bad_row=4"},
+		{"both", map[string]int64{SkipImageChecksum: 1, PartnerPrefix + SkipImageChecksum: 5, PartnerPrefix + "decode": 2}, 1, 7,
+			"skipped 1 sample: image_checksum=1; filled 7 mosaic quarters: partner_decode=2 partner_image_checksum=5"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := SkipSummary{Images: 10, Skipped: tc.skipped}
+			if s.Samples() != tc.samples || s.Quarters() != tc.quarters {
+				t.Errorf("samples %d, quarters %d; want %d and %d", s.Samples(), s.Quarters(), tc.samples, tc.quarters)
+			}
+			if s.String() != tc.line {
+				t.Errorf("line %q, want %q", s.String(), tc.line)
+			}
+			dir := t.TempDir()
+			if err := s.WriteFile(dir); err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(filepath.Join(dir, SkipSummaryName))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got struct {
+				Images   int64            `json:"images"`
+				Skipped  map[string]int64 `json:"skipped"`
+				Samples  int64            `json:"samples_skipped"`
+				Quarters int64            `json:"quarters_filled"`
+			}
+			if err := json.Unmarshal(b, &got); err != nil {
+				t.Fatal(err)
+			}
+			if got.Images != 10 || got.Samples != tc.samples || got.Quarters != tc.quarters || len(got.Skipped) != len(tc.skipped) {
+				t.Errorf("%s: %s", SkipSummaryName, b)
+			}
+		})
+	}
+}
+
+// Issue 30: a sample of a damaged row group or shard has no image id to
+// report, and its skip line said image_id=0. The id is given when it is
+// known (a row whose image bytes fail their checksum) and left out when
+// not.
+func TestSkipLogsImageIDOnlyWhenKnown(t *testing.T) {
+	rows := synth(t, 60, 0)
+	for i := range rows {
+		rows[i].ImageID = int64(1000 + i)
+	}
+	dir, _ := damagedSet(t, rows)
+	src, err := OpenShards(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	var log syncBuffer
+	cfg := testConfig()
+	cfg.Val, cfg.Epochs = true, 1
+	cfg.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	l, err := New(context.Background(), src, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rec, err := range l.All(context.Background()) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec.Release()
+	}
+	l.Close()
+	var lines int
+	for _, line := range strings.Split(log.String(), "\n") {
+		if !strings.Contains(line, "skipping sample") {
+			continue
+		}
+		lines++
+		if strings.Contains(line, "image_id=0 ") {
+			t.Errorf("skip line with an unknown id given as 0: %s", line)
+		}
+		if strings.Contains(line, "reason="+SkipImageChecksum) && !strings.Contains(line, "image_id=10") {
+			t.Errorf("checksum skip without its image id: %s", line)
+		}
+	}
+	if lines == 0 {
+		t.Fatal("no skip lines logged")
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -170,7 +170,7 @@ func New(ctx context.Context, src Source, cfg Config) (*Loader, error) {
 	}
 	// Enough retained memory for every batch in flight plus the ones the
 	// consumer holds: the batch part of the memory estimate.
-	l.mem = bufpool.New(c.memory().Batches)
+	l.mem = bufpool.NewOn(c.Allocator, c.memory().Batches)
 	l.ctx, l.cancel = context.WithCancel(ctx)
 	l.wg.Add(1 + c.Workers)
 	go l.dispatch()
@@ -257,17 +257,17 @@ func (l *Loader) build(w *worker, t task) {
 		}
 	}()
 	if bad != nil {
-		l.skip(j, s, id, row.ImageID, bad.Reason, bad.Err)
+		l.skip(j, id, bad.ImageID, bad.HasImageID, bad.Reason, bad.Err)
 		return
 	}
 	if row.Bytes == nil {
-		l.skip(j, s, id, row.ImageID, SkipBadRow, errNoBytes)
+		l.skip(j, id, row.ImageID, true, SkipBadRow, errNoBytes)
 		return
 	}
 	e, err := l.decode(row, id)
 	if err != nil {
 		l.put(e)
-		l.skip(j, s, id, row.ImageID, "decode", err)
+		l.skip(j, id, row.ImageID, true, "decode", err)
 		return
 	}
 	w.ents[0] = e
@@ -281,17 +281,17 @@ func (l *Loader) build(w *worker, t task) {
 			w.tiles[k+1] = augment.Tile{Instances: prow.Instances}
 			w.ents[k+1] = nil
 			if pbad != nil {
-				l.skip(j, s, pid, prow.ImageID, "partner_"+pbad.Reason, pbad.Err)
+				l.skip(j, pid, pbad.ImageID, pbad.HasImageID, PartnerPrefix+pbad.Reason, pbad.Err)
 				continue
 			}
 			if prow.Bytes == nil {
-				l.skip(j, s, pid, prow.ImageID, "partner_"+SkipBadRow, errNoBytes)
+				l.skip(j, pid, prow.ImageID, true, PartnerPrefix+SkipBadRow, errNoBytes)
 				continue
 			}
 			pe, err := l.decode(prow, pid)
 			if err != nil {
 				l.put(pe)
-				l.skip(j, s, pid, prow.ImageID, "partner_decode", err)
+				l.skip(j, pid, prow.ImageID, true, PartnerPrefix+"decode", err)
 				continue
 			}
 			w.ents[k+1] = pe
@@ -431,8 +431,9 @@ func (l *Loader) State() order.State {
 }
 
 // Close implements Batches: it stops every goroutine, waits for them and
-// frees batches built but not returned. Records already returned stay
-// valid. Close is idempotent.
+// frees batches built but not returned and the buffers the pool retains.
+// Records already returned stay valid; their buffers are freed when they
+// are released. Close is idempotent.
 func (l *Loader) Close() error {
 	if l.closed {
 		return nil
@@ -458,5 +459,8 @@ func (l *Loader) Close() error {
 	for j := range l.jobs {
 		drop(j)
 	}
+	// Retained buffers go back to Config.Allocator now; those of records
+	// still held go back when they are released.
+	l.mem.Close()
 	return nil
 }

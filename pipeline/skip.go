@@ -16,7 +16,8 @@ import (
 
 // Skip reasons a Source reports for rows it cannot deliver (Damage). The
 // loader counts a skipped sample under its reason, and a skipped mosaic
-// partner under "partner_" + reason; the loader's own reasons are "decode"
+// partner under PartnerPrefix + reason (the sample is delivered with that
+// quarter filled); the loader's own reasons are "decode"
 // (the image bytes do not decode) and "bad_rle" (a crowd mask that does
 // not rasterise). They appear in Stats.Skipped and in skipped.json; never
 // rename one.
@@ -27,11 +28,19 @@ const (
 	SkipBadRow        = "bad_row"        // a row's columns are inconsistent, or it has no image bytes
 )
 
+// PartnerPrefix starts the reason of a mosaic partner that was skipped:
+// its quarter of the sample is filled, the sample itself is delivered.
+const PartnerPrefix = "partner_"
+
 // BadRow is one row of a block that its Source cannot deliver.
 type BadRow struct {
 	Row    int    // index within the block
 	Reason string // a Skip* constant
 	Err    error
+	// ImageID is the row's image id when HasImageID: damage can leave a
+	// row's id unread (a whole row group, a shard), and 0 is an id.
+	ImageID    int64
+	HasImageID bool
 }
 
 // Damage is the error a Source's ReadBlock returns together with the
@@ -56,7 +65,9 @@ func (d *Damage) Error() string {
 const SkipSummaryName = "skipped.json"
 
 // SkipSummary is what a command prints and stores at the end of a run: the
-// samples skipped by reason (Stats.Skipped) out of those attempted.
+// samples skipped by reason (Stats.Skipped) out of those attempted. A
+// reason with PartnerPrefix counts filled mosaic quarters, not samples:
+// Samples and Quarters keep the two apart.
 type SkipSummary struct {
 	Images  int64            `json:"images"`  // samples delivered in batches
 	Skipped map[string]int64 `json:"skipped"` // by reason; empty when nothing was skipped
@@ -71,26 +82,71 @@ func (s Stats) Summary() SkipSummary {
 	return SkipSummary{Images: s.Images, Skipped: m}
 }
 
-// Total is the number of skips of every reason.
-func (s SkipSummary) Total() int64 {
+// Total is the number of skips of every reason: Samples + Quarters.
+func (s SkipSummary) Total() int64 { return s.Samples() + s.Quarters() }
+
+// Samples is the number of samples skipped (not delivered).
+func (s SkipSummary) Samples() int64 { return s.count(false) }
+
+// Quarters is the number of mosaic quarters filled for a skipped partner
+// (their samples were delivered).
+func (s SkipSummary) Quarters() int64 { return s.count(true) }
+
+func (s SkipSummary) count(partner bool) int64 {
 	var t int64
-	for _, n := range s.Skipped {
-		t += n
+	for k, n := range s.Skipped {
+		if strings.HasPrefix(k, PartnerPrefix) == partner {
+			t += n
+		}
 	}
 	return t
 }
 
-// String is one line: "skipped: nothing" or "skipped 3: bad_row_group=2
-// image_checksum=1", reasons sorted.
+// MarshalJSON writes the summary with its two totals, samples_skipped and
+// quarters_filled, beside the counts by reason.
+func (s SkipSummary) MarshalJSON() ([]byte, error) {
+	type plain SkipSummary
+	if s.Skipped == nil {
+		s.Skipped = map[string]int64{}
+	}
+	return json.Marshal(struct {
+		plain
+		Samples  int64 `json:"samples_skipped"`
+		Quarters int64 `json:"quarters_filled"`
+	}{plain(s), s.Samples(), s.Quarters()})
+}
+
+// String is one line: "skipped: nothing", or "skipped 3 samples:
+// bad_row_group=2 image_checksum=1" followed, when partners were skipped,
+// by "; filled 2 mosaic quarters: partner_decode=2"; reasons sorted.
 func (s SkipSummary) String() string {
-	if len(s.Skipped) == 0 {
+	if s.Total() == 0 {
 		return "skipped: nothing"
 	}
-	var parts []string
+	var own, partner []string
 	for _, k := range slices.Sorted(maps.Keys(s.Skipped)) {
-		parts = append(parts, fmt.Sprintf("%s=%d", k, s.Skipped[k]))
+		if s.Skipped[k] == 0 {
+			continue
+		}
+		part := fmt.Sprintf("%s=%d", k, s.Skipped[k])
+		if strings.HasPrefix(k, PartnerPrefix) {
+			partner = append(partner, part)
+		} else {
+			own = append(own, part)
+		}
 	}
-	return fmt.Sprintf("skipped %d: %s", s.Total(), strings.Join(parts, " "))
+	noun := "samples"
+	if s.Samples() == 1 {
+		noun = "sample"
+	}
+	line := fmt.Sprintf("skipped %d %s", s.Samples(), noun)
+	if len(own) > 0 {
+		line += ": " + strings.Join(own, " ")
+	}
+	if len(partner) > 0 {
+		line += fmt.Sprintf("; filled %d mosaic quarters: %s", s.Quarters(), strings.Join(partner, " "))
+	}
+	return line
 }
 
 // Print writes the summary line to w.
@@ -113,19 +169,31 @@ func (s SkipSummary) WriteFile(dir string) error {
 // rest go to Debug (a damaged row group is hundreds of skips an epoch).
 const LogPerReason = 10
 
-func (l *Loader) skip(j *job, s *sample, row int64, id int64, reason string, err error) {
+// skip counts and logs a sample (or a mosaic partner) that cannot be used.
+// id is the row's image id when known is true; otherwise the message and
+// the log line leave it out rather than give 0.
+func (l *Loader) skip(j *job, row int64, id int64, known bool, reason string, err error) {
 	l.skipMu.Lock()
 	l.skipped[reason]++
 	n := l.skipped[reason]
 	l.skipMu.Unlock()
+	where := fmt.Sprintf("row %d", row)
+	if known {
+		where += fmt.Sprintf(" image %d", id)
+	}
 	if l.cfg.Strict {
 		// The run fails here: say so, not "skipping".
-		l.fail(fmt.Errorf("pipeline: row %d image %d: %s: %w", row, id, reason, err))
+		l.fail(fmt.Errorf("pipeline: %s: %s: %w", where, reason, err))
 		return
 	}
 	level := slog.LevelWarn
 	if n > LogPerReason {
 		level = slog.LevelDebug
 	}
-	l.cfg.Logger.Log(context.Background(), level, "skipping sample", "row", row, "image_id", id, "epoch", j.epoch, "reason", reason, "err", err)
+	attrs := []slog.Attr{slog.Int64("row", row)}
+	if known {
+		attrs = append(attrs, slog.Int64("image_id", id))
+	}
+	attrs = append(attrs, slog.Int("epoch", j.epoch), slog.String("reason", reason), slog.Any("err", err))
+	l.cfg.Logger.LogAttrs(context.Background(), level, "skipping sample", attrs...)
 }
