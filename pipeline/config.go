@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"runtime"
 
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/segpipe/segpipe/pipeline/augment"
 	"github.com/segpipe/segpipe/pipeline/order"
 )
@@ -50,6 +51,14 @@ type Config struct {
 	// counting and logging it.
 	Strict bool
 	Logger *slog.Logger // default slog.Default()
+
+	// Allocator is where every buffer of the records the loader returns
+	// comes from (through its buffer pool, internal/bufpool) and goes back
+	// to: buffers beyond the pool's retention, the retained ones at Close,
+	// and those of records released after Close. Nil: the Go heap. A C
+	// allocator (arrow-go's mallocator) makes the records safe to export
+	// through the Arrow C data interface. Batch bytes do not depend on it.
+	Allocator memory.Allocator
 }
 
 func (c *Config) withDefaults() (Config, error) {
