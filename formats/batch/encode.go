@@ -12,8 +12,9 @@ import (
 // `segpipe serve` sends it: its first nine columns unchanged, and per
 // instance the tight window of its ON cells and the window's bytes (see
 // WindowedSchema). schema is WindowedSchema of rec's schema on its mask
-// grid (made once per stream); the windows' buffers come from mem. The
-// caller still owns rec and owns one reference to the result.
+// grid (made once per stream); every buffer the result adds to rec's (the
+// windows, the data offsets and the data) comes from mem. The caller still
+// owns rec and owns one reference to the result.
 func Windowed(schema *arrow.Schema, rec arrow.RecordBatch, mem memory.Allocator) (arrow.RecordBatch, error) {
 	st, err := MaskStack(rec)
 	if err != nil {
@@ -35,26 +36,39 @@ func Windowed(schema *arrow.Schema, rec arrow.RecordBatch, mem memory.Allocator)
 	defer offs.Release()
 	wv := arrow.Int32Traits.CastFromBytes(wins.Bytes())
 	ov := arrow.Int32Traits.CastFromBytes(offs.Bytes())
-	var data []byte
+	// The windows first, then the data in one buffer of their total size,
+	// so that every byte of the result comes from mem.
+	size := 0
 	img := 0
 	ov[0] = 0
 	for k := 0; k < sumN; k++ {
 		for img < n && int(st.Offsets[img+1]) <= k {
 			img++
-			ov[img] = int32(len(data))
+			ov[img] = int32(size)
 		}
 		x0, y0, ww, hh := tightWindow(st.Data[k*cells:(k+1)*cells], hp, wp)
 		wv[4*k], wv[4*k+1], wv[4*k+2], wv[4*k+3] = int32(x0), int32(y0), int32(ww), int32(hh)
-		for r := y0; r < y0+hh; r++ {
-			o := k*cells + r*wp + x0
-			data = append(data, st.Data[o:o+ww]...)
-		}
+		size += ww * hh
 	}
 	for img < n {
 		img++
-		ov[img] = int32(len(data))
+		ov[img] = int32(size)
 	}
-	return windowedOf(schema, rec, wins, offs, memory.NewBufferBytes(data))
+	if size == 0 {
+		return windowedOf(schema, rec, wins, offs, nil)
+	}
+	data := memory.NewResizableBuffer(mem)
+	data.Resize(size)
+	defer data.Release()
+	d, at := data.Bytes(), 0
+	for k := 0; k < sumN; k++ {
+		x0, y0, ww, hh := int(wv[4*k]), int(wv[4*k+1]), int(wv[4*k+2]), int(wv[4*k+3])
+		for r := y0; r < y0+hh; r++ {
+			o := k*cells + r*wp + x0
+			at += copy(d[at:], st.Data[o:o+ww])
+		}
+	}
+	return windowedOf(schema, rec, wins, offs, data)
 }
 
 // tightWindow returns the smallest block holding every non-zero cell of a
