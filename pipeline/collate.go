@@ -116,7 +116,7 @@ func (l *Loader) rasterise(w *worker, r rtask) {
 			err = w.z.DenseRLE(dst, l.grid, raster.RLE{H: int(cr.RLE.Height), W: int(cr.RLE.Width), Counts: cr.RLE.Counts}, cr.ToCanvas)
 			if err != nil {
 				clear(dst)
-				l.skip(j, s, -1, s.imageID, "bad_rle", err)
+				l.skip(j, -1, s.imageID, true, "bad_rle", err)
 				err = nil
 			}
 		} else {

@@ -197,17 +197,21 @@ func (s *ShardSource) ReadBlock(ctx context.Context, i int) ([]shard.Image, erro
 	var dmg *Damage
 	for r := range rows {
 		if err := d.Decode(r, &rows[r]); err != nil {
-			reason := SkipBadRow
-			if errors.Is(err, shard.ErrImageChecksum) {
-				reason = SkipImageChecksum
+			bad := BadRow{Row: r, Reason: SkipBadRow, Err: fmt.Errorf("shard %s row %d: %w", file, b.first+int64(r), err)}
+			attrs := []any{"shard", file, "row_group", b.group, "row", b.first + int64(r)}
+			// Only a checksum failure is known to come after a sound id.
+			if ce, ok := errors.AsType[*shard.ChecksumError](err); ok {
+				bad.Reason, bad.ImageID, bad.HasImageID = SkipImageChecksum, ce.ImageID, true
+				attrs = append(attrs, "image_id", ce.ImageID)
+			} else if errors.Is(err, shard.ErrImageChecksum) {
+				bad.Reason = SkipImageChecksum
 			}
-			slog.Warn("skipping damaged row", "shard", file, "row_group", b.group, "row", b.first+int64(r),
-				"image_id", rows[r].ImageID, "reason", reason, "err", err)
+			slog.Warn("skipping damaged row", append(attrs, "reason", bad.Reason, "err", err)...)
 			rows[r] = shard.Image{}
 			if dmg == nil {
 				dmg = &Damage{Where: where}
 			}
-			dmg.Rows = append(dmg.Rows, BadRow{Row: r, Reason: reason, Err: fmt.Errorf("shard %s row %d: %w", file, b.first+int64(r), err)})
+			dmg.Rows = append(dmg.Rows, bad)
 		}
 	}
 	if dmg != nil {
