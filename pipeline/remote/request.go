@@ -132,7 +132,25 @@ type Augment struct {
 
 // ParseRequest decodes and checks a ticket. Errors wrap ErrBadRequest and
 // name the offending field.
-func ParseRequest(b []byte) (Request, error) {
+func ParseRequest(b []byte) (Request, error) { return parseRequest(b, checkSet) }
+
+// ParseLocalRequest is ParseRequest for a loader in this process (the
+// shared library of python/native): Shards is a shard location, a path or
+// a bucket URL opened as is (as `segpipe bench --shards` opens it) rather
+// than a set name below a server's root, and must not be empty. Every other
+// field is decoded and checked by ParseRequest's code.
+func ParseLocalRequest(b []byte) (Request, error) {
+	return parseRequest(b, func(shards string) error {
+		if shards == "" {
+			return fmt.Errorf("%w: shards: want a shard directory or URL", ErrBadRequest)
+		}
+		return nil
+	})
+}
+
+// parseRequest decodes a request and checks it, its shard field with
+// checkShards.
+func parseRequest(b []byte, checkShards func(string) error) (Request, error) {
 	var r Request
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
@@ -142,7 +160,7 @@ func ParseRequest(b []byte) (Request, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return Request{}, fmt.Errorf("%w: trailing data after the request object", ErrBadRequest)
 	}
-	if err := r.Validate(); err != nil {
+	if err := r.validate(checkShards); err != nil {
 		return Request{}, err
 	}
 	return r, nil
@@ -159,11 +177,19 @@ func (r Request) Marshal() []byte {
 
 // Validate checks what can be checked without the data: version, shard
 // set name, mask transport and the loader settings.
-func (r Request) Validate() error {
+func (r Request) Validate() error { return r.validate(checkSet) }
+
+// checkSet checks a shard set name below a server's root.
+func checkSet(name string) error {
+	_, err := cleanSet(name)
+	return err
+}
+
+func (r Request) validate(checkShards func(string) error) error {
 	if r.Version != RequestVersion {
 		return fmt.Errorf("%w: version %d, this server speaks version %d", ErrBadRequest, r.Version, RequestVersion)
 	}
-	if _, err := cleanSet(r.Shards); err != nil {
+	if err := checkShards(r.Shards); err != nil {
 		return err
 	}
 	switch r.Masks {

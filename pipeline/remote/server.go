@@ -343,19 +343,16 @@ func (s *Server) doGet(t *flight.Ticket, stream flight.FlightService_DoGetServer
 	}
 	client = fmt.Sprintf("%s rank %d/%d", client, req.Rank, max(req.WorldSize, 1))
 	log := s.cfg.Logger.With("client", client, "shards", clip(req.Shards, maxQuote), "start", req.Start)
-	cfg, err := req.Config(s.cfg.Loader)
+	plan, err := NewPlan(req, s.cfg.Loader)
 	if err != nil {
 		if errors.Is(err, ErrOverBudget) {
 			s.m.refused.WithLabelValues("memory").Inc()
 		}
 		return grpcError(err)
 	}
-	schema, err := schemaOf(cfg, req.transport())
-	if err != nil {
-		return grpcError(fmt.Errorf("%w: %v", ErrBadRequest, err))
-	}
 	set, _ := cleanSet(req.Shards) // Validate checked it
-	cfg, done, ref := s.adm.admit(set, cfg)
+	cfg, done, ref := s.adm.admit(set, plan.Config)
+	plan.Config = cfg
 	if ref != nil {
 		s.m.refused.WithLabelValues(ref.reason).Inc()
 		log.Info("stream refused", "reason", ref.reason, "err", ref.err)
@@ -373,14 +370,9 @@ func (s *Server) doGet(t *flight.Ticket, stream flight.FlightService_DoGetServer
 	// The loader lives exactly as long as the stream: when the client goes
 	// away gRPC cancels ctx, the loader's goroutines stop and Close waits
 	// for them.
-	var l pipeline.Batches
-	if s.cfg.newBatches != nil {
-		l, err = s.cfg.newBatches(ctx, src, cfg)
-	} else {
-		l, err = pipeline.New(ctx, src, cfg)
-	}
+	l, err := plan.open(ctx, src, s.cfg.newBatches)
 	if err != nil {
-		return grpcError(fmt.Errorf("%w: %v", ErrBadRequest, err))
+		return grpcError(err)
 	}
 	defer l.Close()
 	defer s.countSkips(l, log)
@@ -390,15 +382,11 @@ func (s *Server) doGet(t *flight.Ticket, stream flight.FlightService_DoGetServer
 	defer func() { s.active.Add(-1); s.m.active.Dec() }()
 	log.Info("stream started", "masks", req.transport(), "batch_size", cfg.BatchSize, "imgsz", cfg.Augment.ImgSz)
 
-	var win *windower
-	if req.transport() == MasksWindowed {
-		win = &windower{mem: s.mem, schema: schema}
-	}
 	ps := &payloadSender{send: func(m *outMsg) error { return stream.SendMsg(m) }}
-	if err := ps.sendSchema(schema, s.mem); err != nil {
+	if err := ps.sendSchema(plan.Schema, s.mem); err != nil {
 		return status.Error(codes.Unavailable, fmt.Sprintf("send schema: %v", err))
 	}
-	w := ipc.NewWriterWithPayloadWriter(ps, ipc.WithSchema(schema), ipc.WithAllocator(s.mem))
+	w := ipc.NewWriterWithPayloadWriter(ps, ipc.WithSchema(plan.Schema), ipc.WithAllocator(s.mem))
 	stall := s.m.stall.WithLabelValues(client)
 	var n int64
 	var bytes int64
@@ -420,13 +408,9 @@ func (s *Server) doGet(t *flight.Ticket, stream flight.FlightService_DoGetServer
 		}
 		st := l.State()
 		rows := rec.NumRows()
-		out := rec
-		if win != nil {
-			out, err = win.encode(rec)
-			rec.Release()
-			if err != nil {
-				return grpcError(err)
-			}
+		out, err := plan.Encode(rec, s.mem)
+		if err != nil {
+			return grpcError(err)
 		}
 		app, _ := json.Marshal(streamState{Seed: st.Seed, Epoch: st.Epoch, Consumed: st.Consumed, Batch: n})
 		ps.app = app
@@ -473,13 +457,9 @@ func (s *Server) GetFlightInfo(ctx context.Context, d *flight.FlightDescriptor) 
 		s.m.refused.WithLabelValues("bad_request").Inc()
 		return nil, grpcError(err)
 	}
-	cfg, err := req.Config(s.cfg.Loader)
+	plan, err := NewPlan(req, s.cfg.Loader)
 	if err != nil {
 		return nil, grpcError(err)
-	}
-	schema, err := schemaOf(cfg, req.transport())
-	if err != nil {
-		return nil, grpcError(fmt.Errorf("%w: %v", ErrBadRequest, err))
 	}
 	src, err := s.open(ctx, req.Shards)
 	if err != nil {
@@ -499,7 +479,7 @@ func (s *Server) GetFlightInfo(ctx context.Context, d *flight.FlightDescriptor) 
 		return nil, err
 	}
 	return &flight.FlightInfo{
-		Schema:           flight.SerializeSchema(schema, s.mem),
+		Schema:           flight.SerializeSchema(plan.Schema, s.mem),
 		FlightDescriptor: d,
 		Endpoint:         []*flight.FlightEndpoint{ep},
 		TotalRecords:     -1,
