@@ -11,7 +11,8 @@ type metrics struct {
 	batches    prometheus.Counter
 	images     prometheus.Counter
 	bytes      prometheus.Counter
-	stall      *prometheus.CounterVec
+	stall      prometheus.Counter
+	peerStall  *prometheus.CounterVec
 	loaderWait prometheus.Counter
 	active     prometheus.Gauge
 	held       prometheus.Gauge
@@ -28,9 +29,15 @@ func newMetrics() *metrics {
 			Name: "segpipe_serve_images_total", Help: "Images sent to clients."}),
 		bytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "segpipe_serve_bytes_sent_total", Help: "FlightData bytes handed to the transport (protobuf framing included)."}),
-		stall: prometheus.NewCounterVec(prometheus.CounterOpts{
+		stall: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "segpipe_serve_stall_seconds_total",
+			Help: "Time the server waited for clients to take data (flow control), all streams: slow clients."}),
+		// Labelled by the peer's address alone, never by anything a ticket
+		// says, and removed when that address's last stream ends: at most
+		// one series per running stream.
+		peerStall: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "segpipe_serve_client_stall_seconds_total",
-			Help: "Time the server waited for a client to take data (flow control): a slow client."}, []string{"client"}),
+			Help: "Time the server waited for a client address to take data (flow control), while it has streams running."}, []string{"client"}),
 		loaderWait: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "segpipe_serve_loader_wait_seconds_total",
 			Help: "Time streams waited for their loader: a server that cannot keep up."}),
@@ -44,7 +51,7 @@ func newMetrics() *metrics {
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "segpipe_serve_skipped_samples_total", Help: "Samples the loaders of ended streams skipped (damaged shard data, undecodable images), by reason."}, []string{"reason"}),
 	}
-	m.reg.MustRegister(m.batches, m.images, m.bytes, m.stall, m.loaderWait, m.active, m.held, m.refused, m.skipped,
+	m.reg.MustRegister(m.batches, m.images, m.bytes, m.stall, m.peerStall, m.loaderWait, m.active, m.held, m.refused, m.skipped,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

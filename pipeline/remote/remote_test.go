@@ -487,7 +487,7 @@ func TestMetrics(t *testing.T) {
 	srv.MetricsHandler().ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
 	body := w.Body.String()
 	for _, want := range []string{"segpipe_serve_batches_total 3", "segpipe_serve_images_total 12",
-		"segpipe_serve_bytes_sent_total", `segpipe_serve_client_stall_seconds_total{client="127.0.0.1 rank 0/1"}`,
+		"segpipe_serve_bytes_sent_total", "segpipe_serve_stall_seconds_total",
 		"segpipe_serve_active_streams 0"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q", want)
@@ -707,5 +707,61 @@ func TestBearerScheme(t *testing.T) {
 		if err := checkToken(ctx, "s3cret"); (err == nil) != tc.ok {
 			t.Errorf("authorization %q: %v, want accepted %v", tc.header, err, tc.ok)
 		}
+	}
+}
+
+// Issue 30: the stall series was labelled "IP rank R/W" from the ticket, so
+// tickets with different ranks and world sizes made series without bound,
+// and none went away. The label is the peer's address alone, and its series
+// goes when the last stream from that address ends; the server's total
+// stays.
+func TestStallSeriesAreBoundedAndRemoved(t *testing.T) {
+	srv := startServer(t, synthRows(t, 8), ServerConfig{})
+	c := client(t, ClientConfig{Addr: srv.addr})
+	metrics := func() string {
+		w := httptest.NewRecorder()
+		srv.MetricsHandler().ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
+		return w.Body.String()
+	}
+	series := func(body string) []string {
+		var out []string
+		for _, line := range strings.Split(body, "\n") {
+			if strings.HasPrefix(line, "segpipe_serve_client_stall_seconds_total{") {
+				out = append(out, line)
+			}
+		}
+		return out
+	}
+	// A stream held open: its address has one series.
+	held, err := c.Stream(context.Background(), Request{Shards: "synth", BatchSize: 2, ImgSz: 64, Epochs: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := held.Next(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Release()
+	for ws := 1; ws <= 12; ws++ {
+		req := testRequest()
+		req.Rank, req.WorldSize, req.Limit = ws-1, ws, 1
+		s, err := c.Stream(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		release(drain(t, s))
+		s.Close()
+	}
+	if got := series(metrics()); len(got) != 1 || !strings.Contains(got[0], `client="127.0.0.1"`) {
+		t.Errorf("stall series with one stream open after 12 others of 12 world sizes: %q, want one, labelled by address", got)
+	}
+	held.Close()
+	eventually(t, "held stream ended", 5*time.Second, func() bool { return srv.ActiveStreams() == 0 })
+	body := metrics()
+	if got := series(body); len(got) != 0 {
+		t.Errorf("stall series after every stream ended: %q, want none", got)
+	}
+	if !strings.Contains(body, "segpipe_serve_stall_seconds_total ") {
+		t.Error("metrics lack the server's total stall, segpipe_serve_stall_seconds_total")
 	}
 }

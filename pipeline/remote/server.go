@@ -22,6 +22,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -112,6 +113,31 @@ type Server struct {
 	skipMu  sync.Mutex
 	skipped map[string]int64 // samples the ended streams' loaders skipped
 	images  int64
+
+	peersMu sync.Mutex
+	peers   map[string]int // running streams by client address
+}
+
+// peerStall returns the stall counter of a stream from the client address
+// peer and the function that ends the stream's hold on it: the series is
+// removed when the address's last stream ends, so series never outnumber
+// running streams.
+func (s *Server) peerStall(peer string) (prometheus.Counter, func()) {
+	s.peersMu.Lock()
+	defer s.peersMu.Unlock()
+	if s.peers == nil {
+		s.peers = map[string]int{}
+	}
+	s.peers[peer]++
+	c := s.m.peerStall.WithLabelValues(peer)
+	return c, func() {
+		s.peersMu.Lock()
+		defer s.peersMu.Unlock()
+		if s.peers[peer]--; s.peers[peer] == 0 {
+			delete(s.peers, peer)
+			s.m.peerStall.DeleteLabelValues(peer)
+		}
+	}
 }
 
 // NewServer returns a server; call Serve to accept connections.
@@ -335,13 +361,13 @@ func (s *Server) doGet(t *flight.Ticket, stream flight.FlightService_DoGetServer
 		return grpcError(err)
 	}
 	ctx := stream.Context()
-	client := "unknown"
+	addr := "unknown"
 	if p, ok := peer.FromContext(ctx); ok {
 		if h, _, err := net.SplitHostPort(p.Addr.String()); err == nil {
-			client = h
+			addr = h
 		}
 	}
-	client = fmt.Sprintf("%s rank %d/%d", client, req.Rank, max(req.WorldSize, 1))
+	client := fmt.Sprintf("%s rank %d/%d", addr, req.Rank, max(req.WorldSize, 1))
 	log := s.cfg.Logger.With("client", client, "shards", clip(req.Shards, maxQuote), "start", req.Start)
 	plan, err := NewPlan(req, s.cfg.Loader)
 	if err != nil {
@@ -387,9 +413,11 @@ func (s *Server) doGet(t *flight.Ticket, stream flight.FlightService_DoGetServer
 		return status.Error(codes.Unavailable, fmt.Sprintf("send schema: %v", err))
 	}
 	w := ipc.NewWriterWithPayloadWriter(ps, ipc.WithSchema(plan.Schema), ipc.WithAllocator(s.mem))
-	stall := s.m.stall.WithLabelValues(client)
+	peerStall, endPeer := s.peerStall(addr)
+	defer endPeer()
 	var n int64
 	var bytes int64
+	var stalled time.Duration
 	for req.Limit == 0 || n < req.Limit {
 		t0 := time.Now()
 		rec, err := l.Next(ctx)
@@ -417,8 +445,11 @@ func (s *Server) doGet(t *flight.Ticket, stream flight.FlightService_DoGetServer
 		ps.release = held.add(out)
 		t1 := time.Now()
 		err = w.Write(out)
-		stall.Add(time.Since(t1).Seconds())
-		s.sendNanos.Add(int64(time.Since(t1)))
+		d := time.Since(t1)
+		stalled += d
+		s.m.stall.Add(d.Seconds())
+		peerStall.Add(d.Seconds())
+		s.sendNanos.Add(int64(d))
 		if ps.release != nil { // never reached the transport
 			ps.release()
 			ps.release = nil
@@ -439,7 +470,7 @@ func (s *Server) doGet(t *flight.Ticket, stream flight.FlightService_DoGetServer
 	if err := w.Close(); err != nil {
 		return status.Error(codes.Unavailable, err.Error())
 	}
-	log.Info("stream finished", "batches", n, "bytes", bytes)
+	log.Info("stream finished", "batches", n, "bytes", bytes, "stall_s", stalled.Seconds())
 	return nil
 }
 
