@@ -3,7 +3,10 @@ package shard
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -430,5 +433,69 @@ func TestReadingRefusesResizedShard(t *testing.T) {
 	err = set.Images(context.Background(), ReadOptions{}, func(*Image) error { return nil })
 	if err == nil || !strings.Contains(err.Error(), ShardName(1)+": 500 bytes, manifest says") {
 		t.Fatalf("Images over a truncated shard: %v", err)
+	}
+}
+
+// Issue 30: Verify stopped at a shard's first bad row, so 16 flipped
+// images (sha256 recomputed, so that only the crc32c can catch them) gave
+// one problem. Every bad row is one problem.
+func TestVerifyReportsEveryBadRow(t *testing.T) {
+	imgs := testImages(7, 60)
+	opts := WriterOptions{ShardBytes: 1 << 20, RowGroupBytes: 16 << 10}
+	for _, n := range []int{1, 16} {
+		t.Run(fmt.Sprint(n, " flipped"), func(t *testing.T) {
+			dir := t.TempDir()
+			m := writeAll(t, dir, opts, imgs, -1)
+			if len(m.Shards) != 1 {
+				t.Fatalf("%d shards, want one", len(m.Shards))
+			}
+			path := filepath.Join(dir, m.Shards[0].File)
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k := 0; k < n; k++ {
+				img := imgs[3*k+1].Bytes
+				at := bytes.Index(b, img)
+				if at < 0 {
+					t.Fatalf("image %d not found in the shard", 3*k+1)
+				}
+				b[at+len(img)/2] ^= 0xa5
+			}
+			if err := os.WriteFile(path, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			// Recompute the manifest's sha256, so that only the rows'
+			// crc32c can tell.
+			mb, err := os.ReadFile(filepath.Join(dir, ManifestName))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sum := sha256.Sum256(b)
+			mb = bytes.Replace(mb, []byte(m.Shards[0].SHA256), []byte(hex.EncodeToString(sum[:])), 1)
+			if err := os.WriteFile(filepath.Join(dir, ManifestName), mb, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			set, err := Open(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = set.Verify(context.Background())
+			var problems []string
+			if err != nil {
+				problems = strings.Split(err.Error(), "\n")
+			}
+			if len(problems) != n {
+				t.Fatalf("%d problems, want %d:\n%v", len(problems), n, err)
+			}
+			for k, p := range problems {
+				if !strings.Contains(p, "checksum") || !strings.Contains(p, fmt.Sprintf("image %d", imgs[3*k+1].ImageID)) {
+					t.Errorf("problem %d %q: want the checksum of image %d", k, p, imgs[3*k+1].ImageID)
+				}
+			}
+			if !errors.Is(err, ErrImageChecksum) {
+				t.Errorf("Verify = %v, want it to wrap ErrImageChecksum", err)
+			}
+		})
 	}
 }

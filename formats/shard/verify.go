@@ -14,8 +14,9 @@ import (
 // (format ≥ 2), that every pre-decoded row (format ≥ 3) holds exactly
 // width×height×3 pixels (a zstd frame is decompressed to see it), and the
 // number of instances.
-// It returns every problem found, each naming its shard, joined with
-// errors.Join; nil means the set is intact.
+// It returns every problem found, each naming its shard (every bad row and
+// every unreadable row group of a shard its own), joined with errors.Join;
+// nil means the set is intact.
 func (s *Set) Verify(ctx context.Context) error {
 	var errs []error
 	for i := range s.Manifest.Shards {
@@ -48,6 +49,10 @@ func (s *Set) verifyShard(ctx context.Context, i int) error {
 	if r.NumRows() != info.Rows {
 		return fmt.Errorf("shard %s: footer has %d rows, manifest says %d", info.File, r.NumRows(), info.Rows)
 	}
+	// Every bad row is its own problem, and a row group that fails to read
+	// does not hide the others; the shard's counts are compared only when
+	// every row was read, since a bad row's instances are not.
+	var errs []error
 	var rows, inst int64
 	var d Decoder
 	var img Image
@@ -55,30 +60,43 @@ func (s *Set) verifyShard(ctx context.Context, i int) error {
 	for g := 0; g < r.NumRowGroups(); g++ {
 		rec, err := r.ReadRowGroup(ctx, g)
 		if err != nil {
-			return err
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			errs = append(errs, fmt.Errorf("shard %s row group %d: %w", info.File, g, err))
+			rows += r.RowGroupRows(g)
+			continue
 		}
-		err = func(rec arrow.RecordBatch) error {
+		n := rec.NumRows()
+		rowErrs, err := func(rec arrow.RecordBatch) ([]error, error) {
 			defer rec.Release()
 			if err := d.Reset(rec); err != nil {
-				return err
+				return nil, fmt.Errorf("shard %s row group %d: %w", info.File, g, err)
 			}
+			var errs []error
 			for row := 0; row < d.Len(); row++ {
 				if err := d.Decode(row, &img); err != nil {
-					return &RowError{Shard: info.File, Row: rows + int64(row), Err: err}
+					errs = append(errs, &RowError{Shard: info.File, Row: rows + int64(row), Err: err})
+					continue
 				}
 				if Predecoded(img.Format) {
 					if pix, err = DecodePixels(img.Format, img.Width, img.Height, img.Bytes, pix); err != nil {
-						return &RowError{Shard: info.File, Row: rows + int64(row), Err: fmt.Errorf("image %d: %w", img.ImageID, err)}
+						errs = append(errs, &RowError{Shard: info.File, Row: rows + int64(row), Err: fmt.Errorf("image %d: %w", img.ImageID, err)})
+						continue
 					}
 				}
 				inst += int64(len(img.Instances))
 			}
-			rows += rec.NumRows()
-			return nil
+			return errs, nil
 		}(rec)
+		rows += n
+		errs = append(errs, rowErrs...)
 		if err != nil {
-			return err
+			errs = append(errs, err)
 		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
 	}
 	if rows != info.Rows {
 		return fmt.Errorf("shard %s: decoded %d rows, manifest says %d", info.File, rows, info.Rows)
