@@ -232,3 +232,60 @@ func TestTrainSummarisesSkips(t *testing.T) {
 		t.Errorf("skipped.json %s: want images and bad_shard, bad_row_group counts (%v)", b, err)
 	}
 }
+
+// Issue 30 items 1 and 2: dump over a set where nothing can be read
+// wrote "10 batches (0 images)" and exited 0, and with --batch 1 one
+// damaged shard gave empty batches (a trainer then fails on B = 0). A
+// batch that loses every image gives way to the next; an epoch that
+// delivers nothing fails, naming the shards.
+func TestNothingReadableFailsAndNoBatchIsEmpty(t *testing.T) {
+	dir, want := damagedShards(t)
+	var bad int64
+	for _, n := range want {
+		bad += n
+	}
+	out := filepath.Join(t.TempDir(), "b.arrows")
+	sumFile := filepath.Join(t.TempDir(), "sum.json")
+	code, stdout, errs := run(t, "dump", "--shards", dir, "--batch", "1", "--imgsz", "64", "--val", "--batches", "40",
+		"--out", out, "--summary", sumFile)
+	if code != ExitOK {
+		t.Fatalf("dump --batch 1: exit %d\n%s\n%s", code, stdout, errs)
+	}
+	var ds struct {
+		Images  int64 `json:"images"`
+		Batches []struct {
+			Rows int64 `json:"rows"`
+		} `json:"batches"`
+	}
+	b, _ := os.ReadFile(sumFile)
+	if err := json.Unmarshal(b, &ds); err != nil {
+		t.Fatal(err)
+	}
+	for i, bt := range ds.Batches {
+		if bt.Rows == 0 {
+			t.Errorf("dump --batch 1: batch %d has no rows", i)
+		}
+	}
+	if ds.Images != 40-bad {
+		t.Errorf("dump --batch 1: %d images, want the %d readable ones", ds.Images, 40-bad)
+	}
+
+	set, err := shard.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range set.Manifest.Shards {
+		if err := shardfault.Truncate(set.Path(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range [][]string{
+		{"dump", "--shards", dir, "--batch", "4", "--imgsz", "64", "--batches", "10", "--out", out},
+		{"bench", "--shards", dir, "--batch", "4", "--imgsz", "64"},
+	} {
+		code, stdout, errs := run(t, args...)
+		if code != ExitFailure || !strings.Contains(errs, "delivered no sample") || !strings.Contains(errs, set.Manifest.Shards[0].File) {
+			t.Errorf("%s over a set where nothing can be read: exit %d, want %d naming the shards\n%s\n%s", args[0], code, ExitFailure, stdout, errs)
+		}
+	}
+}

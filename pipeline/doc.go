@@ -92,10 +92,14 @@
 // decode (decode), counting each by reason in Stats().Skipped (a failed
 // mosaic partner counts as "partner_" + reason and leaves its quarter
 // filled) and logging the first LogPerReason of each reason at Warn (keys
-// row, image_id, epoch, reason, err). A skipped sample shortens its batch.
-// Stats.Summary is the end-of-run summary every command prints and writes
-// into its run directory (skipped.json). With Config.Strict the first such
-// problem fails the stream instead. Any other source error fails the
+// row, image_id when known, epoch, reason, err). A skipped sample shortens
+// its batch; a batch that loses every sample is never returned (Next goes
+// on to the next batch, counted in Stats.Emptied), and an epoch of the run
+// that delivers no sample at all fails the stream with the skip counts and
+// the first causes, which name their shards. Stats.Summary is the
+// end-of-run summary every command prints and writes into its run
+// directory (skipped.json). With Config.Strict the first such problem
+// fails the stream instead. Any other source error fails the
 // stream. No case stalls: every wait, the collate wait included, also
 // watches the context.
 package pipeline

@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"maps"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,8 +73,14 @@ type Loader struct {
 	st      counters
 	skipMu  sync.Mutex
 	skipped map[string]int64
+	causes  []string     // the first distinct skip errors, for an epoch that delivers nothing
 	start   atomic.Int64 // unix nanos of the first Next
 	closed  bool
+
+	// The epoch of the last batch Next took, and the images and the
+	// emptied batches of that epoch.
+	epoch                     int
+	epochImages, epochEmptied int64
 }
 
 type job struct {
@@ -357,6 +366,56 @@ func (l *Loader) Next(ctx context.Context) (arrow.RecordBatch, error) {
 	}
 	t0 := time.Now()
 	defer func() { l.st.stall.Add(int64(time.Since(t0))) }()
+	// A batch whose every sample was skipped is never returned: the next
+	// batch takes its place, as a loader that skips damage would go on to
+	// the next samples. An epoch of this run that delivers nothing at all
+	// is an error.
+	for {
+		j, err := l.nextJob(ctx)
+		if err == io.EOF {
+			if err := l.endEpoch(); err != nil {
+				return nil, err
+			}
+			return nil, io.EOF
+		}
+		if err != nil {
+			return nil, err
+		}
+		rec := j.rec
+		j.rec = nil
+		if j.epoch != l.epoch {
+			if err := l.endEpoch(); err != nil {
+				rec.Release()
+				return nil, err
+			}
+			l.epoch, l.epochImages, l.epochEmptied = j.epoch, 0, 0
+		}
+		st := order.State{Seed: l.cfg.Start.Seed, Epoch: j.epoch, Consumed: j.endConsumed}
+		if st.Consumed >= j.epochN {
+			st.Epoch, st.Consumed = st.Epoch+1, 0
+		}
+		l.stateMu.Lock()
+		l.state = st
+		l.stateMu.Unlock()
+		select {
+		case l.free <- j:
+		default:
+		}
+		if rec.NumRows() == 0 {
+			rec.Release()
+			l.st.emptied.Add(1)
+			l.epochEmptied++
+			continue
+		}
+		l.epochImages += rec.NumRows()
+		l.st.batches.Add(1)
+		return rec, nil
+	}
+}
+
+// nextJob waits for the next batch in order; io.EOF at the end of the
+// schedule.
+func (l *Loader) nextJob(ctx context.Context) (*job, error) {
 	if l.pending == nil {
 		select {
 		case j, ok := <-l.jobs:
@@ -382,21 +441,24 @@ func (l *Loader) Next(ctx context.Context) (arrow.RecordBatch, error) {
 		return nil, l.stopped()
 	}
 	l.pending = nil
-	rec := j.rec
-	j.rec = nil
-	st := order.State{Seed: l.cfg.Start.Seed, Epoch: j.epoch, Consumed: j.endConsumed}
-	if st.Consumed >= j.epochN {
-		st.Epoch, st.Consumed = st.Epoch+1, 0
+	return j, nil
+}
+
+// endEpoch is called when Next leaves an epoch: an epoch whose batches
+// this run took and that delivered no image fails the stream, naming the
+// skips (each names its shard) that emptied it.
+func (l *Loader) endEpoch() error {
+	if l.epochImages > 0 || l.epochEmptied == 0 {
+		return nil
 	}
-	l.stateMu.Lock()
-	l.state = st
-	l.stateMu.Unlock()
-	l.st.batches.Add(1)
-	select {
-	case l.free <- j:
-	default:
-	}
-	return rec, nil
+	l.skipMu.Lock()
+	sum := SkipSummary{Skipped: maps.Clone(l.skipped)}
+	causes := slices.Clone(l.causes)
+	l.skipMu.Unlock()
+	err := fmt.Errorf("pipeline: epoch %d delivered no sample: every one was skipped (%s); first causes: %s",
+		l.epoch, sum, strings.Join(causes, "; "))
+	l.fail(err)
+	return err
 }
 
 func (l *Loader) stopped() error {

@@ -176,6 +176,9 @@ func (l *Loader) skip(j *job, row int64, id int64, known bool, reason string, er
 	l.skipMu.Lock()
 	l.skipped[reason]++
 	n := l.skipped[reason]
+	if msg := err.Error(); len(l.causes) < 3 && !slices.Contains(l.causes, msg) {
+		l.causes = append(l.causes, msg)
+	}
 	l.skipMu.Unlock()
 	where := fmt.Sprintf("row %d", row)
 	if known {

@@ -8,7 +8,7 @@ import (
 
 type counters struct {
 	read, decode, augment, raster, collate, stall atomic.Int64 // nanoseconds
-	batches, images, dropped, crowd               atomic.Int64
+	batches, images, dropped, crowd, emptied      atomic.Int64
 	decodes, hits                                 atomic.Int64 // this loader's cache lookups
 }
 
@@ -32,6 +32,9 @@ type Stats struct {
 	Dropped      int64            // instances removed by the candidate rule
 	CrowdDropped int64            // crowd instances left out (augment.Config.KeepCrowd)
 	Skipped      map[string]int64 // samples/partners skipped, by reason
+	// Emptied is the number of batches that lost every sample to skips:
+	// Next went on to the next batch instead of returning them.
+	Emptied int64
 
 	PoolAllocs, PoolReuses int64 // batch buffers newly allocated vs reused
 }
@@ -40,7 +43,7 @@ type Stats struct {
 func (l *Loader) Stats() Stats {
 	allocs, reuses := l.mem.Counts()
 	s := Stats{
-		Batches: l.st.batches.Load(), Images: l.st.images.Load(),
+		Batches: l.st.batches.Load(), Images: l.st.images.Load(), Emptied: l.st.emptied.Load(),
 		Read: time.Duration(l.st.read.Load()), Decode: time.Duration(l.st.decode.Load()),
 		Augment: time.Duration(l.st.augment.Load()), Raster: time.Duration(l.st.raster.Load()),
 		Collate: time.Duration(l.st.collate.Load()), Stall: time.Duration(l.st.stall.Load()),
