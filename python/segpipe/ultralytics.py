@@ -17,32 +17,54 @@ validator read: ``img`` uint8 (N,3,H,W) RGB, ``batch_idx``, ``cls`` (n,1),
 overlap_mask=False (which this trainer sets), ``sem_masks`` (N,Hp,Wp),
 ``ori_shape``, ``ratio_pad``, ``resized_shape``, ``im_file``.
 
-Written and checked against Ultralytics 8.4.2 (see ULTRALYTICS_VERSION).
-Augmentation runs in the server: mosaic, degrees, translate, scale, shear,
-perspective, hsv_h/s/v and fliplr are passed on; flipud, mixup, cutmix,
-copy_paste, bgr, rect, cache, fraction and classes have no segpipe
-counterpart, and a non-default value is refused rather than silently ignored.
+Supported Ultralytics releases: ULTRALYTICS_REQUIREMENT (8.4.2, the floor, and
+the newest 8.4.x are tested; check_version tells whether the installed one is
+in the range). Augmentation runs in the server: mosaic, degrees, translate,
+scale, shear, perspective, hsv_h/s/v and fliplr are passed on; flipud, mixup,
+cutmix, copy_paste, bgr, rect, cache, fraction, classes, single_cls, cls_pw and
+augmentations have no segpipe counterpart, and a non-default value is refused
+rather than silently ignored, as is batch < 1 (AutoBatch).
+
+Distributed training: each process streams its share of an epoch as global
+rank r of the world (torch.distributed's rank and size, else RANK and
+WORLD_SIZE), whatever LOCAL_RANK Ultralytics passes; every rank's training
+epoch is cut to the batch count of the rank with the fewest (DDP steps all
+ranks together and hangs when one runs out first). Validation is split across
+the ranks as Ultralytics splits its own (every rank validates and the
+validator gathers the statistics on rank 0) when the installed validator
+gathers, else rank 0 reads the whole set.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 from copy import copy
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import torch
 from ultralytics import __version__ as _ul_version
+from ultralytics.engine.validator import BaseValidator
 from ultralytics.models.yolo.segment import SegmentationTrainer, SegmentationValidator
 from ultralytics.utils import LOGGER
 
-from .request import RequestError, ResumeState, Source, rank_batches
+from .dist import rank_and_world
+from .request import Request, RequestError, ResumeState, Source, rank_batches
 
-#: The Ultralytics release this adapter was written and checked against.
-ULTRALYTICS_VERSION = "8.4.2"
+#: The Ultralytics releases this adapter supports, as a pip requirement.
+ULTRALYTICS_REQUIREMENT = "ultralytics>=8.4.2,<8.5"
+#: The same range: lowest release supported, first release not supported.
+ULTRALYTICS_MIN = (8, 4, 2)
+ULTRALYTICS_BELOW = (8, 5)
+#: The range as a version specifier (kept under its old name for callers).
+ULTRALYTICS_VERSION = ">=8.4.2,<8.5"
 
 # Ultralytics hyper-parameters the server's augmenter implements, same names.
 _AUGMENT = ("mosaic", "degrees", "translate", "scale", "shear", "perspective", "hsv_h", "hsv_s", "hsv_v", "fliplr")
-# Settings with no segpipe counterpart, and the value that means "off".
+# Settings with no segpipe counterpart, and the value that means "off" (a
+# setting this Ultralytics release does not have reads as off).
 _UNSUPPORTED = {
     "flipud": 0.0,
     "mixup": 0.0,
@@ -54,19 +76,125 @@ _UNSUPPORTED = {
     "fraction": 1.0,
     "classes": None,
     "single_cls": False,
+    "cls_pw": 0.0,  # class weights count the labels of Ultralytics' own dataset
+    "augmentations": None,  # albumentations transforms run in Ultralytics' dataset
 }
 
 
-def semantic_masks(masks: torch.Tensor, cls: torch.Tensor, batch_idx: torch.Tensor, n: int) -> torch.Tensor:
-    """Per image the largest class index over its instances' masks, float
-    (N, Hp, Wp): what Ultralytics' Format gives YOLO26's semantic head with
-    overlap_mask=False (background and class 0 are both 0, as there)."""
+def version_tuple(version: str) -> tuple[int, ...]:
+    """The leading numeric release of a version string: "8.4.190" ->
+    (8, 4, 190), "8.5.0rc1" -> (8, 5, 0)."""
+    m = re.match(r"\s*v?(\d+(?:\.\d+)*)", str(version))
+    if not m:
+        raise ValueError(f"version {version!r} has no numeric release")
+    return tuple(int(x) for x in m.group(1).split("."))
+
+
+def version_supported(version: str) -> bool:
+    """Whether an Ultralytics version is in ULTRALYTICS_REQUIREMENT's range."""
+    v = version_tuple(version)
+    return ULTRALYTICS_MIN <= v + (0,) * (len(ULTRALYTICS_MIN) - len(v)) and v < ULTRALYTICS_BELOW
+
+
+def check_version(version: str | None = None) -> str | None:
+    """A warning when the installed Ultralytics (or ``version``) is outside the
+    supported range, else None."""
+    v = _ul_version if version is None else version
+    try:
+        ok = version_supported(v)
+    except ValueError:
+        ok = False
+    if ok:
+        return None
+    return f"segpipe.ultralytics supports {ULTRALYTICS_REQUIREMENT}; this is Ultralytics {v}"
+
+
+def validator_gathers(validator_class: type = SegmentationValidator) -> bool:
+    """Whether the validator merges the statistics of all DDP ranks on rank 0
+    (overrides BaseValidator.gather_stats, which does nothing): then every rank
+    validates its share of the val set, else rank 0 validates all of it."""
+    return getattr(validator_class, "gather_stats", None) is not getattr(BaseValidator, "gather_stats", None)
+
+
+def stream_rank(local_rank: int) -> tuple[int, int]:
+    """(rank, world_size) of the stream a process reads, given the rank
+    Ultralytics passes to get_dataloader: -1 (a loader that is not split, as
+    in single-process training) is rank 0 of 1; otherwise the global rank and
+    world size (torch.distributed's when its group is up, else RANK and
+    WORLD_SIZE), not the local rank, which repeats on every node."""
+    if local_rank < 0:
+        return 0, 1
+    return rank_and_world()
+
+
+#: sem_masks rules of Ultralytics' Format with mask_overlap=False: each pixel
+#: takes the largest class index of the instances covering it (8.4.2), or the
+#: class of the smallest covering instance, the first one among equals (the
+#: rule of mask_overlap=True, used by later 8.4 releases).
+SEM_MAX_CLASS = "max_class"
+SEM_SMALLEST_INSTANCE = "smallest_instance"
+
+
+@functools.lru_cache(maxsize=1)
+def semantic_rule() -> str:
+    """The sem_masks rule of the installed Ultralytics, read off its own
+    Format: a small square of class 1 inside a large one of class 2 gives
+    the inner pixels 2 under SEM_MAX_CLASS and 1 under SEM_SMALLEST_INSTANCE."""
+    import numpy as np
+    from ultralytics.data.augment import Format
+    from ultralytics.utils.instance import Instances
+
+    big, small = (0.0, 0.0, 32.0, 32.0), (8.0, 8.0, 24.0, 24.0)
+    boxes = np.array([big, small], dtype=np.float32)
+    segs = np.array([[[x0, y0], [x1, y0], [x1, y1], [x0, y1]] for x0, y0, x1, y1 in (big, small)], dtype=np.float32)
+    fmt = Format(bbox_format="xywh", normalize=True, return_mask=True, mask_ratio=4, mask_overlap=False, batch_idx=True)
+    out = fmt(
+        {
+            "img": np.zeros((32, 32, 3), dtype=np.uint8),
+            "cls": np.array([[2.0], [1.0]], dtype=np.float32),
+            "instances": Instances(boxes, segments=segs, bbox_format="xyxy", normalized=False),
+        }
+    )
+    inner = float(out["sem_masks"][4, 4])
+    if inner == 2.0:
+        return SEM_MAX_CLASS
+    if inner == 1.0:
+        return SEM_SMALLEST_INSTANCE
+    raise RuntimeError(f"Ultralytics {_ul_version} Format gives sem_masks {inner} where this adapter expects 1 or 2")
+
+
+def semantic_masks(
+    masks: torch.Tensor, cls: torch.Tensor, batch_idx: torch.Tensor, n: int, rule: str | None = None
+) -> torch.Tensor:
+    """Per image the class each pixel's instances give it, float (N, Hp, Wp),
+    by ``rule`` (default: the installed Ultralytics' semantic_rule()): what
+    Ultralytics' Format gives YOLO26's semantic head with overlap_mask=False
+    (uncovered pixels and class 0 are both 0, as there)."""
+    rule = rule or semantic_rule()
     hp, wp = masks.shape[-2:]
-    sem = torch.zeros((n, hp * wp), dtype=torch.float32, device=masks.device)
-    if masks.shape[0]:
-        vals = masks.reshape(masks.shape[0], -1).to(torch.float32) * cls.reshape(-1, 1).to(torch.float32)
-        idx = batch_idx.reshape(-1, 1).long().expand(-1, hp * wp)
+    p, m = hp * wp, masks.shape[0]
+    sem = torch.zeros((n, p), dtype=torch.float32, device=masks.device)
+    if not m:
+        return sem.reshape(n, hp, wp)
+    flat = masks.reshape(m, p)
+    idx = batch_idx.reshape(-1, 1).long().expand(-1, p)
+    if rule == SEM_MAX_CLASS:
+        vals = flat.to(torch.float32) * cls.reshape(-1, 1).to(torch.float32)
         sem.scatter_reduce_(0, idx, vals, reduce="amax", include_self=True)
+        return sem.reshape(n, hp, wp)
+    if rule != SEM_SMALLEST_INSTANCE:
+        raise ValueError(f"semantic rule {rule!r}: want {SEM_MAX_CLASS!r} or {SEM_SMALLEST_INSTANCE!r}")
+    # Key area*m + j orders the instances by area, then by index; the
+    # smallest key among an image's covering instances wins the pixel.
+    area = flat.sum(1, dtype=torch.int64)
+    none = (int(area.max()) + 1) * m  # above every key
+    key = area * m + torch.arange(m, device=masks.device)
+    keys = torch.where(flat.bool(), key[:, None], torch.full_like(key[:, None], none))
+    best = torch.full((n, p), none, dtype=torch.int64, device=masks.device)
+    best.scatter_reduce_(0, idx, keys, reduce="amin", include_self=True)
+    covered = best < none
+    winner = torch.where(covered, best % m, torch.zeros_like(best))
+    sem = torch.where(covered, cls.reshape(-1).to(torch.float32)[winner], sem)
     return sem.reshape(n, hp, wp)
 
 
@@ -111,19 +239,42 @@ def ultralytics_batch(b: dict, *, im_prefix: str = "", semantic: bool = True) ->
     return out
 
 
-class _Sampler:
-    """What the trainer calls on a DDP loader's sampler."""
+@dataclass
+class StreamRecord:
+    """One stream a SegpipeLoader opened: the request (its ticket is what the
+    server got) and what it delivered."""
 
-    def __init__(self) -> None:
+    request: Request
+    batches: int = 0
+    images: int = 0
+
+
+def _rank_samples(images: int, rank: int, world_size: int) -> int:
+    """Samples rank takes from an epoch: positions rank, rank+world, ... (pipeline/order)."""
+    return 0 if rank >= images else (images - rank + world_size - 1) // world_size
+
+
+class _Sampler:
+    """The loader's sampler as the trainer reads it: len() is the samples this
+    rank streams in an epoch (the trainer derives the last batch's size from
+    it), set_epoch is recorded (the epoch each stream starts at comes from the
+    trainer's epoch)."""
+
+    def __init__(self, samples: int) -> None:
+        self.samples = samples
         self.epoch = 0
+
+    def __len__(self) -> int:
+        return self.samples
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
 
 class _Dataset:
-    """The loader's dataset as the trainer sees it: a length and the
-    close_mosaic switch (the server does the rest)."""
+    """The loader's dataset as the trainer sees it: the number of images of
+    the whole set (all ranks) and the close_mosaic switch (the server does
+    the rest). ``labels`` is empty: the labels live in the server's shards."""
 
     def __init__(self, images: int, loader: "SegpipeLoader") -> None:
         self.images = images
@@ -132,6 +283,15 @@ class _Dataset:
 
     def __len__(self) -> int:
         return self.images
+
+    @property
+    def mosaic(self) -> bool:
+        return not self.loader.mosaic_closed and self.loader.augment.get("mosaic", 1.0) > 0
+
+    @mosaic.setter
+    def mosaic(self, on: bool) -> None:
+        if not on:
+            self.loader.mosaic_closed = True
 
     def close_mosaic(self, hyp: Any) -> None:
         self.loader.mosaic_closed = True
@@ -143,9 +303,19 @@ class SegpipeLoader:
 
     epoch_fn tells the epoch being iterated (the trainer's self.epoch), so
     that resuming a run resumes the server's order and augmentation too.
+
+    len() is the number of batches an iteration yields: this rank's share of
+    the epoch, cut to ``limit`` batches when limit is set (the trainer sets
+    it so that every DDP rank steps the same number of times). An iteration
+    that ends with fewer batches raises StreamError. ``idle`` makes a loader
+    that yields nothing (a rank that does not validate).
+
+    ``streams`` records every stream opened (its Request and the batches and
+    images delivered); ``batches_streamed`` is their total.
     """
 
     num_workers = 0
+    drop_last = False  # the last, possibly short, batch of a rank is served
 
     def __init__(
         self,
@@ -162,7 +332,11 @@ class SegpipeLoader:
         augment: dict,
         epoch_fn: Callable[[], int],
         token: str | None = None,
+        limit: int = 0,
+        idle: bool = False,
     ) -> None:
+        if limit < 0:
+            raise RequestError(f"limit {limit}: want 0 (none) or a batch count")
         self.source, self.shards = source, shards
         self.dataset = _Dataset(images, self)
         self.batch_size, self.imgsz = batch_size, imgsz
@@ -170,18 +344,43 @@ class SegpipeLoader:
         self.seed, self.val, self.augment = seed, val, dict(augment)
         self.epoch_fn = epoch_fn
         self.token = token
-        self.sampler = _Sampler()
+        self.limit, self.idle = limit, idle
         self.mosaic_closed = False
         self.last_state: ResumeState | None = None
+        self.streams: list[StreamRecord] = []
+        self._open: Any = None
+        samples = 0 if idle else _rank_samples(images, rank, world_size)
+        if limit:
+            samples = min(samples, limit * batch_size)
+        self.sampler = _Sampler(samples)
 
     def __len__(self) -> int:
-        return rank_batches(self.dataset.images, self.batch_size, self.rank, self.world_size)
+        if self.idle:
+            return 0
+        n = rank_batches(self.dataset.images, self.batch_size, self.rank, self.world_size)
+        return min(n, self.limit) if self.limit else n
+
+    def __bool__(self) -> bool:
+        # A loader that yields nothing is still this validator's loader
+        # (Ultralytics builds its own when the one it holds is falsy).
+        return True
+
+    @property
+    def batches_streamed(self) -> int:
+        """Batches delivered by all the streams so far."""
+        return sum(r.batches for r in self.streams)
 
     def reset(self) -> None:
         """Nothing to rebuild: the next epoch's stream reads mosaic_closed."""
 
-    def stream(self, epoch: int) -> Iterator[dict]:
-        """The FlightBatches of one epoch (a subclass may serve others)."""
+    def close(self) -> None:
+        """End the stream in progress, if any (the trainer calls this when done)."""
+        fb, self._open = self._open, None
+        if fb is not None and hasattr(fb, "close"):
+            fb.close()
+
+    def stream(self, epoch: int):
+        """The FlightBatches of one epoch."""
         from .flight import FlightBatches  # pyarrow only where a stream is opened
 
         aug = dict(self.augment)
@@ -199,23 +398,39 @@ class SegpipeLoader:
             epochs=0,
             val=self.val,
             augment=None if self.val else aug,
+            limit=self.limit,
             token=self.token,
             tls=self.source.tls,
         )
 
     def __iter__(self) -> Iterator[dict]:
         # A generator: the trainer calls iter() twice per epoch (enumerate
-        # before and after its progress bar), and only the second is read.
+        # before and after its progress bar) and reads only the second; the
+        # stream opens at the first batch asked for, after close_mosaic.
+        if self.idle:
+            return
         fb = self.stream(self.epoch_fn())
+        rec = StreamRecord(fb.request)
+        self.streams.append(rec)
+        self._open = fb
         prefix = f"{Source.SCHEME}{self.source.addr}/{self.shards}/"
         try:
             for b in fb:
                 self.last_state = b["state"]
+                rec.batches += 1
+                rec.images += int(b["images"].shape[0])
                 yield ultralytics_batch(b, im_prefix=prefix, semantic=False)
         finally:
-            close = getattr(fb, "close", None)
-            if close is not None:
-                close()
+            if self._open is fb:
+                self._open = None
+            fb.close()
+        if rec.batches != len(self):
+            from .stream import StreamError
+
+            raise StreamError(
+                f"stream of {self.shards!r} (rank {self.rank} of {self.world_size}) ended after {rec.batches} batches, "
+                f"want {len(self)}: did the shard set change since the trainer read its size?"
+            )
 
 
 class SegpipeSegmentationValidator(SegmentationValidator):
@@ -228,16 +443,16 @@ class SegpipeSegmentationValidator(SegmentationValidator):
 
     segpipe_data: dict | None = None
 
-    def __call__(self, trainer: Any = None, model: Any = None):
+    def __call__(self, trainer: Any = None, model: Any = None, **kwargs: Any):
         if trainer is not None or self.segpipe_data is None:
-            return super().__call__(trainer, model)
+            return super().__call__(trainer, model, **kwargs)
         import ultralytics.engine.validator as base
 
         data, lookup = self.args.data, base.check_det_dataset
         base.check_det_dataset = lambda *_a, **_k: self.segpipe_data
         self.args.data = "segpipe.yaml"  # routes the stand-alone path to the lookup above
         try:
-            return super().__call__(trainer, model)
+            return super().__call__(trainer, model, **kwargs)
         finally:
             base.check_det_dataset, self.args.data = lookup, data
 
@@ -247,6 +462,9 @@ class SegpipeSegmentationTrainer(SegmentationTrainer):
     ``trainer=`` with ``data="segpipe://HOST:PORT/TRAIN?val=VAL"`` (see
     Source; the token comes from SEGPIPE_TOKEN)."""
 
+    #: The loader get_dataloader builds.
+    loader_class = SegpipeLoader
+
     def __init__(self, cfg: Any = None, overrides: dict | None = None, _callbacks: Any = None):
         overrides = dict(overrides or {})
         if overrides.get("overlap_mask", False):
@@ -254,18 +472,32 @@ class SegpipeSegmentationTrainer(SegmentationTrainer):
         overrides["overlap_mask"] = False
         if overrides.get("mask_ratio", 4) != 4:
             raise RequestError(f"mask_ratio {overrides['mask_ratio']}: segpipe serves masks at stride 4")
+        warn = check_version()
+        if warn:
+            LOGGER.warning(warn)
         if cfg is None:
             super().__init__(overrides=overrides, _callbacks=_callbacks)
         else:
             super().__init__(cfg, overrides, _callbacks)
 
-    def get_dataset(self) -> dict:
-        """The data dict from the server's description of the shard sets."""
-        self.segpipe_source = Source.parse(str(self.args.data))
+    def check_settings(self) -> None:
+        """Refuse the settings a segpipe source cannot honour (before the
+        server is asked anything)."""
+        b = self.args.batch
+        if isinstance(b, bool) or not isinstance(b, (int, float)) or b < 1 or b != int(b):
+            raise RequestError(
+                f"batch={b!r}: AutoBatch (batch -1 or a fraction of the GPU memory) sizes the batch on Ultralytics' "
+                "own dataset, which a segpipe source does not have; give a whole number of images (e.g. batch=16)"
+            )
         for k, off in _UNSUPPORTED.items():
             v = getattr(self.args, k, off)
             if v != off and not (k == "cache" and v in (None, "False", "false")):
                 raise RequestError(f"{k}={v!r} has no segpipe counterpart; leave it at {off!r}")
+
+    def get_dataset(self) -> dict:
+        """The data dict from the server's description of the shard sets."""
+        self.check_settings()
+        self.segpipe_source = Source.parse(str(self.args.data))
         info = self.dataset_info(self.segpipe_source.train)
         val_info = info
         if self.segpipe_source.val != self.segpipe_source.train:
@@ -286,23 +518,39 @@ class SegpipeSegmentationTrainer(SegmentationTrainer):
         }
 
     def get_dataloader(self, dataset_path: str, batch_size: int = 16, rank: int = 0, mode: str = "train"):
+        """One SegpipeLoader for this process: ``rank`` is Ultralytics' local
+        rank and only says whether the loader is split (-1: not); the stream
+        takes the global rank (stream_rank)."""
         assert mode in {"train", "val"}, f"Mode must be 'train' or 'val', not {mode}."
-        world = max(self.world_size, 1)
-        r = max(rank, 0)
+        r, world = stream_rank(rank)
+        images = self.segpipe_images[mode]
+        limit, idle = 0, False
+        if world > 1 and mode == "train":
+            # Every rank stops at the batch count of the rank with the fewest
+            # (the last one): DDP waits for all ranks at every step.
+            limit = rank_batches(images, batch_size, world - 1, world)
+            if limit == 0:
+                raise RequestError(
+                    f"shard set {dataset_path!r} has {images} images for {world} ranks: some ranks would get no batch"
+                )
+        elif world > 1 and not validator_gathers():
+            r, world, idle = 0, 1, r != 0
         aug = {k: float(getattr(self.args, k)) for k in _AUGMENT}
         return self.loader_class(
             self.segpipe_source,
             dataset_path,
-            images=self.segpipe_images[mode],
+            images=images,
             batch_size=batch_size,
             imgsz=int(self.args.imgsz),
-            rank=r if mode == "train" else 0,
-            world_size=world if mode == "train" else 1,
+            rank=r,
+            world_size=world,
             seed=int(self.args.seed),
             val=mode == "val",
             augment=aug,
             epoch_fn=lambda: int(getattr(self, "epoch", 0) or 0),
             token=os.environ.get("SEGPIPE_TOKEN"),
+            limit=limit,
+            idle=idle,
         )
 
     def preprocess_batch(self, batch: dict) -> dict:
@@ -312,8 +560,11 @@ class SegpipeSegmentationTrainer(SegmentationTrainer):
         return batch
 
     def get_validator(self):
-        self.loss_names = "box_loss", "seg_loss", "cls_loss", "dfl_loss", "sem_loss"
-        v = SegpipeSegmentationValidator(self.test_loader, save_dir=self.save_dir, args=copy(self.args), _callbacks=self.callbacks)
+        """Ultralytics' validator, as the segpipe one: super() sets what the
+        installed release sets (loss_names, where it names them there), and
+        its validator's loader, directory and callbacks are taken over."""
+        base = super().get_validator()
+        v = SegpipeSegmentationValidator(base.dataloader, save_dir=base.save_dir, args=copy(self.args), _callbacks=base.callbacks)
         v.segpipe_data = self.data
         return v
 
@@ -335,11 +586,3 @@ class SegpipeSegmentationTrainer(SegmentationTrainer):
             tls=self.segpipe_source.tls,
         ) as fb:
             return fb.dataset_info()
-
-
-def check_version() -> str | None:
-    """A warning when the installed Ultralytics is not the release this adapter
-    was checked against, else None."""
-    if _ul_version != ULTRALYTICS_VERSION:
-        return f"segpipe.ultralytics was checked against Ultralytics {ULTRALYTICS_VERSION}; this is {_ul_version}"
-    return None

@@ -1,21 +1,23 @@
-"""The Ultralytics adapter against the real Ultralytics code (8.4.2): the batch
-dict against its Format transform and collate_fn, YOLO26n-seg's loss on it,
-and its SegmentationTrainer driven end to end by SegpipeSegmentationTrainer.
+"""The Ultralytics adapter against the installed Ultralytics (the supported
+range is segpipe.ultralytics.ULTRALYTICS_REQUIREMENT): the batch dict against
+its Format transform and collate_fn, the semantic-mask rule against its
+Format, YOLO26n-seg's loss on an adapter batch, the version range, and the
+loader stand-in's counts. Training through a real `segpipe serve` is in
+test_ultralytics_serve.py.
 
-Needs torch and the Ultralytics source (.carry/ultralytics of the checkout,
-SEGPIPE_ULTRALYTICS_SRC, or ../shared/baselines/ultralytics-loader/ultralytics)
-with its own dependencies; skipped where they are missing. The batches here
-are made in the test (the transport is covered by the device check), in the
-layout FlightBatches yields.
+Needs torch and ultralytics (skipped without them; SEGPIPE_REQUIRE_STACK=1
+makes that a failure). The batches here are made in the test, in the layout
+FlightBatches yields.
 """
 
-import math
 import os
-import sys
-import tempfile
 import unittest
 
-import _path
+import _path  # noqa: F401
+import harness
+from overfit import offline_ultralytics
+
+offline_ultralytics()  # before anything imports ultralytics
 
 try:
     import numpy as np
@@ -24,32 +26,18 @@ except ImportError:  # pragma: no cover - depends on the machine
     torch = None
 
 
-def _ultralytics_src():
-    for p in (
-        os.environ.get("SEGPIPE_ULTRALYTICS_SRC", ""),
-        os.path.join(_path.REPO, ".carry", "ultralytics"),
-        os.path.join(_path.REPO, "..", "shared", "baselines", "ultralytics-loader", "ultralytics"),
-    ):
-        if p and os.path.isfile(os.path.join(p, "__init__.py")):
-            return p
-    return None
+def require_ultralytics():
+    """Skip (or with SEGPIPE_REQUIRE_STACK=1 fail) unless torch and
+    Ultralytics import; no server is needed here."""
+    import importlib
 
-
-_UL = None
-_UL_ERR = "torch is not installed" if torch is None else None
-if torch is not None:
-    src = _ultralytics_src()
-    if src is None:
-        _UL_ERR = "no Ultralytics source (.carry/ultralytics, SEGPIPE_ULTRALYTICS_SRC)"
-    else:
-        os.environ.setdefault("YOLO_CONFIG_DIR", os.path.join(tempfile.gettempdir(), "segpipe-yolo-config"))
-        os.environ.setdefault("YOLO_VERBOSE", "false")  # its training log would drown the test output
+    for m in ("torch", "ultralytics"):
         try:
-            import vendored_ultralytics
-
-            _UL, _PLACEHOLDERS = vendored_ultralytics.import_ultralytics(src)
+            importlib.import_module(m)
         except ImportError as e:
-            _UL_ERR = f"Ultralytics does not import: {e}"
+            if harness.REQUIRED:
+                raise AssertionError(f"{m} does not import: {e} (SEGPIPE_REQUIRE_STACK=1)")
+            raise unittest.SkipTest(f"{m} does not import: {e}")
 
 
 def synthetic_batch(n=2, imgsz=64, nc=3, seed=0, crowd=False):
@@ -94,8 +82,11 @@ def synthetic_batch(n=2, imgsz=64, nc=3, seed=0, crowd=False):
     }
 
 
-@unittest.skipIf(_UL is None, _UL_ERR or "")
 class BatchDictTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        require_ultralytics()
+
     def test_matches_ultralytics_format_and_collate(self):
         from ultralytics.data.augment import Format
         from ultralytics.data.dataset import YOLODataset
@@ -150,8 +141,11 @@ class BatchDictTest(unittest.TestCase):
         self.assertEqual(out["batch_idx"][0].item(), 0.0 if int(b["boxes_per_image"][0]) > 1 else 1.0)
 
 
-@unittest.skipIf(_UL is None, _UL_ERR or "")
 class LossTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        require_ultralytics()
+
     def test_yolo26n_seg_loss_is_finite_and_falls_on_an_overfit_batch(self):
         from segpipe.ultralytics import ultralytics_batch
 
@@ -164,71 +158,158 @@ class LossTest(unittest.TestCase):
         self.assertLess(min(losses[-3:]), losses[0], f"loss did not fall: {losses}")
 
 
-class _SyntheticLoader:
-    """Stands in for the server's stream: serves synthetic batches of the
-    requested size and records each epoch's request."""
-
-    requests = []
+class SemanticMaskTest(unittest.TestCase):
+    """YOLO26's semantic targets: the rule changed within 8.4 (the largest
+    class index in 8.4.2, the smallest covering instance later); the adapter
+    follows the installed release."""
 
     @classmethod
-    def make(cls):
+    def setUpClass(cls):
+        require_ultralytics()
+
+    def _format(self, boxes, classes, size=32):
+        from ultralytics.data.augment import Format
+        from ultralytics.utils.instance import Instances
+
+        xyxy = np.array(boxes, dtype=np.float32)
+        segs = np.array([[[x0, y0], [x1, y0], [x1, y1], [x0, y1]] for x0, y0, x1, y1 in boxes], dtype=np.float32)
+        fmt = Format(bbox_format="xywh", normalize=True, return_mask=True, mask_ratio=4, mask_overlap=False, batch_idx=True)
+        return fmt(
+            {
+                "img": np.zeros((size, size, 3), dtype=np.uint8),
+                "cls": np.array(classes, dtype=np.float32).reshape(-1, 1),
+                "instances": Instances(xyxy, segments=segs, bbox_format="xyxy", normalized=False),
+            }
+        )
+
+    def test_rules_by_hand(self):
+        from segpipe.ultralytics import SEM_MAX_CLASS, SEM_SMALLEST_INSTANCE, semantic_masks
+
+        # Image 0: a 4x4 instance of class 2 with a 2x2 one of class 1 inside
+        # and a 2x2 one of class 3 overlapping its corner; image 1: one
+        # instance of class 0, one of class 4 of the same size on top of it
+        # (equal areas: the first one wins under the smallest-instance rule).
+        masks = torch.zeros((5, 4, 4), dtype=torch.uint8)
+        masks[0] = 1
+        masks[1, 1:3, 1:3] = 1
+        masks[2, 2:4, 2:4] = 1
+        masks[3, 0:2, 0:2] = 1
+        masks[4, 0:2, 0:2] = 1
+        cls = torch.tensor([[2.0], [1.0], [3.0], [0.0], [4.0]])
+        bidx = torch.tensor([0.0, 0.0, 0.0, 1.0, 1.0])
+        mx = semantic_masks(masks, cls, bidx, 2, rule=SEM_MAX_CLASS)
+        sm = semantic_masks(masks, cls, bidx, 2, rule=SEM_SMALLEST_INSTANCE)
+        self.assertEqual(mx[0].tolist(), [[2, 2, 2, 2], [2, 2, 2, 2], [2, 2, 3, 3], [2, 2, 3, 3]])
+        # (1,1), (1,2), (2,1) by the inner square; (2,2) by the first of the
+        # two 2x2 squares (inner, class 1); (2,3) (3,2) (3,3) by class 3.
+        self.assertEqual(sm[0].tolist(), [[2, 2, 2, 2], [2, 1, 1, 2], [2, 1, 1, 3], [2, 2, 3, 3]])
+        self.assertEqual(mx[1].tolist(), [[4, 4, 0, 0], [4, 4, 0, 0], [0] * 4, [0] * 4])
+        self.assertEqual(sm[1].tolist(), [[0] * 4] * 4, "equal areas: the first instance (class 0) wins")
+        empty = semantic_masks(masks[:0], cls[:0], bidx[:0], 3)
+        self.assertEqual(tuple(empty.shape), (3, 4, 4))
+        self.assertFalse(bool(empty.any()))
+        with self.assertRaises(ValueError):
+            semantic_masks(masks, cls, bidx, 2, rule="median")
+
+    def test_installed_format_agrees_on_overlaps(self):
+        from segpipe.ultralytics import semantic_masks, semantic_rule
+
+        cases = [
+            ([(0, 0, 32, 32), (8, 8, 24, 24)], [2, 1]),  # small inside large, lower class inside
+            ([(0, 0, 32, 32), (8, 8, 24, 24)], [1, 2]),
+            ([(0, 0, 20, 20), (12, 12, 32, 32), (4, 16, 28, 28)], [3, 1, 2]),
+            ([(0, 0, 16, 16), (8, 8, 24, 24)], [0, 5]),  # equal areas
+        ]
+        for boxes, classes in cases:
+            theirs = self._format(boxes, classes)
+            k = theirs["masks"].shape[0]
+            ours = semantic_masks(theirs["masks"], theirs["cls"], torch.zeros(k), 1)
+            torch.testing.assert_close(ours[0], theirs["sem_masks"], msg=f"{boxes} {classes} ({semantic_rule()})")
+
+
+class VersionTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        require_ultralytics()
+
+    def test_range(self):
+        from segpipe.ultralytics import ULTRALYTICS_REQUIREMENT, check_version, version_supported, version_tuple
+
+        self.assertEqual(ULTRALYTICS_REQUIREMENT, "ultralytics>=8.4.2,<8.5")
+        for v in ("8.4.2", "8.4.3", "8.4.99", "8.4.190", "8.4.2.post1"):
+            self.assertTrue(version_supported(v), v)
+            self.assertIsNone(check_version(v), v)
+        for v in ("8.4.1", "8.4.0", "8.4", "8.3.250", "8.5.0", "8.5.0rc1", "9.0.0", "7.9.9"):
+            self.assertFalse(version_supported(v), v)
+            self.assertIn(v, check_version(v) or "", v)
+        self.assertEqual(version_tuple("v8.4.190"), (8, 4, 190))
+        self.assertIn("Ultralytics dev", check_version("dev") or "", "a version without a release number is not supported")
+
+    def test_installed_release_is_supported(self):
+        import ultralytics
+
+        from segpipe.ultralytics import check_version
+
+        self.assertIsNone(check_version(), f"these tests ran against Ultralytics {ultralytics.__version__}")
+
+
+class LoaderCountsTest(unittest.TestCase):
+    """What the trainer reads off the loader before any stream: len(), the
+    sampler's sample count, drop_last, the dataset's size."""
+
+    @classmethod
+    def setUpClass(cls):
+        require_ultralytics()
+
+    def loader(self, **kw):
+        from segpipe.request import Source
         from segpipe.ultralytics import SegpipeLoader
 
-        class Loader(SegpipeLoader):
-            def stream(self, epoch):
-                cls.requests.append({"epoch": epoch, "val": self.val, "mosaic_closed": self.mosaic_closed, "rank": self.rank})
-                for k in range(len(self)):
-                    bs = min(self.batch_size, self.dataset.images - k * self.batch_size)
-                    b = synthetic_batch(n=bs, imgsz=self.imgsz, seed=k)
-                    b["state"] = None
-                    yield b
+        args = dict(images=129, batch_size=16, imgsz=64, rank=0, world_size=1, seed=0, val=False, augment={}, epoch_fn=lambda: 0)
+        args.update(kw)
+        return SegpipeLoader(Source.parse("segpipe://127.0.0.1:9/odd"), "odd", **args)
 
-        return Loader
+    def test_counts(self):
+        from segpipe.request import rank_batches
 
+        one = self.loader()
+        self.assertEqual((len(one), len(one.sampler), len(one.dataset)), (9, 129, 129))
+        self.assertFalse(one.drop_last)
+        self.assertEqual(len(one.sampler) % one.batch_size, 1, "the last batch holds one image")
+        self.assertEqual([rank_batches(129, 16, r, 8) for r in range(8)], [2, 1, 1, 1, 1, 1, 1, 1])
+        for r in range(8):
+            ld = self.loader(rank=r, world_size=8, limit=1)
+            self.assertEqual(len(ld), 1, r)
+            self.assertEqual(len(ld.sampler), 16, r)
+            self.assertEqual(len(ld.dataset), 129, "the dataset is the whole set, as Ultralytics' is under DDP")
+        short = self.loader(images=20, batch_size=16, rank=1, world_size=2, limit=1)
+        self.assertEqual((len(short), len(short.sampler)), (1, 10))
 
-@unittest.skipIf(_UL is None, _UL_ERR or "")
-class TrainerTest(unittest.TestCase):
-    def test_model_train_runs_with_only_the_data_source_changed(self):
-        from ultralytics import YOLO
+    def test_idle(self):
+        ld = self.loader(val=True, idle=True)
+        self.assertEqual((len(ld), len(ld.sampler), len(ld.dataset)), (0, 0, 129))
+        self.assertEqual(list(ld), [])
+        self.assertTrue(ld, "an empty loader is still a loader (the validator must not build its own)")
+        self.assertEqual(ld.streams, [])
 
-        from segpipe.ultralytics import SegpipeSegmentationTrainer
+    def test_mosaic_switch(self):
+        ld = self.loader(augment={"mosaic": 1.0})
+        self.assertTrue(ld.dataset.mosaic)
+        ld.dataset.close_mosaic(hyp=None)
+        self.assertTrue(ld.mosaic_closed)
+        self.assertFalse(ld.dataset.mosaic)
+        other = self.loader(augment={"mosaic": 1.0})
+        other.dataset.mosaic = False  # what the trainer does first
+        self.assertTrue(other.mosaic_closed)
 
-        _SyntheticLoader.requests.clear()
+    def test_validator_gathers(self):
+        from ultralytics.engine.validator import BaseValidator
+        from ultralytics.models.yolo.segment import SegmentationValidator
 
-        class Trainer(SegpipeSegmentationTrainer):
-            loader_class = _SyntheticLoader.make()
+        from segpipe.ultralytics import validator_gathers
 
-            def dataset_info(self, shards):
-                return {"images": 4, "categories": [{"id": 1 + i, "index": i, "name": f"c{i}"} for i in range(3)]}
-
-        torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-        with tempfile.TemporaryDirectory() as d:
-            model = YOLO("yolo26n-seg.yaml", task="segment")
-            model.train(
-                trainer=Trainer,
-                data="segpipe://127.0.0.1:9/synthetic?val=synthetic-val",
-                epochs=2,
-                close_mosaic=1,
-                imgsz=64,
-                batch=2,
-                device="cpu",
-                workers=0,
-                plots=False,
-                amp=False,
-                project=d,
-                name="run",
-                exist_ok=True,
-                verbose=False,
-            )
-            trainer = model.trainer
-            self.assertEqual(trainer.data["names"], {0: "c0", 1: "c1", 2: "c2"})
-            self.assertFalse(trainer.args.overlap_mask)
-            self.assertTrue(os.path.isfile(os.path.join(d, "run", "weights", "last.pt")))
-            self.assertTrue(all(math.isfinite(float(x)) for x in trainer.tloss))
-        train = [r for r in _SyntheticLoader.requests if not r["val"]]
-        self.assertEqual([r["epoch"] for r in train], [0, 1])
-        self.assertEqual([r["mosaic_closed"] for r in train], [False, True], "close_mosaic must reach the server")
-        self.assertTrue(any(r["val"] for r in _SyntheticLoader.requests), "the validator never read the val set")
+        self.assertTrue(validator_gathers(SegmentationValidator))
+        self.assertFalse(validator_gathers(BaseValidator))
 
 
 if __name__ == "__main__":
