@@ -320,6 +320,11 @@ func TestManifestsWiring(t *testing.T) {
 			if g.Path != pr.path || (g.Port.StrVal != "metrics" && g.Port.IntVal != metricsPort) {
 				t.Errorf("%s probe GET %s on %v, want %s on the metrics port", pr.what, g.Path, g.Port.String(), pr.path)
 			}
+			// Issue 30: the probes answered in up to 1 s on saturated
+			// cores, Kubernetes' default timeout.
+			if pr.probe.TimeoutSeconds < 3 {
+				t.Errorf("%s probe timeout %d s, want at least 3 s: a busy server answers in up to 1 s", pr.what, pr.probe.TimeoutSeconds)
+			}
 		}
 		// The token: SEGPIPE_TOKEN from the Secret, which serve reads.
 		var tokenEnv *corev1.EnvVar
