@@ -126,7 +126,7 @@ func (d Config) validate() error {
 	if err := d.validateShape(); err != nil {
 		return err
 	}
-	return d.checkMemory()
+	return d.checkMemory(nil)
 }
 
 // ErrInvalidConfig marks a configuration New refuses for a setting out of

@@ -148,8 +148,12 @@ func (w *window) row(ep *order.Epoch, p int64) (*shard.Image, int64, *BadRow) {
 // New starts a loader over src. Goroutines run until the stream ends, ctx
 // is cancelled or Close is called; call Close in every case.
 func New(ctx context.Context, src Source, cfg Config) (*Loader, error) {
-	c, err := cfg.withDefaults()
-	if err != nil {
+	c := cfg.defaults()
+	if err := c.validateShape(); err != nil {
+		return nil, err
+	}
+	// Judged with the source's own row sizes where it knows them.
+	if err := c.checkMemory(src); err != nil {
 		return nil, err
 	}
 	s := c.Augment.ImgSz
@@ -179,7 +183,7 @@ func New(ctx context.Context, src Source, cfg Config) (*Loader, error) {
 	}
 	// Enough retained memory for every batch in flight plus the ones the
 	// consumer holds: the batch part of the memory estimate.
-	l.mem = bufpool.NewOn(c.Allocator, c.memory().Batches)
+	l.mem = bufpool.NewOn(c.Allocator, c.memory(src).Batches)
 	l.ctx, l.cancel = context.WithCancel(ctx)
 	l.wg.Add(1 + c.Workers)
 	go l.dispatch()

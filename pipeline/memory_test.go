@@ -74,3 +74,69 @@ func TestMemoryEstimate(t *testing.T) {
 		t.Errorf("MaxMemory -1: %v", err)
 	}
 }
+
+// encodedSlice is a SliceSource that reports an encoded size.
+type encodedSlice struct {
+	SliceSource
+	bytes int64
+}
+
+func (s *encodedSlice) EncodedBytes() int64 { return s.bytes }
+
+// Issue 30: the estimate counted the batches and the cache's byte bound
+// only, and a run peaked 1.29× over it. Every term the loader keeps live
+// is in it now, and a source that knows its encoded size sizes the window.
+func TestMemoryEstimateTerms(t *testing.T) {
+	a := augment.DefaultConfig()
+	a.ImgSz = 320
+	rows := synth(t, 64, 0)
+	cases := []struct {
+		name       string
+		cfg        Config
+		src        Source
+		window     int64
+		cache      int64
+		free       int64
+		decodingGE int64
+	}{
+		{"settings alone", Config{Workers: 2, Augment: a, CacheBytes: 64 << 20}, nil,
+			2 * (512*EstimateRowBytes + 16<<20), 64 << 20, maxFree * EstimateImageBytes, 9 * EstimateImageBytes},
+		{"small source: the whole source twice", Config{Workers: 1, Augment: a, CacheBytes: 8 << 20},
+			&encodedSlice{SliceSource{Rows: rows}, 3 << 20}, 2 * (3 << 20), 8 << 20, maxFree * EstimateImageBytes, 5 * EstimateImageBytes},
+		{"large source: its mean row, two windows", Config{Workers: 1, Augment: a, WindowRows: 32},
+			&encodedSlice{SliceSource{Rows: rows}, 64 << 30}, 2 * (32*(1<<30) + 16<<20), DefaultCacheBytes, maxFree * EstimateImageBytes, 5 * EstimateImageBytes},
+		{"shared cache: the owner's", Config{Workers: 1, Augment: a, ImageCache: NewImageCache(1 << 30)}, nil,
+			2 * (512*EstimateRowBytes + 16<<20), 0, 0, 5 * EstimateImageBytes},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			m, err := c.cfg.MemoryOf(c.src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.Window != c.window || m.Cache != c.cache || m.CacheFree != c.free || m.Decoding < c.decodingGE {
+				t.Errorf("window %d cache %d free %d decoding %d, want %d %d %d ≥%d", m.Window, m.Cache, m.CacheFree, m.Decoding, c.window, c.cache, c.free, c.decodingGE)
+			}
+			if got, want := m.Total(), m.Batches+m.Cache+m.CacheFree+m.Decoding+m.Window; got != want {
+				t.Errorf("Total %d, want the sum of the terms %d", got, want)
+			}
+			if b := Budget(m.Total()); b < ProcessBytes+m.Total()+m.Total()*gcPercent()/100 {
+				t.Errorf("Budget %d leaves out the process or the collector's headroom", b)
+			}
+		})
+	}
+	// New judges by the source: refused on settings alone, admitted when
+	// the source says its rows are small.
+	cfg := Config{Workers: 1, BatchSize: 2, Augment: a, CacheBytes: 4 << 20}
+	small := &encodedSlice{SliceSource{Rows: rows}, 1 << 20}
+	m, _ := cfg.MemoryOf(small)
+	cfg.MaxMemory = Budget(m.Total())
+	if err := cfg.Validate(); !errors.Is(err, ErrMemoryLimit) {
+		t.Errorf("Validate on settings alone: %v, want ErrMemoryLimit", err)
+	}
+	l, err := New(context.Background(), small, cfg)
+	if err != nil {
+		t.Fatalf("New over a source whose window fits: %v", err)
+	}
+	l.Close()
+}

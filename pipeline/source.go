@@ -269,3 +269,16 @@ func (r *repeatSource) BlockRows() []int {
 func (r *repeatSource) ReadBlock(ctx context.Context, i int) ([]shard.Image, error) {
 	return r.src.ReadBlock(ctx, i%len(r.src.BlockRows()))
 }
+
+// EncodedBytes implements EncodedSource: the shards' bytes in the manifest.
+func (s *ShardSource) EncodedBytes() int64 { return s.set.Manifest.Bytes }
+
+// EncodedBytes implements EncodedSource: n copies of the repeated
+// source's bytes, since each copy is read separately; 0 (unknown) when
+// that source does not say.
+func (r *repeatSource) EncodedBytes() int64 {
+	if es, ok := r.src.(EncodedSource); ok {
+		return int64(r.n) * es.EncodedBytes()
+	}
+	return 0
+}

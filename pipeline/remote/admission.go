@@ -15,22 +15,27 @@ import (
 const DefaultMaxStreams = 64
 
 // admission is the server's memory budget and stream limit. A stream is
-// admitted when its loader's memory estimate (pipeline.Config.Memory),
-// plus the decoded-image cache of its shard set when no stream of that
-// set runs yet, fits in what the running streams leave; otherwise it is
-// refused before its loader exists: with ResourceExhausted (retry later)
-// when the running streams leave too little, with FailedPrecondition (do
-// not retry) when it is over the whole budget.
+// admitted when the process's estimate with it (pipeline.Budget of the live
+// memory of every stream and shared cache) fits in the budget; otherwise it
+// is refused before its loader exists: with ResourceExhausted (retry
+// later) when the running streams leave too little, with
+// FailedPrecondition (do not retry) when it is over the whole budget.
+//
+// A stream's live memory (streamBytes) is its loader's estimate
+// (pipeline.Config.MemoryOf its shard set) without the shared cache, plus
+// its send buffer: one batch, the windowed copy a stream of windowed masks
+// encodes while the previous one is on the wire. A shard set's cache
+// (pipeline.CacheMemory) counts once, while any stream of that set runs.
 type admission struct {
 	mu         sync.Mutex
 	maxBytes   int64 // ≤ 0: no memory budget
 	maxStreams int
 	cacheBytes int64 // each shard set's shared cache
-	used       int64
+	used       int64 // live bytes of the running streams and their caches
 	streams    int
 	caches     map[string]*setCache
-	// typical is the batch estimate readiness is judged by: the last
-	// admitted stream's (a fleet's trainers send alike requests), the
+	// typical is the stream estimate (streamBytes) readiness is judged
+	// by: the last admitted stream's (a fleet's trainers send alike requests), the
 	// default request's before the first.
 	typical int64
 
@@ -58,13 +63,14 @@ type refusal struct {
 }
 
 // admit reserves a stream of shard set set whose loader config is cfg
-// (without ImageCache). It returns the config with the set's shared cache
-// and the function that gives the reservation back.
-func (a *admission) admit(set string, cfg pipeline.Config) (pipeline.Config, func(), *refusal) {
-	m, err := cfg.Memory()
+// (without ImageCache) over src. It returns the config with the set's
+// shared cache and the function that gives the reservation back.
+func (a *admission) admit(set string, cfg pipeline.Config, src pipeline.Source) (pipeline.Config, func(), *refusal) {
+	m, err := cfg.MemoryOf(src)
 	if err != nil {
 		return cfg, nil, &refusal{"bad_request", grpcError(fmt.Errorf("%w: %w", ErrBadRequest, err))}
 	}
+	stream := streamBytes(m)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.streams >= a.maxStreams {
@@ -72,41 +78,56 @@ func (a *admission) admit(set string, cfg pipeline.Config) (pipeline.Config, fun
 			"segpipe serve: %d streams running, the server's limit (--max-streams %d); retry later or use another server", a.streams, a.maxStreams)}
 	}
 	sc := a.caches[set]
-	need := m.Batches
+	need := stream
 	if sc == nil {
-		need += a.cacheBytes
+		need += pipeline.CacheMemory(a.cacheBytes)
 	}
-	if a.maxBytes > 0 && a.used+need > a.maxBytes {
-		if need > a.maxBytes {
+	if a.maxBytes > 0 && pipeline.Budget(a.used+need) > a.maxBytes {
+		if alone := pipeline.Budget(stream + pipeline.CacheMemory(a.cacheBytes)); alone > a.maxBytes {
 			return cfg, nil, &refusal{"memory", status.Errorf(codes.FailedPrecondition,
-				"segpipe serve: batch_size %d at imgsz %d needs an estimated %s, over the server's whole memory budget of %s (--max-memory): lower batch_size or imgsz",
-				cfg.BatchSize, cfg.Augment.ImgSz, pipeline.FormatBytes(need), pipeline.FormatBytes(a.maxBytes))}
+				"segpipe serve: batch_size %d at imgsz %d needs an estimated %s with its shard set's cache (%s), over the server's whole memory budget of %s (--max-memory): lower batch_size or imgsz",
+				cfg.BatchSize, cfg.Augment.ImgSz, pipeline.FormatBytes(alone), m, pipeline.FormatBytes(a.maxBytes))}
 		}
 		return cfg, nil, &refusal{"memory", status.Errorf(codes.ResourceExhausted,
 			"segpipe serve: batch_size %d at imgsz %d needs an estimated %s; %d streams hold %s of the %s budget (--max-memory); retry later or lower batch_size or imgsz",
-			cfg.BatchSize, cfg.Augment.ImgSz, pipeline.FormatBytes(need), a.streams, pipeline.FormatBytes(a.used), pipeline.FormatBytes(a.maxBytes))}
+			cfg.BatchSize, cfg.Augment.ImgSz, pipeline.FormatBytes(need), a.streams, pipeline.FormatBytes(pipeline.Budget(a.used)), pipeline.FormatBytes(a.maxBytes))}
 	}
 	if sc == nil {
 		sc = &setCache{cache: pipeline.NewImageCache(a.cacheBytes)}
 		a.caches[set] = sc
+		a.used += pipeline.CacheMemory(a.cacheBytes)
 	}
 	sc.refs++
-	a.used += need
+	a.used += stream
 	a.streams++
-	a.typical = m.Batches
+	a.typical = stream
 	cfg.ImageCache = sc.cache
 	var once sync.Once
-	return cfg, func() { once.Do(func() { a.release(set, m.Batches) }) }, nil
+	return cfg, func() { once.Do(func() { a.release(set, stream) }) }, nil
 }
 
-func (a *admission) release(set string, batches int64) {
+// streamBytes is a stream's live memory beside its shard set's cache: its
+// loader's own terms and one batch being sent.
+func streamBytes(m pipeline.Memory) int64 {
+	return m.Total() - m.Cache - m.CacheFree + m.Batch
+}
+
+// estimate is the process's memory estimate with the streams running now
+// (pipeline.Budget of their live memory).
+func (a *admission) estimate() int64 {
 	a.mu.Lock()
-	a.used -= batches
+	defer a.mu.Unlock()
+	return pipeline.Budget(a.used)
+}
+
+func (a *admission) release(set string, stream int64) {
+	a.mu.Lock()
+	a.used -= stream
 	a.streams--
 	if sc := a.caches[set]; sc != nil {
 		if sc.refs--; sc.refs == 0 {
 			delete(a.caches, set)
-			a.used -= a.cacheBytes
+			a.used -= pipeline.CacheMemory(a.cacheBytes)
 		}
 	}
 	idle := a.streams == 0
@@ -135,7 +156,7 @@ func (a *admission) ready(base pipeline.Config) (bool, string) {
 		if err != nil {
 			return false, err.Error()
 		}
-		typical = m.Batches
+		typical = streamBytes(m)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -144,11 +165,11 @@ func (a *admission) ready(base pipeline.Config) (bool, string) {
 	}
 	need := typical
 	if len(a.caches) == 0 {
-		need += a.cacheBytes
+		need += pipeline.CacheMemory(a.cacheBytes)
 	}
-	if a.maxBytes > 0 && a.used+need > a.maxBytes {
+	if a.maxBytes > 0 && pipeline.Budget(a.used+need) > a.maxBytes {
 		return false, fmt.Sprintf("%s of the %s memory budget in use, a new stream needs %s",
-			pipeline.FormatBytes(a.used), pipeline.FormatBytes(a.maxBytes), pipeline.FormatBytes(need))
+			pipeline.FormatBytes(pipeline.Budget(a.used)), pipeline.FormatBytes(a.maxBytes), pipeline.FormatBytes(need))
 	}
-	return true, fmt.Sprintf("%d streams, %s of %s in use", a.streams, pipeline.FormatBytes(a.used), pipeline.FormatBytes(a.maxBytes))
+	return true, fmt.Sprintf("%d streams, %s of %s in use", a.streams, pipeline.FormatBytes(pipeline.Budget(a.used)), pipeline.FormatBytes(a.maxBytes))
 }

@@ -59,7 +59,8 @@ func TestAdmissionLimitsAndReadiness(t *testing.T) {
 	}
 	// Room for two streams of one shard set (one cache between them) and
 	// not for a third, nor for a second shard set's cache.
-	budget := 2*m.Batches + base.CacheBytes + m.Batches/2
+	stream := streamBytes(m)
+	budget := pipeline.Budget(2*stream + pipeline.CacheMemory(base.CacheBytes) + stream/2)
 	srv := startServer(t, rows, ServerConfig{
 		MaxMemory: budget, MaxStreams: 3, Loader: base,
 		Open: func(_ context.Context, name string) (pipeline.Source, error) {
@@ -210,7 +211,7 @@ func TestRequestThatCanNeverFitIsNotRetried(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	busy := startServer(t, rows, ServerConfig{MaxMemory: m.Total() + m.Batches/2, Loader: base})
+	busy := startServer(t, rows, ServerConfig{MaxMemory: pipeline.Budget(streamBytes(m) + pipeline.CacheMemory(base.CacheBytes) + streamBytes(m)/2), Loader: base})
 	bc := client(t, ClientConfig{Addr: busy.addr, Retries: -1})
 	s, err := bc.Stream(context.Background(), small)
 	if err != nil {

@@ -163,12 +163,10 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.MaxStreams < 0 {
 		return nil, fmt.Errorf("remote: max streams %d", cfg.MaxStreams)
 	}
-	// One stream alone must fit the whole budget: the loader's own check
-	// refuses a request over it when the ticket is read.
-	cfg.Loader.MaxMemory = cfg.MaxMemory
-	if cfg.MaxMemory <= 0 {
-		cfg.Loader.MaxMemory = -1
-	}
+	// The budget is admission's to hold (a stream's estimate is judged
+	// with its shard set's own row sizes, which the request alone does
+	// not tell), so the loaders themselves run without a limit.
+	cfg.Loader.MaxMemory = -1
 	if cfg.Loader.CacheBytes == 0 {
 		cfg.Loader.CacheBytes = pipeline.DefaultCacheBytes
 	}
@@ -377,14 +375,8 @@ func (s *Server) doGet(t *flight.Ticket, stream flight.FlightService_DoGetServer
 		return grpcError(err)
 	}
 	set, _ := cleanSet(req.Shards) // Validate checked it
-	cfg, done, ref := s.adm.admit(set, plan.Config)
-	plan.Config = cfg
-	if ref != nil {
-		s.m.refused.WithLabelValues(ref.reason).Inc()
-		log.Info("stream refused", "reason", ref.reason, "err", ref.err)
-		return ref.err
-	}
-	defer done()
+	// Opened before admission, which sizes the stream's window of encoded
+	// rows by the set's own rows (manifest and footers only).
 	src, err := s.open(ctx, req.Shards)
 	if err != nil {
 		s.m.refused.WithLabelValues("shards").Inc()
@@ -393,6 +385,14 @@ func (s *Server) doGet(t *flight.Ticket, stream flight.FlightService_DoGetServer
 	if c, ok := src.(io.Closer); ok {
 		defer c.Close()
 	}
+	cfg, done, ref := s.adm.admit(set, plan.Config, src)
+	plan.Config = cfg
+	if ref != nil {
+		s.m.refused.WithLabelValues(ref.reason).Inc()
+		log.Info("stream refused", "reason", ref.reason, "err", ref.err)
+		return ref.err
+	}
+	defer done()
 	// The loader lives exactly as long as the stream: when the client goes
 	// away gRPC cancels ctx, the loader's goroutines stop and Close waits
 	// for them.
@@ -406,7 +406,8 @@ func (s *Server) doGet(t *flight.Ticket, stream flight.FlightService_DoGetServer
 	s.streams.Add(1)
 	s.m.active.Inc()
 	defer func() { s.active.Add(-1); s.m.active.Dec() }()
-	log.Info("stream started", "masks", req.transport(), "batch_size", cfg.BatchSize, "imgsz", cfg.Augment.ImgSz)
+	log.Info("stream started", "masks", req.transport(), "batch_size", cfg.BatchSize, "imgsz", cfg.Augment.ImgSz,
+		"estimate_bytes", s.adm.estimate())
 
 	ps := &payloadSender{send: func(m *outMsg) error { return stream.SendMsg(m) }}
 	if err := ps.sendSchema(plan.Schema, s.mem); err != nil {
