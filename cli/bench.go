@@ -46,6 +46,7 @@ func benchCommand() *ucli.Command {
 			&ucli.IntFlag{Name: "window", Value: order.DefaultWindowRows, Usage: "shuffle window rows"},
 			&ucli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 			&ucli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile to `FILE`"},
+			maxMemoryFlag(),
 			&ucli.StringFlag{Name: "memprofile", Usage: "write a heap profile to `FILE` after the last batch, before the loader closes"},
 			strictFlag(),
 			runDirFlag(),
@@ -66,6 +67,9 @@ func benchCommand() *ucli.Command {
 			}
 			if c.Int("repeat") < 1 || cfg.BatchSize < 1 || cfg.Epochs < 1 {
 				return usagef("--repeat, --batch and --epochs must be at least 1")
+			}
+			if cfg.MaxMemory, err = memoryBudget(c); err != nil {
+				return err
 			}
 			src, err := openShards("--shards", c.String("shards"))
 			if err != nil {
@@ -122,6 +126,11 @@ type benchResult struct {
 	AllocsPerBatch  float64 `json:"allocs_per_batch"`
 	BytesPerBatch   float64 `json:"alloc_bytes_per_batch"`
 	PeakRSSMiB      float64 `json:"peak_rss_mib"`
+	// EstimateMiB is the memory estimate the run was judged by
+	// (pipeline.Budget of the loader's terms), BudgetMiB the budget
+	// (--max-memory; -1: none).
+	EstimateMiB     float64 `json:"memory_estimate_mib"`
+	BudgetMiB       float64 `json:"max_memory_mib"`
 	skips           pipeline.SkipSummary
 	CPUSeconds      float64          `json:"cpu_s"`
 	ImagesPerCPUSec float64          `json:"images_per_cpu_s"`
@@ -133,6 +142,11 @@ func runBench(ctx context.Context, src pipeline.Source, cfg pipeline.Config, mem
 	if err != nil {
 		return nil, err
 	}
+	mem, err := cfg.MemoryOf(src)
+	if err != nil {
+		return nil, err
+	}
+	logEstimate("bench", mem, cfg.MaxMemory)
 	defer l.Close()
 	var m0, m1 runtime.MemStats
 	var b0 int64
@@ -159,6 +173,7 @@ func runBench(ctx context.Context, src pipeline.Source, cfg pipeline.Config, mem
 		WallSeconds: st.Wall.Seconds(), ImagesPerSec: st.ImagesPerSec,
 		ReadMs: ms(st.Read), DecodeMs: ms(st.Decode), AugmentMs: ms(st.Augment), RasterMs: ms(st.Raster), CollateMs: ms(st.Collate),
 		StallSeconds: st.Stall.Seconds(), DecodesPerImage: st.DecodesPerImage, PeakRSSMiB: peakRSSMiB(), Skipped: st.Summary().Skipped,
+		EstimateMiB: float64(pipeline.Budget(mem.Total())) / (1 << 20), BudgetMiB: max(float64(cfg.MaxMemory)/(1<<20), -1),
 		skips: st.Summary(),
 	}
 	r.CPUSeconds = cpuSeconds() - cpu0
@@ -196,7 +211,7 @@ func (r *benchResult) table(w interface{ Write([]byte) (int, error) }) error {
 	fmt.Fprintf(tw, "consumer stall\t%.2f s\n", r.StallSeconds)
 	fmt.Fprintf(tw, "decodes per output image\t%.3f\n", r.DecodesPerImage)
 	fmt.Fprintf(tw, "allocations per batch\t%.0f (%.1f MiB)\n", r.AllocsPerBatch, r.BytesPerBatch/(1<<20))
-	fmt.Fprintf(tw, "peak RSS\t%.0f MiB\n", r.PeakRSSMiB)
+	fmt.Fprintf(tw, "peak RSS\t%.0f MiB (estimate %.0f MiB)\n", r.PeakRSSMiB, r.EstimateMiB)
 	fmt.Fprintf(tw, "%s\n", strings.Replace(r.skips.String(), ": ", "\t", 1))
 	return tw.Flush()
 }

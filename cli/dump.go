@@ -94,6 +94,7 @@ func dumpCommand() *ucli.Command {
 			&ucli.IntFlag{Name: "batches", Value: 1, Usage: "number of batches"},
 			&ucli.StringFlag{Name: "out", Usage: "output `FILE` (Arrow IPC stream)", Required: true},
 			&ucli.StringFlag{Name: "summary", Usage: "also write a JSON summary to `FILE`"},
+			maxMemoryFlag(),
 			runDirFlag(),
 		),
 		Action: func(ctx context.Context, c *ucli.Command) error {
@@ -104,6 +105,10 @@ func dumpCommand() *ucli.Command {
 			if c.Int("batches") < 1 {
 				return usagef("--batches must be at least 1")
 			}
+			if cfg.MaxMemory, err = memoryBudget(c); err != nil {
+				return err
+			}
+			cfg.CacheBytes = budgetCache(pipeline.DefaultCacheBytes, cfg.MaxMemory)
 			sum, skips, err := dump(ctx, c.String("shards"), cfg, int(c.Int("batches")), c.String("out"))
 			if err != nil {
 				return err
@@ -178,6 +183,9 @@ func dump(ctx context.Context, dir string, cfg pipeline.Config, n int, out strin
 		return nil, skips, err
 	}
 	defer l.Close()
+	if m, err := cfg.MemoryOf(src); err == nil {
+		logEstimate("dump", m, cfg.MaxMemory)
+	}
 	sum, err := writeDump(ctx, l, n, out)
 	skips = l.Stats().Summary()
 	if err == nil && sum == nil {

@@ -56,7 +56,7 @@ func serveCommand() *ucli.Command {
 			&ucli.IntFlag{Name: "workers", Usage: "loader workers per stream (0: GOMAXPROCS)"},
 			&ucli.IntFlag{Name: "prefetch", Usage: "batches built ahead per stream (0: loader default)"},
 			&ucli.StringFlag{Name: "cache", Value: "1GiB", Usage: "decoded-image cache `SIZE` per shard set (shared by its streams; default at most a quarter of --max-memory)"},
-			&ucli.StringFlag{Name: "max-memory", Usage: "memory budget `SIZE` of all streams (default half the machine's or container's memory; \"none\" for no budget)"},
+			maxMemoryFlag(),
 			&ucli.IntFlag{Name: "max-streams", Value: remote.DefaultMaxStreams, Usage: "streams served at once"},
 			strictFlag(),
 			runDirFlag(),
@@ -73,25 +73,14 @@ func serveCommand() *ucli.Command {
 			if c.Int("max-streams") < 1 {
 				return usagef("--max-streams must be at least 1")
 			}
-			var maxMem int64
-			switch m := c.String("max-memory"); m {
-			case "":
-			case "none":
-				maxMem = -1
-			default:
-				if maxMem, err = parseSize(m); err != nil || maxMem < 1 {
-					return usagef("--max-memory %q: want a size such as 8GiB, or none", m)
-				}
+			budget, err := memoryBudget(c)
+			if err != nil {
+				return err
 			}
-			budget := maxMem
-			if budget == 0 {
-				budget = pipeline.DefaultMaxMemory()
-			}
-			if !c.IsSet("cache") && budget > 0 {
+			if !c.IsSet("cache") {
 				// In a small container the default cache alone would
-				// exceed the budget and every stream be refused: keep it
-				// to a quarter of the budget unless asked otherwise.
-				cache = min(cache, budget/4)
+				// exceed the budget and every stream be refused.
+				cache = budgetCache(cache, budget)
 			}
 			if budget > 0 && cache >= budget {
 				return usagef("--cache %s leaves nothing of --max-memory %s for the streams", pipeline.FormatBytes(cache), pipeline.FormatBytes(budget))
@@ -109,7 +98,7 @@ func serveCommand() *ucli.Command {
 				Token:      c.String("token"),
 				Peers:      c.StringSlice("peer"),
 				Loader:     pipeline.Config{Workers: int(c.Int("workers")), Prefetch: int(c.Int("prefetch")), CacheBytes: cache, Strict: c.Bool("strict")},
-				MaxMemory:  maxMem,
+				MaxMemory:  budget,
 				MaxStreams: int(c.Int("max-streams")),
 			}
 			if cert != "" {

@@ -94,6 +94,7 @@ func trainCommand() *ucli.Command {
 		&ucli.StringFlag{Name: "remote-token", Usage: "bearer `TOKEN` for --remote", Sources: ucli.EnvVars("SEGPIPE_TOKEN")},
 		&ucli.StringFlag{Name: "remote-ca", Usage: "connect to --remote over TLS, trusting the CA certificates in `FILE` (PEM)"},
 		&ucli.BoolFlag{Name: "remote-tls", Usage: "connect to --remote over TLS with the system's CA certificates"},
+		maxMemoryFlag(),
 	}
 	for _, k := range train.Keys() {
 		f := flagOf(k)
@@ -246,14 +247,21 @@ func runTrain(ctx context.Context, c *ucli.Command) error {
 			return err
 		}
 		defer src.Close()
-		opt.Train, opt.Categories = train.Local(src), src.Manifest().Categories
+		// The training and validation loaders share the budget; the
+		// model's own memory is not part of the loaders' estimate.
+		budget, err := memoryBudget(c)
+		if err != nil {
+			return err
+		}
+		lb := &loaderBudget{max: budget}
+		opt.Train, opt.Categories = budgetedData{train.Local(src), src, "train", lb}, src.Manifest().Categories
 		if v := valShards; v != "" {
 			vs, err := openShards("--val-shards", v)
 			if err != nil {
 				return err
 			}
 			defer vs.Close()
-			opt.Val = train.Local(vs)
+			opt.Val = budgetedData{train.Local(vs), vs, "val", lb}
 		}
 		cfg.Shards, cfg.ValShards, cfg.Remote = absPath(shards), absPath(valShards), ""
 	}
