@@ -68,11 +68,11 @@ type ServerConfig struct {
 	// routed to Peers[r % len(Peers)] by GetFlightInfo, which lists the
 	// others after it for failover. Empty: every endpoint is this server.
 	Peers []string
-	// MaxMemory is the memory budget of all streams together: a stream is
-	// admitted when its loader's estimate (pipeline.Config.Memory: its
-	// batches in flight) plus, for the first stream of a shard set, that
-	// set's shared decoded-image cache (Loader.CacheBytes) fits in what the
-	// running streams leave; otherwise DoGet answers ResourceExhausted
+	// MaxMemory is the memory budget of the process: a stream is admitted
+	// when pipeline.Budget of the running streams' live memory and its own
+	// (its loader's estimate over its shard set without the shared cache,
+	// plus one batch being sent, and for the first stream of a shard set
+	// that set's cache, pipeline.CacheMemory) fits in it; otherwise DoGet answers ResourceExhausted
 	// before allocating (FailedPrecondition when the stream alone is over
 	// the whole budget: no retry makes it fit). Default pipeline.DefaultMaxMemory() (half the
 	// machine's or the container's memory); negative: no budget.
