@@ -1,0 +1,49 @@
+//go:build cgo
+
+// Command native is libsegpipe.so: segpipe's loader inside the calling
+// process, behind a small C ABI (segpipe.h) and the Arrow C stream
+// interface, for the Python package (python/segpipe) and any other
+// language with an Arrow C stream importer. Build it with
+//
+//	CGO_ENABLED=1 go build -buildmode=c-shared -o libsegpipe.so ./python/native
+//
+// (scripts/build-native.sh). It is the only cgo artifact of the project:
+// every file carries the cgo build constraint, so a CGO_ENABLED=0 build of
+// ./... skips it and the CLI stays pure Go.
+//
+// # One path with serve
+//
+// segpipe_open takes a `segpipe serve` ticket, parsed by
+// remote.ParseLocalRequest (ParseRequest's checks, with the shards field a
+// shard directory or URL), turned into a loader and a schema by remote.Plan
+// as DoGet does, and its records shaped by Plan.Encode as DoGet does, so
+// the stream's records are those serve sends for the request, byte for
+// byte, and a bad request gets serve's message.
+//
+// # Memory
+//
+// The cgo rules forbid C to keep a pointer to Go memory after a call
+// returns, and a consumer keeps each batch until it releases it. Every
+// buffer of every exported record is therefore C memory: the loader runs
+// with pipeline.Config.Allocator set to arrow-go's mallocator (its pooled
+// buffers are allocated and freed with malloc/free), and Plan.Encode's
+// windowed buffers come from the same allocator. A record's buffers go back
+// when the consumer calls its release callback; after the loader is closed
+// they are freed rather than pooled.
+//
+// # Handles
+//
+// A handle is a positive int64 key of a mutex-guarded map of open
+// sessions, never a pointer, so a stale or forged handle is refused (-1,
+// or ignored by segpipe_close) instead of followed. The exported stream
+// does not depend on the handle: it holds its session itself, so closing
+// the handle ends the stream (get_next then reports an error) without
+// invalidating it, and releasing the stream stops the loader without
+// freeing the handle.
+//
+// # Faults
+//
+// Every exported function, and the stream's callbacks (through the record
+// reader they call), recover a panic into an error return: a fault in Go
+// code never takes the host process down.
+package main
