@@ -1,7 +1,9 @@
-"""segpipe for PyTorch: training batches from `segpipe serve` over Arrow Flight.
+"""segpipe for PyTorch: training batches as tensors, from segpipe's loader in
+this process (``Loader``) or from `segpipe serve` over Arrow Flight
+(``FlightBatches``).
 
-``FlightBatches`` (pyarrow and torch) streams one rank's batches as tensors,
-an epoch per iteration (``Batch`` describes one); ``segpipe.ultralytics``
+Both (pyarrow and torch) stream one rank's batches, an epoch per iteration
+(``Batch`` describes one); ``segpipe.ultralytics``
 feeds an Ultralytics segmentation trainer from it. The request, resume-state
 and rank logic in ``segpipe.request`` and ``segpipe.dist`` needs neither, so
 it imports anywhere.
@@ -25,6 +27,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Batch",
     "FlightBatches",
+    "Loader",
     "MASKS_DENSE",
     "MASKS_WINDOWED",
     "REQUEST_VERSION",
@@ -45,6 +48,10 @@ def __getattr__(name):
         from .flight import FlightBatches
 
         return FlightBatches
+    if name == "Loader":
+        from .loader import Loader
+
+        return Loader
     if name == "Batch":
         from .batch import Batch
 
