@@ -324,10 +324,16 @@ def main() -> int:
     # -- Ultralytics ----------------------------------------------------------
     @check("Ultralytics YOLO26n-seg on an overfit batch through the adapter")
     def ultralytics_steps():
-        import vendored_ultralytics
+        try:  # installed from PyPI where the host has it; else the carried source
+            import ultralytics as ul
 
-        ul, placeholders = vendored_ultralytics.import_ultralytics(a.ultralytics)
-        REPORT["ultralytics"] = {"version": ul.__version__, "placeholders": placeholders, "src": a.ultralytics}
+            placeholders, src = [], os.path.dirname(ul.__file__)
+        except ImportError:
+            import vendored_ultralytics
+
+            ul, placeholders = vendored_ultralytics.import_ultralytics(a.ultralytics)
+            src = a.ultralytics
+        REPORT["ultralytics"] = {"version": ul.__version__, "placeholders": placeholders, "src": src}
         from overfit import overfit_losses, yolo26n_seg
 
         from segpipe.ultralytics import ULTRALYTICS_VERSION, check_version, ultralytics_batch
