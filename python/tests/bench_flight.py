@@ -1,15 +1,18 @@
-"""Throughput of the Python consumer against `segpipe bench`, in one run.
+"""Throughput of the Python consumers against `segpipe bench`, in one run.
 
     python python/tests/bench_flight.py --binary ./segpipe --shards shards/val2017 \\
         [--batch 16] [--imgsz 640] [--epochs 3] [--workers 0] [--rounds 3] [--json out.json]
 
 Each round runs, one after the other on the same cores and settings (seed,
 batch, imgsz, epochs): `segpipe bench` (the Go loader alone, no consumer),
-then FlightBatches over loopback from a `segpipe serve` of the same set, with
-dense and with windowed masks. For the Python side it reports batches/s,
+segpipe.Loader (the same loader in this process, through the Arrow C stream
+interface; when its library is installed), then FlightBatches over loopback
+from a `segpipe serve` of the same set, with dense and with windowed masks.
+For the Python side it reports batches/s,
 images/s, GB/s of tensors handed to the consumer, and the CPU seconds the
 Python process spent per batch (all its threads: gRPC, the prefetch thread,
-numpy, the consumer), beside the server's CPU per batch. The first batch of
+numpy, the consumer; for Loader also the Go loader's threads, which run in
+it), beside the server's CPU per batch. The first batch of
 each stream (connection, loader start) is inside the timing, as it is in
 bench. Prints a table and, with --json, writes every round.
 """
@@ -46,14 +49,25 @@ def go_bench(a) -> dict:
     return {"images_per_s": r["images_per_s"], "batches_per_s": r["batches"] / r["wall_s"], "batches": r["batches"], "cpu_s": r["cpu_s"]}
 
 
-def python_stream(a, server: harness.Server, masks: str) -> dict:
-    from segpipe import FlightBatches
+def python_stream(a, server: harness.Server | None, masks: str) -> dict:
+    """FlightBatches from server, or segpipe.Loader in this process when
+    server is None."""
     from segpipe.batch import TENSOR_KEYS
 
-    fb = FlightBatches(server.addr, os.path.basename(a.shards), rank=0, world_size=1, batch_size=a.batch,
-                       imgsz=a.imgsz, masks=masks, start={"seed": a.seed}, timeout=300)  # fmt: skip
-    fb.dataset_info()  # not timed: one GetFlightInfo before training starts
-    srv0, cpu0, t0 = proc_cpu(server.proc.pid), time.process_time(), time.monotonic()
+    if server is None:
+        from segpipe import Loader
+
+        fb = Loader(a.shards, rank=0, world_size=1, batch_size=a.batch, imgsz=a.imgsz, masks=masks,
+                    seed=a.seed, workers=a.workers)  # fmt: skip
+        fb.images()
+    else:
+        from segpipe import FlightBatches
+
+        fb = FlightBatches(server.addr, os.path.basename(a.shards), rank=0, world_size=1, batch_size=a.batch,
+                           imgsz=a.imgsz, masks=masks, start={"seed": a.seed}, timeout=300)  # fmt: skip
+        fb.dataset_info()  # not timed: one GetFlightInfo before training starts
+    srv0 = proc_cpu(server.proc.pid) if server else 0.0
+    cpu0, t0 = time.process_time(), time.monotonic()
     n = images = nbytes = 0
     for _ in range(a.epochs):
         for b in fb:
@@ -61,7 +75,8 @@ def python_stream(a, server: harness.Server, masks: str) -> dict:
             images += b["images"].shape[0]
             nbytes += sum(b[k].numel() * b[k].element_size() for k in TENSOR_KEYS)
     wall = time.monotonic() - t0
-    cpu, srv = time.process_time() - cpu0, proc_cpu(server.proc.pid) - srv0
+    cpu = time.process_time() - cpu0
+    srv = proc_cpu(server.proc.pid) - srv0 if server else 0.0
     fb.close()
     return {
         "batches": n,
@@ -88,11 +103,19 @@ def main() -> int:
     a.shards = os.path.abspath(a.shards)
     os.environ["SEGPIPE_BINARY"] = os.path.abspath(a.binary)
     harness._state["root"] = os.path.dirname(a.shards)  # serve the set's parent folder
+    from segpipe import loader as _loader
+
+    have_loader = os.path.exists(_loader.library_path())
+    if not have_loader:
+        print(f"no loader library at {_loader.library_path()}: segpipe.Loader not measured", flush=True)
     rounds = []
     server = harness.Server("--workers", str(a.workers)).start()
     try:
         for r in range(a.rounds):
             row = {"go_bench": go_bench(a)}
+            if have_loader:
+                for masks in ("dense", "windowed"):
+                    row[f"loader_{masks}"] = python_stream(a, None, masks)
             for masks in ("dense", "windowed"):
                 row[f"flight_{masks}"] = python_stream(a, server, masks)
             rounds.append(row)
