@@ -21,9 +21,9 @@ Supported Ultralytics releases: ULTRALYTICS_REQUIREMENT (8.4.2, the floor, and
 the newest 8.4.x are tested; check_version tells whether the installed one is
 in the range). Augmentation runs in the server: mosaic, degrees, translate,
 scale, shear, perspective, hsv_h/s/v and fliplr are passed on; flipud, mixup,
-cutmix, copy_paste, bgr, rect, cache, fraction, classes, single_cls, cls_pw and
-augmentations have no segpipe counterpart, and a non-default value is refused
-rather than silently ignored, as is batch < 1 (AutoBatch).
+cutmix, copy_paste, bgr, rect, cache, fraction, classes, single_cls, cls_pw,
+augmentations and save_txt have no segpipe counterpart, and a non-default
+value is refused rather than silently ignored, as is batch < 1 (AutoBatch).
 
 Distributed training: each process streams its share of an epoch as global
 rank r of the world (torch.distributed's rank and size, else RANK and
@@ -78,6 +78,7 @@ _UNSUPPORTED = {
     "single_cls": False,
     "cls_pw": 0.0,  # class weights count the labels of Ultralytics' own dataset
     "augmentations": None,  # albumentations transforms run in Ultralytics' dataset
+    "save_txt": False,  # the validator names label files after image files, which a stream has none of
 }
 
 

@@ -370,6 +370,23 @@ class RanksTest(unittest.TestCase):
                     **{**COMMON, "batch": b},
                 )
 
+    def test_settings_without_a_counterpart_are_refused(self):
+        from ultralytics import YOLO
+
+        from segpipe.request import RequestError
+        from segpipe.ultralytics import SegpipeSegmentationTrainer
+
+        for k, v in (("flipud", 0.5), ("save_txt", True), ("single_cls", True)):
+            with self.assertRaisesRegex(RequestError, f"{k}={v!r} has no segpipe counterpart"):
+                YOLO("yolo26n-seg.yaml", task="segment").train(
+                    trainer=SegpipeSegmentationTrainer,
+                    data=f"segpipe://{self.server.addr}/synth",
+                    epochs=1,
+                    project=self.dir,
+                    name="refused",
+                    **{**COMMON, k: v},
+                )
+
 
 if __name__ == "__main__":
     unittest.main()
