@@ -146,17 +146,21 @@ func (d Config) memory(src Source) Memory {
 		m.Cache = d.CacheBytes
 		m.CacheFree = cacheFreeBuffers * EstimateImageBytes
 	}
-	rowBytes, all := int64(EstimateRowBytes), int64(-1)
-	if es, ok := src.(EncodedSource); ok && es.EncodedBytes() > 0 {
-		var rows int64
-		for _, n := range es.BlockRows() {
-			rows += int64(n)
+	rowBytes, all, rows := int64(EstimateRowBytes), int64(-1), int64(d.WindowRows)
+	if src != nil {
+		// A window never holds more rows than the source has.
+		var n int64
+		for _, b := range src.BlockRows() {
+			n += int64(b)
 		}
-		if all = es.EncodedBytes(); rows > 0 {
-			rowBytes = (all + rows - 1) / rows
+		rows = min(rows, n)
+		if es, ok := src.(EncodedSource); ok && es.EncodedBytes() > 0 {
+			if all = es.EncodedBytes(); n > 0 {
+				rowBytes = (all + n - 1) / n
+			}
 		}
 	}
-	w := int64(d.WindowRows)*rowBytes + shard.DefaultRowGroupBytes
+	w := rows*rowBytes + shard.DefaultRowGroupBytes
 	if all >= 0 {
 		w = min(w, all)
 	}

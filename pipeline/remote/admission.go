@@ -167,9 +167,11 @@ func (a *admission) ready(base pipeline.Config) (bool, string) {
 	if len(a.caches) == 0 {
 		need += pipeline.CacheMemory(a.cacheBytes)
 	}
+	// "In use" is what the streams and their caches hold; the budget also
+	// covers the process itself and the collector's headroom (Budget).
 	if a.maxBytes > 0 && pipeline.Budget(a.used+need) > a.maxBytes {
 		return false, fmt.Sprintf("%s of the %s memory budget in use, a new stream needs %s",
-			pipeline.FormatBytes(pipeline.Budget(a.used)), pipeline.FormatBytes(a.maxBytes), pipeline.FormatBytes(need))
+			pipeline.FormatBytes(a.used), pipeline.FormatBytes(a.maxBytes), pipeline.FormatBytes(need))
 	}
-	return true, fmt.Sprintf("%d streams, %s of %s in use", a.streams, pipeline.FormatBytes(pipeline.Budget(a.used)), pipeline.FormatBytes(a.maxBytes))
+	return true, fmt.Sprintf("%d streams, %s of %s in use", a.streams, pipeline.FormatBytes(a.used), pipeline.FormatBytes(a.maxBytes))
 }

@@ -53,7 +53,7 @@ func TestAdmissionLimitsAndReadiness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := cfg.Memory()
+	m, err := cfg.MemoryOf(&pipeline.SliceSource{Rows: rows, BlockSize: 8}) // what the server judges by
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func TestRequestThatCanNeverFitIsNotRetried(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := cfg.Memory()
+	m, err := cfg.MemoryOf(&pipeline.SliceSource{Rows: rows, BlockSize: 8}) // what the server judges by
 	if err != nil {
 		t.Fatal(err)
 	}
