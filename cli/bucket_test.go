@@ -1,3 +1,5 @@
+//go:build !nocloud
+
 package cli
 
 import (

@@ -45,4 +45,16 @@
 // URL: a URL with user information is refused. Query parameters go to the
 // driver unchanged: for S3-compatible stores
 // s3://bucket/prefix?endpoint=http://127.0.0.1:7070&region=us-east-1&use_path_style=true.
+//
+// # Builds without the cloud drivers
+//
+// The three cloud SDKs are most of a default segpipe binary's size. Each
+// driver is linked by a blank import in its own file (driver_s3.go,
+// driver_gs.go, driver_azblob.go), which registers its scheme from init,
+// the way gocloud.dev's own blank imports register URL openers. The build
+// tag nocloud leaves all three files out (scripts/build-small.sh builds
+// with -tags nocloud,nocuda): local paths and file:// URLs work as before,
+// bucket URLs still parse, and [Open] refuses them with an error wrapping
+// [ErrNoDriver] that names the scheme and the build that has its driver.
+// [Drivers] lists the schemes a binary can open.
 package storage

@@ -24,8 +24,9 @@ type Location struct {
 	Query url.Values
 }
 
-// bucketSchemes are the object stores this package opens; each is linked
-// in by a blank import of its gocloud.dev/blob driver.
+// bucketSchemes are the object stores this package parses; each is opened
+// through its gocloud.dev/blob driver, linked in by a blank import in
+// driver_SCHEME.go unless the build leaves it out (see Drivers).
 var bucketSchemes = map[string]bool{"s3": true, "gs": true, "azblob": true}
 
 // ParseLocation parses a plain path, a file:// URL or a bucket URL

@@ -17,9 +17,6 @@ import (
 	"time"
 
 	"gocloud.dev/blob"
-	_ "gocloud.dev/blob/azureblob" // azblob://
-	_ "gocloud.dev/blob/gcsblob"   // gs://
-	_ "gocloud.dev/blob/s3blob"    // s3://
 	"gocloud.dev/gcerrors"
 
 	"github.com/segpipe/segpipe/internal/atomicfile"
@@ -109,7 +106,9 @@ type Dir struct {
 // Open opens a location (see ParseLocation) with opts, or with
 // DefaultOptions when opts is nil. A local directory need not exist yet
 // (see Mkdir); opening a bucket checks nothing remote either: the first
-// request reports a wrong name or missing credentials.
+// request reports a wrong name or missing credentials. A bucket whose
+// driver this build leaves out (-tags nocloud) is refused with an error
+// wrapping ErrNoDriver.
 func Open(ctx context.Context, location string, opts *Options) (*Dir, error) {
 	loc, err := ParseLocation(location)
 	if err != nil {
@@ -122,6 +121,9 @@ func Open(ctx context.Context, location string, opts *Options) (*Dir, error) {
 	o = o.withDefaults()
 	if !loc.IsBucket() {
 		return &Dir{loc: loc, opts: o}, nil
+	}
+	if err := checkDriver(loc.Scheme); err != nil {
+		return nil, fmt.Errorf("shard location %s: %w", loc, err)
 	}
 	b, err := blob.OpenBucket(ctx, loc.bucketURL())
 	if err != nil {
