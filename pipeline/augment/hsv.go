@@ -66,14 +66,14 @@ func (t *hsv) apply(r, g, b uint8) (uint8, uint8, uint8) {
 	if ss == 0 {
 		return vv, vv, vv
 	}
-	sf := float32(ss) * (1.0 / 255)
-	hf := float32(hh) * (6.0 / 180)
+	sf := float32(float32(ss) * (1.0 / 255))
+	hf := float32(float32(hh) * (6.0 / 180))
 	sector := int(hf)
 	hf -= float32(sector)
 	if sector >= 6 {
 		sector, hf = 0, 0
 	}
-	tab := [4]float32{vf, vf * (1 - sf), vf * (1 - sf*hf), vf * (1 - sf*(1-hf))}
+	tab := [4]float32{vf, vf * (1 - sf), vf * (1 - float32(sf*hf)), vf * (1 - float32(sf*(1-hf)))}
 	sd := &hsvSectors[sector]
 	return round8(tab[sd[2]]), round8(tab[sd[1]]), round8(tab[sd[0]])
 }
@@ -122,12 +122,12 @@ func (t *hsvTable) build(h *hsv) {
 	t.v = h.v
 	var k coefInputs
 	for si := 0; si < 256; si++ {
-		sf := float32(h.s[si]) * (1.0 / 255)
+		sf := float32(float32(h.s[si]) * (1.0 / 255))
 		k.sf[si] = sf
-		k.minc[si] = uint32(float32(1-sf)*(1<<coefShift) + 0.5)
+		k.minc[si] = uint32(float32(float32(1-sf)*(1<<coefShift)) + 0.5)
 	}
 	for hi := 0; hi <= 180; hi++ {
-		hf := float32(h.h[hi]) * (6.0 / 180)
+		hf := float32(float32(h.h[hi]) * (6.0 / 180))
 		sector := int(hf)
 		hf -= float32(sector)
 		if sector >= 6 {
@@ -160,8 +160,8 @@ func coefRowGo(row []uint64, k *coefInputs, hf, hf1 float32, sh *[4]uint64) {
 	c0 := uint64(1<<coefShift) << sh[0]
 	for si := range row {
 		sf := k.sf[si]
-		c2 := uint64(float32(1-float32(sf*hf))*(1<<coefShift) + 0.5)
-		c3 := uint64(float32(1-float32(sf*hf1))*(1<<coefShift) + 0.5)
+		c2 := uint64(float32(float32(1-float32(sf*hf))*(1<<coefShift)) + 0.5)
+		c3 := uint64(float32(float32(1-float32(sf*hf1))*(1<<coefShift)) + 0.5)
 		row[si] = c0 | uint64(k.minc[si])<<sh[1] | c2<<sh[2] | c3<<sh[3]
 	}
 }

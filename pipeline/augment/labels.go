@@ -163,9 +163,9 @@ func (l *Labels) addCrowd(cfg *Config, p *Plan, ti int, in *shard.Instance, out 
 func applyM(ring []float32, m *[9]float64) {
 	for i := 0; i+1 < len(ring); i += 2 {
 		x, y := float64(ring[i]), float64(ring[i+1])
-		z := m[6]*x + m[7]*y + m[8]
-		ring[i] = float32((m[0]*x + m[1]*y + m[2]) / z)
-		ring[i+1] = float32((m[3]*x + m[4]*y + m[5]) / z)
+		z := float64(m[6]*x) + float64(m[7]*y) + m[8]
+		ring[i] = float32((float64(m[0]*x) + float64(m[1]*y) + m[2]) / z)
+		ring[i+1] = float32((float64(m[3]*x) + float64(m[4]*y) + m[5]) / z)
 	}
 }
 

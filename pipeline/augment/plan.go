@@ -83,8 +83,8 @@ func NewPlan(cfg *Config, mode Mode, rng *rand.PCG, tiles []Tile) Plan {
 	if len(tiles) == 4 {
 		p.Sc = 2 * s
 		// YOLO: centre uniform in [s/2, 3s/2), truncated to a pixel.
-		p.Xc = math.Floor(order.Uniform(rng, float64(s)/2, 1.5*float64(s)))
-		p.Yc = math.Floor(order.Uniform(rng, float64(s)/2, 1.5*float64(s)))
+		p.Xc = math.Floor(order.Uniform(rng, float64(float64(s)/2), float64(1.5*float64(s))))
+		p.Yc = math.Floor(order.Uniform(rng, float64(float64(s)/2), float64(1.5*float64(s))))
 		canvas := geom.Rect{X0: 0, Y0: 0, X1: float32(p.Sc), Y1: float32(p.Sc)}
 		for i := range tiles {
 			w0, h0 := tileSize(&tiles[i])
@@ -111,8 +111,8 @@ func NewPlan(cfg *Config, mode Mode, rng *rand.PCG, tiles []Tile) Plan {
 		} else {
 			w, h := resized(w0, h0, s)
 			// YOLO letterbox: centred, extra pixel of an odd padding at the end.
-			left := math.Round(float64(s-w)/2 - 0.1)
-			top := math.Round(float64(s-h)/2 - 0.1)
+			left := math.Round(float64(float64(s-w)/2) - 0.1)
+			top := math.Round(float64(float64(s-h)/2) - 0.1)
 			p.Place[0] = geom.Affine{float64(w) / float64(w0), 0, left, 0, float64(h) / float64(h0), top}
 			p.Rect[0] = geom.Rect{X0: float32(left), Y0: float32(top), X1: float32(left + float64(w)), Y1: float32(top + float64(h))}
 		}
@@ -121,9 +121,9 @@ func NewPlan(cfg *Config, mode Mode, rng *rand.PCG, tiles []Tile) Plan {
 	if mode != Val {
 		p.M = randomPerspective(cfg, rng, float64(p.Sc), float64(s))
 		if cfg.HSVH != 0 || cfg.HSVS != 0 || cfg.HSVV != 0 {
-			gh := order.Uniform(rng, -1, 1)*cfg.HSVH + 1
-			gs := order.Uniform(rng, -1, 1)*cfg.HSVS + 1
-			gv := order.Uniform(rng, -1, 1)*cfg.HSVV + 1
+			gh := float64(order.Uniform(rng, -1, 1)*cfg.HSVH) + 1
+			gs := float64(order.Uniform(rng, -1, 1)*cfg.HSVS) + 1
+			gv := float64(order.Uniform(rng, -1, 1)*cfg.HSVV) + 1
 			p.hsv.set(gh, gs, gv)
 		}
 		if cfg.FlipLR > 0 && order.Float(rng) < cfg.FlipLR {
@@ -181,7 +181,7 @@ func mul3(a, b [9]float64) [9]float64 {
 	var r [9]float64
 	for i := 0; i < 3; i++ {
 		for j := 0; j < 3; j++ {
-			r[3*i+j] = a[3*i]*b[j] + a[3*i+1]*b[3+j] + a[3*i+2]*b[6+j]
+			r[3*i+j] = float64(a[3*i]*b[j]) + float64(a[3*i+1]*b[3+j]) + float64(a[3*i+2]*b[6+j])
 		}
 	}
 	return r
@@ -189,8 +189,8 @@ func mul3(a, b [9]float64) [9]float64 {
 
 func inv3(m [9]float64) [9]float64 {
 	a, b, c, d, e, f, g, h, k := m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7], m[8]
-	A, B, C := e*k-f*h, -(d*k - f*g), d*h-e*g
-	det := a*A + b*B + c*C
+	A, B, C := float64(e*k)-float64(f*h), -(float64(d*k) - float64(f*g)), float64(d*h)-float64(e*g)
+	det := float64(a*A) + float64(b*B) + float64(c*C)
 	if det == 0 {
 		return [9]float64{}
 	}
@@ -200,15 +200,15 @@ func inv3(m [9]float64) [9]float64 {
 		// is not always 1 in floating point, and Render would then take 14 %
 		// of default plans down the slow projective per-pixel path.
 		return [9]float64{
-			A * r, -(b*k - c*h) * r, (b*f - c*e) * r,
-			B * r, (a*k - c*g) * r, -(a*f - c*d) * r,
+			A * r, -(float64(b*k) - float64(c*h)) * r, (float64(b*f) - float64(c*e)) * r,
+			B * r, (float64(a*k) - float64(c*g)) * r, -(float64(a*f) - float64(c*d)) * r,
 			0, 0, 1,
 		}
 	}
 	return [9]float64{
-		A * r, -(b*k - c*h) * r, (b*f - c*e) * r,
-		B * r, (a*k - c*g) * r, -(a*f - c*d) * r,
-		C * r, -(a*h - b*g) * r, (a*e - b*d) * r,
+		A * r, -(float64(b*k) - float64(c*h)) * r, (float64(b*f) - float64(c*e)) * r,
+		B * r, (float64(a*k) - float64(c*g)) * r, -(float64(a*f) - float64(c*d)) * r,
+		C * r, -(float64(a*h) - float64(b*g)) * r, (float64(a*e) - float64(b*d)) * r,
 	}
 }
 

@@ -71,8 +71,8 @@ func Render(dst []byte, p *Plan, tiles []Tile, fill uint8) error {
 		defer func() { *scp = sc; rowScratch.Put(scp) }()
 		for oy := 0; oy < s; oy++ {
 			qy := float64(oy) + 0.5
-			cx0 := mi[0]*0.5 + mi[1]*qy + mi[2]
-			cy0 := mi[3]*0.5 + mi[4]*qy + mi[5]
+			cx0 := float64(mi[0]*0.5) + float64(mi[1]*qy) + mi[2]
+			cy0 := float64(mi[3]*0.5) + float64(mi[4]*qy) + mi[5]
 			ns := 0
 			for k := 0; k < p.NTiles; k++ {
 				t := &tm[k]
@@ -92,8 +92,8 @@ func Render(dst []byte, p *Plan, tiles []Tile, fill uint8) error {
 				fillRow(R[row+x:row+sp.lo], G[row+x:row+sp.lo], B[row+x:row+sp.lo], hr, hg, hb)
 				t := &tm[sp.tile]
 				// Source position in 48.16 fixed point, stepped per pixel.
-				ux := ((cx0+float64(sp.lo)*mi[0])-float64(t.ox))*float64(t.isx) - 0.5
-				uy := ((cy0+float64(sp.lo)*mi[3])-float64(t.oy))*float64(t.isy) - 0.5
+				ux := float64(((cx0+float64(float64(sp.lo)*mi[0]))-float64(t.ox))*float64(t.isx)) - 0.5
+				uy := float64(((cy0+float64(float64(sp.lo)*mi[3]))-float64(t.oy))*float64(t.isy)) - 0.5
 				U, V := int64(math.Round(ux*65536)), int64(math.Round(uy*65536))
 				dU, dV := int64(math.Round(mi[0]*float64(t.isx)*65536)), int64(math.Round(mi[3]*float64(t.isy)*65536))
 				if dV == 0 && !forceGeneralSpan {
@@ -114,9 +114,9 @@ func Render(dst []byte, p *Plan, tiles []Tile, fill uint8) error {
 	mosaic := p.NTiles == 4
 	for oy := 0; oy < s; oy++ {
 		qy := float64(oy) + 0.5
-		X := mi[0]*0.5 + mi[1]*qy + mi[2]
-		Y := mi[3]*0.5 + mi[4]*qy + mi[5]
-		Z := mi[6]*0.5 + mi[7]*qy + mi[8]
+		X := float64(mi[0]*0.5) + float64(mi[1]*qy) + mi[2]
+		Y := float64(mi[3]*0.5) + float64(mi[4]*qy) + mi[5]
+		Z := float64(mi[6]*0.5) + float64(mi[7]*qy) + mi[8]
 		row := oy * s
 		for ox := 0; ox < s; ox++ {
 			var cx, cy float32
@@ -143,8 +143,8 @@ func Render(dst []byte, p *Plan, tiles []Tile, fill uint8) error {
 				R[row+ox], G[row+ox], B[row+ox] = fr, fg, fb
 				continue
 			}
-			fx := (cx-t.ox)*t.isx - 0.5
-			fy := (cy-t.oy)*t.isy - 0.5
+			fx := float32((cx-t.ox)*t.isx) - 0.5
+			fy := float32((cy-t.oy)*t.isy) - 0.5
 			x0 := int(fx+1) - 1 // floor for fx ≥ -1
 			y0 := int(fy+1) - 1
 			wx := uint32((fx - float32(x0)) * 256)
@@ -320,7 +320,7 @@ func sortSpans(sp []span) {
 // rounding can never misplace a column.
 func interval(cx0, dx, cy0, dy float64, x0, x1, y0, y1 float32, s int) (int, int) {
 	in := func(ox int) bool {
-		cx, cy := float32(cx0+float64(ox)*dx), float32(cy0+float64(ox)*dy)
+		cx, cy := float32(cx0+float64(float64(ox)*dx)), float32(cy0+float64(float64(ox)*dy))
 		return cx >= x0 && cx < x1 && cy >= y0 && cy < y1
 	}
 	lo, hi := 0.0, float64(s)

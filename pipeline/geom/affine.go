@@ -28,14 +28,14 @@ func Rotate(theta float64) Affine {
 // first, then m.
 func (m Affine) Mul(n Affine) Affine {
 	return Affine{
-		m[0]*n[0] + m[1]*n[3], m[0]*n[1] + m[1]*n[4], m[0]*n[2] + m[1]*n[5] + m[2],
-		m[3]*n[0] + m[4]*n[3], m[3]*n[1] + m[4]*n[4], m[3]*n[2] + m[4]*n[5] + m[5],
+		float64(m[0]*n[0]) + float64(m[1]*n[3]), float64(m[0]*n[1]) + float64(m[1]*n[4]), float64(m[0]*n[2]) + float64(m[1]*n[5]) + m[2],
+		float64(m[3]*n[0]) + float64(m[4]*n[3]), float64(m[3]*n[1]) + float64(m[4]*n[4]), float64(m[3]*n[2]) + float64(m[4]*n[5]) + m[5],
 	}
 }
 
 // Det returns m's determinant a·e − b·d: the factor by which m scales
 // areas (its absolute value), negative when m mirrors.
-func (m Affine) Det() float64 { return m[0]*m[4] - m[1]*m[3] }
+func (m Affine) Det() float64 { return float64(m[0]*m[4]) - float64(m[1]*m[3]) }
 
 // Invert returns the inverse of m. ok is false when m is singular or its
 // determinant is not finite; the returned Affine is then the zero value.
@@ -46,12 +46,12 @@ func (m Affine) Invert() (inv Affine, ok bool) {
 	}
 	r := 1 / det
 	a, b, d, e := m[4]*r, -m[1]*r, -m[3]*r, m[0]*r
-	return Affine{a, b, -(a*m[2] + b*m[5]), d, e, -(d*m[2] + e*m[5])}, true
+	return Affine{a, b, -(float64(a*m[2]) + float64(b*m[5])), d, e, -(float64(d*m[2]) + float64(e*m[5]))}, true
 }
 
 // Apply maps one point.
 func (m Affine) Apply(x, y float64) (float64, float64) {
-	return m[0]*x + m[1]*y + m[2], m[3]*x + m[4]*y + m[5]
+	return float64(m[0]*x) + float64(m[1]*y) + m[2], float64(m[3]*x) + float64(m[4]*y) + m[5]
 }
 
 // AppendRing appends ring's vertices mapped by m to dst and returns the
@@ -61,7 +61,7 @@ func (m Affine) AppendRing(dst, ring []float32) []float32 {
 	n := len(ring) &^ 1
 	for i := 0; i < n; i += 2 {
 		x, y := float64(ring[i]), float64(ring[i+1])
-		dst = append(dst, float32(m[0]*x+m[1]*y+m[2]), float32(m[3]*x+m[4]*y+m[5]))
+		dst = append(dst, float32(float64(m[0]*x)+float64(m[1]*y)+m[2]), float32(float64(m[3]*x)+float64(m[4]*y)+m[5]))
 	}
 	return dst
 }

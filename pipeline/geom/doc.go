@@ -28,4 +28,19 @@
 // NaN and infinite coordinates never panic or loop; they produce whatever
 // float64 arithmetic makes of them. Bounds ignores NaN. ClipRect drops a
 // result with fewer than three distinct vertices.
+//
+// # Same bytes on every architecture
+//
+// The Go compiler may fuse x*y + z into one FMA instruction on arm64 (not
+// on amd64), which rounds once instead of twice and so changes results.
+// Everywhere a product meets an addition in code that decides batch
+// contents (this package, augment, raster, order), the product is rounded
+// explicitly, float64(x*y) + z or float32(x*y) + z, which the spec says
+// prevents fusion and which costs nothing on amd64, where the bytes stay
+// as they were. This includes products that reach an addition through a
+// variable or an inlined call (order.Uniform's arguments), and divisions
+// by a power of two, which the compiler turns into multiplications. Check:
+// GOARCH=arm64 go build -gcflags=-S ./pipeline/... prints no FMADD, FMSUB,
+// FNMADD or FNMSUB in these packages; the test of record is that
+// segpipe dump gives the same bytes on amd64 and arm64.
 package geom

@@ -79,7 +79,7 @@ func SignedArea(ring []float32) float64 {
 	px, py := 0.0, 0.0
 	for i := 1; i < n; i++ {
 		x, y := float64(ring[2*i])-ox, float64(ring[2*i+1])-oy
-		s += px*y - x*py
+		s += float64(px*y) - float64(x*py)
 		px, py = x, y
 	}
 	return s / 2

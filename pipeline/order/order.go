@@ -194,7 +194,7 @@ func IntN(r *rand.PCG, n uint64) uint64 {
 func Float(r *rand.PCG) float64 { return float64(r.Uint64()>>11) / (1 << 53) }
 
 // Uniform returns a uniform float64 in [lo, hi).
-func Uniform(r *rand.PCG, lo, hi float64) float64 { return lo + (hi-lo)*Float(r) }
+func Uniform(r *rand.PCG, lo, hi float64) float64 { return lo + float64((hi-lo)*Float(r)) }
 
 // Shuffle permutes n items by Fisher–Yates with IntN.
 func Shuffle(r *rand.PCG, n int, swap func(i, j int)) {
