@@ -90,7 +90,10 @@ struct ArrowArrayStream {
  *
  * options_json (NULL or "{}" for the defaults) holds the resources the
  * server would decide: {"workers": N (default the CPU count), "prefetch":
- * N, "cache_bytes": N (decoded-image cache, default 512 MiB),
+ * N, "cache_bytes": N (decoded-image cache, default 512 MiB; one per shard
+ * set and cache_bytes for the life of the process, shared by every open of
+ * that set, so that the epochs a caller opens one by one reuse its decoded
+ * images as one loader's epochs do),
  * "max_memory": N (bytes the loader's estimate may reach: default half the
  * machine's or container's memory, as the CLI; negative: no limit),
  * "strict": bool (fail on the first damaged sample instead of skipping and

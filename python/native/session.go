@@ -104,6 +104,7 @@ func open(request, opts []byte, mem memory.Allocator) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
+	plan.Config.ImageCache = sharedCache(req.Shards, src, o.CacheBytes)
 	ctx, cancel := context.WithCancel(context.Background())
 	l, err := plan.Open(ctx, src)
 	if err != nil {
@@ -113,6 +114,45 @@ func open(request, opts []byte, mem memory.Allocator) (*session, error) {
 	}
 	return &session{plan: plan, mem: mem, src: src, loader: l.(*pipeline.Loader), ctx: ctx, cancel: cancel,
 		state: req.Start}, nil
+}
+
+// caches holds one decoded-image cache per shard set for the life of the
+// process. A Python loader opens the library once per epoch pass; like the
+// epochs of one Go loader, and like the streams of one shard set in a
+// server, the passes share the set's decoded images instead of decoding
+// every image again each epoch. Each cache is bounded by its cache_bytes.
+var caches = struct {
+	sync.Mutex
+	m map[cacheKey]*pipeline.ImageCache
+}{m: map[cacheKey]*pipeline.ImageCache{}}
+
+// cacheKey names a shard set as opened: its location, its manifest's size
+// and row count (a set converted again in place is another set: cached
+// rows are keyed by their index), and the cache bound asked for.
+type cacheKey struct {
+	location   string
+	bytes      int64
+	rows       int64
+	cacheBytes int64
+}
+
+func sharedCache(location string, src *pipeline.ShardSource, cacheBytes int64) *pipeline.ImageCache {
+	if cacheBytes == 0 {
+		cacheBytes = pipeline.DefaultCacheBytes
+	}
+	var rows int64
+	for _, n := range src.BlockRows() {
+		rows += int64(n)
+	}
+	k := cacheKey{location, src.EncodedBytes(), rows, cacheBytes}
+	caches.Lock()
+	defer caches.Unlock()
+	c := caches.m[k]
+	if c == nil {
+		c = pipeline.NewImageCache(cacheBytes)
+		caches.m[k] = c
+	}
+	return c
 }
 
 // openShards opens a shard directory or bucket URL, saying which when a
