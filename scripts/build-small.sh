@@ -10,7 +10,7 @@
 # 45, today's size plus a margin, so that a new dependency is noticed; the
 # goal is 30, out of reach while Parquet pulls in arrow/compute). The tag
 # arrow_json_stdlib makes arrow-go use encoding/json instead of goccy/go-json
-# (1.4 MB less, no hot path uses it). Sizes of each build: scripts/sizes.md.
+# (1.4 MB less, no hot path uses it). Sizes of each build: BENCHMARKS.md, "Binary sizes and the small build".
 set -eu
 if [ $# -ne 2 ]; then
 	echo "usage: $0 GOARCH OUT   (GOARCH: amd64 or arm64)" >&2
@@ -37,6 +37,6 @@ size=$(wc -c <"$out")
 max=${SEGPIPE_SMALL_MAX_MB:-45}
 echo "$out: linux/$goarch, $size bytes ($(awk "BEGIN{printf \"%.1f\", $size/1e6}") MB), limit $max MB"
 if [ "$size" -gt $((max * 1000000)) ]; then
-	echo "$0: the small build is over $max MB: see scripts/sizes.md for what each dependency adds" >&2
+	echo "$0: the small build is over $max MB: see BENCHMARKS.md ("Binary sizes and the small build") for what each dependency adds" >&2
 	exit 1
 fi
