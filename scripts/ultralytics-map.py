@@ -60,7 +60,6 @@ import os
 import platform
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -68,6 +67,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "python"))
+sys.path.insert(0, os.path.join(REPO, "python", "tests"))  # harness: segpipe serve on loopback
 
 
 def parse_args(argv=None):
@@ -188,47 +188,6 @@ def yolo_folder(coco: dict, image_dir: str, classes: dict, names: list, root: st
         for i, n in enumerate(names):
             f.write(f"  {i}: {json.dumps(n)}\n")
     return yaml
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Serve:
-    def __init__(self, seg: str, root: str, log_path: str):
-        self.port = free_port()
-        self.log_path = log_path
-        f = open(log_path, "ab")
-        self.proc = subprocess.Popen(
-            [seg, "serve", "--shards", root, "--addr", f"127.0.0.1:{self.port}", "--workers", "2", "--max-memory", "4GiB"],
-            stdout=f,
-            stderr=subprocess.STDOUT,
-        )
-        f.close()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"segpipe serve exited {self.proc.returncode}: {self.tail()}")
-            if "segpipe serve: grpc://" in self.tail():
-                return
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"segpipe serve did not start: {self.tail()}")
-
-    def tail(self) -> str:
-        with open(self.log_path, "rb") as f:
-            return f.read()[-3000:].decode(errors="replace")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 # -- scoring ------------------------------------------------------------------
@@ -354,7 +313,10 @@ def main(argv=None) -> int:
     n_inst = sum(1 for x in coco["annotations"] if not x.get("iscrowd"))
     log(f"{len(image_ids)} images, {n_inst} instances (+{len(coco['annotations']) - n_inst} crowd) from {what}")
 
-    server = Serve(seg, shards, os.path.join(work, "serve.log"))
+    import harness
+
+    os.environ["SEGPIPE_BINARY"] = seg
+    server = harness.Server(root=shards, log=os.path.join(work, "serve.log")).start()
     settings = dict(
         epochs=a.epochs,
         imgsz=a.imgsz,

@@ -88,6 +88,16 @@ class EpochStream(torch.utils.data.IterableDataset):
     def _interrupt(self) -> None:
         """Unblock a read in progress (called from the consumer's thread)."""
 
+    def close(self) -> None:
+        """Stop a pass in progress (its loader or stream ends)."""
+        self._interrupt()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
     # -- PyTorch conventions ---------------------------------------------------
 
     @property

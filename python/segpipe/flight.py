@@ -261,16 +261,10 @@ class FlightBatches(EpochStream):
     def close(self) -> None:
         """End a stream in progress (the server stops its loader) and the
         connection."""
-        self._interrupt()
+        super().close()
         if self._client is not None:
             self._client.close()
             self._client = None
-
-    def __enter__(self) -> "FlightBatches":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     def __getstate__(self) -> dict:
         d = super().__getstate__()

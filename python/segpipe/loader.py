@@ -299,16 +299,6 @@ class Loader(EpochStream):
 
         return pa.RecordBatchReader.from_batches(schema, gen())
 
-    def close(self) -> None:
-        """Stop a pass in progress."""
-        self._interrupt()
-
-    def __enter__(self) -> "Loader":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
 
 def _schema_of(loader: Loader) -> pa.Schema:
     # The schema of a pass that yields nothing: the library's, from a pass

@@ -126,17 +126,18 @@ def free_port() -> int:
 
 
 class Server:
-    """`segpipe serve` over shard_root() on a loopback port.
+    """`segpipe serve` over shard_root() (or ``root``) on a loopback port.
 
     ``args`` are extra flags (--max-streams 1, --token, --tls-cert ...). The
     port is kept across kill()/start(), so a client can reconnect to the
     restarted server."""
 
-    def __init__(self, *args: str, port: int | None = None):
+    def __init__(self, *args: str, port: int | None = None, root: str | None = None, log: str | None = None):
         self.args = list(args)
         self.port = port or free_port()
+        self.root = root  # default: shard_root()
         self.proc: subprocess.Popen | None = None
-        self.log = os.path.join(workdir(), f"serve-{self.port}.log")
+        self.log = log or os.path.join(workdir(), f"serve-{self.port}.log")
         self.scheme = "grpc+tls" if "--tls-cert" in self.args else "grpc"
 
     @property
@@ -148,7 +149,7 @@ class Server:
         return f"{self.scheme}://{self.addr}"
 
     def start(self) -> "Server":
-        root = shard_root()
+        root = self.root or shard_root()
         f = open(self.log, "ab")
         self.proc = subprocess.Popen(
             [binary(), "serve", "--shards", root, "--addr", self.addr, "--workers", "2", "--max-memory", "4GiB", *self.args],
