@@ -27,7 +27,7 @@ import torch
 import torch.utils.data
 
 from .batch import Batch, record_arrays, to_tensors
-from .request import MASKS_WINDOWED, Request, RequestError, ResumeState, rank_batches
+from .request import MASKS_WINDOWED, Request, RequestError, ResumeState, even_batches, rank_batches
 from .stream import StreamError
 
 _END = object()
@@ -154,7 +154,7 @@ class EpochStream(torch.utils.data.IterableDataset):
             # Every rank takes as many batches as the rank with the fewest
             # (the last one), so that collective ops stay in step: DDP hangs
             # when one rank steps once more than the others.
-            even = rank_batches(self.images(), self.batch_size, self.world_size - 1, self.world_size, st.consumed)
+            even = even_batches(self.images(), self.batch_size, self.world_size, st.consumed)
             limit = even if limit is None else min(limit, even)
         return limit
 

@@ -351,3 +351,11 @@ class Source:
         if tls not in ("0", "1"):
             raise RequestError(f"data {url!r}: tls {tls!r}: want 0 or 1")
         return cls(addr=u.netloc, train=train, val=val, masks=masks, tls=tls == "1")
+
+
+def even_batches(images: int, batch_size: int, world_size: int, consumed: int = 0) -> int:
+    """Batches every rank takes of an epoch when all ranks take the same
+    number (DDP steps the ranks together): those of the rank with the fewest
+    samples, the last one (rank_batches)."""
+    return rank_batches(images, batch_size, world_size - 1, world_size, consumed)
+

@@ -51,7 +51,7 @@ from ultralytics.models.yolo.segment import SegmentationTrainer, SegmentationVal
 from ultralytics.utils import LOGGER
 
 from .dist import rank_and_world
-from .request import Request, RequestError, ResumeState, Source, rank_batches
+from .request import Request, RequestError, ResumeState, Source, even_batches, rank_batches
 
 #: The Ultralytics releases this adapter supports, as a pip requirement.
 ULTRALYTICS_REQUIREMENT = "ultralytics>=8.4.2,<8.5"
@@ -400,6 +400,7 @@ class SegpipeLoader:
             val=self.val,
             augment=None if self.val else aug,
             limit=self.limit,
+            even_batches=False,  # the trainer's limit already evens the ranks
             token=self.token,
             tls=self.source.tls,
         )
@@ -529,7 +530,7 @@ class SegpipeSegmentationTrainer(SegmentationTrainer):
         if world > 1 and mode == "train":
             # Every rank stops at the batch count of the rank with the fewest
             # (the last one): DDP waits for all ranks at every step.
-            limit = rank_batches(images, batch_size, world - 1, world)
+            limit = even_batches(images, batch_size, world)
             if limit == 0:
                 raise RequestError(
                     f"shard set {dataset_path!r} has {images} images for {world} ranks: some ranks would get no batch"
