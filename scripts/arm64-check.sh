@@ -10,7 +10,7 @@
 # multiply-add changes them), and both binaries' dumps of their own
 # conversions must agree too. Bench and training run on 8 images. Training is checked to run and to end with
 # finite losses, not for equal numbers: the CPU trainer's floating point is
-# not bit-identical across architectures (README, "Determinism").
+# not bit-identical across architectures (README, "arm64").
 set -euo pipefail
 [[ $# -eq 2 ]] || { echo "usage: $0 AMD64_BINARY WORKDIR" >&2; exit 2; }
 amd=$(realpath "$1")
