@@ -5,29 +5,25 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"time"
 
 	"gocloud.dev/gcerrors"
+
+	"github.com/segpipe/segpipe/internal/backoff"
 )
 
 // retry runs fn until it succeeds, fails permanently, the context ends or
 // the retries are spent, sleeping an exponential backoff in between.
 func (d *Dir) retry(ctx context.Context, fn func(context.Context) error) error {
-	delay := d.opts.RetryDelay
+	wait := backoff.New(d.opts.RetryDelay, MaxRetryDelay)
 	for attempt := 0; ; attempt++ {
 		err := fn(ctx)
 		if err == nil || !transient(err) || attempt >= d.opts.Retries || ctx.Err() != nil {
 			return err
 		}
-		slog.Debug("retrying a storage request", "location", d.loc.String(), "attempt", attempt+1, "delay", delay, "reason", err.Error())
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		slog.Debug("retrying a storage request", "location", d.loc.String(), "attempt", attempt+1, "delay", wait.Delay(), "reason", err.Error())
+		if wait.Wait(ctx) != nil {
 			return err
-		case <-t.C:
 		}
-		delay = min(2*delay, MaxRetryDelay)
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/segpipe/segpipe/formats/batch"
+	"github.com/segpipe/segpipe/internal/backoff"
 	"github.com/segpipe/segpipe/internal/bufpool"
 	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/pipeline/order"
@@ -358,7 +359,7 @@ func (s *Stream) Next(ctx context.Context) (arrow.RecordBatch, error) {
 	// reopens from the state delivered so far.
 	stop := context.AfterFunc(ctx, s.cancelCurrent)
 	defer stop()
-	wait := s.c.cfg.Backoff
+	wait := backoff.New(s.c.cfg.Backoff, s.c.cfg.MaxBackoff)
 	for {
 		var err error
 		if s.rdr == nil {
@@ -399,15 +400,10 @@ func (s *Stream) Next(ctx context.Context) (arrow.RecordBatch, error) {
 			return nil, fmt.Errorf("remote: stream from %s lost after %d batches; %d reconnect attempts failed, last: %w", s.c.cfg.Addr, s.delivered, s.retries, err)
 		}
 		s.retries++
-		s.c.cfg.Logger.Warn("stream dropped, reconnecting", "addr", s.c.cfg.Addr, "batches", s.delivered, "attempt", s.retries, "wait", wait, "err", err)
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
+		s.c.cfg.Logger.Warn("stream dropped, reconnecting", "addr", s.c.cfg.Addr, "batches", s.delivered, "attempt", s.retries, "wait", wait.Delay(), "err", err)
+		if err := wait.Wait(ctx); err != nil {
+			return nil, err
 		}
-		wait = min(2*wait, s.c.cfg.MaxBackoff)
 	}
 }
 
