@@ -17,7 +17,9 @@ import (
 )
 
 // FuzzParseRequest: any bytes give a request or an ErrBadRequest of bounded
-// size, never a panic; an accepted request survives Marshal unchanged.
+// size, never a panic; an accepted request survives Marshal unchanged. The
+// same holds for ParseLocalRequest (the in-process library's), which must
+// also accept every ticket ParseRequest accepts with a non-empty shards.
 func FuzzParseRequest(f *testing.F) {
 	f.Add(testRequest().Marshal())
 	f.Add([]byte(`{"version":1,"masks":"windowed","augment":{"mosaic":0.5,"fill":3}}`))
@@ -37,6 +39,31 @@ func FuzzParseRequest(f *testing.F) {
 		r2, err := ParseRequest(r.Marshal())
 		if err != nil || !bytes.Equal(r.Marshal(), r2.Marshal()) {
 			t.Fatalf("accepted request does not round-trip: %v", err)
+		}
+		if r.Shards != "" {
+			if l, err := ParseLocalRequest(b); err != nil || !bytes.Equal(l.Marshal(), r.Marshal()) {
+				t.Fatalf("ParseLocalRequest differs from ParseRequest on an accepted ticket: %v", err)
+			}
+		}
+	})
+}
+
+// FuzzParseLocalRequest: the library's request parser never panics and
+// bounds its errors, whatever a C caller passes.
+func FuzzParseLocalRequest(f *testing.F) {
+	f.Add([]byte(`{"version":1,"shards":"/data/coco/train2017","masks":"windowed"}`))
+	f.Add([]byte(`{"version":1,"shards":"s3://b/p?endpoint=http://x"}`))
+	f.Add([]byte(`{"version":1}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := ParseLocalRequest(b)
+		if err != nil {
+			if !errors.Is(err, ErrBadRequest) || len(err.Error()) > maxErrorMessage {
+				t.Fatalf("error %q (%d bytes) for a %d-byte request", err, len(err.Error()), len(b))
+			}
+			return
+		}
+		if r.Shards == "" {
+			t.Fatal("accepted a request without shards")
 		}
 	})
 }

@@ -71,21 +71,25 @@ func segpipe_open(request_json, options_json *C.cchar, out *C.struct_ArrowArrayS
 }
 
 //export segpipe_state
-func segpipe_state(h C.int64_t, buf *C.char, capacity C.size_t) (n C.int) {
-	defer func() {
-		if p := recover(); p != nil {
-			n = -1
-		}
-	}()
-	s := lookup(int64(h))
-	if s == nil {
-		return -1
-	}
-	return C.int(fill(cBuffer(buf, capacity), s.stateJSON()))
+func segpipe_state(h C.int64_t, buf *C.char, capacity C.size_t) C.int {
+	return writeJSON(h, buf, capacity, func(s *session) []byte { return s.stateJSON() })
 }
 
 //export segpipe_summary
-func segpipe_summary(h C.int64_t, buf *C.char, capacity C.size_t) (n C.int) {
+func segpipe_summary(h C.int64_t, buf *C.char, capacity C.size_t) C.int {
+	return writeJSON(h, buf, capacity, func(s *session) []byte {
+		b, err := s.summaryJSON()
+		if err != nil {
+			b = []byte(fmt.Sprintf(`{"error":%q}`, err.Error()))
+		}
+		return b
+	})
+}
+
+// writeJSON fills buf with what text makes of handle h's session and
+// returns its length (segpipe.h), or -1 for a handle that is not open or
+// a panic, writing nothing then.
+func writeJSON(h C.int64_t, buf *C.char, capacity C.size_t, text func(*session) []byte) (n C.int) {
 	defer func() {
 		if p := recover(); p != nil {
 			n = -1
@@ -95,11 +99,7 @@ func segpipe_summary(h C.int64_t, buf *C.char, capacity C.size_t) (n C.int) {
 	if s == nil {
 		return -1
 	}
-	b, err := s.summaryJSON()
-	if err != nil {
-		b = []byte(fmt.Sprintf(`{"error":%q}`, err.Error()))
-	}
-	return C.int(fill(cBuffer(buf, capacity), b))
+	return C.int(fill(cBuffer(buf, capacity), text(s)))
 }
 
 //export segpipe_close
