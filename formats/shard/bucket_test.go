@@ -5,7 +5,9 @@ package shard
 import (
 	"bytes"
 	"context"
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
 
@@ -120,4 +122,53 @@ func TestBucketReadsRowGroupsByRange(t *testing.T) {
 			t.Errorf("shard %s: an annotation-only read fetched %d bytes of %d", info.File, n, info.Bytes)
 		}
 	}
+}
+
+// TestBucketStalledReadEndsWithContext: a bucket that stops answering in
+// the middle of a read holds a row group read only as long as its
+// caller's context, not until the storage layer's retries run out; the
+// reader then reads on once the bucket answers again.
+func TestBucketStalledReadEndsWithContext(t *testing.T) {
+	srv := s3test.Start(t, "bkt")
+	url, stall := srv.Proxy("bkt", "set")
+	imgs := testImages(6, 60)
+	for i := range imgs {
+		imgs[i].Bytes = bytes.Repeat([]byte{byte(i)}, 12000)
+	}
+	writeAll(t, url, WriterOptions{ShardBytes: 512 << 10, RowGroupBytes: 32 << 10}, imgs, -1)
+	set, err := Open(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := set.OpenShard(0, ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	last := r.NumRowGroups() - 1 // the first may sit in the footer's tail
+	stall.Stall(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		rec, err := r.ReadRowGroup(ctx, 0)
+		if err == nil {
+			rec.Release()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("stalled read ended with %v, want the context's deadline", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("a stalled read outlived its context by a minute")
+	}
+	stall.Stall(false)
+	rec, err := r.ReadRowGroup(context.Background(), last)
+	if err != nil {
+		t.Fatalf("read after the stall: %v", err)
+	}
+	rec.Release()
 }

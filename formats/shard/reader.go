@@ -320,6 +320,9 @@ func (r *ShardReader) ReadRowGroup(ctx context.Context, i int) (rec arrow.Record
 	if i < 0 || i >= r.NumRowGroups() {
 		return nil, fmt.Errorf("shard %s: row group %d out of range [0,%d)", r.name, i, r.NumRowGroups())
 	}
+	// The Parquet reader reads through io.ReaderAt, without ctx: bound
+	// to the file, ctx still ends a stalled bucket read.
+	defer r.f.Bind(ctx)()
 	if r.imgLeaf >= 0 {
 		rec, err = r.readDirect(ctx, i)
 		if err == nil || !errors.Is(err, errNotPlainImages) {

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -101,10 +102,11 @@ func (a *aheadPool) dropStaleLocked() bool {
 	return true
 }
 
-// take hands over key's bytes, waiting for its fetch if in flight. ok is
-// false when the key was never started, was dropped, or failed (the
-// caller then reads it itself and gets the error with its context).
-func (a *aheadPool) take(key aheadKey) (b []byte, ok bool) {
+// take hands over key's bytes, waiting for its fetch if in flight, or
+// until ctx is done. ok is false when the key was never started, was
+// dropped, or failed, or ctx ended the wait (the caller then reads it
+// itself and gets the error with its context).
+func (a *aheadPool) take(ctx context.Context, key aheadKey) (b []byte, ok bool) {
 	a.mu.Lock()
 	e, found := a.m[key]
 	if found {
@@ -114,9 +116,19 @@ func (a *aheadPool) take(key aheadKey) (b []byte, ok bool) {
 	if !found {
 		return nil, false
 	}
-	<-e.done
-	a.mu.Lock()
-	a.used -= e.n
-	a.mu.Unlock()
+	release := func() {
+		a.mu.Lock()
+		a.used -= e.n
+		a.mu.Unlock()
+	}
+	select {
+	case <-e.done:
+	case <-ctx.Done():
+		// The fetch runs on under the Dir's context: its bytes leave
+		// the budget when it ends.
+		go func() { <-e.done; release() }()
+		return nil, false
+	}
+	release()
 	return e.b, e.err == nil
 }

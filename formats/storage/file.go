@@ -37,6 +37,7 @@ type File struct {
 	held   []byte
 	ahead  bool // read-ahead of following blocks enabled
 	closed bool
+	bound  context.Context // see Bind; nil: the Dir's
 }
 
 // OpenFile opens name for reading. In a bucket it costs one metadata and
@@ -134,6 +135,33 @@ func (d *Dir) prefetch(name string, r Range) bool {
 	})
 }
 
+// Bind makes the file's reads, until unbind is called, end when ctx is
+// done as well as when the Dir is closed. io.ReaderAt, which a Parquet
+// reader calls, carries no context, so without Bind a read of a stalled
+// bucket could be ended only by closing the Dir; a reader that waits on a
+// caller's context binds it for the span of one read (ShardReader does,
+// per row group). The binding holds for every read of the file, so a file
+// read by several goroutines at once should not be bound. A no-op for a
+// local file.
+func (f *File) Bind(ctx context.Context) (unbind func()) {
+	if f.local != nil {
+		return func() {}
+	}
+	c, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(f.d.ctx, cancel)
+	f.mu.Lock()
+	prev := f.bound
+	f.bound = c
+	f.mu.Unlock()
+	return func() {
+		f.mu.Lock()
+		f.bound = prev
+		f.mu.Unlock()
+		stop()
+		cancel()
+	}
+}
+
 // ReadAt implements io.ReaderAt.
 func (f *File) ReadAt(p []byte, off int64) (int, error) {
 	if f.local != nil {
@@ -159,8 +187,12 @@ func (f *File) readAt(p []byte, want Range) (int, error) {
 	if f.closed {
 		return 0, fmt.Errorf("read %s: file closed", f.d.Join(f.name))
 	}
-	// ReadAt has no context: reads live as long as the Dir.
+	// ReadAt has no context: reads live as long as the Dir, or as the
+	// caller that bound one.
 	ctx := f.d.ctx
+	if f.bound != nil {
+		ctx = f.bound
+	}
 	tailOff := f.size - int64(len(f.tail))
 	if len(f.tail) > 0 && want.Off >= tailOff {
 		return copy(p, f.tail[want.Off-tailOff:]), nil
@@ -191,7 +223,7 @@ func (f *File) readAt(p []byte, want Range) (int, error) {
 func (f *File) block(ctx context.Context, g int) ([]byte, error) {
 	r := f.blocks[g]
 	if f.d.ahead != nil && f.ident != "" {
-		if b, ok := f.d.ahead.take(aheadKey{f.ident, r}); ok {
+		if b, ok := f.d.ahead.take(ctx, aheadKey{f.ident, r}); ok {
 			return b, nil
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -152,8 +153,10 @@ func (s *Server) Dir(bucket, prefix string) string {
 // String names the server for messages.
 func (s *Server) String() string { return fmt.Sprintf("versitygw at %s", s.addr) }
 
-// Counter counts the requests that pass through a Proxy.
+// Counter counts the requests that pass through a Proxy, and can make
+// it stall.
 type Counter struct {
+	stall  atomic.Bool
 	mu     sync.Mutex
 	gets   int   // GET requests of objects
 	ranged int   // of which with a Range header
@@ -167,6 +170,11 @@ func (c *Counter) Gets() (gets, ranged int, bytes int64) {
 	defer c.mu.Unlock()
 	return c.gets, c.ranged, c.bytes
 }
+
+// Stall makes the proxy hold every ranged GET that arrives while on,
+// answering nothing until the client gives up: a bucket that stopped
+// responding in the middle of a read.
+func (c *Counter) Stall(on bool) { c.stall.Store(on) }
 
 // Reset zeroes the counts.
 func (c *Counter) Reset() {
@@ -207,7 +215,13 @@ func (s *Server) Proxy(bucket, prefix string) (string, *Counter) {
 		}
 		return nil
 	}
-	hs := httptest.NewServer(rp)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c.stall.Load() && r.Method == http.MethodGet && r.Header.Get("Range") != "" {
+			<-r.Context().Done()
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
 	s.t.Cleanup(hs.Close)
 	q := url.Values{"endpoint": {hs.URL}, "region": {Region}, "use_path_style": {"true"}}
 	u := url.URL{Scheme: "s3", Host: bucket, Path: "/" + prefix, RawQuery: q.Encode()}
