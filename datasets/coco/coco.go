@@ -43,10 +43,8 @@ type Options struct {
 // only by Images.
 type Dataset struct {
 	file   string
-	cats   []shard.Category
-	src    *arena.Source
-	report *datasets.Report
-	stats  Stats
+	arena.Dataset
+	stats Stats
 }
 
 // Stats describe what the annotation file held before anything was
@@ -78,24 +76,14 @@ func Open(annotationsPath, imagesDir string, opts Options) (*Dataset, error) {
 	if err := p.parse(); err != nil {
 		return nil, err
 	}
-	d := &Dataset{file: annotationsPath, report: rep, stats: p.stats}
+	d := &Dataset{file: annotationsPath, Dataset: arena.Dataset{Rep: rep}, stats: p.stats}
 	d.stats.Bytes = p.s.offset()
 	if err := p.finish(imagesDir, opts.Workers, d); err != nil {
 		return nil, err
 	}
-	d.src.Pixels = opts.Pixels
+	d.Src.Pixels = opts.Pixels
 	return d, nil
 }
-
-// Categories returns the category table sorted by original id, Index
-// contiguous from 0. The slice is shared; do not modify it.
-func (d *Dataset) Categories() []shard.Category { return d.cats }
-
-// Len is the number of images Images emits (after skipping bad ones).
-func (d *Dataset) Len() int { return len(d.src.Images) }
-
-// Report holds the counts of skipped items by reason.
-func (d *Dataset) Report() *datasets.Report { return d.report }
 
 // Stats describe the annotation file as read.
 func (d *Dataset) Stats() Stats { return d.stats }
@@ -115,12 +103,8 @@ func (d *Dataset) Stats() Stats { return d.stats }
 // is an error here rather than a skip, since skipping it would shift the
 // row numbers that start refers to.
 func (d *Dataset) Images(ctx context.Context, start int, fn func(*shard.Image) error) error {
-	return d.src.Each(ctx, start, fn)
+	return d.Src.Each(ctx, start, fn)
 }
-
-// RowSizes returns the shard writer's size estimate of every row Images
-// emits, without reading image files (see shard.PlanShards).
-func (d *Dataset) RowSizes(ctx context.Context) ([]int64, error) { return d.src.RowSizes(ctx) }
 
 // parser holds the state of one parse.
 type parser struct {
@@ -1025,10 +1009,10 @@ func (p *parser) finish(imagesDir string, workers int, d *Dataset) error {
 	// Categories: contiguous index by ascending original id.
 	slices.SortFunc(p.cats, func(a, b catEntry) int { return cmp.Compare(a.ID, b.ID) })
 	classOf := make(map[int32]int32, len(p.cats))
-	d.cats = make([]shard.Category, len(p.cats))
+	d.Cats = make([]shard.Category, len(p.cats))
 	for i, c := range p.cats {
 		c.Index = int32(i)
-		d.cats[i] = c.Category
+		d.Cats[i] = c.Category
 		classOf[c.ID] = int32(i)
 	}
 
@@ -1153,7 +1137,7 @@ func (p *parser) finish(imagesDir string, workers int, d *Dataset) error {
 		slices.SortFunc(g, func(a, b uint32) int { return cmp.Compare(st.Anns[a].ID, st.Anns[b].ID) })
 	}
 	p.annImage, p.annOff, p.annIdx = nil, nil, nil
-	d.src = &arena.Source{Images: entries, Order: anns, Store: st, Workers: workers}
+	d.Src = &arena.Source{Images: entries, Order: anns, Store: st, Workers: workers}
 	return nil
 }
 

@@ -41,10 +41,8 @@ type Options struct {
 // labels held in memory in compact form.
 type Dataset struct {
 	root   string
-	cats   []shard.Category
-	src    *arena.Source
-	report *datasets.Report
-	stats  Stats
+	arena.Dataset
+	stats Stats
 }
 
 // Stats describe the split as found on disk.
@@ -99,7 +97,7 @@ func Open(dataYAMLPath string, split string, opts Options) (*Dataset, error) {
 		sources = []string{sv.scalar}
 	}
 	rep := &datasets.Report{Logger: opts.Logger}
-	d := &Dataset{root: root, cats: cats, report: rep}
+	d := &Dataset{root: root, Dataset: arena.Dataset{Cats: cats, Rep: rep}}
 	l := &loader{root: root, strict: opts.Strict, rep: rep, classOf: map[int32]int32{}}
 	for _, c := range cats {
 		l.classOf[c.ID] = c.Index
@@ -111,19 +109,9 @@ func Open(dataYAMLPath string, split string, opts Options) (*Dataset, error) {
 	if err := l.load(paths, opts.Workers, d); err != nil {
 		return nil, err
 	}
-	d.src.Pixels = opts.Pixels
+	d.Src.Pixels = opts.Pixels
 	return d, nil
 }
-
-// Categories returns the classes sorted by id (the label files' class
-// number) with contiguous Index. The slice is shared; do not modify it.
-func (d *Dataset) Categories() []shard.Category { return d.cats }
-
-// Len is the number of images Images emits.
-func (d *Dataset) Len() int { return len(d.src.Images) }
-
-// Report holds the counts of skipped items by reason.
-func (d *Dataset) Report() *datasets.Report { return d.report }
 
 // Stats describe the split as found on disk.
 func (d *Dataset) Stats() Stats { return d.stats }
@@ -136,12 +124,8 @@ func (d *Dataset) Stats() Stats { return d.stats }
 // but fn is called in order on the calling goroutine, and a file changed
 // since Open is an error.
 func (d *Dataset) Images(ctx context.Context, start int, fn func(*shard.Image) error) error {
-	return d.src.Each(ctx, start, fn)
+	return d.Src.Each(ctx, start, fn)
 }
-
-// RowSizes returns the shard writer's size estimate of every row Images
-// emits, without reading image files (see shard.PlanShards).
-func (d *Dataset) RowSizes(ctx context.Context) ([]int64, error) { return d.src.RowSizes(ctx) }
 
 // categories builds the category table from names (a list: ids 0..n-1,
 // or a map id → name) and checks nc when present.
@@ -380,7 +364,7 @@ func (l *loader) load(rels []string, workers int, d *Dataset) error {
 	if err := datasets.CheckMissing(l.root, len(rels), missing, firstMissing); err != nil {
 		return fmt.Errorf("yolo: %w", err)
 	}
-	d.src = &arena.Source{Images: entries, Order: order, Store: st, Workers: workers}
+	d.Src = &arena.Source{Images: entries, Order: order, Store: st, Workers: workers}
 	return nil
 }
 
