@@ -42,7 +42,7 @@ type Options struct {
 // annotations are held in memory in compact form; image files are read
 // only by Images.
 type Dataset struct {
-	file   string
+	file string
 	arena.Dataset
 	stats Stats
 }

@@ -40,7 +40,7 @@ type Options struct {
 // Dataset is one split of an Ultralytics YOLO segmentation dataset, its
 // labels held in memory in compact form.
 type Dataset struct {
-	root   string
+	root string
 	arena.Dataset
 	stats Stats
 }

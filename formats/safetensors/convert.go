@@ -16,9 +16,9 @@ func newBufWriter(w io.Writer) *bufio.Writer { return bufio.NewWriterSize(w, 1<<
 // Float32s converts the tensor to float32. F32, F16, BF16 convert exactly;
 // F64 and the integer types are rounded to the nearest float32.
 func (t Tensor) Float32s() ([]float32, error) {
-	n := t.NumElements()
-	if len(t.Data) != n*t.DType.Size() {
-		return nil, fmt.Errorf("safetensors: %d data bytes for shape %v of %s", len(t.Data), t.Shape, t.DType)
+	n, err := t.elements()
+	if err != nil {
+		return nil, err
 	}
 	out := make([]float32, n)
 	b := t.Data
@@ -39,28 +39,10 @@ func (t Tensor) Float32s() ([]float32, error) {
 		for i := range out {
 			out[i] = float32(math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:])))
 		}
-	case I64:
-		for i := range out {
-			out[i] = float32(int64(binary.LittleEndian.Uint64(b[8*i:])))
-		}
-	case I32:
-		for i := range out {
-			out[i] = float32(int32(binary.LittleEndian.Uint32(b[4*i:])))
-		}
-	case I16:
-		for i := range out {
-			out[i] = float32(int16(binary.LittleEndian.Uint16(b[2*i:])))
-		}
-	case I8:
-		for i := range out {
-			out[i] = float32(int8(b[i]))
-		}
-	case U8, Bool:
-		for i := range out {
-			out[i] = float32(b[i])
-		}
 	default:
-		return nil, fmt.Errorf("safetensors: cannot convert dtype %q to float32", t.DType)
+		if !integers(t.DType, b, out) {
+			return nil, fmt.Errorf("safetensors: cannot convert dtype %q to float32", t.DType)
+		}
 	}
 	return out, nil
 }
@@ -68,37 +50,54 @@ func (t Tensor) Float32s() ([]float32, error) {
 // Int64s converts an integer or bool tensor to int64. Float dtypes are
 // refused: truncating them silently would lose data.
 func (t Tensor) Int64s() ([]int64, error) {
-	n := t.NumElements()
-	if len(t.Data) != n*t.DType.Size() {
-		return nil, fmt.Errorf("safetensors: %d data bytes for shape %v of %s", len(t.Data), t.Shape, t.DType)
+	n, err := t.elements()
+	if err != nil {
+		return nil, err
 	}
 	out := make([]int64, n)
-	b := t.Data
-	switch t.DType {
-	case I64:
-		for i := range out {
-			out[i] = int64(binary.LittleEndian.Uint64(b[8*i:]))
-		}
-	case I32:
-		for i := range out {
-			out[i] = int64(int32(binary.LittleEndian.Uint32(b[4*i:])))
-		}
-	case I16:
-		for i := range out {
-			out[i] = int64(int16(binary.LittleEndian.Uint16(b[2*i:])))
-		}
-	case I8:
-		for i := range out {
-			out[i] = int64(int8(b[i]))
-		}
-	case U8, Bool:
-		for i := range out {
-			out[i] = int64(b[i])
-		}
-	default:
+	if !integers(t.DType, t.Data, out) {
 		return nil, fmt.Errorf("safetensors: cannot convert dtype %q to int64", t.DType)
 	}
 	return out, nil
+}
+
+// elements is the tensor's element count, checked against its data.
+func (t Tensor) elements() (int, error) {
+	n := t.NumElements()
+	if len(t.Data) != n*t.DType.Size() {
+		return 0, fmt.Errorf("safetensors: %d data bytes for shape %v of %s", len(t.Data), t.Shape, t.DType)
+	}
+	return n, nil
+}
+
+// integers decodes the elements of an integer or bool tensor of dtype dt
+// from b into out; false for any other dtype.
+func integers[T float32 | int64](dt DType, b []byte, out []T) bool {
+	switch dt {
+	case I64:
+		for i := range out {
+			out[i] = T(int64(binary.LittleEndian.Uint64(b[8*i:])))
+		}
+	case I32:
+		for i := range out {
+			out[i] = T(int32(binary.LittleEndian.Uint32(b[4*i:])))
+		}
+	case I16:
+		for i := range out {
+			out[i] = T(int16(binary.LittleEndian.Uint16(b[2*i:])))
+		}
+	case I8:
+		for i := range out {
+			out[i] = T(int8(b[i]))
+		}
+	case U8, Bool:
+		for i := range out {
+			out[i] = T(b[i])
+		}
+	default:
+		return false
+	}
+	return true
 }
 
 // FromFloat32 encodes v as a tensor of dtype d (F32, F16, BF16 or F64).
