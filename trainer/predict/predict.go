@@ -1,6 +1,7 @@
 package predict
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -26,6 +27,7 @@ import (
 	"github.com/segpipe/segpipe/formats/batch"
 	"github.com/segpipe/segpipe/formats/rle"
 	"github.com/segpipe/segpipe/formats/shard"
+	"github.com/segpipe/segpipe/internal/atomicfile"
 	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/pipeline/augment"
 	"github.com/segpipe/segpipe/pipeline/geom"
@@ -213,7 +215,7 @@ func Run(ctx context.Context, m *model.Model, files []string, outDir string, opt
 		return sum, err
 	}
 	sum.ResultsPath = filepath.Join(outDir, "results.json")
-	return sum, os.WriteFile(sum.ResultsPath, b, 0o644)
+	return sum, atomicfile.WriteFile(sum.ResultsPath, b, 0o644)
 }
 
 // ImageInfo is what post-processing needs from a batch row.
@@ -405,15 +407,21 @@ func drawImage(src, dst string, res []Result, masks [][]byte, opt Options) error
 		}
 		label(canvas, x0, y0, fmt.Sprintf("%s %.2f", name, r.Score), c)
 	}
-	out, err := os.Create(dst)
+	// A run stopped mid-write leaves the last complete picture, not a
+	// truncated PNG under the final name.
+	out, err := atomicfile.Create(dst, 0o644)
 	if err != nil {
 		return err
 	}
-	if err := png.Encode(out, canvas); err != nil {
-		out.Close()
+	defer out.Abort()
+	w := bufio.NewWriter(out)
+	if err := png.Encode(w, canvas); err != nil {
 		return fmt.Errorf("%s: %w", dst, err)
 	}
-	return out.Close()
+	if err := w.Flush(); err != nil {
+		return fmt.Errorf("%s: %w", dst, err)
+	}
+	return out.Commit()
 }
 
 func rect(im *image.RGBA, x0, y0, x1, y1 int, c color.RGBA) {
