@@ -74,10 +74,15 @@
 // # Admission, health
 //
 // Before a stream's loader exists the server estimates its memory from the
-// request (pipeline.Config.Memory: the batches in flight, batch_size × 3 ×
-// imgsz² bytes of images plus masks each, and for the first stream of a
-// shard set that set's decoded-image cache, which all its streams share).
-// A request that does not fit beside the running streams in
+// request and the shard set (pipeline.Config.MemoryOf: the batches in
+// flight and their buffers, the decoding workers' images, the shuffle
+// window of rows read ahead, capped at the set's rows), plus the stream's
+// send buffer (one more batch, the windowed copy on the wire). A shard
+// set's decoded-image cache, which all its streams share, counts once
+// while any of them runs. The process's own baseline and the collector's
+// headroom are part of the budget's arithmetic (pipeline.Budget), as for
+// a loader in a training process. A request that does not fit beside the
+// running streams in
 // ServerConfig.MaxMemory, or beyond ServerConfig.MaxStreams, is refused
 // with ResourceExhausted and a message with the figures; [Client] retries
 // it with backoff like a dropped stream. A request whose own estimate is
