@@ -71,7 +71,9 @@ func (l *Loader) assemble(j *job) {
 		copy(boxes[4*o:], s.labels.Boxes)
 		copy(classes[o:], s.labels.Classes)
 		for _, cr := range s.labels.Crowd {
-			crowd[o+cr.Inst] = 1
+			if !cr.NotCrowd {
+				crowd[o+cr.Inst] = 1
+			}
 		}
 		if nk > 0 {
 			raster++

@@ -53,7 +53,12 @@
 // YOLO training does, unless KeepCrowd is set; then an RLE region is carried
 // with its image→canvas affine for the rasteriser (not under a perspective
 // term) and a polygon region is transformed like any instance; both are
-// listed in Labels.Crowd so that the batch can flag them.
+// listed in Labels.Crowd so that the batch can flag them. An ordinary
+// (iscrowd 0) instance whose mask is an RLE, as SA-1B stores every mask, is
+// kept like a polygon one and carried the same way as an RLE crowd region,
+// in Labels.Crowd with NotCrowd set (not flagged); its box is its COCO bbox
+// mapped and clipped. Under a perspective term it is dropped (counted in
+// Labels.Dropped).
 //
 // # Randomness
 //

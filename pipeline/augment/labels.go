@@ -15,7 +15,7 @@ type Labels struct {
 	Pts     []float32 // every kept ring's points, flat x,y
 	RingEnd []int32   // per ring: end offset in Pts
 	InstEnd []int32   // per instance: end index in RingEnd
-	Crowd   []Crowd   // crowd instances, by increasing Inst (KeepCrowd only)
+	Crowd   []Crowd   // crowd instances (KeepCrowd only) and RLE-masked ones, by increasing Inst
 
 	Dropped      int // instances removed by the candidate rule or clipped away
 	CrowdSkipped int // crowd instances dropped (KeepCrowd false)
@@ -23,13 +23,16 @@ type Labels struct {
 	a, b []float32
 }
 
-// Crowd is a kept crowd instance: rasterise RLE mapped by ToCanvas, or,
-// when RLE is nil (a crowd region given as polygons), its rings like any
-// other instance's.
+// Crowd is a kept instance that is not an ordinary polygon one: a crowd
+// region, or (NotCrowd) an ordinary instance whose mask is an RLE, as
+// SA-1B gives every mask. Rasterise RLE mapped by ToCanvas, or, when RLE
+// is nil (a crowd region given as polygons), its rings like any other
+// instance's. The batch flags it iscrowd unless NotCrowd.
 type Crowd struct {
 	Inst     int
 	RLE      *shard.RLE
 	ToCanvas geom.Affine
+	NotCrowd bool
 }
 
 // Reset empties l, keeping capacity.
@@ -90,10 +93,16 @@ func BuildLabels(l *Labels, cfg *Config, p *Plan, tiles []Tile) {
 			switch {
 			case !in.IsCrowd && in.RLE == nil:
 				l.addPolygon(cfg, p, ti, in, out)
+			case !in.IsCrowd: // an ordinary instance whose mask is an RLE (SA-1B's form)
+				if !isAffine {
+					l.Dropped++ // an RLE has no edges to map through a perspective term
+					continue
+				}
+				l.addRLE(cfg, p, ti, in, out, aff, false)
 			case !cfg.KeepCrowd || (in.RLE != nil && !isAffine) || (in.RLE == nil && len(in.Polygons) == 0):
 				l.CrowdSkipped++
 			case in.RLE != nil:
-				l.addCrowd(cfg, p, ti, in, out, aff)
+				l.addRLE(cfg, p, ti, in, out, aff, true)
 			default: // a crowd region given as polygons
 				if l.addPolygon(cfg, p, ti, in, out) {
 					l.Crowd = append(l.Crowd, Crowd{Inst: l.N() - 1})
@@ -137,7 +146,9 @@ func (l *Labels) addPolygon(cfg *Config, p *Plan, ti int, in *shard.Instance, ou
 	return true
 }
 
-func (l *Labels) addCrowd(cfg *Config, p *Plan, ti int, in *shard.Instance, out geom.Rect, m geom.Affine) {
+// addRLE adds an instance whose mask is in.RLE, its box from the mapped
+// and clipped in.BBox; crowd says whether the batch flags it iscrowd.
+func (l *Labels) addRLE(cfg *Config, p *Plan, ti int, in *shard.Instance, out geom.Rect, m geom.Affine, crowd bool) {
 	x, y, w, h := in.BBox[0], in.BBox[1], in.BBox[2], in.BBox[3]
 	l.a = p.Place[ti].AppendRing(l.a[:0], []float32{x, y, x + w, y, x + w, y + h, x, y + h})
 	l.b = geom.ClipRect(l.b[:0], l.a, p.Rect[ti])
@@ -153,7 +164,7 @@ func (l *Labels) addCrowd(cfg *Config, p *Plan, ti int, in *shard.Instance, out 
 		l.Dropped++
 		return
 	}
-	l.Crowd = append(l.Crowd, Crowd{Inst: len(l.Classes), RLE: in.RLE, ToCanvas: m.Mul(p.Place[ti])})
+	l.Crowd = append(l.Crowd, Crowd{Inst: len(l.Classes), RLE: in.RLE, ToCanvas: m.Mul(p.Place[ti]), NotCrowd: !crowd})
 	l.InstEnd = append(l.InstEnd, int32(len(l.RingEnd)))
 	l.Boxes = append(l.Boxes, after.X0, after.Y0, after.X1, after.Y1)
 	l.Classes = append(l.Classes, in.Class)
