@@ -148,3 +148,33 @@ func TestOne2OneGradientStopsAtHead(t *testing.T) {
 		}
 	}
 }
+
+// TestForwardElementsBoundsTheTape: the shape-only count of a training
+// forward's outputs (what memory estimates use) against what a real
+// forward on the CPU backend leaves on its tape, at two sizes and
+// batches: the same number of elements.
+func TestForwardElementsBoundsTheTape(t *testing.T) {
+	m, err := New(Config{Variant: "n", Classes: 5, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ batch, imgsz int }{{1, 64}, {2, 96}} {
+		tp := tensor.NewTape(nil)
+		if _, err := m.Forward(tp, randomInput(3, c.batch, 3, c.imgsz, c.imgsz), Train); err != nil {
+			t.Fatal(err)
+		}
+		held := tp.HeldElements()
+		per, err := m.ForwardElements(c.imgsz)
+		if err != nil {
+			t.Fatal(err)
+		}
+		counted := per * int64(c.batch)
+		if held == 0 || counted != held {
+			t.Errorf("batch %d imgsz %d: counted %d elements, the tape holds %d", c.batch, c.imgsz, counted, held)
+		}
+		tp.Reset()
+	}
+	if _, err := m.ForwardElements(100); err == nil {
+		t.Error("imgsz 100 accepted")
+	}
+}

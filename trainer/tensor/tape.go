@@ -80,6 +80,26 @@ func (tp *Tape) Len() int {
 	return len(tp.nodes)
 }
 
+// HeldElements is the number of elements in the buffers the recorded ops
+// allocated for their outputs (each buffer once; views not counted): the
+// activations the tape holds until its backward pass frees them.
+func (tp *Tape) HeldElements() int64 {
+	if tp == nil {
+		return 0
+	}
+	seen := make(map[backend.Mem]bool)
+	var n int64
+	for _, nd := range tp.nodes {
+		for _, o := range nd.outs {
+			if o.owned && o.data.Present() && !seen[o.data.Mem] {
+				seen[o.data.Mem] = true
+				n += int64(o.Numel())
+			}
+		}
+	}
+	return n
+}
+
 // RecycleOutputs opts the next Backward/BackwardFrom into recycling: once
 // the backward pass is done, the data buffers of every tensor produced by
 // an op recorded on this tape go back to a pool that later ops draw their
