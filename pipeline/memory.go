@@ -1,9 +1,11 @@
 package pipeline
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"runtime/metrics"
+	"slices"
 
 	"github.com/segpipe/segpipe/formats/shard"
 	"github.com/segpipe/segpipe/internal/sysmem"
@@ -180,8 +182,26 @@ func (d Config) checkMemory(src Source) error {
 	if need <= d.MaxMemory {
 		return nil
 	}
-	return fmt.Errorf("pipeline: batch size %d at imgsz %d needs an estimated %s (%s), over the memory limit of %s: lower the batch size, imgsz or cache: %w",
-		d.BatchSize, d.Augment.ImgSz, FormatBytes(need), m.terms(), FormatBytes(d.MaxMemory), ErrMemoryLimit)
+	return fmt.Errorf("pipeline: batch size %d at imgsz %d needs an estimated %s (%s), over the memory limit of %s: %s: %w",
+		d.BatchSize, d.Augment.ImgSz, FormatBytes(need), m.terms(), FormatBytes(d.MaxMemory), m.Advice(), ErrMemoryLimit)
+}
+
+// Advice names the settings that shrink the estimate, the largest of its
+// terms first, so that a refusal points at what to change: a small
+// machine is usually over budget through the shuffle window or the
+// cache, not through the batch.
+func (m Memory) Advice() string {
+	type knob struct {
+		bytes int64
+		what  string
+	}
+	knobs := []knob{
+		{m.Batches + m.Decoding, "the batch size or imgsz"},
+		{m.Cache + m.CacheFree, "the decoded-image cache"},
+		{m.Window, "the shuffle window"},
+	}
+	slices.SortStableFunc(knobs, func(a, b knob) int { return cmp.Compare(b.bytes, a.bytes) })
+	return fmt.Sprintf("lower %s, %s or %s", knobs[0].what, knobs[1].what, knobs[2].what)
 }
 
 // terms lists the estimate's terms with the process and collector parts,

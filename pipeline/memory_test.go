@@ -140,3 +140,20 @@ func TestMemoryEstimateTerms(t *testing.T) {
 	}
 	l.Close()
 }
+
+// TestMemoryAdvice: a refusal names the largest term's setting first.
+func TestMemoryAdvice(t *testing.T) {
+	cases := []struct {
+		m    Memory
+		want string
+	}{
+		{Memory{Batches: 100, Cache: 10, Window: 1}, "lower the batch size or imgsz, the decoded-image cache or the shuffle window"},
+		{Memory{Batches: 10, Decoding: 5, Cache: 4, CacheFree: 4, Window: 95}, "lower the shuffle window, the batch size or imgsz or the decoded-image cache"},
+		{Memory{Batches: 1, Cache: 50, CacheFree: 10, Window: 20}, "lower the decoded-image cache, the shuffle window or the batch size or imgsz"},
+	}
+	for _, c := range cases {
+		if got := c.m.Advice(); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.m, got, c.want)
+		}
+	}
+}
