@@ -7,7 +7,10 @@ resume state; ``len()`` is the number of batches that pass yields;
 DistributedSampler's and a stateful DataLoader's do. A background thread
 reads and converts batches ahead of the consumer (windowed masks are
 expanded there, not on the training thread), so that a batch is ready when
-the step asks for it.
+the step asks for it; once an epoch's batches are all read it starts the
+next epoch's pass, so that a loader's start-up overlaps the last steps of
+the epoch before (``ahead``; the pass is dropped if the next iteration asks
+for another epoch).
 
 A transport implements ``images()`` (the set's image count, for lengths and
 even rank splits) and ``_open_pass(request, stop)`` (an iterator of
@@ -20,7 +23,7 @@ from __future__ import annotations
 import queue
 import threading
 import warnings
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Iterator
 
 import torch
@@ -31,6 +34,24 @@ from .request import MASKS_WINDOWED, Request, RequestError, ResumeState, even_ba
 from .stream import StreamError
 
 _END = object()
+
+
+@dataclass(eq=False)
+class _Producer:
+    """One pass being read into a queue by its own thread."""
+
+    request: Request
+    queue: queue.Queue
+    stop: threading.Event
+    gate: threading.Lock
+    thread: threading.Thread | None = None
+    ahead: _Producer | None = None  # the next epoch's pass it started
+    # Under gate: a consumer reads this pass (a pass started ahead is not
+    # read until an iteration asks for its epoch), and all its batches are
+    # read. The next epoch starts once both hold, so that passes started
+    # ahead do not chain through epochs nobody asked for.
+    adopted: bool = False
+    done: bool = False
 
 
 class EpochStream(torch.utils.data.IterableDataset):
@@ -72,6 +93,13 @@ class EpochStream(torch.utils.data.IterableDataset):
         self.pin_memory = pin_memory
         self.prefetch, self.timeout, self.where = prefetch, float(timeout), where
         self._state: ResumeState = request.start
+        #: Start the next epoch's pass as soon as this one's batches are all
+        #: read (a transport still has one pass live at a time). Only where the
+        #: schedule is known (epochs > 0): past it, or with no schedule, a
+        #: pass started ahead would hold a loader, or a server's stream,
+        #: that may never be read.
+        self.ahead = epochs > 0
+        self._ahead: _Producer | None = None
         self._delivered = 0
         #: Bytes of the Arrow records delivered so far (all buffers).
         self.bytes_received = 0
@@ -89,7 +117,9 @@ class EpochStream(torch.utils.data.IterableDataset):
         """Unblock a read in progress (called from the consumer's thread)."""
 
     def close(self) -> None:
-        """Stop a pass in progress (its loader or stream ends)."""
+        """Stop a pass in progress (its loader or stream ends), and the next
+        epoch's if it was started ahead."""
+        self._drop_ahead()
         self._interrupt()
 
     def __enter__(self):
@@ -171,6 +201,11 @@ class EpochStream(torch.utils.data.IterableDataset):
                 f"epoch {st.epoch} is past the {self.epochs} epochs of this stream: "
                 "set_epoch() or load_state_dict() to go elsewhere, or make a stream with more epochs"
             )
+        return self._request_at(st)
+
+    def _request_at(self, st: ResumeState) -> Request | None:
+        """The request of the pass from st to its epoch's end; None when
+        that pass has nothing to deliver."""
         closing = bool(self.close_mosaic) and st.epoch >= self.epochs - self.close_mosaic
         limit = self._pass_limit(st)
         if limit == 0:
@@ -182,6 +217,14 @@ class EpochStream(torch.utils.data.IterableDataset):
             self.request, start=st, epochs=st.epoch + 1, close_mosaic=1 if closing else 0, limit=limit or 0
         ).validate()
 
+    def _following(self, st: ResumeState) -> Request | None:
+        """The request of the epoch after st's, started ahead while the
+        training loop takes st's last batches; None past the schedule."""
+        nxt = ResumeState(seed=st.seed, epoch=st.epoch + 1)
+        if self.epochs and nxt.epoch >= self.epochs:
+            return None
+        return self._request_at(nxt)
+
     def __iter__(self) -> Iterator[Batch]:
         info = torch.utils.data.get_worker_info()
         if info is not None and info.num_workers > 1:
@@ -191,28 +234,78 @@ class EpochStream(torch.utils.data.IterableDataset):
             )
         return self._pass()
 
+    def _start(self, req: Request, adopted: bool = False) -> _Producer:
+        """A producer thread filling a queue with req's batches; once they
+        are all read it starts the next epoch's pass (ahead), so that a
+        loader's start-up, its first batches decoded, overlaps the
+        training loop's last steps of this epoch instead of following
+        them."""
+        pr = _Producer(req, queue.Queue(maxsize=self.prefetch), threading.Event(), threading.Lock(), adopted=adopted)
+        pr.thread = threading.Thread(target=self._produce, args=(pr,), name="segpipe-prefetch", daemon=True)
+        pr.thread.start()
+        return pr
+
+    def _take_ahead(self, req: Request) -> _Producer | None:
+        """The pass started ahead for req, if that is the one started;
+        another is stopped."""
+        pr, self._ahead = getattr(self, "_ahead", None), None
+        if pr is not None and pr.request != req:
+            self._stop(pr)
+            pr = None
+        if pr is not None:
+            with pr.gate:
+                pr.adopted = True
+                if pr.done:
+                    self._chain(pr)
+        return pr
+
+    def _chain(self, pr: _Producer) -> None:
+        """Start the pass of the epoch after pr's (pr.gate held; pr read
+        whole, its loader closed, and adopted)."""
+        if pr.stop.is_set() or not self.ahead:
+            return
+        following = self._following(pr.request.start)
+        if following is not None:
+            pr.ahead = self._ahead = self._start(following)
+
+    def _stop(self, pr: _Producer) -> None:
+        """Stop a producer and its pass, and wait for its thread; a pass it
+        started ahead is stopped too."""
+        with pr.gate:
+            pr.stop.set()
+        self._interrupt()
+        while pr.thread is not None and pr.thread.is_alive():
+            try:  # unblock a producer waiting for room
+                pr.queue.get_nowait()
+            except queue.Empty:
+                pr.thread.join(0.05)
+        ahead = getattr(self, "_ahead", None)
+        if ahead is not None and ahead is pr.ahead:
+            self._ahead = None
+            self._stop(ahead)
+
     def _pass(self) -> Iterator[Batch]:
         req = self._pass_request()
         start = self._state
         next_epoch = ResumeState(seed=start.seed, epoch=start.epoch + 1)
         if req is None:
+            self._drop_ahead()
             self._state = next_epoch
             return
-        q: queue.Queue = queue.Queue(maxsize=self.prefetch)
-        stop = threading.Event()
-        t = threading.Thread(target=self._produce, args=(req, q, stop), name="segpipe-prefetch", daemon=True)
-        t.start()
+        pr = self._take_ahead(req) or self._start(req, adopted=True)
+        whole = False
         try:
             index = 0
             while True:
                 try:
-                    item = q.get(timeout=self.timeout)
+                    item = pr.queue.get(timeout=self.timeout)
                 except queue.Empty:
                     raise StreamError(
                         f"no batch from {self.where} in {self.timeout:g} s (batch {index} of epoch {start.epoch}): "
                         "the server hangs or is overloaded; raise timeout= if first batches are slow to come"
                     ) from None
                 if item is _END:
+                    whole = True
                     break
                 if isinstance(item, BaseException):
                     raise item
@@ -227,15 +320,20 @@ class EpochStream(torch.utils.data.IterableDataset):
             # batches left this rank's last samples unread.
             self._state = next_epoch
         finally:
-            stop.set()
-            self._interrupt()
-            while t.is_alive():
-                try:  # unblock a producer waiting for room
-                    q.get_nowait()
-                except queue.Empty:
-                    t.join(0.05)
+            if whole:
+                if pr.thread is not None:
+                    pr.thread.join()
+            else:
+                self._stop(pr)
 
-    def _produce(self, req: Request, q: queue.Queue, stop: threading.Event) -> None:
+    def _drop_ahead(self) -> None:
+        pr, self._ahead = getattr(self, "_ahead", None), None
+        if pr is not None:
+            self._stop(pr)
+
+    def _produce(self, pr: _Producer) -> None:
+        q, stop = pr.queue, pr.stop
+
         def put(item: Any) -> bool:
             while not stop.is_set():
                 try:
@@ -245,6 +343,7 @@ class EpochStream(torch.utils.data.IterableDataset):
                     continue
             return False
 
+        req = pr.request
         windowed = req.transport == MASKS_WINDOWED
         imgsz = req.imgsz or 640
         try:
@@ -262,13 +361,22 @@ class EpochStream(torch.utils.data.IterableDataset):
                     batch = {k: v.to(self.device, non_blocking=nb) for k, v in batch.items()}
                 if not put((batch, st, rb.nbytes)):
                     return
-            put(_END)
         except BaseException as e:  # handed to the consumer, which raises it
             if not stop.is_set():
                 put(e)
+            return
+        # The pass is read and its loader closed: one pass is live at a
+        # time, so the next epoch's may start. The gate orders this with a
+        # consumer that stops this pass early (which drops the ahead).
+        with pr.gate:
+            pr.done = True
+            if pr.adopted:
+                self._chain(pr)
+        put(_END)
 
     def __getstate__(self) -> dict:
         # A DataLoader worker gets a copy without live connections.
         d = dict(self.__dict__)
         d.pop("_live", None)
+        d.pop("_ahead", None)
         return d

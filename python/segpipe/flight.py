@@ -254,7 +254,7 @@ class FlightBatches(EpochStream):
             rs.close()
 
     def _interrupt(self) -> None:
-        rs = self._live
+        rs = getattr(self, "_live", None)
         if rs is not None:
             rs.close()
 

@@ -270,7 +270,7 @@ class Loader(EpochStream):
             self._finish(p)
 
     def _interrupt(self) -> None:
-        p = self._live
+        p = getattr(self, "_live", None)
         if p is not None:
             p.stop()
 
@@ -279,6 +279,8 @@ class Loader(EpochStream):
         the library's records (no copy): Arrow rather than tensors. Reading
         it to its end moves this loader to the next epoch, as iterating it
         does; state_dict() follows the batches read."""
+        # One pass is live at a time: this one replaces a pass started ahead.
+        self._drop_ahead()
         req = self._pass_request()
         start = self._state
         if req is None:

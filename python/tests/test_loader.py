@@ -61,6 +61,25 @@ class LoaderTest(unittest.TestCase):
                     assert_same(self, g, w, f"{masks} batch {i}")
                 self.assertEqual(ld.state_dict(), {"seed": SEED, "epoch": 2, "consumed": 0})
 
+    def test_next_epoch_starts_ahead_unless_another_is_asked_for(self):
+        ld = make(epochs=3)
+        first = list(ld)
+        # Epoch 1's loader started while epoch 0's last batches were taken.
+        self.assertIsNotNone(ld._ahead)
+        self.assertEqual(ld._ahead.request.start.to_json(), {"seed": SEED, "epoch": 1, "consumed": 0})
+        ld.set_epoch(0)  # epoch 0 again: the pass started ahead is dropped
+        again = list(ld)
+        self.assertEqual(len(again), len(first))
+        for i, (g, h) in enumerate(zip(first, again)):
+            assert_same(self, g, self.ref[i], f"epoch 0 batch {i}")
+            assert_same(self, h, self.ref[i], f"epoch 0 again, batch {i}")
+        second = list(ld)  # from the pass started ahead
+        for i, g in enumerate(second):
+            assert_same(self, g, self.ref[len(first) + i], f"epoch 1 batch {i}")
+        list(ld)
+        self.assertIsNone(ld._ahead, "a pass was started past the last epoch")
+        ld.close()
+
     def test_state_dict_resumes_bit_identically(self):
         ld = make(masks="windowed")
         k = 4

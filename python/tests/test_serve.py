@@ -170,11 +170,11 @@ class ConventionsTest(_Case):
         # the reader thread fills the queue while the consumer holds the batch
         deadline = time.monotonic() + 20
         while fb.delivered == 1 and time.monotonic() < deadline:
-            gen_q = it.gi_frame.f_locals.get("q") if it.gi_frame else None
+            gen_q = it.gi_frame.f_locals["pr"].queue if it.gi_frame else None
             if gen_q is not None and gen_q.qsize() == 3:
                 break
             time.sleep(0.02)
-        self.assertEqual(it.gi_frame.f_locals["q"].qsize(), 3, "prefetch=3 batches should wait ready")
+        self.assertEqual(it.gi_frame.f_locals["pr"].queue.qsize(), 3, "prefetch=3 batches should wait ready")
         assert_same(self, first, self.ref[0], "batch 0")
         it.close()  # a consumer leaving mid-epoch
         deadline = time.monotonic() + 10
