@@ -35,11 +35,11 @@ func benchCommand() *ucli.Command {
 		Flags: []ucli.Flag{
 			&ucli.StringFlag{Name: "shards", Usage: "shard `DIR` or URL (with manifest.json; s3://, gs://, azblob://, file://)", Required: true},
 			&ucli.IntFlag{Name: "batch", Value: 32, Usage: "images per batch"},
-			&ucli.IntFlag{Name: "imgsz", Value: 640, Usage: "output image side"},
+			&ucli.IntFlag{Name: "imgsz", Value: augment.DefaultImgSz, Usage: "output image side"},
 			&ucli.IntFlag{Name: "workers", Usage: "worker goroutines (0: GOMAXPROCS)"},
 			&ucli.IntFlag{Name: "repeat", Value: 1, Usage: "repeat the dataset R times"},
 			&ucli.IntFlag{Name: "epochs", Value: 1, Usage: "epochs to stream"},
-			&ucli.FloatFlag{Name: "mosaic", Value: 1, Usage: "mosaic probability"},
+			augmentFlag("mosaic"),
 			&ucli.BoolFlag{Name: "val", Usage: "validation mode (letterbox only)"},
 			&ucli.Uint64Flag{Name: "seed", Value: 0, Usage: "shuffle and augmentation seed"},
 			&ucli.StringFlag{Name: "cache", Value: "512MiB", Usage: "decoded-image cache `SIZE`"},

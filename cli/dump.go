@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
@@ -23,14 +24,24 @@ func batchFlags(batchSize int) []ucli.Flag {
 	return []ucli.Flag{
 		&ucli.StringFlag{Name: "shards", Usage: "shard `DIR` or URL (with manifest.json; s3://, gs://, azblob://, file://)", Required: true},
 		&ucli.IntFlag{Name: "batch", Value: batchSize, Usage: "images per batch"},
-		&ucli.IntFlag{Name: "imgsz", Value: 640, Usage: "output image side"},
+		&ucli.IntFlag{Name: "imgsz", Value: augment.DefaultImgSz, Usage: "output image side"},
 		&ucli.Uint64Flag{Name: "seed", Usage: "shuffle and augmentation seed"},
 		&ucli.IntFlag{Name: "epoch", Usage: "epoch to draw batches from"},
-		&ucli.FloatFlag{Name: "mosaic", Value: 1, Usage: "mosaic probability"},
+		augmentFlag("mosaic"),
 		&ucli.BoolFlag{Name: "val", Usage: "validation mode (letterbox only)"},
 		&ucli.IntFlag{Name: "workers", Usage: "worker goroutines (0: GOMAXPROCS)"},
 		strictFlag(),
 	}
+}
+
+// augmentFlag is the flag of a float augmentation setting, with the
+// table's default and usage (augment.Config).
+func augmentFlag(name string) ucli.Flag {
+	s, ok := augment.Lookup(name)
+	if !ok || s.Kind != reflect.Float64 {
+		panic("augmentFlag: no float setting " + name) // a mistake in this file
+	}
+	return &ucli.FloatFlag{Name: name, Value: s.Default.(float64), Usage: s.Usage}
 }
 
 // strictFlag is --strict of the commands that run a loader.

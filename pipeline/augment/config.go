@@ -1,64 +1,209 @@
 package augment
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
-	"math"
+	"reflect"
+	"strconv"
 )
+
+//go:generate go run ./internal/gen -python ../../python/segpipe/_augment.py
 
 // Config holds the augmentation hyper-parameters. Start from DefaultConfig:
 // several zero values (Mosaic, FlipLR, the HSV gains) mean "off".
+//
+// Config is the one table of the augmentation settings. Every field but
+// ImgSz is a setting, and its tags say everything the rest of the project
+// needs to know about it, so that adding a setting is adding a field here:
+//
+//   - json: its name, the same in a loader request's "augment" object
+//     (pipeline/remote), in `segpipe train`'s config and flags when the
+//     trainer exposes it (trainer/train), and in the Python package
+//     (python/segpipe/_augment.py, generated from this table);
+//   - default: its value in DefaultConfig, as Go source would spell it;
+//   - max: for a float64 setting, the largest value Validate accepts (the
+//     smallest is 0; "inf" for no bound); uint8 and bool settings take
+//     every value of their type;
+//   - usage: one line for flag help and the Python docs.
+//
+// Settings lists the table; a test holds every field to these rules.
 type Config struct {
-	ImgSz int // output canvas side s (square), default 640
+	ImgSz int `json:"-"` // output canvas side s (square), default 640; a request carries it apart
 
-	Mosaic      float64 // probability of a 4-image mosaic, default 1.0
-	Degrees     float64 // rotation range ±degrees, default 0
-	Translate   float64 // translation fraction ±, default 0.1
-	Scale       float64 // scale gain: factor uniform in [1-Scale, 1+Scale], default 0.5
-	Shear       float64 // shear range ±degrees, default 0
-	Perspective float64 // perspective range ±, default 0
-	HSVH        float64 // hue gain, default 0.015
-	HSVS        float64 // saturation gain, default 0.7
-	HSVV        float64 // value gain, default 0.4
-	FlipLR      float64 // horizontal flip probability, default 0.5
-	Fill        uint8   // padding value, default 114
+	// Mosaic is the probability of a 4-image mosaic.
+	Mosaic float64 `json:"mosaic" default:"1" max:"1" usage:"mosaic probability"`
+	// Degrees is the rotation range ±degrees.
+	Degrees float64 `json:"degrees" default:"0" max:"180" usage:"rotation range ±degrees"`
+	// Translate is the translation fraction ±.
+	Translate float64 `json:"translate" default:"0.1" max:"1" usage:"translation augmentation fraction"`
+	// Scale is the scale gain: the factor is uniform in [1-Scale, 1+Scale].
+	Scale float64 `json:"scale" default:"0.5" max:"0.99" usage:"scale augmentation gain"`
+	// Shear is the shear range ±degrees.
+	Shear float64 `json:"shear" default:"0" max:"89" usage:"shear range ±degrees"`
+	// Perspective is the perspective range ±.
+	Perspective float64 `json:"perspective" default:"0" max:"0.01" usage:"perspective range ±"`
+	// HSVH, HSVS and HSVV are the hue, saturation and value gains.
+	HSVH float64 `json:"hsv_h" default:"0.015" max:"1" usage:"hue augmentation gain"`
+	HSVS float64 `json:"hsv_s" default:"0.7" max:"1" usage:"saturation augmentation gain"`
+	HSVV float64 `json:"hsv_v" default:"0.4" max:"1" usage:"value augmentation gain"`
+	// FlipLR is the horizontal flip probability.
+	FlipLR float64 `json:"fliplr" default:"0.5" max:"1" usage:"horizontal flip probability"`
+	// Fill is the padding value.
+	Fill uint8 `json:"fill" default:"114" usage:"padding value"`
 
 	// Candidate rule (see package doc).
-	MinSide   float64 // default 2 px
-	MinArea   float64 // kept area / area before clipping, default 0.01
-	MaxAspect float64 // default 100
+	MinSide   float64 `json:"min_side" default:"2" max:"inf" usage:"candidate rule: least box side after clipping, px"`
+	MinArea   float64 `json:"min_area" default:"0.01" max:"1" usage:"candidate rule: least kept area / area before clipping"`
+	MaxAspect float64 `json:"max_aspect" default:"100" max:"inf" usage:"candidate rule: largest box aspect ratio"`
 
 	// KeepCrowd keeps iscrowd instances (rasterised from their RLE or
 	// polygons, flagged in the batch's iscrowd column) instead of dropping
-	// them as YOLO training does; validation sets it. Default false.
-	KeepCrowd bool
+	// them as YOLO training does; validation sets it.
+	KeepCrowd bool `json:"keep_crowd" default:"false" usage:"keep crowd instances (flagged) instead of dropping them"`
+}
+
+// DefaultImgSz is DefaultConfig's ImgSz.
+const DefaultImgSz = 640
+
+// MaxImgSz is the largest ImgSz Validate accepts.
+const MaxImgSz = 1 << 14
+
+// Setting describes one augmentation setting: one field of Config and its
+// tags.
+type Setting struct {
+	Name  string       // the json tag: the setting's name everywhere
+	Field string       // the Config field
+	Kind  reflect.Kind // reflect.Float64, reflect.Uint8 or reflect.Bool
+	// Default is DefaultConfig's value: a float64, uint8 or bool.
+	Default any
+	// Max bounds a float64 setting: Validate accepts [0, Max] (+Inf: no
+	// upper bound). 0 for the other kinds.
+	Max   float64
+	Usage string
+	index int
+}
+
+// table is Config's tags, parsed once; defaults is DefaultConfig.
+var table, defaults = mustParseTable()
+
+// Settings returns the table of settings in Config's field order.
+func Settings() []Setting { return append([]Setting(nil), table...) }
+
+// Lookup returns the setting called name.
+func Lookup(name string) (Setting, bool) {
+	for _, s := range table {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return Setting{}, false
+}
+
+// Value returns a pointer to c's field for s, a setting of Settings or
+// Lookup: a *float64, *uint8 or *bool, as s.Kind says.
+func (c *Config) Value(s Setting) any {
+	return reflect.ValueOf(c).Elem().Field(s.index).Addr().Interface()
 }
 
 // DefaultConfig returns the widely used YOLO defaults.
-func DefaultConfig() Config {
-	return Config{
-		ImgSz: 640, Mosaic: 1, Translate: 0.1, Scale: 0.5,
-		HSVH: 0.015, HSVS: 0.7, HSVV: 0.4, FlipLR: 0.5, Fill: 114,
-		MinSide: 2, MinArea: 0.01, MaxAspect: 100,
+func DefaultConfig() Config { return defaults }
+
+// mustParseTable reads Config's tags. A malformed tag is a mistake in
+// this file, which every test of the package reports at once.
+func mustParseTable() ([]Setting, Config) {
+	t, d, err := parseTable()
+	if err != nil {
+		panic(err)
 	}
+	return t, d
+}
+
+func parseTable() ([]Setting, Config, error) {
+	d := Config{ImgSz: DefaultImgSz}
+	dv := reflect.ValueOf(&d).Elem()
+	ct := dv.Type()
+	var out []Setting
+	for i := range ct.NumField() {
+		f := ct.Field(i)
+		name := f.Tag.Get("json")
+		if name == "-" {
+			continue
+		}
+		s := Setting{Name: name, Field: f.Name, Kind: f.Type.Kind(), Usage: f.Tag.Get("usage"), index: i}
+		def, ok := f.Tag.Lookup("default")
+		if name == "" || !ok || s.Usage == "" {
+			return nil, Config{}, fmt.Errorf("augment: Config.%s: want json, default and usage tags", f.Name)
+		}
+		var err error
+		switch s.Kind {
+		case reflect.Float64:
+			var x float64
+			if x, err = strconv.ParseFloat(def, 64); err == nil {
+				if s.Max, err = strconv.ParseFloat(f.Tag.Get("max"), 64); err == nil && !(x >= 0 && x <= s.Max) {
+					err = fmt.Errorf("default %v outside [0, %v]", x, s.Max)
+				}
+			}
+			s.Default = x
+			dv.Field(i).SetFloat(x)
+		case reflect.Uint8:
+			var n uint64
+			n, err = strconv.ParseUint(def, 10, 8)
+			s.Default = uint8(n)
+			dv.Field(i).SetUint(n)
+		case reflect.Bool:
+			var b bool
+			b, err = strconv.ParseBool(def)
+			s.Default = b
+			dv.Field(i).SetBool(b)
+		default:
+			err = fmt.Errorf("type %s: want float64, uint8 or bool", f.Type)
+		}
+		if err == nil && s.Kind != reflect.Float64 && f.Tag.Get("max") != "" {
+			err = errors.New("max applies to float64 settings only")
+		}
+		if err != nil {
+			return nil, Config{}, fmt.Errorf("augment: Config.%s: %w", f.Name, err)
+		}
+		out = append(out, s)
+	}
+	return out, d, nil
 }
 
 // Validate reports a configuration that cannot be used.
 func (c Config) Validate() error {
-	if c.ImgSz <= 0 || c.ImgSz > 1<<14 {
-		return fmt.Errorf("augment: imgsz %d out of range (1..16384)", c.ImgSz)
+	if c.ImgSz <= 0 || c.ImgSz > MaxImgSz {
+		return fmt.Errorf("augment: imgsz %d out of range (1..%d)", c.ImgSz, MaxImgSz)
 	}
-	for _, f := range []struct {
-		name   string
-		v, max float64
-	}{
-		{"mosaic", c.Mosaic, 1}, {"fliplr", c.FlipLR, 1}, {"scale", c.Scale, 0.99},
-		{"translate", c.Translate, 1}, {"degrees", c.Degrees, 180}, {"shear", c.Shear, 89},
-		{"perspective", c.Perspective, 0.01}, {"hsv_h", c.HSVH, 1}, {"hsv_s", c.HSVS, 1}, {"hsv_v", c.HSVV, 1},
-		{"min_area", c.MinArea, 1}, {"min_side", c.MinSide, math.Inf(1)}, {"max_aspect", c.MaxAspect, math.Inf(1)},
-	} {
-		if !(f.v >= 0 && f.v <= f.max) {
-			return fmt.Errorf("augment: %s %v out of range [0, %v]", f.name, f.v, f.max)
+	v := reflect.ValueOf(c)
+	for _, s := range table {
+		if s.Kind != reflect.Float64 {
+			continue // every value of the type is a setting
+		}
+		if x := v.Field(s.index).Float(); !(x >= 0 && x <= s.Max) {
+			return fmt.Errorf("augment: %s %v out of range [0, %v]", s.Name, x, s.Max)
 		}
 	}
+	return nil
+}
+
+// UnmarshalJSON reads the settings a JSON object names over DefaultConfig
+// (ImgSz is not one of them): a missing or null key keeps the default and
+// an unknown key is an error, so that a client never believes a setting
+// was applied when this version does not know it. This is a loader
+// request's "augment" object.
+func (c *Config) UnmarshalJSON(b []byte) error {
+	type plain Config // without this method
+	p := plain(DefaultConfig())
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		if e, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && e.Field == "" {
+			e.Type = reflect.TypeFor[Config]() // not the local type's name
+		}
+		return err
+	}
+	*c = Config(p)
 	return nil
 }

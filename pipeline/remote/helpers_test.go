@@ -17,6 +17,7 @@ import (
 	"github.com/segpipe/segpipe/formats/batch"
 	"github.com/segpipe/segpipe/formats/shard"
 	"github.com/segpipe/segpipe/pipeline"
+	"github.com/segpipe/segpipe/pipeline/augment"
 	"github.com/segpipe/segpipe/pipeline/order"
 )
 
@@ -101,13 +102,13 @@ func client(t testing.TB, cfg ClientConfig) *Client {
 }
 
 func testRequest() Request {
+	a := augment.DefaultConfig()
+	a.Degrees = 5
 	return Request{
 		Version: RequestVersion, Shards: "synth", Start: order.State{Seed: 7}, Epochs: 2, CloseMosaic: 1,
-		BatchSize: 4, ImgSz: 64, Augment: &Augment{Degrees: ptr(5.0)},
+		BatchSize: 4, ImgSz: 64, Augment: &a,
 	}
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // local runs the in-process loader on the same request.
 func local(t testing.TB, rows []shard.Image, req Request, workers int) []arrow.RecordBatch {

@@ -28,6 +28,7 @@ import (
 
 	"github.com/segpipe/segpipe/formats/batch"
 	"github.com/segpipe/segpipe/pipeline"
+	"github.com/segpipe/segpipe/pipeline/augment"
 	"github.com/segpipe/segpipe/pipeline/order"
 )
 
@@ -62,7 +63,7 @@ func TestParseRequestRejects(t *testing.T) {
 		})
 	}
 	r, err := ParseRequest(testRequest().Marshal())
-	if err != nil || r.Shards != "synth" || r.Augment == nil || *r.Augment.Degrees != 5 {
+	if err != nil || r.Shards != "synth" || r.Augment == nil || r.Augment.Degrees != 5 {
 		t.Fatalf("round trip: %+v, %v", r, err)
 	}
 }
@@ -316,7 +317,9 @@ func TestConcurrentClients(t *testing.T) {
 			defer wg.Done()
 			req := testRequest()
 			req.Rank, req.WorldSize, req.Epochs, req.BatchSize = r, world, 1, 2
-			req.Augment = &Augment{Mosaic: ptr(0.0)}
+			a := augment.DefaultConfig()
+			a.Mosaic = 0
+			req.Augment = &a
 			if r%2 == 1 {
 				req.Masks = MasksWindowed
 			}

@@ -101,33 +101,15 @@ type Request struct {
 	BatchSize   int  `json:"batch_size,omitempty"`
 	ImgSz       int  `json:"imgsz,omitempty"`
 	Val         bool `json:"val,omitempty"`
-	// Augment overrides single augmentation settings of
-	// augment.DefaultConfig; nil keeps them all.
-	Augment *Augment `json:"augment,omitempty"`
+	// Augment is the augmentation settings; nil keeps
+	// augment.DefaultConfig. A ticket's object overrides only the settings
+	// it names (augment.Config.UnmarshalJSON); the canvas side is ImgSz
+	// above, so Augment.ImgSz is ignored.
+	Augment *augment.Config `json:"augment,omitempty"`
 	// Masks is MasksDense (default) or MasksWindowed.
 	Masks string `json:"masks,omitempty"`
 	// Limit stops the stream after this many batches (0: no limit).
 	Limit int64 `json:"limit,omitempty"`
-}
-
-// Augment holds optional overrides of augment.Config; a nil field keeps the
-// default. Names follow the widely used YOLO hyper-parameter names.
-type Augment struct {
-	Mosaic      *float64 `json:"mosaic,omitempty"`
-	Degrees     *float64 `json:"degrees,omitempty"`
-	Translate   *float64 `json:"translate,omitempty"`
-	Scale       *float64 `json:"scale,omitempty"`
-	Shear       *float64 `json:"shear,omitempty"`
-	Perspective *float64 `json:"perspective,omitempty"`
-	HSVH        *float64 `json:"hsv_h,omitempty"`
-	HSVS        *float64 `json:"hsv_s,omitempty"`
-	HSVV        *float64 `json:"hsv_v,omitempty"`
-	FlipLR      *float64 `json:"fliplr,omitempty"`
-	Fill        *uint8   `json:"fill,omitempty"`
-	MinSide     *float64 `json:"min_side,omitempty"`
-	MinArea     *float64 `json:"min_area,omitempty"`
-	MaxAspect   *float64 `json:"max_aspect,omitempty"`
-	KeepCrowd   *bool    `json:"keep_crowd,omitempty"`
 }
 
 // ParseRequest decodes and checks a ticket. Errors wrap ErrBadRequest and
@@ -222,11 +204,7 @@ func NewRequest(shards string, cfg pipeline.Config) (Request, error) {
 	}
 	r := Request{Version: RequestVersion, Shards: shards, Start: cfg.Start, Epochs: cfg.Epochs,
 		CloseMosaic: cfg.CloseMosaic, Rank: cfg.Rank, WorldSize: cfg.WorldSize, BatchSize: cfg.BatchSize,
-		Val: cfg.Val, ImgSz: a.ImgSz,
-		Augment: &Augment{Mosaic: &a.Mosaic, Degrees: &a.Degrees, Translate: &a.Translate, Scale: &a.Scale,
-			Shear: &a.Shear, Perspective: &a.Perspective, HSVH: &a.HSVH, HSVS: &a.HSVS, HSVV: &a.HSVV,
-			FlipLR: &a.FlipLR, Fill: &a.Fill, MinSide: &a.MinSide, MinArea: &a.MinArea, MaxAspect: &a.MaxAspect,
-			KeepCrowd: &a.KeepCrowd}}
+		Val: cfg.Val, ImgSz: a.ImgSz, Augment: &a}
 	return r, r.Validate()
 }
 
@@ -288,29 +266,12 @@ func (r Request) Config(base pipeline.Config) (pipeline.Config, error) {
 	c.BatchSize, c.Start, c.Epochs, c.CloseMosaic = r.BatchSize, r.Start, r.Epochs, r.CloseMosaic
 	c.Rank, c.WorldSize, c.Val = r.Rank, r.WorldSize, r.Val
 	a := augment.DefaultConfig()
+	if r.Augment != nil {
+		a = *r.Augment
+	}
+	a.ImgSz = augment.DefaultImgSz
 	if r.ImgSz != 0 {
 		a.ImgSz = r.ImgSz
-	}
-	if o := r.Augment; o != nil {
-		for _, f := range []struct {
-			dst *float64
-			src *float64
-		}{
-			{&a.Mosaic, o.Mosaic}, {&a.Degrees, o.Degrees}, {&a.Translate, o.Translate}, {&a.Scale, o.Scale},
-			{&a.Shear, o.Shear}, {&a.Perspective, o.Perspective}, {&a.HSVH, o.HSVH}, {&a.HSVS, o.HSVS},
-			{&a.HSVV, o.HSVV}, {&a.FlipLR, o.FlipLR}, {&a.MinSide, o.MinSide}, {&a.MinArea, o.MinArea},
-			{&a.MaxAspect, o.MaxAspect},
-		} {
-			if f.src != nil {
-				*f.dst = *f.src
-			}
-		}
-		if o.Fill != nil {
-			a.Fill = *o.Fill
-		}
-		if o.KeepCrowd != nil {
-			a.KeepCrowd = *o.KeepCrowd
-		}
 	}
 	c.Augment = a
 	if r.BatchSize < 0 || r.Epochs < 0 || r.CloseMosaic < 0 || r.ImgSz < 0 || r.WorldSize < 0 {

@@ -10,9 +10,11 @@ the authority: it re-checks everything.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
+
+# Re-exported: a trainer reads the settings' defaults and docs from here.
+from ._augment import AUGMENT_DEFAULTS, AUGMENT_MAX, AUGMENT_TYPES, AUGMENT_USAGE, IMGSZ_DEFAULT, IMGSZ_MAX  # noqa: F401
 
 #: The ticket format version this package writes (remote.RequestVersion).
 REQUEST_VERSION = 1
@@ -26,24 +28,10 @@ MAX_BATCH_SIZE = 1 << 16
 MASK_STRIDE = 4
 _MAX_UINT64 = (1 << 64) - 1
 
-# Augmentation overrides a request may carry, with the server's accepted
-# range (augment.Config.Validate). fill and keep_crowd are checked apart.
-_AUGMENT_RANGES = {
-    "mosaic": 1.0,
-    "degrees": 180.0,
-    "translate": 1.0,
-    "scale": 0.99,
-    "shear": 89.0,
-    "perspective": 0.01,
-    "hsv_h": 1.0,
-    "hsv_s": 1.0,
-    "hsv_v": 1.0,
-    "fliplr": 1.0,
-    "min_side": math.inf,
-    "min_area": 1.0,
-    "max_aspect": math.inf,
-}
-AUGMENT_KEYS = frozenset(_AUGMENT_RANGES) | {"fill", "keep_crowd"}
+#: The augmentation settings a request may carry. Their types, defaults and
+#: accepted ranges (AUGMENT_TYPES, AUGMENT_DEFAULTS, AUGMENT_MAX) come from
+#: the server's own table, augment.Config, through the generated _augment.
+AUGMENT_KEYS = frozenset(AUGMENT_TYPES)
 
 _REQUEST_KEYS = frozenset(
     {
@@ -165,16 +153,17 @@ def _check_augment(aug: Mapping) -> dict:
     for k, v in aug.items():
         if v is None:
             continue  # None keeps the server's default, as a missing key does
-        if k == "fill":
-            out[k] = _int("augment.fill", v, 0, 255)
-        elif k == "keep_crowd":
+        kind = AUGMENT_TYPES[k]
+        if kind == "uint8":
+            out[k] = _int(f"augment.{k}", v, 0, 255)
+        elif kind == "bool":
             if not isinstance(v, bool):
-                raise RequestError(f"augment.keep_crowd {v!r}: want true or false")
+                raise RequestError(f"augment.{k} {v!r}: want true or false")
             out[k] = v
         else:
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise RequestError(f"augment.{k} {v!r}: want a number")
-            hi = _AUGMENT_RANGES[k]
+            hi = AUGMENT_MAX[k]
             if not (0 <= v <= hi):  # also refuses NaN
                 raise RequestError(f"augment.{k} {v}: out of range [0, {hi}]")
             out[k] = float(v)
@@ -185,10 +174,9 @@ def _check_augment(aug: Mapping) -> dict:
 class Request:
     """One rank's loader request. Zero fields take the server's defaults
     (batch_size 32, imgsz 640, world_size 1, epochs start.epoch+1, the
-    augmentation defaults); ``augment`` overrides single settings by their
-    YOLO hyper-parameter names (mosaic, degrees, translate, scale, shear,
-    perspective, hsv_h, hsv_s, hsv_v, fliplr, fill, min_side, min_area,
-    max_aspect, keep_crowd)."""
+    augmentation defaults, AUGMENT_DEFAULTS); ``augment`` overrides single
+    settings by their YOLO hyper-parameter names (AUGMENT_KEYS, described in
+    AUGMENT_USAGE)."""
 
     shards: str = ""
     start: ResumeState = field(default_factory=ResumeState)
@@ -226,9 +214,9 @@ class Request:
         epochs = self.epochs or self.start.epoch + 1
         if epochs <= self.start.epoch:
             raise RequestError(f"epochs {epochs} leaves nothing after start epoch {self.start.epoch}")
-        imgsz = self.imgsz or 640
-        if imgsz > 1 << 14:
-            raise RequestError(f"imgsz {imgsz} out of range (1..16384)")
+        imgsz = self.imgsz or IMGSZ_DEFAULT
+        if imgsz > IMGSZ_MAX:
+            raise RequestError(f"imgsz {imgsz} out of range (1..{IMGSZ_MAX})")
         if imgsz % MASK_STRIDE:
             raise RequestError(f"imgsz {imgsz} is not a multiple of the mask stride {MASK_STRIDE}")
         if self.augment is not None:

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/segpipe/segpipe/pipeline/augment"
 	"github.com/segpipe/segpipe/trainer/device"
 )
 
@@ -55,7 +56,11 @@ type Config struct {
 	ClipNorm       float64 `json:"clip_norm"`
 	EMATau         float64 `json:"ema_tau"`
 
-	// Augmentation (the loader's flags).
+	// Augmentation: the loader settings a run exposes. A field whose key
+	// is the name of an augment.Setting is that setting: its default is
+	// augment.DefaultConfig's and the loader gets its value (Augment), so
+	// exposing another setting is adding its field here. The settings
+	// not listed keep their defaults.
 	Mosaic      float64 `json:"mosaic"`
 	CloseMosaic int     `json:"close_mosaic"`
 	FlipLR      float64 `json:"fliplr"`
@@ -78,16 +83,53 @@ type Config struct {
 }
 
 // DefaultConfig returns the reference's defaults (cfg/default.yaml) for a
-// variant-n run at 640.
+// variant-n run at 640; the augmentation settings are the loader's
+// (augment.DefaultConfig).
 func DefaultConfig() Config {
-	return Config{
-		Variant: "n", Epochs: 100, Batch: 16, Imgsz: 640, Device: "cpu",
+	c := Config{
+		Variant: "n", Epochs: 100, Batch: 16, Imgsz: augment.DefaultImgSz, Device: "cpu",
 		Optimizer: "auto", LR0: 0.01, LRF: 0.01, Momentum: 0.937, WeightDecay: 0.0005,
 		WarmupEpochs: 3, WarmupMomentum: 0.8, WarmupBiasLR: 0.1, NBS: 64, ClipNorm: 10, EMATau: 2000,
-		Mosaic: 1, CloseMosaic: 10, FlipLR: 0.5, HSVH: 0.015, HSVS: 0.7, HSVV: 0.4, Scale: 0.5, Translate: 0.1,
-		Conf: 0.001, MaxDet: 300,
+		CloseMosaic: 10, Conf: 0.001, MaxDet: 300,
 	}
+	a := augment.DefaultConfig()
+	v := reflect.ValueOf(&c).Elem()
+	for _, f := range augmentFields {
+		v.Field(f.index).Set(reflect.ValueOf(a.Value(f.Setting)).Elem())
+	}
+	return c
 }
+
+// Augment returns the loader's augmentation settings for this config: the
+// defaults, with Imgsz and every setting the config exposes.
+func (c *Config) Augment() augment.Config {
+	a := augment.DefaultConfig()
+	a.ImgSz = c.Imgsz
+	v := reflect.ValueOf(c).Elem()
+	for _, f := range augmentFields {
+		reflect.ValueOf(a.Value(f.Setting)).Elem().Set(v.Field(f.index))
+	}
+	return a
+}
+
+// augmentField is a field of Config that is an augmentation setting.
+type augmentField struct {
+	augment.Setting
+	index int
+}
+
+// augmentFields lists Config's augmentation settings, matched by key; a
+// test holds each field's type to its setting's.
+var augmentFields = func() []augmentField {
+	var out []augmentField
+	t := reflect.TypeFor[Config]()
+	for i := range t.NumField() {
+		if s, ok := augment.Lookup(jsonName(t.Field(i))); ok {
+			out = append(out, augmentField{s, i})
+		}
+	}
+	return out
+}()
 
 // LoadConfig reads a JSON config over c: keys present in the file replace
 // c's values, absent keys keep them. Unknown keys are errors (a typo must

@@ -12,10 +12,7 @@ import (
 
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func defaultAugFrom(c Config) augment.Config {
-	t := &trainer{cfg: c}
-	return t.augment()
-}
+func defaultAugFrom(c Config) augment.Config { return c.Augment() }
 
 // benchShards writes n synthetic COCO-sized images (long side 640) as shards.
 func benchShards(tb testing.TB, n int) string {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/segpipe/segpipe/formats/shard"
 	"github.com/segpipe/segpipe/pipeline"
-	"github.com/segpipe/segpipe/pipeline/augment"
 	"github.com/segpipe/segpipe/pipeline/order"
 	"github.com/segpipe/segpipe/trainer/device"
 	"github.com/segpipe/segpipe/trainer/loss"
@@ -150,7 +149,7 @@ func Run(ctx context.Context, opt Options) (*Summary, error) {
 		sum.Epochs = t.st.History
 		return sum, nil
 	}
-	aug := t.augment()
+	aug := t.cfg.Augment()
 	ld, err := opt.Train.Open(ctx, pipeline.Config{
 		BatchSize: t.cfg.Batch, Workers: t.cfg.Workers, Start: t.st.Loader, Epochs: t.cfg.Epochs,
 		CloseMosaic: t.cfg.CloseMosaic, Augment: aug, Logger: t.log,
@@ -217,13 +216,6 @@ func (t *trainer) recordSkips(ld pipeline.Batches, sum *Summary) {
 	if err := s.WriteFile(t.dir.path); err != nil {
 		t.log.Error("writing the skip summary", "run", t.dir.path, "err", err)
 	}
-}
-
-func (t *trainer) augment() augment.Config {
-	a := augment.DefaultConfig()
-	c := t.cfg
-	a.ImgSz, a.Mosaic, a.FlipLR, a.HSVH, a.HSVS, a.HSVV, a.Scale, a.Translate = c.Imgsz, c.Mosaic, c.FlipLR, c.HSVH, c.HSVS, c.HSVV, c.Scale, c.Translate
-	return a
 }
 
 func (t *trainer) setup() error {
