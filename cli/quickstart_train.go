@@ -30,16 +30,22 @@ func quickstartTrain(ctx context.Context, w, stderr io.Writer, dir, shards, imag
 	cfg.Epochs = epochs
 	cfg.CloseMosaic = min(cfg.CloseMosaic, epochs-1)
 	fmt.Fprintf(w, "%d/%d training YOLO26-%s-seg for %d epochs at %d px on the CPU into %s\n", first, total, cfg.Variant, cfg.Epochs, cfg.Imgsz, run)
+	r, err := train.Resolve(train.Invocation{Base: &cfg, Out: run, Settings: map[string]string{"shards": shards}})
+	if err != nil {
+		return fmt.Errorf("quickstart: train: %w", err)
+	}
 	src, err := pipeline.OpenShards(shards)
 	if err != nil {
 		return fmt.Errorf("quickstart: train: %w", err)
 	}
 	defer src.Close()
-	cfg.Shards = absPath(shards)
-	sum, err := train.Run(ctx, train.Options{Config: cfg, Train: train.Local(src), Categories: src.Manifest().Categories, Out: run,
-		NewProgress: func(what string, n int) train.Progress {
-			return &trainProgress{p: newProgress(stderr, what, int64(n), 0)}
-		}})
+	opt := r.Options
+	opt.Config.Shards = absPath(shards)
+	opt.Train, opt.Categories = train.Local(src), src.Manifest().Categories
+	opt.NewProgress = func(what string, n int) train.Progress {
+		return &trainProgress{p: newProgress(stderr, what, int64(n), 0)}
+	}
+	sum, err := train.Run(ctx, opt)
 	if err != nil {
 		return fmt.Errorf("quickstart: train: %w", err)
 	}

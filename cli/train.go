@@ -15,12 +15,13 @@ import (
 
 	ucli "github.com/urfave/cli/v3"
 
-	"github.com/segpipe/segpipe/trainer/device"
+	"github.com/segpipe/segpipe/pipeline/augment"
 	"github.com/segpipe/segpipe/trainer/train"
 )
 
 // trainFlagUsage documents the flags derived from train.Config keys
-// (flag name = key with '-' for '_').
+// (flag name = key with '-' for '_'); an augmentation setting's is the
+// augmentation table's (flagUsage).
 var trainFlagUsage = map[string]string{
 	"variant":         "model scale n, s, m, l or x",
 	"classes":         "class count (0: from the shards' categories)",
@@ -42,14 +43,7 @@ var trainFlagUsage = map[string]string{
 	"nbs":             "nominal batch: optimiser step every round(nbs/batch) batches",
 	"clip-norm":       "global gradient-norm clip",
 	"ema-tau":         "EMA ramp (decay 0.9999·(1−exp(−updates/tau)))",
-	"mosaic":          "mosaic probability",
 	"close-mosaic":    "turn mosaic off for the last N epochs",
-	"fliplr":          "horizontal flip probability",
-	"hsv-h":           "hue augmentation gain",
-	"hsv-s":           "saturation augmentation gain",
-	"hsv-v":           "value augmentation gain",
-	"scale":           "scale augmentation gain",
-	"translate":       "translation augmentation fraction",
 	"conf":            "validation score threshold",
 	"max-det":         "validation detections per image",
 	"val-every":       "validate every N epochs and after the last (0: every epoch)",
@@ -57,6 +51,14 @@ var trainFlagUsage = map[string]string{
 }
 
 func flagOf(key string) string { return strings.ReplaceAll(key, "_", "-") }
+
+// flagUsage is the help of a config key's flag.
+func flagUsage(key string) string {
+	if s, ok := augment.Lookup(key); ok {
+		return s.Usage
+	}
+	return trainFlagUsage[flagOf(key)]
+}
 
 // valueKind names what a config key takes, for --help: the flags are read
 // as text and parsed by Config.Set (so that a flag overrides --config
@@ -98,7 +100,7 @@ func trainCommand() *ucli.Command {
 	}
 	for _, k := range train.Keys() {
 		f := flagOf(k)
-		flags = append(flags, &ucli.StringFlag{Name: f, Value: defJSON[k], Usage: trainFlagUsage[f] + valueKind(def, k)})
+		flags = append(flags, &ucli.StringFlag{Name: f, Value: defJSON[k], Usage: flagUsage(k) + valueKind(def, k)})
 	}
 	return &ucli.Command{
 		Name:      "train",
@@ -155,71 +157,29 @@ func runTrain(ctx context.Context, c *ucli.Command) error {
 	// resumable (every run file is written atomically at epoch ends).
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	inv := train.Invocation{Resume: c.String("resume"), ConfigFile: c.String("config"), Out: c.String("out"),
+		Settings: map[string]string{}}
+	for _, k := range append(train.Keys(), "shards", "val_shards", "remote") {
+		if f := flagOf(k); c.IsSet(f) {
+			inv.Settings[k] = c.String(f)
+		}
+	}
+	r, err := train.Resolve(inv)
+	if _, ok := errors.AsType[*train.UsageError](err); ok {
+		return usageError{err}
+	}
+	if err != nil {
+		return err
+	}
 	stderr := c.Root().ErrWriter
-	opt := train.Options{NewProgress: func(what string, total int) train.Progress {
+	opt := r.Options
+	opt.NewProgress = func(what string, total int) train.Progress {
 		return &trainProgress{p: newProgress(stderr, what, int64(total), 0)}
-	}}
-	cfg := train.DefaultConfig()
-	dev := "" // the device the run trains on
-	if dir := c.String("resume"); dir != "" {
-		for _, k := range append(train.Keys(), "config", "out") {
-			if f := flagOf(k); c.IsSet(f) && f != "workers" && f != "device" {
-				return usagef("--resume continues the run's own configuration; --%s cannot change it", f)
-			}
-		}
-		saved, err := train.ReadRunConfig(dir)
-		if err != nil {
-			return err
-		}
-		opt.Out, opt.Resume = dir, true
-		dev = saved.Device
-		if c.IsSet("device") {
-			// The one setting a resume may change: where it runs.
-			opt.Device = c.String("device")
-			dev = opt.Device
-		}
-		if !c.IsSet("shards") {
-			c.Set("shards", saved.Shards)
-		}
-		if !c.IsSet("val-shards") && saved.ValShards != "" {
-			c.Set("val-shards", saved.ValShards)
-		}
-		if !c.IsSet("remote") && saved.Remote != "" {
-			c.Set("remote", saved.Remote)
-		}
-	} else {
-		if f := c.String("config"); f != "" {
-			if err := cfg.LoadConfig(f); err != nil {
-				return usagef("%v", err)
-			}
-		}
-		for _, k := range train.Keys() {
-			if f := flagOf(k); c.IsSet(f) {
-				if err := cfg.Set(k, c.String(f)); err != nil {
-					return usagef("--%s: %v", f, err)
-				}
-			}
-		}
-		if err := cfg.Validate(); err != nil {
-			return usagef("%v", err)
-		}
-		if c.String("out") == "" {
-			return usagef("--out RUN_DIR is required")
-		}
-		opt.Out = c.String("out")
-		dev = cfg.Device
 	}
-	shards, valShards := cfg.Shards, cfg.ValShards
-	if c.IsSet("shards") || opt.Resume {
-		shards = c.String("shards")
-	}
-	if c.IsSet("val-shards") || opt.Resume {
-		valShards = c.String("val-shards")
-	}
-	if shards == "" {
-		return usagef("--shards DIR is required")
-	}
-	if addr := c.String("remote"); addr != "" {
+	if r.Remote != "" {
+		// remoteClient reads the address from --remote; a resumed run's
+		// comes from its run directory.
+		c.Set("remote", r.Remote)
 		cl, err := remoteClient(c)
 		if err != nil {
 			return err
@@ -227,22 +187,17 @@ func runTrain(ctx context.Context, c *ucli.Command) error {
 		defer cl.Close()
 		// A device that expands windowed masks itself gets the training
 		// batches windowed; elsewhere the stream expands them.
-		be, err := device.Open(dev)
-		if err != nil {
+		windowed := train.ExpandsWindows(opt.Backend)
+		if opt.Train, opt.Categories, err = remoteData(ctx, cl, r.Shards, windowed); err != nil {
 			return err
 		}
-		windowed := train.ExpandsWindows(be)
-		if opt.Train, opt.Categories, err = remoteData(ctx, cl, shards, windowed); err != nil {
-			return err
-		}
-		if valShards != "" {
-			if opt.Val, _, err = remoteData(ctx, cl, valShards, windowed); err != nil {
+		if r.ValShards != "" {
+			if opt.Val, _, err = remoteData(ctx, cl, r.ValShards, windowed); err != nil {
 				return err
 			}
 		}
-		cfg.Shards, cfg.ValShards, cfg.Remote = shards, valShards, addr
 	} else {
-		src, err := openShards("--shards", shards)
+		src, err := openShards("--shards", r.Shards)
 		if err != nil {
 			return err
 		}
@@ -255,7 +210,7 @@ func runTrain(ctx context.Context, c *ucli.Command) error {
 		}
 		lb := &loaderBudget{max: budget}
 		opt.Train, opt.Categories = budgetedData{train.Local(src), src, "train", lb}, src.Manifest().Categories
-		if v := valShards; v != "" {
+		if v := r.ValShards; v != "" {
 			vs, err := openShards("--val-shards", v)
 			if err != nil {
 				return err
@@ -263,10 +218,11 @@ func runTrain(ctx context.Context, c *ucli.Command) error {
 			defer vs.Close()
 			opt.Val = budgetedData{train.Local(vs), vs, "val", lb}
 		}
-		cfg.Shards, cfg.ValShards, cfg.Remote = absPath(shards), absPath(valShards), ""
+		// Paths on the command line are relative to where it ran; the
+		// run's config holds them absolute, so a resume runs anywhere.
+		opt.Config.Shards, opt.Config.ValShards = absPath(r.Shards), absPath(r.ValShards)
 	}
-	cfg.Weights = absPath(cfg.Weights)
-	opt.Config = cfg
+	opt.Config.Weights = absPath(opt.Config.Weights)
 	sum, err := train.Run(ctx, opt)
 	if sum != nil && sum.Skips != nil {
 		sum.Skips.Print(c.Root().Writer)

@@ -9,8 +9,10 @@
 //
 //   - Configuration: DefaultConfig (the reference's defaults), then a JSON
 //     file (LoadConfig: present keys replace, unknown keys are errors), then
-//     flags (Set). The model scale is the config's "variant" value; file
-//     names carry no meaning. The effective configuration and the category
+//     flags (Set); Resolve applies these rules and the resume rules to an
+//     Invocation and opens the run's device, once. The augmentation keys
+//     are augment.Config's settings of the same names. The model scale is
+//     the config's "variant" value; file names carry no meaning. The effective configuration and the category
 //     table are written to RUN_DIR/config.json and into every checkpoint's
 //     metadata ("config").
 //   - Every epoch writes results.csv (training losses = mean one-to-one
