@@ -58,13 +58,13 @@ def python_stream(a, server: harness.Server | None, masks: str) -> dict:
         from segpipe import Loader
 
         fb = Loader(a.shards, rank=0, world_size=1, batch_size=a.batch, imgsz=a.imgsz, masks=masks,
-                    seed=a.seed, workers=a.workers)  # fmt: skip
+                    seed=a.seed, workers=a.workers, epochs=a.epochs)  # fmt: skip
         fb.images()
     else:
         from segpipe import FlightBatches
 
         fb = FlightBatches(server.addr, os.path.basename(a.shards), rank=0, world_size=1, batch_size=a.batch,
-                           imgsz=a.imgsz, masks=masks, start={"seed": a.seed}, timeout=300)  # fmt: skip
+                           imgsz=a.imgsz, masks=masks, start={"seed": a.seed}, epochs=a.epochs, timeout=300)  # fmt: skip
         fb.dataset_info()  # not timed: one GetFlightInfo before training starts
     srv0 = proc_cpu(server.proc.pid) if server else 0.0
     cpu0, t0 = time.process_time(), time.monotonic()
