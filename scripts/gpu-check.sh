@@ -2,10 +2,12 @@
 # gpu-check.sh: the checks segpipe runs on a GPU machine, as one report.
 #
 # Build on a machine with Go, from the repository root, and carry the
-# three results (all git-ignored) with the tree:
+# five results (all git-ignored) with the tree:
 #
 #   CGO_ENABLED=0 go build -o segpipe . &&
 #   CGO_ENABLED=0 go test -c -o trainer/tensor/cuda/cuda.test ./trainer/tensor/cuda &&
+#   CGO_ENABLED=0 go test -c -o trainer/loss/losscuda/losscuda.test ./trainer/loss/losscuda &&
+#   CGO_ENABLED=0 go test -c -o trainer/gpucheck/gpucheck.test ./trainer/gpucheck &&
 #   CGO_ENABLED=0 go test -c -o trainer/tensor/tensor.test ./trainer/tensor
 #
 # The GPU machine may have no Go, so the tests run as those prebuilt test
@@ -111,11 +113,20 @@ fi
 # (fp32 and TF32), cuDNN convolutions and batch-norm, pinned copies and
 # events, and the optimiser device twins (TestOptimOnGPU: SGD, AdamW and
 # MuSGD steps, clipping, EMA against the cpu backend, nothing crossing),
-# and the loss result's copy behind the queued work (TestFetchOnGPU).
-# -test.v prints each kernel's worst relative error.
+# and the loss result's copy behind the queued work (TestFetchOnGPU)
+# (trainer/tensor/cuda); the loss's device kernels and ForwardOn against
+# Forward (trainer/loss/losscuda); inference and checkpoints across the
+# backends (trainer/gpucheck). -test.v prints each kernel's worst
+# relative error.
 test_bin=trainer/tensor/cuda/cuda.test
-if [[ -x "$test_bin" ]]; then
-  step cuda-kernel-tests 45 bash -c "cd trainer/tensor/cuda && ./cuda.test -test.v -test.count=1 -test.run 'OnGPU|HostBuffer|NoDriver' -test.skip 'TestIterationOnGPU'"
+loss_bin=trainer/loss/losscuda/losscuda.test
+check_bin=trainer/gpucheck/gpucheck.test
+if [[ -x "$test_bin" && -x "$loss_bin" && -x "$check_bin" ]]; then
+  step cuda-kernel-tests 60 bash -c "rc=0
+    (cd trainer/tensor/cuda && ./cuda.test -test.v -test.count=1 -test.run 'OnGPU|HostBuffer|NoDriver') || rc=1
+    (cd trainer/loss/losscuda && ./losscuda.test -test.v -test.count=1 -test.run 'OnGPU') || rc=1
+    (cd trainer/gpucheck && ./gpucheck.test -test.v -test.count=1 -test.run 'OnGPU' -test.skip 'TestIterationOnGPU') || rc=1
+    exit \$rc"
   if [[ -f "$out/cuda-kernel-tests.log" ]]; then
     say ""
     say "worst relative error per kernel check (TF32 off unless named):"
@@ -126,11 +137,11 @@ if [[ -x "$test_bin" ]]; then
     fi
   fi
 elif command -v go >/dev/null 2>&1; then
-  step cuda-kernel-tests 200 go test -count=1 -v -run 'OnGPU|HostBuffer|NoDriver' -skip TestIterationOnGPU ./trainer/tensor/cuda
+  step cuda-kernel-tests 200 go test -count=1 -v -run 'OnGPU|HostBuffer|NoDriver' -skip TestIterationOnGPU ./trainer/tensor/cuda ./trainer/loss/losscuda ./trainer/gpucheck
 else
   say ""
   say "==== cuda-kernel-tests ===="
-  say "---- FAILED: $test_bin is missing and there is no Go here (see the build command at the top)"
+  say "---- FAILED: $test_bin, $loss_bin or $check_bin is missing and there is no Go here (see the build command at the top)"
   failed=1
 fi
 
@@ -166,8 +177,8 @@ fi
 # One training iteration of variant n, batch 2, 256 px, from the golden
 # weights: the loss items, every parameter gradient and the batch-norm
 # state against the CPU backend at 1e-3.
-if [[ -x "$test_bin" ]]; then
-  step iteration-vs-cpu 80 bash -c "cd trainer/tensor/cuda && ./cuda.test -test.v -test.count=1 -test.run '^TestIterationOnGPU\$'"
+if [[ -x "$check_bin" ]]; then
+  step iteration-vs-cpu 80 bash -c "cd trainer/gpucheck && ./gpucheck.test -test.v -test.count=1 -test.run '^TestIterationOnGPU\$'"
   skipped iteration-vs-cpu "$out/iteration-vs-cpu.log" TestIterationOnGPU
 fi
 
@@ -189,14 +200,14 @@ else
 fi
 for b in 32 16; do
   name="throughput-batch$b"
-  if [[ -x "$test_bin" ]]; then
-    step "$name" 75 bash -c "cd trainer/tensor/cuda && ./cuda.test -test.v -test.run '^\$' -test.bench 'TrainStepOnGPU/^batch=$b\$' -test.benchtime 1x"
+  if [[ -x "$check_bin" ]]; then
+    step "$name" 75 bash -c "cd trainer/gpucheck && ./gpucheck.test -test.v -test.run '^\$' -test.bench 'TrainStepOnGPU/^batch=$b\$' -test.benchtime 1x"
   elif command -v go >/dev/null 2>&1; then
-    step "$name" 120 go test -v -run '^$' -bench "TrainStepOnGPU/^batch=$b\$" -benchtime 1x ./trainer/tensor/cuda
+    step "$name" 120 go test -v -run '^$' -bench "TrainStepOnGPU/^batch=$b\$" -benchtime 1x ./trainer/gpucheck
   else
     say ""
     say "==== $name ===="
-    say "---- FAILED: $test_bin is missing and there is no Go here (see the build command at the top)"
+    say "---- FAILED: $check_bin is missing and there is no Go here (see the build command at the top)"
     failed=1
     continue
   fi

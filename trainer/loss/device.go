@@ -2,12 +2,14 @@ package loss
 
 import (
 	"errors"
+	"sync"
 
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
 
-// DeviceKernels is what a backend without host kernels implements to run
-// ForwardOn on its own memory (the CUDA backend does): the loss then
+// DeviceKernels is what runs ForwardOn on the memory of a backend without
+// host kernels — the backend itself, or a lookup registered with
+// RegisterDeviceKernels (trainer/loss/losscuda for the CUDA backend): the loss then
 // reads the head outputs and the targets where they are and nothing but
 // the result crosses to the host. Each method is the device twin of one
 // step of Forward, with the same formulas, checked against it; every
@@ -90,14 +92,42 @@ type DeviceAssignment struct {
 	NumFG, ScoreSum                      backend.Buffer
 }
 
-// twin returns be's loss twins. A backend with host kernels runs Forward
-// itself (bit for bit the reference), so that takes precedence.
+// deviceKernels holds the lookups RegisterDeviceKernels was given.
+var deviceKernels struct {
+	sync.RWMutex
+	find []func(backend.Backend) (DeviceKernels, bool)
+}
+
+// RegisterDeviceKernels adds a lookup of the DeviceKernels that run the
+// loss on a backend's memory, for a backend that does not implement them
+// itself: the twins of a tensor backend that knows nothing of the loss
+// live in a package beside the loss (trainer/loss/losscuda for cuda),
+// which registers here when imported. find reports false for a backend
+// it does not serve. Lookups run in the order registered.
+func RegisterDeviceKernels(find func(backend.Backend) (DeviceKernels, bool)) {
+	deviceKernels.Lock()
+	defer deviceKernels.Unlock()
+	deviceKernels.find = append(deviceKernels.find, find)
+}
+
+// twin returns be's loss twins: be itself when it implements them, else
+// a registered lookup's. A backend with host kernels runs Forward itself
+// (bit for bit the reference), so that takes precedence.
 func twin(be backend.Backend) (DeviceKernels, bool) {
 	if _, host := be.(backend.HostKernels); host {
 		return nil, false
 	}
-	dk, ok := be.(DeviceKernels)
-	return dk, ok
+	if dk, ok := be.(DeviceKernels); ok {
+		return dk, true
+	}
+	deviceKernels.RLock()
+	defer deviceKernels.RUnlock()
+	for _, find := range deviceKernels.find {
+		if dk, ok := find(be); ok {
+			return dk, true
+		}
+	}
+	return nil, false
 }
 
 // Words of the terms buffer: per branch LossClsBox's 6 and LossMask's 2,

@@ -5,11 +5,12 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
-	"github.com/segpipe/segpipe/internal/shared"
-
 	"github.com/segpipe/segpipe/formats/safetensors"
+	"github.com/segpipe/segpipe/internal/shared"
+	"github.com/segpipe/segpipe/trainer/loss/internal/lossgolden"
 )
 
 // goldenDir locates ../shared/goldens/loss relative to the repository root
@@ -55,15 +56,31 @@ func (g goldenFile) i64(name string) []int64 {
 	return v
 }
 
+// fromGolden is the goldens' case in this package's types; the
+// one-to-one outputs are their own copy of the one-to-many ones.
+func fromGolden(c *lossgolden.Case) (*Outputs, *Targets) {
+	g := Geometry{B: c.B, NC: c.NC, NM: c.NM, ProtoH: c.ProtoH, ProtoW: c.ProtoW, SemH: c.SemH, SemW: c.SemW}
+	for _, l := range c.Levels {
+		g.Levels = append(g.Levels, Level{H: l.H, W: l.W, Stride: l.Stride})
+	}
+	out := &Outputs{Geometry: g, Proto: c.Proto, Semseg: c.Semseg,
+		One2Many: Branch{Boxes: c.Boxes, Scores: c.Scores, Coef: c.Coef},
+		One2One:  Branch{Boxes: slices.Clone(c.Boxes), Scores: slices.Clone(c.Scores), Coef: slices.Clone(c.Coef)}}
+	tg := &Targets{BoxesPerImage: c.BoxesPerImage, Classes: c.Classes, Boxes: c.TargetBoxes, Masks: c.Masks}
+	return out, tg
+}
+
 // goldenCase loads the golden batch in the loader's layout and the train
-// outputs (ReadGoldenCase), checking that the masks, composed by the
+// outputs (lossgolden.Read), checking that the masks, composed by the
 // loss's rule, give the golden overlap map.
 func goldenCase(t testing.TB) (*Outputs, *Targets, string) {
 	dir := goldenDir(t)
-	out, tg, overlap, err := ReadGoldenCase(dir)
+	c, err := lossgolden.Read(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	out, tg := fromGolden(c)
+	overlap := c.Overlap
 	g := out.Geometry
 	hw := g.ProtoH * g.ProtoW
 	var p padded

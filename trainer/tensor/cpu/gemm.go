@@ -302,33 +302,8 @@ func packB(g backend.Gemm, b, bp []float32, j0, p0, nc, kc, NR int) {
 	if !g.TransB {
 		// B stored K×N: walk it row by row so the reads stream through
 		// memory, scattering each row's NR-wide pieces to their slivers.
-		full := nc / NR * NR
 		for p := 0; p < kc; p++ {
-			src := b[(p0+p)*g.N+j0 : (p0+p)*g.N+j0+nc]
-			jr := 0
-			switch NR {
-			case 16:
-				for ; jr < full; jr += 16 {
-					o := jr*kc + p*16
-					*(*[16]float32)(bp[o : o+16]) = [16]float32(src[jr : jr+16])
-				}
-			case 32:
-				for ; jr < full; jr += 32 {
-					o := jr*kc + p*32
-					*(*[32]float32)(bp[o : o+32]) = [32]float32(src[jr : jr+32])
-				}
-			default:
-				for ; jr < full; jr += NR {
-					o := jr*kc + p*NR
-					copy(bp[o:o+NR], src[jr:jr+NR])
-				}
-			}
-			if jr < nc {
-				o := jr*kc + p*NR
-				d := bp[o : o+NR]
-				n := copy(d, src[jr:])
-				clear(d[n:])
-			}
+			scatterRow(bp, b[(p0+p)*g.N+j0:(p0+p)*g.N+j0+nc], p, kc, NR)
 		}
 		return
 	}

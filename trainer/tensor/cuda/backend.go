@@ -27,7 +27,7 @@ type engine interface {
 	upload(dst Ptr, src []byte) error
 	download(dst []byte, src Ptr) error
 	sync() error
-	gemm(g Gemm, a, b, c Ptr) error
+	gemm(g backend.Gemm, a, b, c Ptr) error
 	// planConv prepares c's three passes (cuDNN's algorithm search and
 	// workspace sizes on a GPU); the Backend caches one plan per shape.
 	planConv(c Conv) (*ConvPlan, error)
@@ -54,9 +54,9 @@ type engine interface {
 // host code on a backend without it, crossing to the host (counted). The
 // optimiser steps, gradient clipping and norms and the EMA update have
 // device twins instead (trainer/optim's DeviceKernels, in optim.go), so
-// they never cross; nor does the loss (loss.DeviceKernels, in
-// loss_assign.go and loss_mask.go), whose result comes down through
-// backend.Fetcher (fetch.go) without waiting for the device.
+// they never cross; nor does the loss (its device kernels, launched by
+// name through Launch from trainer/loss/losscuda), whose result comes
+// down through backend.Fetcher (fetch.go) without waiting for the device.
 //
 // Its methods panic on a device error (a launch that fails, memory that
 // runs out): the backend.Backend interface has no error results, and a
@@ -319,7 +319,7 @@ func (be *Backend) Transfers() backend.Transfers {
 
 // Sgemm is cuBLAS's strided-batched SGEMM through the row-major identities.
 func (be *Backend) Sgemm(g backend.Gemm, a, b, c backend.Buffer) {
-	orPanic("sgemm", be.e.gemm(Gemm(g), be.ptr(a), be.ptr(b), be.ptr(c)))
+	orPanic("sgemm", be.e.gemm(g, be.ptr(a), be.ptr(b), be.ptr(c)))
 }
 
 // plan returns the cached plan of p's shape, planning it on first use.

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sync"
 	"unsafe"
+
+	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
 
 type cublasAPI struct {
@@ -115,8 +117,8 @@ func (b *Blas) Close(d *Device) error {
 
 // Gemm queues the row-major product g on the device's compute stream; a,
 // b and c are device buffers laid out as g describes.
-func (d *Device) Gemm(bl *Blas, g Gemm, a, b, c Ptr) error {
-	cm, err := g.toColMajor()
+func (d *Device) Gemm(bl *Blas, g backend.Gemm, a, b, c Ptr) error {
+	cm, err := toColMajor(g)
 	if err != nil {
 		return err
 	}

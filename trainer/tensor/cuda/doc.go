@@ -40,25 +40,28 @@
 // launches rather than five per parameter; only Newton–Schulz stays per
 // matrix.
 //
-// The loss runs on the device too: Backend implements trainer/loss's
-// DeviceKernels (imported: its methods take the loss's types), so
-// ForwardOn queues the padded targets, the task-aligned assigner, the
-// class and box terms and their combination (loss_assign.go,
-// kernels/loss_assign.cu, compiled without multiply-add contraction so
-// that each operation rounds as Go's), and the owner map, the mask term
-// and the semantic term (loss_mask.go, kernels/loss_mask.cu), all in
+// The loss runs on the device too, without this package knowing it:
+// trainer/loss/losscuda, beside the loss, implements the loss's
+// DeviceKernels on a Backend through its launch API (Launch by kernel
+// name with plain arguments, Addr, Scratch, ElementBlocks; launch.go),
+// and registers them with the loss, so ForwardOn queues the padded
+// targets, the task-aligned assigner, the class and box terms and their
+// combination (kernels/loss_assign.cu, compiled without multiply-add
+// contraction so that each operation rounds as Go's), and the owner map,
+// the mask term and the semantic term (kernels/loss_mask.cu), all in
 // double where the Go code is, with fixed-order reductions and one writer
 // per gradient element (no floating-point atomics: results repeat bit for
-// bit), and only the loss items come down. They are checked against
-// Forward on the CPU harness (TestLossKernelsOnHarness,
-// TestLossMaskOnHarness, TestForwardOnHarness: bit for bit but the float64
-// sums) and, by the …OnGPU twins, on a GPU. With the batch staged
-// (stage_backend.go) a training iteration crosses the batch's own bytes up
-// and 48 bytes of loss items down.
+// bit), and only the loss items come down. The .cu sources stay in
+// kernels/ because the CPU harness compiles every kernel as one program
+// and the PTX build and its freshness check cover that folder. With the
+// batch staged (stage_backend.go) a training iteration crosses the
+// batch's own bytes up and 48 bytes of loss items down.
 //
-// Backend runs on an engine: a GPU here, or in this package's tests the
-// CPU harness below, which runs the same .cu kernels compiled with g++
-// and naive stand-ins for cuBLAS and cuDNN. That is how the Backend's Go
+// Backend runs on an engine: a GPU here, or the CPU harness below
+// (NewHarnessBackend, harness.go; package cudatest opens it for tests in
+// other packages: losscuda's, and trainer/gpucheck's whole-system
+// checks), which runs the same .cu kernels compiled with g++ and naive
+// stand-ins for cuBLAS and cuDNN. That is how the Backend's Go
 // code — the mapping of each method, argument packing, strides,
 // accumulate flags, the plan cache — is checked against the CPU backend
 // on hosts without a GPU. The harness is not a GPU: it says nothing about
@@ -164,6 +167,7 @@
 // Newton–Schulz runs end to end). On a GPU host the same cases run on the
 // device (TestKernelsOnGPU) and skip elsewhere. Kernel op codes and the
 // broadcast description are the backend's own (backend.Unary, Binary,
-// Broadcast); the parameter structs (Gemm, Conv, Pool) mirror the CPU
-// backend's, and the CPU cases fail if the two ever disagree.
+// Broadcast); Sgemm takes backend.Gemm itself, and the parameter structs
+// Conv and Pool mirror the CPU backend's, and the CPU cases fail if the
+// two ever disagree.
 package cuda

@@ -1,6 +1,10 @@
 package cuda
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/segpipe/segpipe/trainer/tensor/backend"
+)
 
 // stagingBytes is the pinned block every synchronous crossing goes
 // through, in pieces of at most this size: copies from pinned memory run
@@ -42,7 +46,7 @@ func (e *gpuEngine) alloc(bytes int) (Ptr, error) { return e.Alloc(bytes) }
 func (e *gpuEngine) free(p Ptr) error             { return e.Free(p) }
 func (e *gpuEngine) sync() error                  { return e.Sync() }
 
-func (e *gpuEngine) gemm(g Gemm, a, b, c Ptr) error { return e.Gemm(e.blas, g, a, b, c) }
+func (e *gpuEngine) gemm(g backend.Gemm, a, b, c Ptr) error { return e.Gemm(e.blas, g, a, b, c) }
 
 // upload copies src through the staging block on the compute stream, in
 // stream order after the kernels already queued (which may still read

@@ -1,22 +1,10 @@
 package cuda
 
-import "fmt"
+import (
+	"fmt"
 
-// Gemm describes a batched row-major product, as the CPU backend's
-//
-//	C[b] = Alpha·op(A[b])·op(B[b]) + Beta·C[b]   for b in [0, Batch)
-//
-// with op(A) M×K and op(B) K×N. Untransposed, A is stored M×K and B K×N;
-// TransA stores A as K×M, TransB stores B as N×K. Strides are in elements;
-// a zero StrideA or StrideB shares that operand across the batch. Batch 0
-// means 1. Beta 0 never reads C (it may hold NaN).
-type Gemm struct {
-	TransA, TransB            bool
-	M, N, K                   int
-	Alpha, Beta               float32
-	Batch                     int
-	StrideA, StrideB, StrideC int
-}
+	"github.com/segpipe/segpipe/trainer/tensor/backend"
+)
 
 // colMajorGemm is one cublasSgemmStridedBatched call: column-major
 // C = op(A)·op(B) with op(A) m×k, leading dimensions in elements.
@@ -29,12 +17,13 @@ type colMajorGemm struct {
 	batch                   int
 }
 
-// toColMajor maps a row-major product onto cuBLAS's column-major one. A
+// toColMajor maps a row-major product (backend.Gemm, the CPU backend's
+// definition) onto cuBLAS's column-major one. A
 // row-major matrix read column-major is its transpose, so row-major
 // C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: swap the operands
 // (B first), keep each one's transposition flag, and swap M and N. The
 // leading dimension of each stored matrix is its row-major row length.
-func (g Gemm) toColMajor() (colMajorGemm, error) {
+func toColMajor(g backend.Gemm) (colMajorGemm, error) {
 	if g.M < 0 || g.N < 0 || g.K < 0 {
 		return colMajorGemm{}, fmt.Errorf("cuda: gemm with negative size %dx%dx%d", g.M, g.N, g.K)
 	}

@@ -3,10 +3,12 @@ package cuda
 import (
 	"math/rand/v2"
 	"testing"
+
+	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
 
 // rowMajor is the brute-force definition of Gemm.
-func rowMajor(g Gemm, a, b, c []float32) {
+func rowMajor(g backend.Gemm, a, b, c []float32) {
 	for bi := 0; bi < max(g.Batch, 1); bi++ {
 		for i := 0; i < g.M; i++ {
 			for j := 0; j < g.N; j++ {
@@ -73,7 +75,7 @@ func TestGemmTransposeIdentity(t *testing.T) {
 		{5, 1, 4, 2, false, false, true, 1},
 		{1, 6, 1, 1, true, false, false, 0},
 	} {
-		g := Gemm{TransA: tc.ta, TransB: tc.tb, M: tc.m, N: tc.n, K: tc.k, Alpha: 1.25, Beta: tc.beta,
+		g := backend.Gemm{TransA: tc.ta, TransB: tc.tb, M: tc.m, N: tc.n, K: tc.k, Alpha: 1.25, Beta: tc.beta,
 			Batch: tc.batch, StrideA: tc.m * tc.k, StrideB: tc.k * tc.n, StrideC: tc.m * tc.n}
 		if tc.shareB {
 			g.StrideB = 0
@@ -84,7 +86,7 @@ func TestGemmTransposeIdentity(t *testing.T) {
 		want := append([]float32(nil), c0...)
 		got := append([]float32(nil), c0...)
 		rowMajor(g, a, b, want)
-		cm, err := g.toColMajor()
+		cm, err := toColMajor(g)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,7 +101,7 @@ func TestGemmTransposeIdentity(t *testing.T) {
 }
 
 func TestGemmRejectsZeroStrideC(t *testing.T) {
-	if _, err := (Gemm{M: 2, N: 2, K: 2, Batch: 2}).toColMajor(); err == nil {
+	if _, err := toColMajor(backend.Gemm{M: 2, N: 2, K: 2, Batch: 2}); err == nil {
 		t.Error("batched gemm with StrideC 0 should be rejected")
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
 
 // openGPU opens GPU 0 or skips the test with the reason (no driver, no
@@ -114,7 +116,7 @@ func TestGemmOnGPU(t *testing.T) {
 			t.Fatal(err)
 		}
 		r := rnd(40)
-		for _, g := range []Gemm{
+		for _, g := range []backend.Gemm{
 			{M: 33, N: 65, K: 17, Alpha: 1, Batch: 1},
 			{TransA: true, M: 16, N: 9, K: 70, Alpha: 1, Beta: 1, Batch: 3, StrideA: 16 * 70, StrideB: 0, StrideC: 16 * 9},
 			{TransB: true, M: 64, N: 64, K: 64, Alpha: 0.5, Batch: 2, StrideA: 64 * 64, StrideB: 64 * 64, StrideC: 64 * 64},

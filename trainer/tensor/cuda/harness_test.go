@@ -3,15 +3,16 @@ package cuda
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
 
 // kdev is what a kernel case needs from a device: its kernels, and
@@ -78,29 +79,7 @@ func (e *emuDev) matmul() Matmul { return emuMatmul{e} }
 // the row-major mapping runs end to end on the CPU too.
 type emuMatmul struct{ e *emuDev }
 
-func (m emuMatmul) Gemm(g Gemm, a, b, c Ptr) error { return writeGemm(&m.e.script, g, a, b, c) }
-
-// harnessPtr writes a Ptr as the harness reads it: pID+OFF.
-func harnessPtr(x Ptr) string { return fmt.Sprintf("p%d+%d", uint64(x)>>32, uint64(x)&0xffffffff) }
-
-// writeGemm writes the harness's gemm command: g as cuBLAS receives it.
-func writeGemm(w io.Writer, g Gemm, a, b, c Ptr) error {
-	cm, err := g.toColMajor()
-	if err != nil {
-		return err
-	}
-	ops := [2]Ptr{a, b}
-	b01 := func(v bool) int {
-		if v {
-			return 1
-		}
-		return 0
-	}
-	_, err = fmt.Fprintf(w, "gemm %d %d %d %d %d %x %x %d %s %d %d %s %d %d %s %d %d\n",
-		b01(cm.transA), b01(cm.transB), cm.m, cm.n, cm.k, math.Float32bits(g.Alpha), math.Float32bits(g.Beta), cm.batch,
-		harnessPtr(ops[cm.a]), cm.lda, cm.strideA, harnessPtr(ops[cm.b]), cm.ldb, cm.strideB, harnessPtr(c), cm.ldc, cm.strid)
-	return err
-}
+func (m emuMatmul) Gemm(g backend.Gemm, a, b, c Ptr) error { return writeGemm(&m.e.script, g, a, b, c) }
 
 func (e *emuDev) alloc(n int) Ptr {
 	e.next++
@@ -124,87 +103,32 @@ func (e *emuDev) launch(k kernel, grid, block dim3, args []arg) error {
 	return writeLaunch(&e.script, k, grid, block, args)
 }
 
-// writeLaunch writes the harness's launch command for one kernel launch.
-func writeLaunch(w io.Writer, k kernel, grid, block dim3, args []arg) error {
-	var b strings.Builder
-	fmt.Fprintf(&b, "launch %s %d %d %d %d %d %d %d", k, grid.x, grid.y, grid.z, block.x, block.y, block.z, len(args))
-	for _, a := range args {
-		switch a.kind {
-		case argPointer:
-			fmt.Fprintf(&b, " p%d+%d", a.bits>>32, a.bits&0xffffffff)
-		case argInt32:
-			fmt.Fprintf(&b, " i%d", int32(a.bits))
-		case argInt64:
-			fmt.Fprintf(&b, " l%d", int64(a.bits))
-		case argFloat32:
-			fmt.Fprintf(&b, " f%x", uint32(a.bits))
-		case argStruct:
-			fmt.Fprintf(&b, " s%x", a.bytes)
-		}
-	}
-	b.WriteString("\n")
-	_, err := io.WriteString(w, b.String())
-	return err
-}
-
-var harness struct {
-	once     sync.Once
-	bin, dir string
-	skip     string
-	err      error
-}
-
-// buildHarness compiles kernels/harness.cpp (the .cu sources as C++20)
-// with g++ once per test binary, or skips the test when there is none.
-func buildHarness(t *testing.T) string {
+// harnessBinary returns the harness binary, or skips the test where it
+// cannot be built.
+func harnessBinary(t *testing.T) string {
 	t.Helper()
-	harness.once.Do(func() {
-		// Reading the sources makes go test's result cache depend on them
-		// (it does not see the files g++ opens).
-		srcs, _ := filepath.Glob("kernels/*")
-		for _, s := range srcs {
-			if _, err := os.ReadFile(s); err != nil {
-				harness.err = err
-				return
-			}
-		}
-		gxx, err := exec.LookPath("g++")
-		if err != nil {
-			harness.skip = "g++ not found: the kernels' CPU harness needs a C++20 compiler (apt-get install g++)"
-			return
-		}
-		if harness.dir, err = os.MkdirTemp("", "segpipe-harness"); err != nil {
-			harness.err = err
-			return
-		}
-		harness.bin = filepath.Join(harness.dir, "harness")
-		cmd := exec.Command(gxx, "-std=c++20", "-O2", "-pthread", "-Wall", "-Werror", "-o", harness.bin, "kernels/harness.cpp")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			harness.err = fmt.Errorf("g++ kernels/harness.cpp: %v\n%s", err, out)
-		}
-	})
-	if harness.skip != "" {
-		t.Skip(harness.skip)
-	}
-	if harness.err != nil {
-		t.Fatal(harness.err)
-	}
-	return harness.bin
+	bin, err := buildHarness()
+	skipWithoutHarness(t, err)
+	return bin
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if harness.dir != "" {
-		os.RemoveAll(harness.dir)
+// skipWithoutHarness skips the test where the harness cannot be built
+// here and fails it on any other error.
+func skipWithoutHarness(t *testing.T, err error) {
+	t.Helper()
+	if errors.Is(err, ErrNoHarness) {
+		t.Skip(err)
 	}
-	os.Exit(code)
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestKernelsOnCPU runs every kernel case through the CPU harness (the
 // CUDA sources compiled with g++, a block's threads as OS threads) and
 // compares with the CPU reference.
 func TestKernelsOnCPU(t *testing.T) {
-	bin := buildHarness(t)
+	bin := harnessBinary(t)
 	dir := t.TempDir()
 	e := &emuDev{dir: dir, sizes: map[uint64]int{}}
 	type pending struct {
@@ -247,7 +171,7 @@ func TestKernelsOnCPU(t *testing.T) {
 // TestHarnessRejectsMismatchedArguments proves the harness's signature
 // check: a launch whose argument kinds disagree with the kernel fails.
 func TestHarnessRejectsMismatchedArguments(t *testing.T) {
-	bin := buildHarness(t)
+	bin := harnessBinary(t)
 	for _, script := range []string{
 		"alloc 1 16\nlaunch fill 1 1 1 4 1 1 3 p1+0 i2 l4\n",                         // float passed as int
 		"alloc 1 16\nlaunch fill 1 1 1 4 1 1 2 p1+0 f3f800000\n",                     // missing argument

@@ -72,33 +72,16 @@ const (
 	kBNTilesPartial
 	kBNTilesFinish
 	kBNTilesApply
-	// loss_assign.cu
-	kLossTargets
-	kLossAssignMetric
-	kLossAssignTopK
-	kLossAssignResolve
-	kLossAssignMax
-	kLossAssignTargets
-	kLossAssignCount
-	kLossClsRows
-	kLossBox
-	kLossClsBoxFinish
-	kLossCombine
-	kLossZeroWithoutFG
-	// The loss's mask side (loss_mask.cu, loss_mask.go).
-	kLossOwnerArea
-	kLossOwnerMap
-	kLossSemantic
-	kLossMaskGather
-	kLossMaskRows
-	kLossMaskProtoGrad
-	kLossMaskFinish
-	kLossSemChannel
-	kLossSemFinish
-	numKernels
 )
 
-var kernelNames = [numKernels]string{
+// numKernels counts every kernel of the embedded modules: the ones above,
+// which this package launches, and the ones after them in kernelNames,
+// which it only loads — their packages launch them by name
+// (Backend.Launch) and hold what their arguments mean.
+const numKernels = kernel(len(kernelNames))
+
+// kernelNames names each kernel, the constants' in their order first.
+var kernelNames = [...]string{
 	"unary_forward", "unary_backward", "binary_forward", "binary_backward", "scale",
 	"add_scalar", "clamp_forward", "clamp_backward", "fill", "bce_logits_forward",
 	"bce_logits_backward", "image_to_float", "strided_copy", "upsample_forward", "upsample_backward",
@@ -110,7 +93,10 @@ var kernelNames = [numKernels]string{
 	"bn_eval_backward",
 	"mt_fill", "mt_scale_by", "mt_ema", "mt_sgd_nesterov", "mt_adamw", "mt_sum_squares",
 	"bn_tiles_partial", "bn_tiles_finish", "bn_tiles_apply",
-	// loss_assign.cu
+	// Launched by name: the loss's kernels (loss_assign.cu, loss_mask.cu),
+	// whose Go side is trainer/loss/losscuda. They stay in this directory
+	// because the CPU harness compiles every .cu into one program and the
+	// PTX build and its freshness check cover this folder.
 	"loss_targets", "loss_assign_metric", "loss_assign_topk", "loss_assign_resolve", "loss_assign_max",
 	"loss_assign_targets", "loss_assign_count", "loss_cls_rows", "loss_box", "loss_clsbox_finish",
 	"loss_combine", "loss_zero_without_fg",
@@ -467,8 +453,8 @@ func AppendWindow(table []byte, x0, y0, w, h int, off int64) []byte {
 
 // ExpandWindows writes the dense {0,1} stack of nwin rows×cols masks to
 // dst from a window table (AppendWindow) and the windows' bytes. The
-// windows must have been validated against the grid (raster.Expand's
-// checks) on the host.
+// windows must have been checked against the grid and the data on the
+// host (Backend.WindowTable): the kernel reads where they say.
 func (k *Kernels) ExpandWindows(table, data, dst Ptr, nwin, rows, cols int) error {
 	n := nwin * rows * cols
 	return k.run(kExpandWindows, n, ptrArg(table), ptrArg(data), ptrArg(dst), i32Arg(rows), i32Arg(cols), i64Arg(n))

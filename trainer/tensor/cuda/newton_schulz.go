@@ -1,11 +1,15 @@
 package cuda
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/segpipe/segpipe/trainer/tensor/backend"
+)
 
 // Matmul queues row-major GEMMs on a device's stream; Device.Matmul
 // returns the cuBLAS one.
 type Matmul interface {
-	Gemm(g Gemm, a, b, c Ptr) error
+	Gemm(g backend.Gemm, a, b, c Ptr) error
 }
 
 type blasMatmul struct {
@@ -13,7 +17,7 @@ type blasMatmul struct {
 	bl *Blas
 }
 
-func (m blasMatmul) Gemm(g Gemm, a, b, c Ptr) error { return m.d.Gemm(m.bl, g, a, b, c) }
+func (m blasMatmul) Gemm(g backend.Gemm, a, b, c Ptr) error { return m.d.Gemm(m.bl, g, a, b, c) }
 
 // Matmul returns GEMMs through the cuBLAS handle bl.
 func (d *Device) Matmul(bl *Blas) Matmul { return blasMatmul{d, bl} }
@@ -69,16 +73,16 @@ func (k *Kernels) NewtonSchulz(mm Matmul, out, g Ptr, rows, cols int, ws Ptr) er
 		return err
 	}
 	for range nsSteps {
-		if err := mm.Gemm(Gemm{TransB: true, M: r, N: r, K: c, Alpha: 1}, x, x, a); err != nil { // A = XXᵀ
+		if err := mm.Gemm(backend.Gemm{TransB: true, M: r, N: r, K: c, Alpha: 1}, x, x, a); err != nil { // A = XXᵀ
 			return err
 		}
-		if err := mm.Gemm(Gemm{TransB: true, M: r, N: r, K: r, Alpha: 1}, a, a, b); err != nil { // A·Aᵀ = A²
+		if err := mm.Gemm(backend.Gemm{TransB: true, M: r, N: r, K: r, Alpha: 1}, a, a, b); err != nil { // A·Aᵀ = A²
 			return err
 		}
 		if err := k.Axpby(a, b, nsC, nsB, r*r); err != nil { // B = bA + cA²
 			return err
 		}
-		if err := mm.Gemm(Gemm{M: r, N: c, K: r, Alpha: 1}, b, x, t); err != nil { // T = BX
+		if err := mm.Gemm(backend.Gemm{M: r, N: c, K: r, Alpha: 1}, b, x, t); err != nil { // T = BX
 			return err
 		}
 		if err := k.Axpby(t, x, nsA, 1, n); err != nil { // X = aX + T

@@ -16,7 +16,7 @@ import (
 // (cuBLAS on a GPU, the naive GEMM on the CPU harness).
 type engineMatmul struct{ e engine }
 
-func (m engineMatmul) Gemm(g Gemm, a, b, c Ptr) error { return m.e.gemm(g, a, b, c) }
+func (m engineMatmul) Gemm(g backend.Gemm, a, b, c Ptr) error { return m.e.gemm(g, a, b, c) }
 
 // scratch returns at least bytes of the Backend's device workspace (the
 // reduction partials, Newton–Schulz's matrices), grown as needed. The

@@ -244,7 +244,7 @@ func refEMA(ema0, x []float32, updates int) ([]float32, float32) {
 	return e.Values()[0], float32(e.D(updates))
 }
 
-func refGemm(g Gemm, a, b, c []float32) []float32 {
+func refGemm(g backend.Gemm, a, b, c []float32) []float32 {
 	out := clone(c)
 	cpu.NaiveSgemm(backend.Gemm{TransA: g.TransA, TransB: g.TransB, M: g.M, N: g.N, K: g.K, Alpha: g.Alpha, Beta: g.Beta,
 		Batch: g.Batch, StrideA: g.StrideA, StrideB: g.StrideB, StrideC: g.StrideC}, a, b, out)

@@ -1,15 +1,17 @@
-package cuda
+package losscuda
 
 import (
 	"math"
 	"math/rand/v2"
-	"reflect"
 	"slices"
 	"testing"
 
+	"github.com/segpipe/segpipe/trainer/internal/modelcase"
 	"github.com/segpipe/segpipe/trainer/loss"
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 	"github.com/segpipe/segpipe/trainer/tensor/cpu"
+	"github.com/segpipe/segpipe/trainer/tensor/cuda"
+	"github.com/segpipe/segpipe/trainer/tensor/cuda/cudatest"
 )
 
 // laCase is one batch for the loss kernels: head outputs and targets.
@@ -127,16 +129,16 @@ func laCases() []laCase {
 }
 
 // laModelCase is the golden-weights n model's train outputs at 128 px
-// (80 classes, 336 anchors) on syntheticBatch(2, 128), run on the CPU
+// (80 classes, 336 anchors) on modelcase.SyntheticBatch(2, 128), run on the CPU
 // backend: real head outputs.
 func laModelCase(t *testing.T) laCase {
-	_, _, out, tg := modelLoss(t, cpu.New(), goldenWeights(t), 2, 128)
+	_, _, out, tg := modelcase.ModelLoss(t, cpu.New(), modelcase.GoldenWeights(t), 2, 128)
 	return laCase{"golden-model-128", out, tg}
 }
 
 // laOnDevice is a loss case's outputs in a Backend's memory.
 type laOnDevice struct {
-	be  *Backend
+	be  *cuda.Backend
 	out [loss.NumOutputs]backend.Buffer
 	tg  loss.DeviceTargets
 }
@@ -151,7 +153,7 @@ func laGrads(g *loss.Grads) [loss.NumOutputs][]float32 {
 		g.One2One.Boxes, g.One2One.Scores, g.One2One.Coef, g.Proto, g.Semseg}
 }
 
-func laUpload(be *Backend, c laCase) *laOnDevice {
+func laUpload(be *cuda.Backend, c laCase) *laOnDevice {
 	d := &laOnDevice{be: be}
 	for i, s := range laOutputs(c.out) {
 		d.out[i] = be.Alloc(len(s))
@@ -162,7 +164,7 @@ func laUpload(be *Backend, c laCase) *laOnDevice {
 }
 
 // laAlloc returns n elements (a view of at least one, so never absent).
-func laAlloc(be *Backend, n int) backend.Buffer { return be.Alloc(max(n, 1)).Slice(0, n) }
+func laAlloc(be *cuda.Backend, n int) backend.Buffer { return be.Alloc(max(n, 1)).Slice(0, n) }
 
 func (d *laOnDevice) floats(b backend.Buffer) []float32 {
 	v := make([]float32, b.Len)
@@ -218,7 +220,7 @@ func laRel64(got, want float64) float64 {
 }
 
 // laPadded allocates DevicePadded for the batch (M from Kept).
-func laPadded(be *Backend, g loss.Geometry, tg *loss.DeviceTargets) *loss.DevicePadded {
+func laPadded(be *cuda.Backend, g loss.Geometry, tg *loss.DeviceTargets) *loss.DevicePadded {
 	M := 0
 	for _, k := range tg.Kept {
 		M = max(M, k)
@@ -228,7 +230,7 @@ func laPadded(be *Backend, g loss.Geometry, tg *loss.DeviceTargets) *loss.Device
 		Src: laAlloc(be, B*M), Count: laAlloc(be, B)}
 }
 
-func laAssignment(be *Backend, g loss.Geometry) *loss.DeviceAssignment {
+func laAssignment(be *cuda.Backend, g loss.Geometry) *loss.DeviceAssignment {
 	n := g.B * g.Anchors()
 	return &loss.DeviceAssignment{FG: laAlloc(be, n), GTIdx: laAlloc(be, n), Labels: laAlloc(be, n), Boxes: laAlloc(be, 4*n),
 		ScoreValue: laAlloc(be, n), NumFG: laAlloc(be, 1), ScoreSum: laAlloc(be, 2)}
@@ -237,7 +239,7 @@ func laAssignment(be *Backend, g loss.Geometry) *loss.DeviceAssignment {
 // checkLossKernels runs LossTargets, LossAssign, LossClsBox and
 // LossCombine of be on every case against Forward's assignment, terms,
 // gradients and result, within lossTolerance relative.
-func checkLossKernels(t *testing.T, be *Backend, lossTolerance float64) {
+func checkLossKernels(t *testing.T, be *cuda.Backend, lossTolerance float64) {
 	worst := map[string]float64{}
 	note := func(what string, e float64) { worst[what] = max(worst[what], e) }
 	for _, c := range append(laCases(), laModelCase(t)) {
@@ -257,7 +259,7 @@ func checkLossKernels(t *testing.T, be *Backend, lossTolerance float64) {
 			}
 			d := laUpload(be, c)
 			p := laPadded(be, g, &d.tg)
-			be.LossTargets(g, &d.tg, p)
+			New(be).LossTargets(g, &d.tg, p)
 			laCheckPadded(t, d, p, c.tg)
 
 			asgs := [2]*loss.Assignment{}
@@ -273,7 +275,7 @@ func checkLossKernels(t *testing.T, be *Backend, lossTolerance float64) {
 				a := laAssignment(be, g)
 				da[i] = a
 				boxes, scores := d.out[3*i], d.out[3*i+1]
-				be.LossAssign(g, cfgs[i], boxes, scores, p, a)
+				New(be).LossAssign(g, cfgs[i], boxes, scores, p, a)
 				ref := asgs[i]
 				fg := d.ints(a.FG)
 				gti, lab := d.ints(a.GTIdx), d.ints(a.Labels)
@@ -305,7 +307,7 @@ func checkLossKernels(t *testing.T, be *Backend, lossTolerance float64) {
 				bg, sg, terms := laAlloc(be, B*4*A), laAlloc(be, B*g.NC*A), laAlloc(be, 6)
 				be.Fill(bg, 0)
 				be.Fill(sg, 0)
-				be.LossClsBox(g, cfg, boxes, scores, a, w*float64(B), bg, sg, terms)
+				New(be).LossClsBox(g, cfg, boxes, scores, a, w*float64(B), bg, sg, terms)
 				for _, gr := range []struct {
 					what      string
 					got, want []float32
@@ -342,7 +344,7 @@ func checkLossKernels(t *testing.T, be *Backend, lossTolerance float64) {
 			tb, res, sem := laAlloc(be, 18), laAlloc(be, loss.ResultLen), laAlloc(be, 7)
 			be.Upload(tb, words)
 			be.Fill(sem, 1)
-			be.LossCombine(g, cfg, o2m, o2o, tb, da, sem, res)
+			New(be).LossCombine(g, cfg, o2m, o2o, tb, da, sem, res)
 			items, total := loss.ReadResult(be, res)
 			for k := range items {
 				note("items", laRel64(items[k], wres.Items[k]))
@@ -418,43 +420,21 @@ func laCheckPadded(t *testing.T, d *laOnDevice, p *loss.DevicePadded, tg *loss.T
 // (here, with glibc's functions, the assignment and the gradients come
 // out bit for bit, the sums within 5e-16).
 func TestLossKernelsOnHarness(t *testing.T) {
-	be, _ := newHarnessBackend(t)
+	be := cudatest.Harness(t)
 	checkLossKernels(t, be, 1e-6)
 }
 
 // TestLossKernelsOnGPU is the same check on GPU 0 (CUDA's exp, log, atan
 // and pow are within two ulps: 1e-5 relative).
 func TestLossKernelsOnGPU(t *testing.T) {
-	checkLossKernels(t, openGPUBackend(t), 1e-5)
-}
-
-// lossTwinMethods are loss.DeviceKernels' methods.
-var lossTwinMethods = []string{"LossTargets", "LossOwners", "LossAssign", "LossClsBox", "LossMask", "LossSemseg", "LossCombine"}
-
-// lossTwin returns be as loss.DeviceKernels, or skips naming the methods
-// the Backend lacks (the interface is implemented in parts).
-func lossTwin(t *testing.T, be *Backend) loss.DeviceKernels {
-	var x any = be
-	if dk, ok := x.(loss.DeviceKernels); ok {
-		return dk
-	}
-	var missing []string
-	ty := reflect.TypeOf(be)
-	for _, m := range lossTwinMethods {
-		if _, ok := ty.MethodByName(m); !ok {
-			missing = append(missing, m)
-		}
-	}
-	t.Skipf("the cuda Backend does not implement loss.DeviceKernels yet (missing %v): ForwardOn takes the host round trip", missing)
-	return nil
+	checkLossKernels(t, cudatest.GPU(t), 1e-5)
 }
 
 // checkForwardOn runs loss.ForwardOn on be (its device twins) against
 // Forward on the host: items, total and every gradient, on every case,
 // with nothing crossing but the result, and with buffers reused across
 // the batches.
-func checkForwardOn(t *testing.T, be *Backend, tol float64) {
-	lossTwin(t, be)
+func checkForwardOn(t *testing.T, be *cuda.Backend, tol float64) {
 	cfg := loss.DefaultConfig(10)
 	crit, _ := loss.NewCriterion(cfg)
 	ref, _ := loss.NewCriterion(cfg)
@@ -505,11 +485,11 @@ func checkForwardOn(t *testing.T, be *Backend, tol float64) {
 // TestForwardOnHarness is loss.ForwardOn through the Backend's device
 // twins on the CPU harness, against Forward.
 func TestForwardOnHarness(t *testing.T) {
-	be, _ := newHarnessBackend(t)
+	be := cudatest.Harness(t)
 	checkForwardOn(t, be, 1e-5)
 }
 
 // TestForwardOnGPU is the same on GPU 0, at the 1e-3.
 func TestForwardOnGPU(t *testing.T) {
-	checkForwardOn(t, openGPUBackend(t), 1e-3)
+	checkForwardOn(t, cudatest.GPU(t), 1e-3)
 }

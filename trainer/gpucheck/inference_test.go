@@ -1,4 +1,4 @@
-package cuda
+package gpucheck
 
 import (
 	"bytes"
@@ -7,10 +7,12 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/segpipe/segpipe/trainer/internal/modelcase"
 	"github.com/segpipe/segpipe/trainer/model"
 	"github.com/segpipe/segpipe/trainer/tensor"
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 	"github.com/segpipe/segpipe/trainer/tensor/cpu"
+	"github.com/segpipe/segpipe/trainer/tensor/cuda/cudatest"
 )
 
 // inference is what validation and prediction take from the model: the
@@ -25,7 +27,7 @@ func inferOn(t *testing.T, be backend.Backend, b, sz, maxDet int) inference {
 	t.Helper()
 	m := iterationModel(t)
 	m.To(be)
-	img, _ := syntheticBatch(b, sz)
+	img, _ := modelcase.SyntheticBatch(b, sz)
 	x := tensor.UploadBytes(be, img, 1.0/255, b, 3, sz, sz)
 	out, err := m.Forward(nil, x, model.Eval)
 	if err != nil {
@@ -94,13 +96,13 @@ func TestInferenceOnHarness(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a model forward on the CPU harness takes seconds")
 	}
-	be, _ := newHarnessBackend(t)
+	be := cudatest.Harness(t)
 	compareInference(t, inferOn(t, be, 2, 64, 50), inferOn(t, cpu.New(), 2, 64, 50), 1e-3)
 }
 
 // TestInferenceOnGPU is the same comparison on GPU 0 at 320 px.
 func TestInferenceOnGPU(t *testing.T) {
-	be := openGPUBackend(t)
+	be := cudatest.GPU(t)
 	compareInference(t, inferOn(t, be, 2, 320, 300), inferOn(t, cpu.New(), 2, 320, 300), 1e-3)
 }
 
@@ -130,7 +132,7 @@ func checkpointCrossing(t *testing.T, be backend.Backend) {
 		m.To(on)
 		return m
 	}
-	m := goldenWeights(t)
+	m := modelcase.GoldenWeights(t)
 	m.To(cpu.New())
 	fromCPU := save(m, "cpu.safetensors")
 	onDevice := open("cpu.safetensors", be)
@@ -147,11 +149,11 @@ func checkpointCrossing(t *testing.T, be backend.Backend) {
 // TestCheckpointCrossingOnHarness: a checkpoint crosses between the CPU
 // backend and the CUDA Backend (on the CPU harness) unchanged.
 func TestCheckpointCrossingOnHarness(t *testing.T) {
-	be, _ := newHarnessBackend(t)
+	be := cudatest.Harness(t)
 	checkpointCrossing(t, be)
 }
 
 // TestCheckpointCrossingOnGPU is the same crossing with GPU 0.
 func TestCheckpointCrossingOnGPU(t *testing.T) {
-	checkpointCrossing(t, openGPUBackend(t))
+	checkpointCrossing(t, cudatest.GPU(t))
 }

@@ -1,4 +1,4 @@
-package cuda
+package losscuda
 
 import (
 	"encoding/binary"
@@ -7,12 +7,13 @@ import (
 
 	"github.com/segpipe/segpipe/trainer/loss"
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
+	"github.com/segpipe/segpipe/trainer/tensor/cuda"
 )
 
-// The mask side of trainer/loss's DeviceKernels on the device: the owner
-// map and semantic target (LossOwners), one branch's mask term
-// (LossMask) and the semantic term (LossSemseg), as the kernels of
-// kernels/loss_mask.cu. Each method checks what the host knows (buffer
+// The mask side of loss.DeviceKernels on the device: the owner map and
+// semantic target (LossOwners), one branch's mask term (LossMask) and the
+// semantic term (LossSemseg), as the kernels of
+// trainer/tensor/cuda/kernels/loss_mask.cu. Each method checks what the host knows (buffer
 // sizes), queues its kernels on the compute stream and returns; data-
 // dependent outcomes (no positive, an image without instances) are
 // handled on the device, and nothing crosses to the host.
@@ -49,7 +50,7 @@ func semGeom(g *loss.Geometry, scale float64) []byte {
 func lossCheck(op string, n int, bufs map[string]backend.Buffer) {
 	for name, b := range bufs {
 		if b.Present() && b.Len < n {
-			panic(fmt.Sprintf("cuda backend: %s: %s holds %d elements, want %d", op, name, b.Len, n))
+			panic(fmt.Sprintf("losscuda: %s: %s holds %d elements, want %d", op, name, b.Len, n))
 		}
 	}
 }
@@ -58,17 +59,9 @@ func lossCheck(op string, n int, bufs map[string]backend.Buffer) {
 func lossNeed(op string, bufs map[string]backend.Buffer) {
 	for name, b := range bufs {
 		if !b.Present() {
-			panic(fmt.Sprintf("cuda backend: %s: %s is absent", op, name))
+			panic(fmt.Sprintf("losscuda: %s: %s is absent", op, name))
 		}
 	}
-}
-
-// single launches a one-block kernel.
-func (k *Kernels) single(kn kernel, args ...arg) error {
-	if err := k.l.launch(kn, dim3{1, 1, 1}, k.block(), args); err != nil {
-		return fmt.Errorf("%s: %w", kn, err)
-	}
-	return nil
 }
 
 // LossOwners composes the owner map (owner, [B, ProtoH, ProtoW] int32: 1
@@ -79,14 +72,15 @@ func (k *Kernels) single(kn kernel, args ...arg) error {
 // painting by decreasing area, stable — and per semantic pixel the class
 // of the owner at the nearest source pixel, the background reading the
 // image's last-painted slot.
-func (be *Backend) LossOwners(g loss.Geometry, t *loss.DeviceTargets, p *loss.DevicePadded, owner, sem backend.Buffer) {
+func (k Kernels) LossOwners(g loss.Geometry, t *loss.DeviceTargets, p *loss.DevicePadded, owner, sem backend.Buffer) {
+	be := k.be
 	const op = "loss owners"
 	hw := g.ProtoH * g.ProtoW
 	if hw <= 0 || g.B < 0 || p.M < 0 || g.NC < 1 || g.SemH < 1 || g.SemW < 1 {
-		panic(fmt.Sprintf("cuda backend: %s: bad geometry %+v with %d slots", op, g, p.M))
+		panic(fmt.Sprintf("losscuda: %s: bad geometry %+v with %d slots", op, g, p.M))
 	}
 	if t.MaskBytes < 0 || t.MaskBytes%hw != 0 || 4*t.Masks.Len < t.MaskBytes {
-		panic(fmt.Sprintf("cuda backend: %s: a mask stack of %d bytes in %d elements is not whole %dx%d masks",
+		panic(fmt.Sprintf("losscuda: %s: a mask stack of %d bytes in %d elements is not whole %dx%d masks",
 			op, t.MaskBytes, t.Masks.Len, g.ProtoH, g.ProtoW))
 	}
 	lossNeed(op, map[string]backend.Buffer{"owner": owner, "sem": sem})
@@ -108,15 +102,13 @@ func (be *Backend) LossOwners(g loss.Geometry, t *loss.DeviceTargets, p *loss.De
 	for i, v := range []int{g.B, p.M, g.ProtoH, g.ProtoW, g.NC, g.SemH, g.SemW, t.MaskBytes / hw} {
 		binary.LittleEndian.PutUint32(geom[4*i:], uint32(v))
 	}
-	masks, src, count, labels := be.ptr(t.Masks), be.ptr(p.Src), be.ptr(p.Count), be.ptr(p.Labels)
-	be.wsMu.Lock()
-	defer be.wsMu.Unlock()
-	area := be.scratch(4 * g.B * p.M)
-	k := be.k
-	orPanic(op, k.perChannel(kLossOwnerArea, g.B*p.M, ptrArg(masks), ptrArg(src), ptrArg(count), ptrArg(area), structArg(geom)))
-	orPanic(op, k.run(kLossOwnerMap, g.B*hw, ptrArg(masks), ptrArg(src), ptrArg(count), ptrArg(area), ptrArg(be.ptr(owner)), structArg(geom)))
-	orPanic(op, k.run(kLossSemantic, g.B*g.SemH*g.SemW, ptrArg(labels), ptrArg(count), ptrArg(area), ptrArg(be.ptr(owner)),
-		ptrArg(be.ptr(sem)), structArg(geom)))
+	masks, src, count, labels := be.Addr(t.Masks), be.Addr(p.Src), be.Addr(p.Count), be.Addr(p.Labels)
+	area, release := be.Scratch(4 * g.B * p.M)
+	defer release()
+	orPanic(op, be.Launch("loss_owner_area", cuda.Blocks(g.B*p.M), cuda.PtrArg(masks), cuda.PtrArg(src), cuda.PtrArg(count), cuda.PtrArg(area), cuda.StructArg(geom)))
+	orPanic(op, be.Launch("loss_owner_map", cuda.Elements(g.B*hw), cuda.PtrArg(masks), cuda.PtrArg(src), cuda.PtrArg(count), cuda.PtrArg(area), cuda.PtrArg(be.Addr(owner)), cuda.StructArg(geom)))
+	orPanic(op, be.Launch("loss_semantic", cuda.Elements(g.B*g.SemH*g.SemW), cuda.PtrArg(labels), cuda.PtrArg(count), cuda.PtrArg(area), cuda.PtrArg(be.Addr(owner)),
+		cuda.PtrArg(be.Addr(sem)), cuda.StructArg(geom)))
 }
 
 // LossMask is one branch's mask term (trainer/loss's maskScratch.loss):
@@ -127,11 +119,12 @@ func (be *Backend) LossOwners(g loss.Geometry, t *loss.DeviceTargets, p *loss.De
 // Σ over images of their positives' losses divided by NumFG, into
 // terms[0:2] as a float64. Without a positive the term is 0 and no
 // gradient is touched. coefG and protoG may be absent.
-func (be *Backend) LossMask(g loss.Geometry, a *loss.DeviceAssignment, p *loss.DevicePadded, owner, coef, proto backend.Buffer, scale float64, coefG, protoG, terms backend.Buffer) {
+func (k Kernels) LossMask(g loss.Geometry, a *loss.DeviceAssignment, p *loss.DevicePadded, owner, coef, proto backend.Buffer, scale float64, coefG, protoG, terms backend.Buffer) {
+	be := k.be
 	const op = "loss mask"
 	A, hw := g.Anchors(), g.ProtoH*g.ProtoW
 	if g.B < 0 || p.M < 0 || g.NM < 1 || g.NM > maxMaskCoefs || hw <= 0 || len(g.Levels) == 0 {
-		panic(fmt.Sprintf("cuda backend: %s: bad geometry %+v with %d slots (at most %d coefficients)", op, g, p.M, maxMaskCoefs))
+		panic(fmt.Sprintf("losscuda: %s: bad geometry %+v with %d slots (at most %d coefficients)", op, g, p.M, maxMaskCoefs))
 	}
 	lossNeed(op, map[string]backend.Buffer{"terms": terms, "a.NumFG": a.NumFG})
 	lossCheck(op, 2, map[string]backend.Buffer{"terms": terms})
@@ -148,28 +141,26 @@ func (be *Backend) LossMask(g loss.Geometry, a *loss.DeviceAssignment, p *loss.D
 	lossCheck(op, g.B*hw, map[string]backend.Buffer{"owner": owner})
 	lossCheck(op, g.B*g.NM*A, map[string]backend.Buffer{"coef": coef, "coefG": coefG})
 	lossCheck(op, g.B*g.NM*hw, map[string]backend.Buffer{"proto": proto, "protoG": protoG})
-	geom := structArg(maskGeom(&g, p.M, scale))
+	geom := cuda.StructArg(maskGeom(&g, p.M, scale))
 	rows := g.B * A
-	be.wsMu.Lock()
-	defer be.wsMu.Unlock()
 	// Per row (image b's at b·A): area and loss (float64), anchor, slot,
 	// crop (4 int32); then the per-image counts.
-	ws := be.scratch(40*rows + 4*g.B)
+	ws, release := be.Scratch(40*rows + 4*g.B)
+	defer release()
 	area, rowLoss := ws, ws.Add(8*rows)
 	anchor, gt, crop := ws.Add(16*rows), ws.Add(20*rows), ws.Add(24*rows)
 	count := ws.Add(40 * rows)
-	numFG := be.ptr(a.NumFG)
-	k := be.k
-	orPanic(op, k.perChannel(kLossMaskGather, g.B, ptrArg(be.ptr(a.FG)), ptrArg(be.ptr(a.GTIdx)), ptrArg(be.ptr(p.Boxes)),
-		ptrArg(anchor), ptrArg(gt), ptrArg(crop), ptrArg(area), ptrArg(count), geom))
-	orPanic(op, k.perChannel(kLossMaskRows, rows, ptrArg(be.ptr(coef)), ptrArg(be.ptr(proto)), ptrArg(be.ptr(owner)),
-		ptrArg(anchor), ptrArg(gt), ptrArg(crop), ptrArg(area), ptrArg(count), ptrArg(numFG), ptrArg(be.ptr(coefG)),
-		ptrArg(rowLoss), geom))
+	numFG := be.Addr(a.NumFG)
+	orPanic(op, be.Launch("loss_mask_gather", cuda.Blocks(g.B), cuda.PtrArg(be.Addr(a.FG)), cuda.PtrArg(be.Addr(a.GTIdx)), cuda.PtrArg(be.Addr(p.Boxes)),
+		cuda.PtrArg(anchor), cuda.PtrArg(gt), cuda.PtrArg(crop), cuda.PtrArg(area), cuda.PtrArg(count), geom))
+	orPanic(op, be.Launch("loss_mask_rows", cuda.Blocks(rows), cuda.PtrArg(be.Addr(coef)), cuda.PtrArg(be.Addr(proto)), cuda.PtrArg(be.Addr(owner)),
+		cuda.PtrArg(anchor), cuda.PtrArg(gt), cuda.PtrArg(crop), cuda.PtrArg(area), cuda.PtrArg(count), cuda.PtrArg(numFG), cuda.PtrArg(be.Addr(coefG)),
+		cuda.PtrArg(rowLoss), geom))
 	if protoG.Present() {
-		orPanic(op, k.run(kLossMaskProtoGrad, g.B*hw, ptrArg(be.ptr(coef)), ptrArg(be.ptr(proto)), ptrArg(be.ptr(owner)),
-			ptrArg(anchor), ptrArg(gt), ptrArg(crop), ptrArg(area), ptrArg(count), ptrArg(numFG), ptrArg(be.ptr(protoG)), geom))
+		orPanic(op, be.Launch("loss_mask_proto_grad", cuda.Elements(g.B*hw), cuda.PtrArg(be.Addr(coef)), cuda.PtrArg(be.Addr(proto)), cuda.PtrArg(be.Addr(owner)),
+			cuda.PtrArg(anchor), cuda.PtrArg(gt), cuda.PtrArg(crop), cuda.PtrArg(area), cuda.PtrArg(count), cuda.PtrArg(numFG), cuda.PtrArg(be.Addr(protoG)), geom))
 	}
-	orPanic(op, k.single(kLossMaskFinish, ptrArg(rowLoss), ptrArg(count), ptrArg(numFG), ptrArg(be.ptr(terms)), geom))
+	orPanic(op, be.Launch("loss_mask_finish", cuda.OneBlock(), cuda.PtrArg(rowLoss), cuda.PtrArg(count), cuda.PtrArg(numFG), cuda.PtrArg(be.Addr(terms)), geom))
 }
 
 // LossSemseg is the semantic term (trainer/loss's semScratch.loss):
@@ -177,29 +168,19 @@ func (be *Backend) LossMask(g loss.Geometry, a *loss.DeviceAssignment, p *loss.D
 // smoothing 1) of logits against sem, both [B, NC, SemH, SemW], one block
 // per channel, into terms[0:2] as a float64; grad, when present, takes
 // scale·dL/dlogit added.
-func (be *Backend) LossSemseg(g loss.Geometry, logits, sem backend.Buffer, scale float64, grad, terms backend.Buffer) {
+func (k Kernels) LossSemseg(g loss.Geometry, logits, sem backend.Buffer, scale float64, grad, terms backend.Buffer) {
+	be := k.be
 	const op = "loss semseg"
 	nch, hw := g.B*g.NC, g.SemH*g.SemW
 	if g.B < 0 || g.NC < 1 || hw <= 0 {
-		panic(fmt.Sprintf("cuda backend: %s: bad geometry %+v", op, g))
+		panic(fmt.Sprintf("losscuda: %s: bad geometry %+v", op, g))
 	}
 	lossNeed(op, map[string]backend.Buffer{"logits": logits, "sem": sem, "terms": terms})
 	lossCheck(op, nch*hw, map[string]backend.Buffer{"logits": logits, "sem": sem, "grad": grad})
 	lossCheck(op, 2, map[string]backend.Buffer{"terms": terms})
-	geom := structArg(semGeom(&g, scale))
-	be.wsMu.Lock()
-	defer be.wsMu.Unlock()
-	stats := be.scratch(16 * max(nch, 1))
-	k := be.k
-	orPanic(op, k.perChannel(kLossSemChannel, nch, ptrArg(be.ptr(logits)), ptrArg(be.ptr(sem)), ptrArg(be.ptr(grad)), ptrArg(stats), geom))
-	orPanic(op, k.single(kLossSemFinish, ptrArg(stats), ptrArg(be.ptr(terms)), geom))
-}
-
-// The methods are loss.DeviceKernels' own: the assignments below stop
-// compiling if a signature drifts (until the Backend implements the whole
-// interface and can be asserted as one).
-var _ = func(dk loss.DeviceKernels, be *Backend) {
-	owners, mask, semseg := dk.LossOwners, dk.LossMask, dk.LossSemseg
-	owners, mask, semseg = be.LossOwners, be.LossMask, be.LossSemseg
-	_, _, _ = owners, mask, semseg
+	geom := cuda.StructArg(semGeom(&g, scale))
+	stats, release := be.Scratch(16 * max(nch, 1))
+	defer release()
+	orPanic(op, be.Launch("loss_sem_channel", cuda.Blocks(nch), cuda.PtrArg(be.Addr(logits)), cuda.PtrArg(be.Addr(sem)), cuda.PtrArg(be.Addr(grad)), cuda.PtrArg(stats), geom))
+	orPanic(op, be.Launch("loss_sem_finish", cuda.OneBlock(), cuda.PtrArg(stats), cuda.PtrArg(be.Addr(terms)), geom))
 }

@@ -1,4 +1,4 @@
-package cuda_test
+package gpucheck
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/trainer/model"
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
-	"github.com/segpipe/segpipe/trainer/tensor/cuda"
+	"github.com/segpipe/segpipe/trainer/tensor/cuda/cudatest"
 	"github.com/segpipe/segpipe/trainer/train"
 )
 
@@ -68,7 +68,7 @@ func TestTrainOnHarness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	be := cuda.NewHarnessBackendForTest(t)
+	be := cudatest.Harness(t)
 	for _, route := range []struct {
 		name     string
 		from, to string

@@ -1,4 +1,4 @@
-package cuda
+package gpucheck
 
 import (
 	"errors"
@@ -13,6 +13,7 @@ import (
 	"github.com/segpipe/segpipe/trainer/model"
 	"github.com/segpipe/segpipe/trainer/tensor"
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
+	"github.com/segpipe/segpipe/trainer/tensor/cuda"
 )
 
 // BenchmarkTrainStepOnGPU times the training step of variant n on GPU 0 —
@@ -40,8 +41,8 @@ func BenchmarkTrainStepOnGPU(b *testing.B) {
 }
 
 func benchStep(b *testing.B, batch, imgsz int, tf32 bool) {
-	be, err := NewBackend(0, Options{TF32: tf32})
-	if errors.Is(err, ErrUnavailable) {
+	be, err := cuda.NewBackend(0, cuda.Options{TF32: tf32})
+	if errors.Is(err, cuda.ErrUnavailable) {
 		b.Skipf("no CUDA device: %v", err)
 	}
 	if err != nil {

@@ -1,37 +1,27 @@
-package cuda
+package gpucheck
 
 import (
 	"flag"
 	"math"
-	"math/rand/v2"
 	"testing"
 
+	"github.com/segpipe/segpipe/trainer/internal/modelcase"
 	"github.com/segpipe/segpipe/trainer/loss"
 	"github.com/segpipe/segpipe/trainer/model"
 	"github.com/segpipe/segpipe/trainer/tensor"
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 	"github.com/segpipe/segpipe/trainer/tensor/cpu"
+	"github.com/segpipe/segpipe/trainer/tensor/cuda/cudatest"
 )
 
 var iterationWeights = flag.String("iteration-weights", "",
 	"checkpoint the training-iteration comparison starts from (default: the golden weights)")
 
-// goldenWeights is model.GoldenReference, the n model the PyTorch goldens
-// of trainer/model were made from, failing the test on error.
-func goldenWeights(t *testing.T) *model.Model {
-	t.Helper()
-	m, err := model.GoldenReference()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
-
 // iterationModel returns the model the comparison starts from.
 func iterationModel(t *testing.T) *model.Model {
 	t.Helper()
 	if *iterationWeights == "" {
-		return goldenWeights(t)
+		return modelcase.GoldenWeights(t)
 	}
 	m, _, err := model.OpenCheckpoint(*iterationWeights)
 	if err != nil {
@@ -50,74 +40,13 @@ type iterationResult struct {
 	order []string
 }
 
-// syntheticBatch is a deterministic batch of b images of sz×sz with two
-// instances each: random pixels, boxes, and each box's rectangle as its
-// mask on the prototype grid (stride 4).
-func syntheticBatch(b, sz int) ([]byte, *loss.Targets) {
-	rng := rand.New(rand.NewPCG(13, 17))
-	img := make([]byte, b*3*sz*sz)
-	for i := range img {
-		img[i] = byte(rng.IntN(256))
-	}
-	hp := sz / 4
-	tg := &loss.Targets{}
-	for i := 0; i < b; i++ {
-		tg.BoxesPerImage = append(tg.BoxesPerImage, 2)
-		for k := 0; k < 2; k++ {
-			x0, y0 := float32(rng.IntN(sz/2)), float32(rng.IntN(sz/2))
-			w, h := float32(16+rng.IntN(sz/2-16)), float32(16+rng.IntN(sz/2-16))
-			tg.Boxes = append(tg.Boxes, x0, y0, x0+w, y0+h)
-			tg.Classes = append(tg.Classes, int32(rng.IntN(80)))
-			m := make([]uint8, hp*hp)
-			for y := int(y0) / 4; y < int(y0+h)/4 && y < hp; y++ {
-				for x := int(x0) / 4; x < int(x0+w)/4 && x < hp; x++ {
-					m[y*hp+x] = 1
-				}
-			}
-			tg.Masks = append(tg.Masks, m...)
-		}
-	}
-	return img, tg
-}
-
-// modelLoss runs m's forward pass in training mode on be over
-// syntheticBatch(b, sz): the tape, the eight head outputs the loss reads
-// and, on the host, the loss's view of them and the batch's targets.
-func modelLoss(t *testing.T, be backend.Backend, m *model.Model, b, sz int) (*tensor.Tape, []*tensor.Tensor, *loss.Outputs, *loss.Targets) {
-	t.Helper()
-	m.To(be)
-	img, tg := syntheticBatch(b, sz)
-	tp := tensor.NewTape(be)
-	x := tensor.UploadBytes(be, img, 1.0/255, b, 3, sz, sz)
-	mo, err := m.Forward(tp, x, model.Train)
-	if err != nil {
-		t.Fatal(err)
-	}
-	outs := []*tensor.Tensor{mo.One2Many.Boxes, mo.One2Many.Scores, mo.One2Many.MaskCoefficients,
-		mo.One2One.Boxes, mo.One2One.Scores, mo.One2One.MaskCoefficients, mo.Proto, mo.Semseg}
-	var h [8][]float32
-	for i, o := range outs {
-		h[i] = o.ToHost(nil)
-	}
-	geo := loss.Geometry{B: mo.Proto.Shape[0], NC: m.Config.Classes, NM: mo.Proto.Shape[1],
-		ProtoH: mo.Proto.Shape[2], ProtoW: mo.Proto.Shape[3], SemH: mo.Semseg.Shape[2], SemW: mo.Semseg.Shape[3]}
-	for i, f := range mo.Feats {
-		geo.Levels = append(geo.Levels, loss.Level{H: f.Shape[2], W: f.Shape[3], Stride: float32(model.Strides[i])})
-	}
-	out := &loss.Outputs{Geometry: geo,
-		One2Many: loss.Branch{Boxes: h[0], Scores: h[1], Coef: h[2]},
-		One2One:  loss.Branch{Boxes: h[3], Scores: h[4], Coef: h[5]},
-		Proto:    h[6], Semseg: h[7]}
-	return tp, outs, out, tg
-}
-
 // trainIteration runs one training iteration as the trainer's step does
 // (forward in training mode, the loss on the host, backward from its
-// output gradients) on be, from iterationModel, on syntheticBatch(b, sz).
+// output gradients) on be, from iterationModel, on modelcase.SyntheticBatch(b, sz).
 func trainIteration(t *testing.T, be backend.Backend, b, sz int) iterationResult {
 	t.Helper()
 	m := iterationModel(t)
-	tp, outs, out, tg := modelLoss(t, be, m, b, sz)
+	tp, outs, out, tg := modelcase.ModelLoss(t, be, m, b, sz)
 	crit, err := loss.NewCriterion(loss.DefaultConfig(1))
 	if err != nil {
 		t.Fatal(err)
@@ -213,7 +142,7 @@ func TestIterationOnHarness(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a model step on the CPU harness takes tens of seconds")
 	}
-	be, _ := newHarnessBackend(t)
+	be := cudatest.Harness(t)
 	want := trainIteration(t, cpu.New(), 2, 64)
 	got := trainIteration(t, be, 2, 64)
 	compareIterations(t, got, want, 1e-3)
@@ -222,7 +151,7 @@ func TestIterationOnHarness(t *testing.T) {
 // TestIterationOnGPU is the same comparison on GPU 0 at the size the GPU
 // check names: variant n, batch 2, 256 px, TF32 off, 1e-3.
 func TestIterationOnGPU(t *testing.T) {
-	be := openGPUBackend(t)
+	be := cudatest.GPU(t)
 	want := trainIteration(t, cpu.New(), 2, 256)
 	got := trainIteration(t, be, 2, 256)
 	compareIterations(t, got, want, 1e-3)

@@ -1,4 +1,4 @@
-package cuda_test
+package gpucheck
 
 import (
 	"bytes"
@@ -27,6 +27,7 @@ import (
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 	"github.com/segpipe/segpipe/trainer/tensor/cpu"
 	"github.com/segpipe/segpipe/trainer/tensor/cuda"
+	"github.com/segpipe/segpipe/trainer/tensor/cuda/cudatest"
 	"github.com/segpipe/segpipe/trainer/train"
 )
 
@@ -173,7 +174,7 @@ func TestWindowedTrainingOnHarness(t *testing.T) {
 	cats := info.Categories
 	cfg := harnessConfig()
 	cfg.Device = "cuda"
-	be := cuda.NewHarnessBackendForTest(t)
+	be := cudatest.Harness(t)
 	if !train.ExpandsWindows(be) {
 		t.Fatal("the cuda Backend does not expand windows")
 	}
@@ -292,7 +293,7 @@ func TestWindowedRecordRefusedOnEveryBackend(t *testing.T) {
 	src := synthShards(t, 2)
 	cats := src.Manifest().Categories
 	cfg := harnessConfig()
-	harness := cuda.NewHarnessBackendForTest(t)
+	harness := cudatest.Harness(t)
 	for _, dev := range []string{"cpu", "emu", "cuda"} {
 		var be backend.Backend
 		switch dev {

@@ -1,4 +1,4 @@
-package cuda
+package losscuda
 
 import (
 	"fmt"
@@ -10,7 +10,10 @@ import (
 
 	"github.com/segpipe/segpipe/internal/shared"
 	"github.com/segpipe/segpipe/trainer/loss"
+	"github.com/segpipe/segpipe/trainer/loss/internal/lossgolden"
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
+	"github.com/segpipe/segpipe/trainer/tensor/cuda"
+	"github.com/segpipe/segpipe/trainer/tensor/cuda/cudatest"
 )
 
 // The mask side of the loss on the device (LossOwners, LossMask,
@@ -252,7 +255,12 @@ func devFloats(be backend.Backend, b backend.Buffer) []float32 {
 }
 
 func devInts(be backend.Backend, b backend.Buffer) []int32 {
-	return i32s(toBytes(devFloats(be, b)))
+	f := devFloats(be, b)
+	v := make([]int32, len(f))
+	for i, x := range f {
+		v[i] = int32(math.Float32bits(x))
+	}
+	return v
 }
 
 func devFloat64(be backend.Backend, b backend.Buffer) float64 {
@@ -359,7 +367,7 @@ type maskTally struct{ rounded, fractional int }
 // bruteOwners (exactly), then the mask term of both branches and the
 // semantic term, values and gradients, against Forward. Every device
 // computation runs twice and must repeat its bits.
-func compareLossMask(t *testing.T, be *Backend) {
+func compareLossMask(t *testing.T, be *cuda.Backend) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	w := lossWorst{}
 	var n maskTally
@@ -390,19 +398,28 @@ func compareLossMask(t *testing.T, be *Backend) {
 	w.log(t)
 }
 
-// goldenMaskBatch is the loss goldens' batch (loss.ReadGoldenCase) in
-// the loader's layout; overlap is the reference's overlap map.
+// goldenMaskBatch is the loss goldens' batch (lossgolden.Read) in the
+// loader's layout, with its train outputs (the one-to-one branch its own
+// copy of the one-to-many); overlap is the reference's overlap map.
 func goldenMaskBatch(t *testing.T) (out *loss.Outputs, tg *loss.Targets, overlap []uint8) {
-	out, tg, overlap, err := loss.ReadGoldenCase(shared.Path(t, "goldens/loss"))
+	c, err := lossgolden.Read(shared.Path(t, "goldens/loss"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return out, tg, overlap
+	g := loss.Geometry{B: c.B, NC: c.NC, NM: c.NM, ProtoH: c.ProtoH, ProtoW: c.ProtoW, SemH: c.SemH, SemW: c.SemW}
+	for _, l := range c.Levels {
+		g.Levels = append(g.Levels, loss.Level{H: l.H, W: l.W, Stride: l.Stride})
+	}
+	out = &loss.Outputs{Geometry: g, Proto: c.Proto, Semseg: c.Semseg,
+		One2Many: loss.Branch{Boxes: c.Boxes, Scores: c.Scores, Coef: c.Coef},
+		One2One:  loss.Branch{Boxes: slices.Clone(c.Boxes), Scores: slices.Clone(c.Scores), Coef: slices.Clone(c.Coef)}}
+	tg = &loss.Targets{BoxesPerImage: c.BoxesPerImage, Classes: c.Classes, Boxes: c.TargetBoxes, Masks: c.Masks}
+	return out, tg, c.Overlap
 }
 
 // checkLossMask runs one batch through Forward and through the device
 // kernels on be and compares; it returns the device's owner map.
-func checkLossMask(t *testing.T, be *Backend, w lossWorst, n *maskTally, out *loss.Outputs, tg *loss.Targets, cfg loss.Config, topK [2]int) []int32 {
+func checkLossMask(t *testing.T, be *cuda.Backend, w lossWorst, n *maskTally, out *loss.Outputs, tg *loss.Targets, cfg loss.Config, topK [2]int) []int32 {
 	g := out.Geometry
 	c, err := loss.NewCriterion(cfg)
 	if err != nil {
@@ -423,7 +440,7 @@ func checkLossMask(t *testing.T, be *Backend, w lossWorst, n *maskTally, out *lo
 	dt.Upload(be, tg)
 	dp := p.upload(be)
 	owner, sem := be.Alloc(B*hw), be.Alloc(B*g.NC*g.SemH*g.SemW)
-	noCrossing(t, be, "LossOwners", func() { be.LossOwners(g, &dt, dp, owner, sem) })
+	noCrossing(t, be, "LossOwners", func() { New(be).LossOwners(g, &dt, dp, owner, sem) })
 	wantOwner, wantSem := bruteOwners(g, tg, p)
 	gotOwner, gotSem := devInts(be, owner), devFloats(be, sem)
 	if i := firstDiff(i32sAsF32(gotOwner), i32sAsF32(wantOwner)); i >= 0 {
@@ -432,7 +449,7 @@ func checkLossMask(t *testing.T, be *Backend, w lossWorst, n *maskTally, out *lo
 	if i := firstDiff(gotSem, wantSem); i >= 0 {
 		t.Fatalf("semantic target differs at %d: %v, want %v", i, gotSem[i], wantSem[i])
 	}
-	be.LossOwners(g, &dt, dp, owner, sem)
+	New(be).LossOwners(g, &dt, dp, owner, sem)
 	if firstDiff(i32sAsF32(devInts(be, owner)), i32sAsF32(gotOwner)) >= 0 || firstDiff(devFloats(be, sem), gotSem) >= 0 {
 		t.Fatal("the owner map or semantic target changed on a second run")
 	}
@@ -466,7 +483,7 @@ func checkLossMask(t *testing.T, be *Backend, w lossWorst, n *maskTally, out *lo
 				be.Fill(protoG, 0)
 			}
 			terms := be.Alloc(2)
-			noCrossing(t, be, "LossMask", func() { be.LossMask(g, da, dp, owner, coef[i], proto, scale, coefG, protoG, terms) })
+			noCrossing(t, be, "LossMask", func() { New(be).LossMask(g, da, dp, owner, coef[i], proto, scale, coefG, protoG, terms) })
 			v := devFloat64(be, terms)
 			if asg[i].NumFG > 0 {
 				w.value(t, "mask term", v, [2][loss.NumComponents]float64{res.One2Many, res.One2One}[i][loss.Seg]/float64(B)/cfg.BoxGain)
@@ -500,7 +517,7 @@ func checkLossMask(t *testing.T, be *Backend, w lossWorst, n *maskTally, out *lo
 		coefG, protoG, terms := be.Alloc(len(out.One2Many.Coef)), be.Alloc(len(out.Proto)), be.Alloc(2)
 		be.Fill(coefG, 0.25)
 		be.Fill(protoG, 0.25)
-		be.LossMask(g, da, dp, owner, coef[0], proto, o2m*float64(B)*cfg.BoxGain, coefG, protoG, terms)
+		New(be).LossMask(g, da, dp, owner, coef[0], proto, o2m*float64(B)*cfg.BoxGain, coefG, protoG, terms)
 		if v := devFloat64(be, terms); v != 0 {
 			t.Errorf("mask term %v without positives, want 0", v)
 		}
@@ -518,7 +535,7 @@ func checkLossMask(t *testing.T, be *Backend, w lossWorst, n *maskTally, out *lo
 		semG := be.Alloc(len(out.Semseg))
 		be.Fill(semG, 0)
 		terms := be.Alloc(2)
-		noCrossing(t, be, "LossSemseg", func() { be.LossSemseg(g, logits, sem, scale, semG, terms) })
+		noCrossing(t, be, "LossSemseg", func() { New(be).LossSemseg(g, logits, sem, scale, semG, terms) })
 		v := devFloat64(be, terms)
 		// Forward skips the semantic term (and its gradient) in a
 		// branch without positives: compare where it ran.
@@ -572,19 +589,18 @@ func firstDiff(a, b []float32) int {
 // harness (the .cu kernels under g++; not a GPU) against Forward and the
 // brute-force owner map.
 func TestLossMaskOnHarness(t *testing.T) {
-	be, e := newHarnessBackend(t)
-	compareLossMask(t, be)
+	compareLossMask(t, cudatest.Harness(t))
 	// Again with a single block of 64 threads, so that every grid-stride
 	// loop over images, slots and rows runs in one block and the tree
 	// reductions take another depth (half a minute on the harness).
 	if testing.Short() {
 		return
 	}
-	be.k = &Kernels{l: e, maxBlocks: 1, threads: 64}
+	be := cudatest.HarnessWith(t, cuda.HarnessOptions{MaxBlocks: 1, Threads: 64})
 	t.Run("one block of 64", func(t *testing.T) { compareLossMask(t, be) })
 }
 
 // TestLossMaskOnGPU is the same comparison on GPU 0.
 func TestLossMaskOnGPU(t *testing.T) {
-	compareLossMask(t, openGPUBackend(t))
+	compareLossMask(t, cudatest.GPU(t))
 }

@@ -1,0 +1,191 @@
+package losscuda
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/segpipe/segpipe/trainer/loss"
+	"github.com/segpipe/segpipe/trainer/tensor/backend"
+	"github.com/segpipe/segpipe/trainer/tensor/cuda"
+)
+
+// The loss's padded targets, assigner, class and box terms and
+// combination on the device (part of loss.DeviceKernels, the kernels of
+// trainer/tensor/cuda/kernels/loss_assign.cu). loss.ForwardOn has checked
+// every size before it calls them; a buffer too short for the geometry
+// panics here, as a Backend method does on a device error.
+
+// laMaxLevels is LA_MAX_LEVELS in loss_assign.cu.
+const laMaxLevels = 8
+
+// encodeLaGeom lays out struct LaGeom: int B, NC, A, M, nlevels; int
+// h[8], w[8]; float stride[8]; float img_h, img_w.
+func encodeLaGeom(g *loss.Geometry, M int) []byte {
+	if len(g.Levels) > laMaxLevels {
+		panic(fmt.Sprintf("losscuda: loss over %d levels, the kernels take at most %d", len(g.Levels), laMaxLevels))
+	}
+	b := make([]byte, 4*(5+3*laMaxLevels+2))
+	put := func(i int, v uint32) { binary.LittleEndian.PutUint32(b[4*i:], v) }
+	for i, v := range []int{g.B, g.NC, g.Anchors(), M, len(g.Levels)} {
+		put(i, uint32(v))
+	}
+	for i, l := range g.Levels {
+		put(5+i, uint32(l.H))
+		put(5+laMaxLevels+i, uint32(l.W))
+		put(5+2*laMaxLevels+i, math.Float32bits(l.Stride))
+	}
+	h, w := g.ImageSize()
+	put(5+3*laMaxLevels, math.Float32bits(h))
+	put(6+3*laMaxLevels, math.Float32bits(w))
+	return b
+}
+
+// encodeLaStruct lays out a struct of leading ints (padded to 8 bytes)
+// and then doubles, or of doubles and then trailing ints (padded).
+func encodeLaStruct(lead []int, ds []float64, trail []int) []byte {
+	var b []byte
+	for _, v := range lead {
+		b = binary.LittleEndian.AppendUint32(b, uint32(int32(v)))
+	}
+	for len(b)%8 != 0 {
+		b = append(b, 0)
+	}
+	for _, d := range ds {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(d))
+	}
+	for _, v := range trail {
+		b = binary.LittleEndian.AppendUint32(b, uint32(int32(v)))
+	}
+	for len(b)%8 != 0 {
+		b = append(b, 0)
+	}
+	return b
+}
+
+// LossTargets pads the batch's non-crowd instances into p's slots of
+// width p.M (loss_targets, one thread per image).
+func (k Kernels) LossTargets(g loss.Geometry, t *loss.DeviceTargets, p *loss.DevicePadded) {
+	be := k.be
+	B, M := g.B, p.M
+	checkLen("loss targets", B*M, p.Labels, p.Valid, p.Src)
+	checkLen("loss targets", 4*B*M, p.Boxes)
+	checkLen("loss targets", B, p.Count, t.BoxesPerImage)
+	orPanic("loss targets", be.Launch("loss_targets", cuda.Elements(B), cuda.PtrArg(be.Addr(t.BoxesPerImage)), cuda.PtrArg(be.Addr(t.Classes)),
+		cuda.PtrArg(be.Addr(t.Boxes)), cuda.PtrArg(be.Addr(t.IsCrowd)), cuda.Int32Arg(t.CrowdBytes), cuda.Int32Arg(B), cuda.Int32Arg(M),
+		cuda.PtrArg(be.Addr(p.Labels)), cuda.PtrArg(be.Addr(p.Boxes)), cuda.PtrArg(be.Addr(p.Valid)), cuda.PtrArg(be.Addr(p.Src)), cuda.PtrArg(be.Addr(p.Count))))
+}
+
+// LossAssign is the task-aligned assigner of one branch: the candidates,
+// CIoUs and metrics of every (image, slot, anchor), the top-k per GT, the
+// multi-GT resolution, one-to-one's second top-k, the per-GT maxima, the
+// targets and the count, in seven launches over the Backend's workspace
+// (B·M·A metrics, CIoUs and flags).
+func (k Kernels) LossAssign(g loss.Geometry, cfg loss.AssignerConfig, boxes, scores backend.Buffer, p *loss.DevicePadded, a *loss.DeviceAssignment) {
+	be := k.be
+	B, A, M := g.B, g.Anchors(), p.M
+	checkLen("loss assign", B*4*A, boxes)
+	checkLen("loss assign", B*g.NC*A, scores)
+	checkLen("loss assign", B*M, p.Labels, p.Valid)
+	checkLen("loss assign", 4*B*M, p.Boxes)
+	checkLen("loss assign", B*A, a.FG, a.GTIdx, a.Labels, a.ScoreValue)
+	checkLen("loss assign", 4*B*A, a.Boxes)
+	checkLen("loss assign", 1, a.NumFG)
+	checkLen("loss assign", 2, a.ScoreSum)
+	if cfg.TopK < 1 || cfg.TopK2 < 0 {
+		panic(fmt.Sprintf("losscuda: loss assign: bad assigner config %+v", cfg))
+	}
+	geo := cuda.StructArg(encodeLaGeom(&g, M))
+	rows, cells := B*M, B*M*A
+	var maxMet, maxOv, metric, overlaps, flags cuda.Ptr
+	if cells > 0 {
+		ws, release := be.Scratch(16*rows + 8*cells + cells)
+		defer release() // the targets' launch below reads the workspace too
+		maxMet, maxOv = ws, ws.Add(8*rows)
+		metric, overlaps = ws.Add(16*rows), ws.Add(16*rows+4*cells)
+		flags = ws.Add(16*rows + 8*cells)
+		k2 := 0
+		if cfg.TopK2 > 0 && cfg.TopK2 != cfg.TopK {
+			k2 = min(cfg.TopK2, A)
+		}
+		lc := cuda.StructArg(encodeLaStruct([]int{min(cfg.TopK, A), k2}, []float64{cfg.Alpha, cfg.Beta, cfg.SmallSide, cfg.SmallSideTo}, nil))
+		orPanic("loss assign metric", be.Launch("loss_assign_metric", cuda.Elements(cells), geo, lc, cuda.PtrArg(be.Addr(boxes)), cuda.PtrArg(be.Addr(scores)),
+			cuda.PtrArg(be.Addr(p.Labels)), cuda.PtrArg(be.Addr(p.Boxes)), cuda.PtrArg(be.Addr(p.Valid)), cuda.PtrArg(metric), cuda.PtrArg(overlaps),
+			cuda.PtrArg(flags), cuda.Int64Arg(cells)))
+		topk := func(kk, stage int) {
+			orPanic("loss assign top-k", be.Launch("loss_assign_topk", cuda.Blocks(rows), cuda.PtrArg(metric), cuda.PtrArg(flags),
+				cuda.PtrArg(be.Addr(p.Valid)), cuda.Int32Arg(A), cuda.Int32Arg(kk), cuda.Int32Arg(stage), cuda.Int64Arg(rows)))
+		}
+		topk(min(cfg.TopK, A), 0)
+		orPanic("loss assign resolve", be.Launch("loss_assign_resolve", cuda.Elements(B*A), cuda.PtrArg(overlaps), cuda.PtrArg(flags), cuda.Int32Arg(M), cuda.Int32Arg(A), cuda.Int64Arg(B*A)))
+		if k2 > 0 {
+			topk(k2, 1)
+		}
+		orPanic("loss assign maxima", be.Launch("loss_assign_max", cuda.Blocks(rows), cuda.PtrArg(metric), cuda.PtrArg(overlaps), cuda.PtrArg(flags),
+			cuda.Int32Arg(A), cuda.PtrArg(maxMet), cuda.PtrArg(maxOv), cuda.Int64Arg(rows)))
+	}
+	orPanic("loss assign targets", be.Launch("loss_assign_targets", cuda.Elements(B*A), cuda.PtrArg(flags), cuda.PtrArg(metric), cuda.PtrArg(maxMet), cuda.PtrArg(maxOv),
+		cuda.PtrArg(be.Addr(p.Labels)), cuda.PtrArg(be.Addr(p.Boxes)), cuda.Int32Arg(M), cuda.Int32Arg(A), cuda.PtrArg(be.Addr(a.FG)), cuda.PtrArg(be.Addr(a.GTIdx)),
+		cuda.PtrArg(be.Addr(a.Labels)), cuda.PtrArg(be.Addr(a.Boxes)), cuda.PtrArg(be.Addr(a.ScoreValue)), cuda.Int64Arg(B*A)))
+	orPanic("loss assign count", be.Launch("loss_assign_count", cuda.OneBlock(), cuda.PtrArg(be.Addr(a.FG)), cuda.PtrArg(be.Addr(a.ScoreValue)),
+		cuda.PtrArg(be.Addr(a.NumFG)), cuda.PtrArg(be.Addr(a.ScoreSum)), cuda.Int64Arg(B*A)))
+}
+
+// LossClsBox is one branch's class BCE, CIoU box term and distance term
+// (loss_cls_rows, one block per image and class; loss_box over the
+// anchors; loss_clsbox_finish): the three sums into terms[0:6] as
+// float64 words and, with boxesG present, scale·gain/S times their
+// gradients added into boxesG and scoresG.
+func (k Kernels) LossClsBox(g loss.Geometry, cfg loss.Config, boxes, scores backend.Buffer, a *loss.DeviceAssignment, scale float64, boxesG, scoresG, terms backend.Buffer) {
+	be := k.be
+	B, A, NC := g.B, g.Anchors(), g.NC
+	checkLen("loss cls/box", B*4*A, boxes)
+	checkLen("loss cls/box", B*NC*A, scores)
+	checkLen("loss cls/box", B*A, a.FG, a.Labels, a.ScoreValue)
+	checkLen("loss cls/box", 4*B*A, a.Boxes)
+	checkLen("loss cls/box", 2, a.ScoreSum)
+	checkLen("loss cls/box", 6, terms)
+	if boxesG.Present() != scoresG.Present() {
+		panic("losscuda: loss cls/box: pass both gradient buffers or neither")
+	}
+	if boxesG.Present() {
+		checkLen("loss cls/box", B*4*A, boxesG)
+		checkLen("loss cls/box", B*NC*A, scoresG)
+	}
+	rows, n := B*NC, B*A
+	blocks := 0
+	if n > 0 {
+		blocks = be.ElementBlocks(n)
+	}
+	geo := cuda.StructArg(encodeLaGeom(&g, 0))
+	gains := cuda.StructArg(encodeLaStruct(nil, []float64{scale * cfg.ClsGain, scale * cfg.BoxGain, scale * cfg.DFLGain}, nil))
+	ws, release := be.Scratch(8*rows + 16*blocks)
+	defer release()
+	rowPart, boxPart := ws, ws.Add(8*rows)
+	orPanic("loss cls", be.Launch("loss_cls_rows", cuda.Blocks(rows), geo, gains, cuda.PtrArg(be.Addr(scores)), cuda.PtrArg(be.Addr(a.FG)),
+		cuda.PtrArg(be.Addr(a.Labels)), cuda.PtrArg(be.Addr(a.ScoreValue)), cuda.PtrArg(be.Addr(a.ScoreSum)), cuda.PtrArg(be.Addr(scoresG)),
+		cuda.PtrArg(rowPart), cuda.Int64Arg(rows)))
+	orPanic("loss box", be.Launch("loss_box", cuda.Elements(n), geo, gains, cuda.PtrArg(be.Addr(boxes)), cuda.PtrArg(be.Addr(a.FG)), cuda.PtrArg(be.Addr(a.Boxes)),
+		cuda.PtrArg(be.Addr(a.ScoreValue)), cuda.PtrArg(be.Addr(a.ScoreSum)), cuda.PtrArg(be.Addr(boxesG)), cuda.PtrArg(boxPart), cuda.Int64Arg(n)))
+	orPanic("loss cls/box sums", be.Launch("loss_clsbox_finish", cuda.OneBlock(), cuda.PtrArg(rowPart), cuda.Int32Arg(rows), cuda.PtrArg(boxPart), cuda.Int32Arg(blocks),
+		cuda.PtrArg(be.Addr(terms))))
+}
+
+// LossCombine forms the result words from the 18 terms words and both
+// assignments (loss_combine, one thread) and, with semG present, zeroes
+// it when the one-to-many branch has no positive.
+func (k Kernels) LossCombine(g loss.Geometry, cfg loss.Config, o2m, o2o float64, terms backend.Buffer, a [2]*loss.DeviceAssignment, semG, res backend.Buffer) {
+	be := k.be
+	checkLen("loss combine", 18, terms)
+	checkLen("loss combine", loss.ResultLen, res)
+	for _, x := range a {
+		checkLen("loss combine", 1, x.NumFG)
+		checkLen("loss combine", 2, x.ScoreSum)
+	}
+	c := cuda.StructArg(encodeLaStruct(nil, []float64{cfg.BoxGain, cfg.ClsGain, cfg.DFLGain, o2m, o2o}, []int{g.B}))
+	orPanic("loss combine", be.Launch("loss_combine", cuda.OneThread(), c, cuda.PtrArg(be.Addr(terms)), cuda.PtrArg(be.Addr(a[0].NumFG)),
+		cuda.PtrArg(be.Addr(a[0].ScoreSum)), cuda.PtrArg(be.Addr(a[1].NumFG)), cuda.PtrArg(be.Addr(a[1].ScoreSum)), cuda.PtrArg(be.Addr(res))))
+	if semG.Present() {
+		orPanic("loss combine", be.Launch("loss_zero_without_fg", cuda.Elements(semG.Len), cuda.PtrArg(be.Addr(a[0].NumFG)), cuda.PtrArg(be.Addr(semG)), cuda.Int64Arg(semG.Len)))
+	}
+}
