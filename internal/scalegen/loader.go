@@ -67,25 +67,12 @@ func loaderMain(args []string) error {
 		n += int64(r)
 	}
 
-	// One epoch's order alone: its build time and the bytes it allocates,
-	// the per-image state the loader keeps beside its fixed buffers.
+	// What opening the set kept: the live heap, and the peak so far.
 	var m0, m1 runtime.MemStats
-	runtime.ReadMemStats(&m0)
-	t := time.Now()
-	ep, err := order.NewEpoch(*seed, 0, rows, 0)
-	if err != nil {
-		return fmt.Errorf("loader: %w", err)
-	}
-	orderS := time.Since(t).Seconds()
-	runtime.ReadMemStats(&m1)
-	orderBytes := m1.TotalAlloc - m0.TotalAlloc
-	// The live heap with the set open and one epoch's order held: what a
-	// loader keeps for the dataset before any buffer of its own.
 	runtime.GC()
-	runtime.ReadMemStats(&m1)
-	liveOpen := m1.HeapAlloc
-	runtime.KeepAlive(ep)
-	ep = nil
+	runtime.ReadMemStats(&m0)
+	liveOpen := m0.HeapAlloc
+	_, rssOpen := selfRusage()
 
 	a := augment.DefaultConfig()
 	a.ImgSz = *imgsz
@@ -140,6 +127,20 @@ func loaderMain(args []string) error {
 		return fmt.Errorf("loader: %w", err)
 	}
 	_, rss := selfRusage()
+
+	// One epoch's order alone, after the run so that it does not add to
+	// the peak above: its build time and the bytes it allocates, the
+	// per-image state the loader keeps beside its fixed buffers.
+	runtime.ReadMemStats(&m0)
+	t := time.Now()
+	ep, err := order.NewEpoch(*seed, 0, rows, 0)
+	if err != nil {
+		return fmt.Errorf("loader: %w", err)
+	}
+	orderS := time.Since(t).Seconds()
+	runtime.ReadMemStats(&m1)
+	orderBytes := m1.TotalAlloc - m0.TotalAlloc
+	runtime.KeepAlive(ep)
 	js, err := json.Marshal(mid)
 	if err != nil {
 		return err
@@ -158,7 +159,8 @@ func loaderMain(args []string) error {
 		"consumed_at_start":    float64(*consume),
 		"order_build_s":        orderS,
 		"order_bytes":          float64(orderBytes),
-		"live_heap_open_bytes": float64(liveOpen),
+		"live_heap_open_bytes": float64(liveOpen), // the set open, no loader yet
+		"peak_rss_open_bytes":  float64(rssOpen),
 		"state_json_bytes":     float64(len(js)), // the state after the first batch
 		"state_consumed":       float64(mid.Consumed),
 		"state_fixed_bytes":    24, // three 8-byte integers, whatever N

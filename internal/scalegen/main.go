@@ -1,5 +1,5 @@
 // Command scalegen is the Go half of scripts/scale.sh, which measures how
-// segpipe's costs grow with the size of a dataset. It has eight
+// segpipe's costs grow with the size of a dataset. It has nine
 // sub-commands:
 //
 //	gen     synthesise N small images with many instances each, as RLE
@@ -10,6 +10,7 @@
 //	loader  open a shard set in this process and stream batches: time to
 //	        the first batch, CPU per image, peak RSS, the resume state
 //	raster  the CPU cost of rasterising one mask, RLE or polygon, alone
+//	profile run a segpipe command in process under the CPU profiler
 //	serve   start `segpipe serve`, stream its first batches over Arrow
 //	        Flight, stop it and record the server's CPU time and peak RSS
 //	report  join the step records into one JSON, print a table and check
@@ -26,7 +27,7 @@ import (
 	"os"
 )
 
-const usage = `usage: scalegen gen|run|note|sum|loader|raster|serve|report [flags]
+const usage = `usage: scalegen gen|run|note|sum|loader|raster|profile|serve|report [flags]
 
   gen     --out DIR --images N [--side 64] [--per-image 100] [--masks rle|polygon] [--seed 1]
   run     --out STEP.json --step NAME [--n N] -- COMMAND [ARGS...]
@@ -34,6 +35,7 @@ const usage = `usage: scalegen gen|run|note|sum|loader|raster|serve|report [flag
   sum     --out STEP.json --step NAME STEP.json...
   loader  --out STEP.json --shards DIR [--batch 32] [--imgsz 128] [--batches K] [--consume C]
   raster  --out STEP.json --shards DIR [--imgsz 128]
+  profile --cpuprofile FILE -- SEGPIPE_ARGS...
   serve   --out STEP.json --bin SEGPIPE --root DIR --set NAME [--batches K]
   report  --out RESULT.json DIR... [--check NAME:MAX ...]
 
@@ -55,6 +57,8 @@ func main() {
 		err = loaderMain(args)
 	case "raster":
 		err = rasterMain(args)
+	case "profile":
+		err = profileMain(args)
 	case "serve":
 		err = serveMain(args)
 	case "note":
