@@ -82,14 +82,50 @@ type budgetedData struct {
 type loaderBudget struct {
 	mu   sync.Mutex
 	max  int64 // ≤ 0: none
-	live int64
+	live int64 // the model's estimate and the loaders open
 }
 
-func (d budgetedData) Open(ctx context.Context, cfg pipeline.Config) (pipeline.Batches, error) {
+// sized is cfg with the cache a loader under this budget gets, and its
+// estimate.
+func (d budgetedData) sized(cfg pipeline.Config) (pipeline.Config, pipeline.Memory, error) {
 	if cfg.CacheBytes == 0 && cfg.ImageCache == nil {
 		cfg.CacheBytes = budgetCache(pipeline.DefaultCacheBytes, d.budget.max)
 	}
 	m, err := cfg.MemoryOf(d.src)
+	return cfg, m, err
+}
+
+// checkRun refuses, before a run starts, a training loader (train on d)
+// and the validation loader it opens each epoch beside it (val on v)
+// that would not fit the budget beside what it already holds (the
+// model's estimate), rather than after an epoch, at the first
+// validation.
+func checkRun(d budgetedData, train pipeline.Config, v budgetedData, val pipeline.Config) error {
+	b := d.budget
+	if b.max <= 0 {
+		return nil
+	}
+	_, mt, err := d.sized(train)
+	if err != nil {
+		return err
+	}
+	_, mv, err := v.sized(val)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	held := b.live
+	b.mu.Unlock()
+	if need := pipeline.Budget(held + mt.Total() + mv.Total()); need > b.max {
+		return fmt.Errorf("training needs an estimated %s: the model and what is open %s, the training loader %s, the validation loader %s (batch size %d at imgsz %d), over --max-memory %s: lower the batch size or imgsz (the model's share grows with both; each loader's decoded-image cache is a quarter of the budget at most), or raise --max-memory: %w",
+			pipeline.FormatBytes(need), pipeline.FormatBytes(held), mt, mv, train.BatchSize, train.Augment.ImgSz,
+			pipeline.FormatBytes(b.max), pipeline.ErrMemoryLimit)
+	}
+	return nil
+}
+
+func (d budgetedData) Open(ctx context.Context, cfg pipeline.Config) (pipeline.Batches, error) {
+	cfg, m, err := d.sized(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +135,7 @@ func (d budgetedData) Open(ctx context.Context, cfg pipeline.Config) (pipeline.B
 	if b.max > 0 && pipeline.Budget(live) > b.max {
 		open := b.live
 		b.mu.Unlock()
-		return nil, fmt.Errorf("%s loader: batch size %d at imgsz %d needs an estimated %s beside %s of loaders open, over --max-memory %s: lower the batch size or imgsz: %w",
+		return nil, fmt.Errorf("%s loader: batch size %d at imgsz %d needs an estimated %s beside %s held by the model and the loaders open, over --max-memory %s: lower the batch size or imgsz (the model's share grows with both; each loader's decoded-image cache is a quarter of the budget at most), or raise --max-memory: %w",
 			d.what, cfg.BatchSize, cfg.Augment.ImgSz, m, pipeline.FormatBytes(open), pipeline.FormatBytes(b.max), pipeline.ErrMemoryLimit)
 	}
 	b.live = live

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	ucli "github.com/urfave/cli/v3"
 
 	"github.com/segpipe/segpipe/pipeline/augment"
+	"github.com/segpipe/segpipe/pipeline/order"
 	"github.com/segpipe/segpipe/trainer/train"
 )
 
@@ -202,21 +204,38 @@ func runTrain(ctx context.Context, c *ucli.Command) error {
 			return err
 		}
 		defer src.Close()
-		// The training and validation loaders share the budget; the
-		// model's own memory is not part of the loaders' estimate.
+		// The model and the training and validation loaders share the
+		// budget: each loader is judged beside the model's estimate and
+		// the loaders already open.
 		budget, err := memoryBudget(c)
 		if err != nil {
 			return err
 		}
-		lb := &loaderBudget{max: budget}
-		opt.Train, opt.Categories = budgetedData{train.Local(src), src, "train", lb}, src.Manifest().Categories
+		classes := opt.Config.Classes
+		if classes == 0 {
+			classes = len(src.Manifest().Categories)
+		}
+		modelBytes, err := train.HostMemory(opt.Config, opt.Backend, classes)
+		if err != nil {
+			return err
+		}
+		slog.Info("memory estimate", "model", opt.Config.Variant, "estimate_bytes", modelBytes,
+			"batch", opt.Config.Batch, "imgsz", opt.Config.Imgsz, "budget_bytes", budget)
+		lb := &loaderBudget{max: budget, live: modelBytes}
+		td := budgetedData{train.Local(src), src, "train", lb}
+		vd := td // validation on the training data
+		opt.Train, opt.Categories = td, src.Manifest().Categories
 		if v := r.ValShards; v != "" {
 			vs, err := openShards("--val-shards", v)
 			if err != nil {
 				return err
 			}
 			defer vs.Close()
-			opt.Val = budgetedData{train.Local(vs), vs, "val", lb}
+			vd = budgetedData{train.Local(vs), vs, "val", lb}
+			opt.Val = vd
+		}
+		if err := checkRun(td, opt.Config.TrainLoader(order.State{}), vd, opt.Config.ValConfig().Loader()); err != nil {
+			return err
 		}
 		// Paths on the command line are relative to where it ran; the
 		// run's config holds them absolute, so a resume runs anywhere.

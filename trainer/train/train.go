@@ -149,11 +149,9 @@ func Run(ctx context.Context, opt Options) (*Summary, error) {
 		sum.Epochs = t.st.History
 		return sum, nil
 	}
-	aug := t.cfg.Augment()
-	ld, err := opt.Train.Open(ctx, pipeline.Config{
-		BatchSize: t.cfg.Batch, Workers: t.cfg.Workers, Start: t.st.Loader, Epochs: t.cfg.Epochs,
-		CloseMosaic: t.cfg.CloseMosaic, Augment: aug, Logger: t.log,
-	})
+	lc := t.cfg.TrainLoader(t.st.Loader)
+	lc.Logger = t.log
+	ld, err := opt.Train.Open(ctx, lc)
 	if err != nil {
 		return nil, err
 	}

@@ -23,6 +23,16 @@ type ValConfig struct {
 	MaxDet                int     // 300
 }
 
+// Loader is the validation loader's configuration: the images
+// letterboxed at Imgsz, in order, without augmentation.
+func (vc ValConfig) Loader() pipeline.Config {
+	aug := defaultAug(vc.Imgsz)
+	// Crowd regions are truth to ignore, as in COCOeval: detections on
+	// them are neither true nor false positives.
+	aug.KeepCrowd = true
+	return pipeline.Config{BatchSize: vc.Batch, Workers: vc.Workers, Val: true, Augment: aug, Start: order.State{}}
+}
+
 // Validate scores m (eval mode) on data letterboxed at Imgsz with the grid
 // metric: one-to-one outputs, top-k without NMS, score > Conf, masks =
 // sigmoid(coefficients × prototypes) cropped to the box, threshold 0.5,
@@ -42,12 +52,7 @@ type inferFunc func(rec arrow.RecordBatch) (dets [][]model.Detection, protos [][
 
 // validate scores infer's output on data with the grid metric.
 func validate(ctx context.Context, data Data, vc ValConfig, infer inferFunc) (box, mask *metrics.Result, err error) {
-	aug := defaultAug(vc.Imgsz)
-	// Crowd regions are truth to ignore, as in COCOeval: detections on
-	// them are neither true nor false positives.
-	aug.KeepCrowd = true
-	ld, err := data.Open(ctx, pipeline.Config{BatchSize: vc.Batch, Workers: vc.Workers, Val: true,
-		Augment: aug, Start: order.State{}})
+	ld, err := data.Open(ctx, vc.Loader())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -115,8 +120,7 @@ func (t *trainer) validate(ctx context.Context) (box, mask *metrics.Result, err 
 	if data == nil {
 		data = t.opt.Train
 	}
-	return Validate(ctx, t.em, data, ValConfig{Imgsz: t.cfg.Imgsz, Batch: t.cfg.Batch, Workers: t.cfg.Workers,
-		Conf: float32(t.cfg.Conf), MaxDet: t.cfg.MaxDet})
+	return Validate(ctx, t.em, data, t.cfg.ValConfig())
 }
 
 // loadEMA readies the evaluation model: its state tensors are the EMA's
