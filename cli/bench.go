@@ -42,7 +42,7 @@ func benchCommand() *ucli.Command {
 			augmentFlag("mosaic"),
 			&ucli.BoolFlag{Name: "val", Usage: "validation mode (letterbox only)"},
 			&ucli.Uint64Flag{Name: "seed", Value: 0, Usage: "shuffle and augmentation seed"},
-			&ucli.StringFlag{Name: "cache", Value: "512MiB", Usage: "decoded-image cache `SIZE`"},
+			&ucli.StringFlag{Name: "cache", Usage: "decoded-image cache `SIZE` (default 512MiB, at most a quarter of --max-memory)"},
 			&ucli.IntFlag{Name: "window", Value: order.DefaultWindowRows, Usage: "shuffle window rows"},
 			&ucli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 			&ucli.StringFlag{Name: "cpuprofile", Usage: "write a CPU profile to `FILE`"},
@@ -52,9 +52,13 @@ func benchCommand() *ucli.Command {
 			runDirFlag(),
 		},
 		Action: func(ctx context.Context, c *ucli.Command) error {
-			cache, err := parseSize(c.String("cache"))
-			if err != nil {
-				return usagef("--cache: %v", err)
+			var cache int64
+			if c.IsSet("cache") {
+				n, err := parseSize(c.String("cache"))
+				if err != nil {
+					return usagef("--cache: %v", err)
+				}
+				cache = n
 			}
 			a := augment.DefaultConfig()
 			a.ImgSz = int(c.Int("imgsz"))
@@ -68,8 +72,14 @@ func benchCommand() *ucli.Command {
 			if c.Int("repeat") < 1 || cfg.BatchSize < 1 || cfg.Epochs < 1 {
 				return usagef("--repeat, --batch and --epochs must be at least 1")
 			}
+			var err error
 			if cfg.MaxMemory, err = memoryBudget(c); err != nil {
 				return err
+			}
+			if cfg.CacheBytes == 0 {
+				// As dump and serve: a small container's budget is not
+				// spent on the cache before a batch is built.
+				cfg.CacheBytes = budgetCache(pipeline.DefaultCacheBytes, cfg.MaxMemory)
 			}
 			src, err := openShards("--shards", c.String("shards"))
 			if err != nil {
