@@ -1,0 +1,13 @@
+package cuda
+
+import "sync"
+
+// ReopenLibraries forgets the libraries opened (or failed to open) so far,
+// so that the next call opens them again from the current environment:
+// the stub-driver tests point SEGPIPE_LIBCUDA and its siblings at a stub
+// after other tests of this binary looked for a real driver.
+func ReopenLibraries() {
+	driverOnce, driverAPI, driverErr = sync.Once{}, nil, nil
+	cublasOnce, cublasLib, cublasErr = sync.Once{}, nil, nil
+	cudnnOnce, cudnnLib, cudnnErr = sync.Once{}, nil, nil
+}
