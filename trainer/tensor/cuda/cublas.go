@@ -68,9 +68,9 @@ func CublasVersion() (version, path string, err error) {
 	return libraryVersion(c.getProperty), c.lib.path, nil
 }
 
-// Blas is a cuBLAS handle bound to a device's compute stream. Use it from
-// the device's thread only (inside Device.Do), like the device's other
-// calls; Device.Gemm does that.
+// Blas is a cuBLAS handle bound to a device's compute stream. Use it
+// inside Device.Do only, like the device's other calls; Device.Gemm does
+// that.
 type Blas struct {
 	api    *cublasAPI
 	handle uintptr

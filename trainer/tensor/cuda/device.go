@@ -14,13 +14,15 @@ type Stream uintptr
 // Event is a CUDA event handle (CUevent).
 type Event uintptr
 
-// Device owns one GPU's primary context on one locked OS thread.
+// Device owns one GPU's primary context.
 //
 // CUDA makes a context current per OS thread while goroutines migrate
 // between threads, so every driver, cuBLAS and cuDNN call of a Device runs
-// on its own goroutine, locked to its thread, where the context is
-// current: the methods submit work to it and wait. A Device is safe for
-// concurrent use; calls are serialised in submission order.
+// inside Do, which locks the calling goroutine to its thread for the call,
+// makes the context current there when it is not, and holds the Device's
+// mutex: calls are made directly by the goroutine that issues them, with
+// no hand-off to another thread and no wait for one, and a Device is safe
+// for concurrent use (calls are serialised).
 type Device struct {
 	GPU
 	drv *driver
@@ -38,16 +40,17 @@ type Device struct {
 	modules     []uintptr
 	functions   [numKernels]uintptr
 
-	work      chan func()
-	quit      chan struct{}
-	closeOnce sync.Once
+	// mu serialises the calls (and guards argBytes, which every launch
+	// packs); closed refuses calls after Close.
+	mu     sync.Mutex
+	closed bool
 }
 
-// Open makes the primary context of GPU ordinal current on a new locked
-// thread, creates a non-blocking compute stream, raises the release
-// threshold of the device's default memory pool so that memory freed with
-// Free stays cached in the pool (the driver's own caching allocator), and
-// allocates the pinned argument block.
+// Open retains the primary context of GPU ordinal, creates a
+// non-blocking compute stream, raises the release threshold of the
+// device's default memory pool so that memory freed with Free stays cached
+// in the pool (the driver's own caching allocator), and allocates the
+// pinned argument block.
 func Open(ordinal int) (*Device, error) {
 	drv, err := loadDriver()
 	if err != nil {
@@ -60,35 +63,14 @@ func Open(ordinal int) (*Device, error) {
 	if !g.MemoryPools {
 		return nil, fmt.Errorf("%w: gpu %d (%s) lacks stream-ordered allocation (memory pools)", ErrUnavailable, ordinal, g.Name)
 	}
-	d := &Device{GPU: g, drv: drv, work: make(chan func()), quit: make(chan struct{})}
-	started := make(chan error)
-	go d.loop(started)
-	if err := <-started; err != nil {
-		return nil, fmt.Errorf("gpu %d (%s): %w", ordinal, g.Name, err)
-	}
-	return d, nil
-}
-
-// loop is the device's goroutine: it locks its thread, sets the context
-// up, then runs submitted work until Close.
-func (d *Device) loop(started chan<- error) {
+	d := &Device{GPU: g, drv: drv}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if err := d.setup(); err != nil {
 		d.teardown()
-		started <- err
-		return
+		return nil, fmt.Errorf("gpu %d (%s): %w", ordinal, g.Name, err)
 	}
-	started <- nil
-	for {
-		select {
-		case f := <-d.work:
-			f()
-		case <-d.quit:
-			d.teardown()
-			return
-		}
-	}
+	return d, nil
 }
 
 func (d *Device) setup() error {
@@ -147,26 +129,56 @@ func (d *Device) teardown() {
 
 var errClosed = errors.New("cuda: device closed")
 
-// Do runs f on the device's thread (where its context is current) and
-// returns f's error. f must not call Do itself.
+// Do runs f on the calling goroutine with its OS thread locked and the
+// device's context current on that thread, holding the device's mutex,
+// and returns f's error. f must not call Do itself.
+//
+// The context check is one cuCtxGetCurrent (a thread-local read in the
+// driver) and, only when another context or none is current on this
+// thread, one cuCtxSetCurrent: cheaper than any way of asking the
+// operating system which thread this is.
 func (d *Device) Do(f func() error) error {
-	done := make(chan error, 1)
-	select {
-	case d.work <- func() { done <- f() }:
-		return <-done
-	case <-d.quit:
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
 		return errClosed
 	}
+	if err := d.makeCurrent(); err != nil {
+		return err
+	}
+	return f()
 }
 
-// Close waits for the compute stream, releases the context and stops the
-// device's goroutine. Buffers not freed are released with the context.
+// makeCurrent makes d's context current on the locked calling thread.
+func (d *Device) makeCurrent() error {
+	var cur uintptr
+	if err := d.drv.check("cuCtxGetCurrent", ccall(d.drv.cuCtxGetCurrent, uintptr(unsafe.Pointer(&cur)))); err != nil {
+		return err
+	}
+	if cur == d.ctx {
+		return nil
+	}
+	return d.drv.check("cuCtxSetCurrent", ccall(d.drv.cuCtxSetCurrent, d.ctx))
+}
+
+// Close waits for the compute stream and releases the context. Buffers
+// not freed are released with it; calls after Close fail.
 func (d *Device) Close() error {
-	var err error
-	d.closeOnce.Do(func() {
-		err = d.Sync()
-		close(d.quit)
-	})
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil
+	}
+	d.closed = true
+	err := d.makeCurrent()
+	if err == nil {
+		err = d.syncLocked()
+	}
+	d.teardown()
 	return err
 }
 

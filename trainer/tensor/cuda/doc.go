@@ -1,6 +1,6 @@
 // Package cuda binds the CUDA driver API, cuBLAS and cuDNN 9 at run time
-// and implements segpipe's CUDA trainer backend on them: one locked OS
-// thread per device, streams, events, stream-ordered allocation, pinned
+// and implements segpipe's CUDA trainer backend on them: direct calls from
+// the driving goroutine (its thread locked for each call), streams, events, stream-ordered allocation, pinned
 // host memory, cuBLAS GEMMs, cuDNN convolutions (and cuDNN's batch-norm,
 // bound and checked on a GPU, though Backend runs its own, see below), the
 // project's own kernels (see Kernels), and Backend, the backend.Backend
@@ -113,9 +113,17 @@
 //
 // # Threads, memory and launches
 //
-// CUDA contexts are current per OS thread and goroutines migrate, so a
-// Device runs every call on one goroutine locked to its thread; methods
-// submit closures to it (Device.Do) and wait. Device memory comes from the
+// CUDA contexts are current per OS thread and goroutines migrate, so every
+// call runs inside Device.Do, which locks the calling goroutine to its
+// thread for the call, makes the context current there when it is not
+// (cuCtxGetCurrent, and cuCtxSetCurrent on a thread that has another or
+// none), and serialises the device's calls with a mutex. The goroutine that
+// drives a step thus queues its work itself: no call waits for a hand-off
+// to another thread (the handed-off design cost 210 ms of host time an
+// iteration at batch 32, 640 px, against 8–13 ms direct; BENCHMARKS.md),
+// and nothing but the loss read one step late waits for the GPU
+// (TestHostCallBudget, on the stub driver of package cudastub, holds both
+// the calls an iteration makes and that wait). Device memory comes from the
 // device's default memory pool with cuMemAllocAsync/cuMemFreeAsync on the
 // compute stream, with the pool's release threshold raised to the maximum
 // so freed memory stays cached: the driver's caching allocator, not one

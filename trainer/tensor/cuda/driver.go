@@ -17,7 +17,8 @@ type driver struct {
 	cuDeviceGetCount, cuDeviceGet, cuDeviceGetName               uintptr
 	cuDeviceGetAttribute, cuDeviceTotalMem                       uintptr
 	cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRelease          uintptr
-	cuCtxSetCurrent, cuCtxSynchronize, cuMemGetInfo              uintptr
+	cuCtxSetCurrent, cuCtxGetCurrent, cuCtxSynchronize           uintptr
+	cuMemGetInfo                                                 uintptr
 	cuModuleLoadDataEx, cuModuleUnload, cuModuleGetFunction      uintptr
 	cuLaunchKernel                                               uintptr
 	cuStreamCreate, cuStreamDestroy, cuStreamSynchronize         uintptr
@@ -56,7 +57,7 @@ func openDriver() (*driver, error) {
 		"cuDeviceGetName": &d.cuDeviceGetName, "cuDeviceGetAttribute": &d.cuDeviceGetAttribute,
 		"cuDeviceTotalMem_v2":      &d.cuDeviceTotalMem,
 		"cuDevicePrimaryCtxRetain": &d.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRelease_v2": &d.cuDevicePrimaryCtxRelease,
-		"cuCtxSetCurrent": &d.cuCtxSetCurrent, "cuCtxSynchronize": &d.cuCtxSynchronize,
+		"cuCtxSetCurrent": &d.cuCtxSetCurrent, "cuCtxGetCurrent": &d.cuCtxGetCurrent, "cuCtxSynchronize": &d.cuCtxSynchronize,
 		"cuMemGetInfo_v2":    &d.cuMemGetInfo,
 		"cuModuleLoadDataEx": &d.cuModuleLoadDataEx, "cuModuleUnload": &d.cuModuleUnload,
 		"cuModuleGetFunction": &d.cuModuleGetFunction, "cuLaunchKernel": &d.cuLaunchKernel,

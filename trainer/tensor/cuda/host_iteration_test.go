@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sort"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -172,6 +174,7 @@ func BenchmarkHostIteration(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	by0, _ := st.CallsByName()
 	cpu0 := cpuTime()
 	b.ResetTimer()
 	t0 := time.Now()
@@ -182,7 +185,9 @@ func BenchmarkHostIteration(b *testing.B) {
 	b.StopTimer()
 	cpu := cpuTime() - cpu0
 	c1, _ := st.Calls()
+	by1, _ := st.CallsByName()
 	n := float64(b.N)
+	b.Logf("calls an iteration by entry point: %s", perName(by0, by1, b.N))
 	calls := float64(c1-c0) / n
 	b.ReportMetric(wall.Seconds()*1e3/n, "host-ms/iter")
 	b.ReportMetric(cpu.Seconds()*1e3/n, "cpu-ms/iter")
@@ -198,4 +203,66 @@ func envInt(name string, def int) int {
 		}
 	}
 	return def
+}
+
+// perName formats the calls between two counts by entry point, most
+// first.
+func perName(before, after map[string]uint64, iters int) string {
+	type kv struct {
+		name string
+		n    uint64
+	}
+	var all []kv
+	for k, v := range after {
+		if d := v - before[k]; d > 0 {
+			all = append(all, kv{k, d})
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].n > all[j].n })
+	var sb strings.Builder
+	for _, e := range all {
+		fmt.Fprintf(&sb, "%s %.0f, ", e.name, float64(e.n)/float64(iters))
+	}
+	return strings.TrimSuffix(sb.String(), ", ")
+}
+
+// callBudget is the most calls into libcuda, cuBLAS and cuDNN one
+// training iteration of YOLO26n-seg may make (every one of them a
+// host-side cost before the GPU sees the work), measured on the stub
+// driver; see TestHostCallBudget.
+const callBudget = 20000
+
+// TestHostCallBudget holds the calls of one training iteration (forward,
+// loss, backward, clipping, MuSGD, zeroing, EMA; batch 2 at 64 px, a
+// tenth fewer calls than at batch 32 and 640 px, whose count
+// BenchmarkHostIteration reports) under callBudget, as
+// TestTransferBudgetPerIteration in trainer/train holds its crossings, and
+// checks that the iteration's only wait for the device is the previous
+// step's loss (one cuEventSynchronize, no stream or context
+// synchronisation).
+func TestHostCallBudget(t *testing.T) {
+	be, st := stubBackend(t)
+	step := hostIteration(t, be, 2, 64)
+	step()
+	step()
+	c0, err := st.Calls()
+	if err != nil {
+		t.Fatal(err)
+	}
+	by0, _ := st.CallsByName()
+	step()
+	c1, _ := st.Calls()
+	by1, _ := st.CallsByName()
+	t.Logf("%d calls: %s", c1-c0, perName(by0, by1, 1))
+	if got := c1 - c0; got > callBudget {
+		t.Errorf("an iteration makes %d calls into the CUDA libraries, budget %d", got, callBudget)
+	}
+	for _, wait := range []string{"cuStreamSynchronize", "cuCtxSynchronize"} {
+		if n := by1[wait] - by0[wait]; n != 0 {
+			t.Errorf("an iteration waits for the device %d times with %s; want only the loss's event", n, wait)
+		}
+	}
+	if n := by1["cuEventSynchronize"] - by0["cuEventSynchronize"]; n != 1 {
+		t.Errorf("an iteration makes %d cuEventSynchronize calls, want 1 (the previous step's loss)", n)
+	}
 }

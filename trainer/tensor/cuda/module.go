@@ -18,7 +18,7 @@ func (d *Device) Kernels() (*Kernels, error) {
 	return &Kernels{l: d, maxBlocks: max(d.SMs, 1) * 8}, nil
 }
 
-// loadModules runs on the device thread.
+// loadModules runs inside Do.
 func (d *Device) loadModules() error {
 	names, err := fs.Glob(ptx, "kernels/*.ptx")
 	if err != nil {
@@ -71,14 +71,13 @@ func (d *Device) loadModules() error {
 	return nil
 }
 
-// launch implements launcher from any goroutine: one hand-off to the
-// device thread per launch.
+// launch implements launcher from any goroutine: one Do per launch.
 func (d *Device) launch(k kernel, grid, block dim3, args []arg) error {
 	return d.Do(func() error { return d.launchLocked(k, grid, block, args) })
 }
 
 // launchLocked packs the arguments into the device's pinned block and
-// queues the kernel on the compute stream; it runs on the device thread.
+// queues the kernel on the compute stream; it runs inside Do.
 // The driver copies the arguments during cuLaunchKernel, so one block
 // serves every launch.
 func (d *Device) launchLocked(k kernel, grid, block dim3, args []arg) error {
@@ -90,18 +89,18 @@ func (d *Device) launchLocked(k kernel, grid, block dim3, args []arg) error {
 		0, uintptr(d.stream), d.args, 0))
 }
 
-// onThread launches directly: it is only handed out inside Run, on the
-// device thread.
+// onThread launches directly: it is only handed out inside Run, which
+// holds the device.
 type onThread struct{ d *Device }
 
 func (o onThread) launch(k kernel, grid, block dim3, args []arg) error {
 	return o.d.launchLocked(k, grid, block, args)
 }
 
-// Run calls f on the device's thread with Kernels that launch without a
-// thread hand-off each: the way to queue a whole step's kernels at the
-// cost of one. f must not call the Device's own methods (Alloc, Upload,
-// Gemm…): they hand work to this same thread and would wait forever.
+// Run calls f inside one Do with Kernels that launch without a Do (lock
+// and context check) each. f must not call the Device's own methods
+// (Alloc, Upload, Gemm…): they take the mutex Run holds and would wait
+// forever.
 func (d *Device) Run(f func(k *Kernels) error) error {
 	k, err := d.Kernels()
 	if err != nil {

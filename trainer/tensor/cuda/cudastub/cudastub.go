@@ -64,6 +64,6 @@ func Install(tb testing.TB) *Stub {
 
 // Stub is a built stub library.
 type Stub struct {
-	Path  string
-	calls uintptr
+	Path string
+	c    *counters
 }
