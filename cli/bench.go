@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/segpipe/segpipe/internal/bytesize"
 	"github.com/segpipe/segpipe/internal/cputime"
 
 	ucli "github.com/urfave/cli/v3"
@@ -54,7 +55,7 @@ func benchCommand() *ucli.Command {
 		Action: func(ctx context.Context, c *ucli.Command) error {
 			var cache int64
 			if c.IsSet("cache") {
-				n, err := parseSize(c.String("cache"))
+				n, err := bytesize.Parse(c.String("cache"))
 				if err != nil {
 					return usagef("--cache: %v", err)
 				}

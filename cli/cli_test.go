@@ -186,28 +186,6 @@ func TestHelpHasDescriptionAndExample(t *testing.T) {
 	}
 }
 
-func TestParseSize(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want int64
-	}{
-		{"256MiB", 256 << 20}, {"256mib", 256 << 20}, {"1GiB", 1 << 30}, {"1.5GB", 1500000000},
-		{"4096", 4096}, {"10 KB", 10000}, {"2k", 2048}, {"64M", 64 << 20}, {"7B", 7},
-		{"", -1}, {"-1MiB", -1}, {"0", -1}, {"MiB", -1}, {"1e30TB", -1}, {"NaN", -1}, {"12XB", -1},
-	} {
-		got, err := parseSize(tc.in)
-		if tc.want < 0 {
-			if err == nil {
-				t.Errorf("parseSize(%q) = %d, want error", tc.in, got)
-			}
-			continue
-		}
-		if err != nil || got != tc.want {
-			t.Errorf("parseSize(%q) = %d, %v; want %d", tc.in, got, err, tc.want)
-		}
-	}
-}
-
 func TestConvertSkipSummaryAndStrict(t *testing.T) {
 	tmp := t.TempDir()
 	ann, imgs := writeMiniCOCO(t, tmp, 6)

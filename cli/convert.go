@@ -9,8 +9,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 	"github.com/segpipe/segpipe/datasets/coco"
 	"github.com/segpipe/segpipe/datasets/yolo"
 	"github.com/segpipe/segpipe/formats/shard"
+	"github.com/segpipe/segpipe/internal/bytesize"
 )
 
 func convertCommand() *ucli.Command {
@@ -154,7 +153,7 @@ func parseConvertFlags(c *ucli.Command) (convertOpts, error) {
 		return o, usagef("unexpected argument %q (all inputs are flags)", c.Args().First())
 	}
 	var err error
-	if o.shardSize, err = parseSize(c.String("shard-size")); err != nil {
+	if o.shardSize, err = bytesize.Parse(c.String("shard-size")); err != nil {
 		return o, usagef("--shard-size: %v", err)
 	}
 	if o.workers < 0 {
@@ -189,31 +188,6 @@ func parsePixelsFlags(c *ucli.Command) (*shard.Pixels, error) {
 		return p, nil
 	}
 	return nil, usagef("--pixels %q: want jpeg, raw or zstd", enc)
-}
-
-// parseSize reads a byte count such as "256MiB", "1.5GB" or "4096".
-// Suffixes are case-insensitive; KiB/MiB/GiB (and K/M/G) are powers of
-// 1024, KB/MB/GB powers of 1000.
-func parseSize(s string) (int64, error) {
-	units := []struct {
-		suffix string
-		mult   float64
-	}{{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"tib", 1 << 40},
-		{"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"tb", 1e12},
-		{"k", 1 << 10}, {"m", 1 << 20}, {"g", 1 << 30}, {"b", 1}}
-	t := strings.ToLower(strings.TrimSpace(s))
-	mult := 1.0
-	for _, u := range units {
-		if strings.HasSuffix(t, u.suffix) {
-			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
-			break
-		}
-	}
-	v, err := strconv.ParseFloat(t, 64)
-	if err != nil || !(v*mult >= 1) || v*mult >= 1<<62 {
-		return 0, fmt.Errorf("%q is not a positive size like 256MiB", s)
-	}
-	return int64(v * mult), nil
 }
 
 // convert opens the source, writes the shards and prints a summary.
@@ -325,13 +299,13 @@ func printConvertSummary(w io.Writer, r *convertResult, rep *datasets.Report, to
 	m := r.manifest
 	secs := max(r.elapsed.Seconds(), 1e-9)
 	fmt.Fprintf(w, "wrote %d images, %d instances, %d categories into %d shards (%s) in %s\n",
-		m.Rows, m.Instances, len(m.Categories), len(m.Shards), humanBytes(m.Bytes), r.out)
+		m.Rows, m.Instances, len(m.Categories), len(m.Shards), bytesize.Format(m.Bytes), r.out)
 	if p := m.Pixels; p != nil && m.Rows > 0 {
 		side := "source sizes"
 		if p.MaxSide > 0 {
 			side = fmt.Sprintf("long side at most %d (%s resampling)", p.MaxSide, p.Resample)
 		}
-		fmt.Fprintf(w, "pixels: %s, %s, %s per image\n", p.Encoding, side, humanBytes(m.Bytes/m.Rows))
+		fmt.Fprintf(w, "pixels: %s, %s, %s per image\n", p.Encoding, side, bytesize.Format(m.Bytes/m.Rows))
 	}
 	if r.resumed > 0 {
 		fmt.Fprintf(w, "resumed: %d images were already in finished shards\n", r.resumed)
@@ -347,16 +321,4 @@ func printConvertSummary(w io.Writer, r *convertResult, rep *datasets.Report, to
 	for _, k := range sortedKeys(counts) {
 		fmt.Fprintf(w, "  %-24s %d\n", k, counts[k])
 	}
-}
-
-func humanBytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }

@@ -16,6 +16,7 @@ import (
 	ucli "github.com/urfave/cli/v3"
 
 	"github.com/segpipe/segpipe/formats/shard"
+	"github.com/segpipe/segpipe/internal/bytesize"
 )
 
 func inspectCommand() *ucli.Command {
@@ -249,7 +250,7 @@ func (r *inspectReport) print(w io.Writer, topCategories int) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "images: %d   instances: %d (crowd %d)   rings: %d   points: %d\n", m.Rows, m.Instances, r.Crowd, r.Rings, r.Points)
-	fmt.Fprintf(w, "shards: %d, %s (target %s a shard, row groups of %s)\n", len(m.Shards), humanBytes(m.Bytes), humanBytes(m.ShardBytes), humanBytes(m.RowGroupBytes))
+	fmt.Fprintf(w, "shards: %d, %s (target %s a shard, row groups of %s)\n", len(m.Shards), bytesize.Format(m.Bytes), bytesize.Format(m.ShardBytes), bytesize.Format(m.RowGroupBytes))
 	if p := m.Pixels; p != nil {
 		side := "at their source sizes"
 		if p.MaxSide > 0 {
@@ -260,10 +261,10 @@ func (r *inspectReport) print(w io.Writer, topCategories int) {
 		if m.Rows > 0 {
 			per = m.Bytes / m.Rows
 		}
-		fmt.Fprintf(w, "pixels: pre-decoded %s, %s, %s per image\n", p.Encoding, side, humanBytes(per))
+		fmt.Fprintf(w, "pixels: pre-decoded %s, %s, %s per image\n", p.Encoding, side, bytesize.Format(per))
 	}
 	for _, s := range m.Shards {
-		fmt.Fprintf(w, "  %s  %6d rows  %7d instances  %10s  sha256 %s\n", s.File, s.Rows, s.Instances, humanBytes(s.Bytes), s.SHA256[:min(16, len(s.SHA256))])
+		fmt.Fprintf(w, "  %s  %6d rows  %7d instances  %10s  sha256 %s\n", s.File, s.Rows, s.Instances, bytesize.Format(s.Bytes), s.SHA256[:min(16, len(s.SHA256))])
 	}
 	if len(m.Skipped) == 0 {
 		fmt.Fprintln(w, "skipped at conversion: nothing")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/segpipe/segpipe/formats/shard"
 	"github.com/segpipe/segpipe/formats/storage"
+	"github.com/segpipe/segpipe/internal/bytesize"
 )
 
 func manifestCommand() *ucli.Command {
@@ -67,7 +68,7 @@ func manifestMergeCommand() *ucli.Command {
 				return err
 			}
 			fmt.Fprintf(c.Root().Writer, "merged %d shards (%d images, %d instances, %s) into %s\n",
-				len(m.Shards), m.Rows, m.Instances, humanBytes(m.Bytes), d.Join(shard.ManifestName))
+				len(m.Shards), m.Rows, m.Instances, bytesize.Format(m.Bytes), d.Join(shard.ManifestName))
 			return nil
 		},
 	}

@@ -10,6 +10,7 @@ import (
 
 	ucli "github.com/urfave/cli/v3"
 
+	"github.com/segpipe/segpipe/internal/bytesize"
 	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/trainer/train"
 )
@@ -35,7 +36,7 @@ func memoryBudget(c *ucli.Command) (int64, error) {
 	case "none":
 		budget = -1
 	default:
-		n, err := parseSize(m)
+		n, err := bytesize.Parse(m)
 		if err != nil || n < 1 {
 			return 0, usagef("--max-memory %q: want a size such as 8GiB, or none", m)
 		}
@@ -118,8 +119,8 @@ func checkRun(d budgetedData, train pipeline.Config, v budgetedData, val pipelin
 	b.mu.Unlock()
 	if need := pipeline.Budget(held + mt.Total() + mv.Total()); need > b.max {
 		return fmt.Errorf("training needs an estimated %s: the model and what is open %s, the training loader %s, the validation loader %s (batch size %d at imgsz %d), over --max-memory %s: lower the batch size or imgsz (the model's share grows with both; each loader's decoded-image cache is a quarter of the budget at most), or raise --max-memory: %w",
-			pipeline.FormatBytes(need), pipeline.FormatBytes(held), mt, mv, train.BatchSize, train.Augment.ImgSz,
-			pipeline.FormatBytes(b.max), pipeline.ErrMemoryLimit)
+			bytesize.Format(need), bytesize.Format(held), mt, mv, train.BatchSize, train.Augment.ImgSz,
+			bytesize.Format(b.max), pipeline.ErrMemoryLimit)
 	}
 	return nil
 }
@@ -136,7 +137,7 @@ func (d budgetedData) Open(ctx context.Context, cfg pipeline.Config) (pipeline.B
 		open := b.live
 		b.mu.Unlock()
 		return nil, fmt.Errorf("%s loader: batch size %d at imgsz %d needs an estimated %s beside %s held by the model and the loaders open, over --max-memory %s: lower the batch size or imgsz (the model's share grows with both; each loader's decoded-image cache is a quarter of the budget at most), or raise --max-memory: %w",
-			d.what, cfg.BatchSize, cfg.Augment.ImgSz, m, pipeline.FormatBytes(open), pipeline.FormatBytes(b.max), pipeline.ErrMemoryLimit)
+			d.what, cfg.BatchSize, cfg.Augment.ImgSz, m, bytesize.Format(open), bytesize.Format(b.max), pipeline.ErrMemoryLimit)
 	}
 	b.live = live
 	b.mu.Unlock()

@@ -15,6 +15,7 @@ import (
 
 	ucli "github.com/urfave/cli/v3"
 
+	"github.com/segpipe/segpipe/internal/bytesize"
 	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/pipeline/remote"
 )
@@ -63,7 +64,7 @@ func serveCommand() *ucli.Command {
 			&ucli.DurationFlag{Name: "grace", Value: 10 * time.Second, Usage: "time streams get to finish on shutdown"},
 		},
 		Action: func(ctx context.Context, c *ucli.Command) error {
-			cache, err := parseSize(c.String("cache"))
+			cache, err := bytesize.Parse(c.String("cache"))
 			if err != nil {
 				return usagef("--cache: %v", err)
 			}
@@ -83,7 +84,7 @@ func serveCommand() *ucli.Command {
 				cache = budgetCache(cache, budget)
 			}
 			if budget > 0 && cache >= budget {
-				return usagef("--cache %s leaves nothing of --max-memory %s for the streams", pipeline.FormatBytes(cache), pipeline.FormatBytes(budget))
+				return usagef("--cache %s leaves nothing of --max-memory %s for the streams", bytesize.Format(cache), bytesize.Format(budget))
 			}
 			cert, key := c.String("tls-cert"), c.String("tls-key")
 			if (cert == "") != (key == "") {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/segpipe/segpipe/formats/shard"
 	"github.com/segpipe/segpipe/formats/storage"
+	"github.com/segpipe/segpipe/internal/bytesize"
 	"github.com/segpipe/segpipe/pipeline"
 )
 
@@ -32,7 +33,7 @@ func storageFlags() []ucli.Flag {
 func setupStorage(c *ucli.Command) error {
 	o := storage.Options{CacheDir: c.String("cache-dir")}
 	if o.CacheDir != "" {
-		n, err := parseSize(c.String("cache-size"))
+		n, err := bytesize.Parse(c.String("cache-size"))
 		if err != nil {
 			return usagef("--cache-size: %v", err)
 		}

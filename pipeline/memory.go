@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/segpipe/segpipe/formats/shard"
+	"github.com/segpipe/segpipe/internal/bytesize"
 	"github.com/segpipe/segpipe/internal/sysmem"
 )
 
@@ -18,9 +19,9 @@ var ErrMemoryLimit = errors.New("memory limit")
 
 // The estimate's assumptions about data it has not seen yet.
 const (
-	// EstimateInstances is the mean instance count per image the memory
+	// estimateInstances is the mean instance count per image the memory
 	// estimate assumes for the mask stack (COCO averages 7.3).
-	EstimateInstances = 8
+	estimateInstances = 8
 	// EstimateImageBytes is the decoded size the estimate assumes for an
 	// image: 3 bytes a pixel at 640×640, COCO's largest side.
 	EstimateImageBytes = 3 * 640 * 640
@@ -43,7 +44,7 @@ const cacheFreeBuffers = maxFree
 // collector's headroom (Budget).
 type Memory struct {
 	// Batches is the batch buffers: images (3·imgsz² bytes an image),
-	// masks (EstimateInstances planes of (imgsz/stride)² bytes an image)
+	// masks (estimateInstances planes of (imgsz/stride)² bytes an image)
 	// and the small columns, for every batch in flight (Prefetch, one
 	// being dispatched, one waiting in Next, two held by the consumer).
 	Batches int64
@@ -138,7 +139,7 @@ func (c Config) MemoryOf(src Source) (Memory, error) {
 func (d Config) memory(src Source) Memory {
 	s := int64(d.Augment.ImgSz)
 	g := s / int64(d.Stride)
-	perImage := 3*s*s + EstimateInstances*(g*g+16+4+1) + 8 + 4 + 4 + 48 + 4 + 4
+	perImage := 3*s*s + estimateInstances*(g*g+16+4+1) + 8 + 4 + 4 + 48 + 4 + 4
 	m := Memory{
 		Batch:    int64(d.BatchSize) * perImage,
 		Batches:  d.inFlight() * int64(d.BatchSize) * perImage,
@@ -183,7 +184,7 @@ func (d Config) checkMemory(src Source) error {
 		return nil
 	}
 	return fmt.Errorf("pipeline: batch size %d at imgsz %d needs an estimated %s (%s), over the memory limit of %s: %s: %w",
-		d.BatchSize, d.Augment.ImgSz, FormatBytes(need), m.terms(), FormatBytes(d.MaxMemory), m.Advice(), ErrMemoryLimit)
+		d.BatchSize, d.Augment.ImgSz, bytesize.Format(need), m.terms(), bytesize.Format(d.MaxMemory), m.Advice(), ErrMemoryLimit)
 }
 
 // Advice names the settings that shrink the estimate, the largest of its
@@ -209,25 +210,11 @@ func (m Memory) Advice() string {
 func (m Memory) terms() string {
 	t := m.Total()
 	return fmt.Sprintf("batches %s, cache %s, cache free list %s, images being decoded %s, encoded window %s, process %s, GC headroom %s",
-		FormatBytes(m.Batches), FormatBytes(m.Cache), FormatBytes(m.CacheFree), FormatBytes(m.Decoding),
-		FormatBytes(m.Window), FormatBytes(ProcessBytes), FormatBytes(GCHeadroom(t)))
+		bytesize.Format(m.Batches), bytesize.Format(m.Cache), bytesize.Format(m.CacheFree), bytesize.Format(m.Decoding),
+		bytesize.Format(m.Window), bytesize.Format(ProcessBytes), bytesize.Format(GCHeadroom(t)))
 }
 
 // String is the estimate with its terms: the whole budget first.
 func (m Memory) String() string {
-	return fmt.Sprintf("%s (%s)", FormatBytes(Budget(m.Total())), m.terms())
-}
-
-// FormatBytes writes n in binary units ("1.5 GiB").
-func FormatBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	v, i := float64(n)/unit, 0
-	for v >= unit && i < 5 {
-		v /= unit
-		i++
-	}
-	return fmt.Sprintf("%.1f %ciB", v, "KMGTPE"[i])
+	return fmt.Sprintf("%s (%s)", bytesize.Format(Budget(m.Total())), m.terms())
 }

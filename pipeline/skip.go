@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/segpipe/segpipe/datasets"
 	"github.com/segpipe/segpipe/internal/atomicfile"
 )
 
@@ -165,9 +166,10 @@ func (s SkipSummary) WriteFile(dir string) error {
 	return atomicfile.WriteFile(filepath.Join(dir, SkipSummaryName), append(b, '\n'), 0o644)
 }
 
-// LogPerReason is how many skips of one reason a loader logs at Warn; the
-// rest go to Debug (a damaged row group is hundreds of skips an epoch).
-const LogPerReason = 10
+// logPerReason is how many skips of one reason a loader logs at Warn, as
+// many as a conversion logs problems of one reason; the rest go to Debug
+// (a damaged row group is hundreds of skips an epoch).
+const logPerReason = datasets.LogPerReason
 
 // skip counts and logs a sample (or a mosaic partner) that cannot be used.
 // id is the row's image id when known is true; otherwise the message and
@@ -190,7 +192,7 @@ func (l *Loader) skip(j *job, row int64, id int64, known bool, reason string, er
 		return
 	}
 	level := slog.LevelWarn
-	if n > LogPerReason {
+	if n > logPerReason {
 		level = slog.LevelDebug
 	}
 	attrs := []slog.Attr{slog.Int64("row", row)}

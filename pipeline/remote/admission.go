@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/segpipe/segpipe/internal/bytesize"
 	"github.com/segpipe/segpipe/pipeline"
 )
 
@@ -86,11 +87,11 @@ func (a *admission) admit(set string, cfg pipeline.Config, src pipeline.Source) 
 		if alone := pipeline.Budget(stream + pipeline.CacheMemory(a.cacheBytes)); alone > a.maxBytes {
 			return cfg, nil, &refusal{"memory", status.Errorf(codes.FailedPrecondition,
 				"segpipe serve: batch_size %d at imgsz %d needs an estimated %s with its shard set's cache (%s), over the server's whole memory budget of %s (--max-memory): lower batch_size or imgsz",
-				cfg.BatchSize, cfg.Augment.ImgSz, pipeline.FormatBytes(alone), m, pipeline.FormatBytes(a.maxBytes))}
+				cfg.BatchSize, cfg.Augment.ImgSz, bytesize.Format(alone), m, bytesize.Format(a.maxBytes))}
 		}
 		return cfg, nil, &refusal{"memory", status.Errorf(codes.ResourceExhausted,
 			"segpipe serve: batch_size %d at imgsz %d needs an estimated %s; %d streams hold %s of the %s budget (--max-memory); retry later or lower batch_size or imgsz",
-			cfg.BatchSize, cfg.Augment.ImgSz, pipeline.FormatBytes(need), a.streams, pipeline.FormatBytes(pipeline.Budget(a.used)), pipeline.FormatBytes(a.maxBytes))}
+			cfg.BatchSize, cfg.Augment.ImgSz, bytesize.Format(need), a.streams, bytesize.Format(pipeline.Budget(a.used)), bytesize.Format(a.maxBytes))}
 	}
 	if sc == nil {
 		sc = &setCache{cache: pipeline.NewImageCache(a.cacheBytes)}
@@ -171,7 +172,7 @@ func (a *admission) ready(base pipeline.Config) (bool, string) {
 	// covers the process itself and the collector's headroom (Budget).
 	if a.maxBytes > 0 && pipeline.Budget(a.used+need) > a.maxBytes {
 		return false, fmt.Sprintf("%s of the %s memory budget in use, a new stream needs %s",
-			pipeline.FormatBytes(a.used), pipeline.FormatBytes(a.maxBytes), pipeline.FormatBytes(need))
+			bytesize.Format(a.used), bytesize.Format(a.maxBytes), bytesize.Format(need))
 	}
-	return true, fmt.Sprintf("%d streams, %s of %s in use", a.streams, pipeline.FormatBytes(a.used), pipeline.FormatBytes(a.maxBytes))
+	return true, fmt.Sprintf("%d streams, %s of %s in use", a.streams, bytesize.Format(a.used), bytesize.Format(a.maxBytes))
 }
