@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/segpipe/segpipe/formats/shard"
+	"github.com/segpipe/segpipe/trainer/train"
 )
 
 func TestQuickstartRunsAndReruns(t *testing.T) {
@@ -22,9 +23,10 @@ func TestQuickstartRunsAndReruns(t *testing.T) {
 		if code != ExitOK {
 			t.Fatalf("run %d: exit %d\nstdout: %s\nstderr: %s", i, code, out, errs)
 		}
-		want := []string{"verify: ok", "wrote 20 images", "next:", filepath.Join(dir, "shards")}
+		tc := filepath.Join(dir, quickstartConfigName)
+		want := []string{"verify: ok", "wrote 20 images", "wrote 5 images", "next:", filepath.Join(dir, "shards", "train"), "train --config " + tc}
 		if e != "0" {
-			want = append(want, "mask mAP50", filepath.Join(dir, "run"), filepath.Join(dir, "preview"))
+			want = append(want, "mask mAP50", "what the numbers mean", "held-out", filepath.Join(dir, "run"), filepath.Join(dir, "preview"))
 		}
 		for _, w := range want {
 			if !strings.Contains(out, w) {
@@ -32,19 +34,43 @@ func TestQuickstartRunsAndReruns(t *testing.T) {
 			}
 		}
 		if e != "0" {
-			for _, f := range []string{"run/results.csv", "run/last.safetensors", "preview/results.json"} {
+			for _, f := range []string{"run/results.csv", "run/best.safetensors", "preview/results.json"} {
 				if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 					t.Fatalf("run %d: %v", i, err)
 				}
 			}
 		}
+		// The config it writes is what `segpipe train --config` reads: the
+		// quickstart schedule on its own two shard sets.
+		cfg := train.DefaultConfig()
+		if err := cfg.LoadConfig(tc); err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Shards != filepath.Join(dir, "shards", "train") || cfg.ValShards != filepath.Join(dir, "shards", "val") {
+			t.Fatalf("%s: shards %q, val_shards %q", tc, cfg.Shards, cfg.ValShards)
+		}
 	}
 	if _, err := os.Stat(filepath.Join(dir, "run")); !os.IsNotExist(err) {
 		t.Fatalf("the second run left the first run's training output: %v", err)
 	}
-	set, err := shard.Open(filepath.Join(dir, "shards"))
-	if err != nil || set.Manifest.Rows != 20 {
-		t.Fatalf("shards after quickstart: %v", err)
+	for split, rows := range map[string]int64{"train": 20, "val": 5} {
+		set, err := shard.Open(filepath.Join(dir, "shards", split))
+		if err != nil || set.Manifest.Rows != rows {
+			t.Fatalf("%s shards after quickstart: %v", split, err)
+		}
+	}
+}
+
+// TestQuickstartConfigMatchesFile keeps trainer/configs/quickstart.json,
+// the schedule documented for `segpipe train --config`, equal to the one
+// quickstart runs.
+func TestQuickstartConfigMatchesFile(t *testing.T) {
+	got := train.DefaultConfig()
+	if err := got.LoadConfig(filepath.Join("..", "trainer", "configs", "quickstart.json")); err != nil {
+		t.Fatal(err)
+	}
+	if want := quickstartTrainConfig(); got != want {
+		t.Fatalf("trainer/configs/quickstart.json gives\n%+v\nquickstart runs\n%+v", got, want)
 	}
 }
 

@@ -1,11 +1,14 @@
 package synth
 
-// cocoCategories are COCO 2017's 80 categories with their original sparse
-// ids, so converted synthetic data exercises the id → index mapping.
-var cocoCategories = []struct {
+// category is one entry of an annotation file's category table.
+type category struct {
 	id          int
 	name, super string
-}{
+}
+
+// cocoCategories are COCO 2017's 80 categories with their original sparse
+// ids, so converted synthetic data exercises the id → index mapping.
+var cocoCategories = []category{
 	{1, "person", "person"}, {2, "bicycle", "vehicle"}, {3, "car", "vehicle"}, {4, "motorcycle", "vehicle"},
 	{5, "airplane", "vehicle"}, {6, "bus", "vehicle"}, {7, "train", "vehicle"}, {8, "truck", "vehicle"},
 	{9, "boat", "vehicle"}, {10, "traffic light", "outdoor"}, {11, "fire hydrant", "outdoor"},

@@ -17,6 +17,11 @@
 // own generator seeded by (Seed, image index), so images can be encoded in
 // parallel without changing a byte.
 //
+// Config.Easy generates a different set instead, for demonstrations that
+// must show learning in minutes on a CPU (segpipe quickstart): a plain
+// background, 1–3 large shapes per image that never overlap, and 1–4
+// classes (disc, square, triangle, cross), each its own outline and colour.
+//
 // Drawing rule: a pixel (x, y) belongs to a ring when its centre
 // (x+0.5, y+0.5) is inside it by the even-odd rule; crowd RLEs use the same
 // rule, so a crowd mask is exactly the pixels painted for it.

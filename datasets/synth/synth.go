@@ -40,6 +40,15 @@ type Config struct {
 	Quality int
 	// Workers encode images in parallel; <= 0 means GOMAXPROCS.
 	Workers int
+
+	// Easy replaces the COCO-like statistics with a set that a model
+	// learns from random weights in minutes on a CPU (the quickstart's):
+	// a plain background, 1–3 large shapes that never overlap (so every
+	// mask is whole), and Classes categories told apart by outline and
+	// colour. MeanInstances does not apply.
+	Easy bool
+	// Classes is an Easy set's category count, 1..4; default 2.
+	Classes int
 }
 
 func (c Config) withDefaults() Config {
@@ -61,6 +70,9 @@ func (c Config) withDefaults() Config {
 	if c.Workers <= 0 {
 		c.Workers = runtime.GOMAXPROCS(0)
 	}
+	if c.Easy && c.Classes == 0 {
+		c.Classes = 2
+	}
 	return c
 }
 
@@ -76,8 +88,9 @@ func ImagesDir(dir string) string { return filepath.Join(dir, "images") }
 // and images/<id>.jpg. Existing files of the same names are replaced.
 func Generate(dir string, cfg Config) error {
 	cfg = cfg.withDefaults()
-	if cfg.Images < 0 || cfg.MaxSide < 16 || cfg.MeanInstances < 0 || cfg.Quality < 1 || cfg.Quality > 100 {
-		return fmt.Errorf("synth: invalid config %+v (need Images >= 0, MaxSide >= 16, Quality 1..100)", cfg)
+	if cfg.Images < 0 || cfg.MaxSide < 16 || cfg.MeanInstances < 0 || cfg.Quality < 1 || cfg.Quality > 100 ||
+		(cfg.Easy && (cfg.Classes < 1 || cfg.Classes > len(easyCategories))) || (!cfg.Easy && cfg.Classes != 0) {
+		return fmt.Errorf("synth: invalid config %+v (need Images >= 0, MaxSide >= 16, Quality 1..100, Classes 1..%d with Easy, 0 without)", cfg, len(easyCategories))
 	}
 	if err := os.MkdirAll(filepath.Join(dir, "annotations"), 0o755); err != nil {
 		return fmt.Errorf("synth: %w", err)
@@ -109,7 +122,7 @@ func fileName(id int64) string { return fmt.Sprintf("%012d.jpg", id) }
 
 // shape is one generated instance.
 type shape struct {
-	cat   int // index into cocoCategories
+	cat   int // index into the set's categories (Config.categories)
 	crowd bool
 	rings [][]float64 // pixel coordinates, rounded to 2 decimals
 	rle   []uint32    // crowd only
@@ -133,6 +146,10 @@ func genSpec(cfg Config, i int) spec {
 	sz := sizes[r.IntN(len(sizes))]
 	scale := float64(cfg.MaxSide) / 640
 	sp := spec{w: max(8, int(float64(sz[0])*scale)), h: max(8, int(float64(sz[1])*scale))}
+	if cfg.Easy {
+		sp.shapes = easyShapes(r, cfg.Classes, sp.w, sp.h)
+		return sp
+	}
 	n := 0
 	if r.Float64() >= 0.01 && cfg.MeanInstances > 0 {
 		// 1 + geometric: COCO's many-few, few-many shape.
@@ -185,6 +202,12 @@ func genShape(r *rand.Rand, w, h int, scale float64) shape {
 		s.rings = nil
 		return s
 	}
+	s.measure()
+	return s
+}
+
+// measure sets a polygon shape's area and bounding box from its rings.
+func (s *shape) measure() {
 	minX, minY, maxX, maxY := math.Inf(1), math.Inf(1), math.Inf(-1), math.Inf(-1)
 	for _, ring := range s.rings {
 		s.area += shoelace(ring)
@@ -195,7 +218,6 @@ func genShape(r *rand.Rand, w, h int, scale float64) shape {
 	}
 	s.bbox = [4]float64{minX, minY, round2(maxX - minX), round2(maxY - minY)}
 	s.area = round2(s.area)
-	return s
 }
 
 // ringLen draws a vertex count: log-normal, median 15, p95 50.
@@ -340,7 +362,7 @@ func writeImages(dir string, cfg Config, ids []int64) error {
 					continue
 				}
 				sp := genSpec(cfg, i)
-				buf = draw(buf, sp, cfg.Seed, i)
+				buf = draw(buf, sp, cfg, i)
 				errs[w] = writeJPEG(filepath.Join(ImagesDir(dir), fileName(ids[i])), buf, cfg.Quality)
 			}
 		}()
@@ -373,28 +395,23 @@ func writeJPEG(path string, img image.Image, quality int) error {
 	return nil
 }
 
-// draw paints a textured background and every shape, in order, with its
-// category's colour.
-func draw(img *image.RGBA, sp spec, seed uint64, i int) *image.RGBA {
+// draw paints a textured background (plain for an Easy set) and every
+// shape, in order, with its category's colour.
+func draw(img *image.RGBA, sp spec, cfg Config, i int) *image.RGBA {
 	if img == nil || img.Rect.Dx() != sp.w || img.Rect.Dy() != sp.h {
 		img = image.NewRGBA(image.Rect(0, 0, sp.w, sp.h))
 	}
-	r := rand.New(rand.NewPCG(seed^0x9e3779b97f4a7c15, uint64(i)))
-	base := [3]int{r.IntN(128), r.IntN(128), r.IntN(128)}
-	for y := range sp.h {
-		row := img.Pix[y*img.Stride:]
-		for x := range sp.w {
-			n := r.Uint32()
-			o := 4 * x
-			row[o] = uint8(base[0] + (x*64)/sp.w + int(n&15))
-			row[o+1] = uint8(base[1] + (y*64)/sp.h + int(n>>4&15))
-			row[o+2] = uint8(base[2] + int(n>>8&31))
-			row[o+3] = 255
-		}
+	r := rand.New(rand.NewPCG(cfg.Seed^0x9e3779b97f4a7c15, uint64(i)))
+	colorOf := categoryColor
+	if cfg.Easy {
+		easyBackground(img, r)
+		colorOf = easyColor
+	} else {
+		texturedBackground(img, r)
 	}
 	var xs []float64
 	for _, s := range sp.shapes {
-		c := categoryColor(s.cat)
+		c := colorOf(s.cat)
 		if s.crowd {
 			pos := 0
 			for k, cnt := range s.rle {
@@ -420,6 +437,24 @@ func draw(img *image.RGBA, sp spec, seed uint64, i int) *image.RGBA {
 	return img
 }
 
+// texturedBackground is a per-image base colour with gradients and noise,
+// so that shapes are not the only structure in an image.
+func texturedBackground(img *image.RGBA, r *rand.Rand) {
+	w, h := img.Rect.Dx(), img.Rect.Dy()
+	base := [3]int{r.IntN(128), r.IntN(128), r.IntN(128)}
+	for y := range h {
+		row := img.Pix[y*img.Stride:]
+		for x := range w {
+			n := r.Uint32()
+			o := 4 * x
+			row[o] = uint8(base[0] + (x*64)/w + int(n&15))
+			row[o+1] = uint8(base[1] + (y*64)/h + int(n>>4&15))
+			row[o+2] = uint8(base[2] + int(n>>8&31))
+			row[o+3] = 255
+		}
+	}
+}
+
 func categoryColor(k int) color.RGBA {
 	h := uint32(k)*2654435761 + 12345
 	return color.RGBA{uint8(64 + h%192), uint8(64 + (h>>8)%192), uint8(64 + (h>>16)%192), 255}
@@ -440,6 +475,7 @@ func writeAnnotations(path string, cfg Config, ids []int64) error {
 	b = strconv.AppendUint(b, cfg.Seed, 10)
 	b = append(b, "},\n\"images\": [\n"...)
 	specs := make([]spec, 0, 64)
+	cats := cfg.categories()
 	for i := range ids {
 		sp := genSpec(cfg, i)
 		if i > 0 {
@@ -474,7 +510,7 @@ func writeAnnotations(path string, cfg Config, ids []int64) error {
 				if s.crowd {
 					crowds++
 				}
-				b = appendAnn(b, annID, ids[blk+j], s, crowds%2 == 0, sp.w, sp.h)
+				b = appendAnn(b, annID, ids[blk+j], cats[s.cat].id, s, crowds%2 == 0, sp.w, sp.h)
 			}
 			if !wrote {
 				break
@@ -486,7 +522,7 @@ func writeAnnotations(path string, cfg Config, ids []int64) error {
 		}
 	}
 	b = append(b, "\n],\n\"categories\": [\n"...)
-	for k, c := range cocoCategories {
+	for k, c := range cats {
 		if k > 0 {
 			b = append(b, ",\n"...)
 		}
@@ -507,13 +543,13 @@ func appendNum(b []byte, v float64) []byte { return strconv.AppendFloat(b, v, 'f
 
 // appendAnn writes one annotation; crowd RLEs alternate between count list
 // and compressed string by stringRLE.
-func appendAnn(b []byte, id, imageID int64, s shape, stringRLE bool, w, h int) []byte {
+func appendAnn(b []byte, id, imageID int64, catID int, s shape, stringRLE bool, w, h int) []byte {
 	b = append(b, `{"id": `...)
 	b = strconv.AppendInt(b, id, 10)
 	b = append(b, `, "image_id": `...)
 	b = strconv.AppendInt(b, imageID, 10)
 	b = append(b, `, "category_id": `...)
-	b = strconv.AppendInt(b, int64(cocoCategories[s.cat].id), 10)
+	b = strconv.AppendInt(b, int64(catID), 10)
 	b = append(b, `, "iscrowd": `...)
 	if s.crowd {
 		b = append(b, '1')

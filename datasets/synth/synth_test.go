@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"image/jpeg"
 	"io/fs"
 	"math"
 	"math/rand/v2"
@@ -215,7 +216,7 @@ func TestStringRLEIsEscaped(t *testing.T) {
 	if !bytes.Contains(rle.AppendEncode(nil, counts), []byte{'\\'}) {
 		t.Fatal("test counts do not encode to a backslash")
 	}
-	b := appendAnn(nil, 1, 2, shape{crowd: true, rle: counts, bbox: [4]float64{5, 4, 1, 1}, area: 1}, true, 8, 8)
+	b := appendAnn(nil, 1, 2, 1, shape{crowd: true, rle: counts, bbox: [4]float64{5, 4, 1, 1}, area: 1}, true, 8, 8)
 	var a struct {
 		Segmentation struct {
 			Size   []int  `json:"size"`
@@ -229,4 +230,105 @@ func TestStringRLEIsEscaped(t *testing.T) {
 	if err != nil || !slices.Equal(got, counts) || !slices.Equal(a.Segmentation.Size, []int{8, 8}) {
 		t.Fatalf("decoded %v %v (%v), want %v", got, a.Segmentation.Size, err, counts)
 	}
+}
+
+// TestEasySet checks what makes an Easy set learnable in minutes: few
+// whole (never overlapping) shapes of the asked classes, drawn in their class's colour where
+// the annotations put them, and the same bytes on every run.
+func TestEasySet(t *testing.T) {
+	cfg := Config{Images: 40, Seed: 3, MaxSide: 128, Easy: true, Classes: 3}
+	dir, again := t.TempDir(), t.TempDir()
+	if err := Generate(dir, cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Workers = 1
+	if err := Generate(again, cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"annotations/instances_train.json", "images/000000000007.jpg"} {
+		x, _ := os.ReadFile(filepath.Join(dir, f))
+		y, err := os.ReadFile(filepath.Join(again, f))
+		if err != nil || len(x) == 0 || !bytes.Equal(x, y) {
+			t.Errorf("%s differs between runs (%v)", f, err)
+		}
+	}
+	d, err := coco.Open(AnnotationsPath(dir, cfg), ImagesDir(dir), coco.Options{Strict: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(d.Categories()); n != 3 {
+		t.Fatalf("%d categories, want 3", n)
+	}
+	seen := map[int32]int{}
+	err = d.Images(context.Background(), 0, func(im *shard.Image) error {
+		if n := len(im.Instances); n < 1 || n > 3 {
+			t.Errorf("image %d: %d instances, want 1..3", im.ImageID, n)
+		}
+		f, err := os.Open(filepath.Join(ImagesDir(dir), im.FileName))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		pix, err := jpeg.Decode(f)
+		if err != nil {
+			return err
+		}
+		owner := make([]int, im.Width*im.Height)
+		for i, in := range im.Instances {
+			seen[in.Class]++
+			if in.IsCrowd || len(in.Polygons) != 1 || in.Area < 0.02*float32(im.Width)*float32(im.Height) {
+				t.Errorf("image %d instance %d: crowd %v, %d polygons, area %v: want one large polygon", im.ImageID, i, in.IsCrowd, len(in.Polygons), in.Area)
+			}
+			b := in.BBox
+			for y := range int(im.Height) {
+				for _, x := range insideRow(in, im.Width, y) {
+					if owner[y*int(im.Width)+x]++; owner[y*int(im.Width)+x] > 1 {
+						t.Fatalf("image %d: instance %d covers pixel (%d, %d) of another", im.ImageID, i, x, y)
+					}
+				}
+			}
+			// Every outline contains its centre, so the pixel there is the
+			// class's colour (give or take JPEG).
+			r, g, bl, _ := pix.At(int(b[0]+b[2]/2), int(b[1]+b[3]/2)).RGBA()
+			want := easyColors[in.Class]
+			for k, v := range []uint32{r >> 8, g >> 8, bl >> 8} {
+				if w := []uint8{want.R, want.G, want.B}[k]; math.Abs(float64(v)-float64(w)) > 40 {
+					t.Errorf("image %d instance %d: centre colour %d,%d,%d, want about %v", im.ImageID, i, r>>8, g>>8, bl>>8, want)
+					break
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 3 {
+		t.Errorf("instances per class %v, want all 3 classes", seen)
+	}
+	for _, bad := range []Config{{Easy: true, Classes: 5}, {Classes: 2}} {
+		if err := Generate(t.TempDir(), bad); err == nil {
+			t.Errorf("Generate accepted Easy %v with Classes %d", bad.Easy, bad.Classes)
+		}
+	}
+}
+
+// insideRow lists the pixels of row y that an instance's polygons cover, by
+// the drawing rule.
+func insideRow(in shard.Instance, w int32, y int) []int {
+	var rings [][]float64
+	for _, p := range in.Polygons {
+		r := make([]float64, len(p))
+		for k, v := range p {
+			r[k] = float64(v)
+		}
+		rings = append(rings, r)
+	}
+	var xs []int
+	spans(crossings(nil, rings, float64(y)+0.5), int(w), func(lo, hi int) {
+		for x := lo; x < hi; x++ {
+			xs = append(xs, x)
+		}
+	})
+	return xs
 }
