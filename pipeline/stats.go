@@ -12,6 +12,21 @@ type counters struct {
 	decodes, hits                                 atomic.Int64 // this loader's cache lookups
 }
 
+// StatsSource is a batch stream that keeps its loader's statistics: a
+// Loader, and what wraps one (a remote stream does not: its loader's
+// statistics stay in the server).
+type StatsSource interface{ Stats() Stats }
+
+// SkipsOf returns the skip summary of a batch stream that keeps
+// statistics (StatsSource); false for one that does not.
+func SkipsOf(b Batches) (SkipSummary, bool) {
+	st, ok := b.(StatsSource)
+	if !ok {
+		return SkipSummary{}, false
+	}
+	return st.Stats().Summary(), true
+}
+
 // Stats is a snapshot of a loader's work so far. Stage times are summed
 // over the goroutines doing them (so they can exceed Wall); Stall is the
 // time the consumer spent inside Next waiting for a batch.

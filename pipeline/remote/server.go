@@ -237,11 +237,10 @@ func (s *Server) HealthHandler() http.Handler {
 
 // countSkips adds a finished stream's skip counts to the server's.
 func (s *Server) countSkips(l pipeline.Batches, log *slog.Logger) {
-	ls, ok := l.(interface{ Stats() pipeline.Stats })
+	sum, ok := pipeline.SkipsOf(l)
 	if !ok {
 		return
 	}
-	sum := ls.Stats().Summary()
 	s.skipMu.Lock()
 	if s.skipped == nil {
 		s.skipped = map[string]int64{}

@@ -202,11 +202,10 @@ func r4(v float64) float64 { return math.Round(v*1e4) / 1e4 }
 // directory, on every way out of the training loop, so that damaged data is
 // reported where a user looks after the run.
 func (t *trainer) recordSkips(ld pipeline.Batches, sum *Summary) {
-	st, ok := ld.(interface{ Stats() pipeline.Stats })
+	s, ok := pipeline.SkipsOf(ld)
 	if !ok {
 		return
 	}
-	s := st.Stats().Summary()
 	sum.Skips = &s
 	if n := s.Total(); n > 0 {
 		t.log.Warn("training samples skipped", "skipped", n, "summary", s.String())
