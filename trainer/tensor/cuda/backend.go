@@ -37,6 +37,11 @@ type engine interface {
 	// stageQueue opens the copy stream a Backend's Stager uploads
 	// batches on (see stage.go).
 	stageQueue() (stageQueue, error)
+	// hold runs f with a launcher and GEMMs that queue without taking the
+	// device once per call: a multi-launch step (Newton–Schulz's thirty
+	// calls a matrix) pays for one lock and context check. f must use
+	// only what it is given.
+	hold(f func(l launcher, mm Matmul) error) error
 	close() error
 }
 

@@ -125,20 +125,33 @@ func (d *Device) Gemm(bl *Blas, g backend.Gemm, a, b, c Ptr) error {
 	if cm.m == 0 || cm.n == 0 {
 		return nil
 	}
+	return d.Do(func() error { return sgemm(bl, cm, g.Alpha, g.Beta, a, b, c) })
+}
+
+// gemmLocked is Gemm inside a Do already held.
+func (d *Device) gemmLocked(bl *Blas, g backend.Gemm, a, b, c Ptr) error {
+	cm, err := toColMajor(g)
+	if err != nil {
+		return err
+	}
+	if cm.m == 0 || cm.n == 0 {
+		return nil
+	}
+	return sgemm(bl, cm, g.Alpha, g.Beta, a, b, c)
+}
+
+func sgemm(bl *Blas, cm colMajorGemm, alpha, beta float32, a, b, c Ptr) error {
 	ops := [2]Ptr{a, b}
-	alpha, beta := g.Alpha, g.Beta
 	op := func(t bool) uintptr {
 		if t {
 			return 1 // CUBLAS_OP_T
 		}
 		return 0
 	}
-	return d.Do(func() error {
-		return bl.api.check("cublasSgemmStridedBatched", ccall(bl.api.sgemmStridedBatched, bl.handle,
-			op(cm.transA), op(cm.transB), uintptr(cm.m), uintptr(cm.n), uintptr(cm.k),
-			uintptr(unsafe.Pointer(&alpha)), uintptr(ops[cm.a]), uintptr(cm.lda), uintptr(int64(cm.strideA)),
-			uintptr(ops[cm.b]), uintptr(cm.ldb), uintptr(int64(cm.strideB)),
-			uintptr(unsafe.Pointer(&beta)), uintptr(c), uintptr(cm.ldc), uintptr(int64(cm.strid)),
-			uintptr(cm.batch)))
-	})
+	return bl.api.check("cublasSgemmStridedBatched", ccall(bl.api.sgemmStridedBatched, bl.handle,
+		op(cm.transA), op(cm.transB), uintptr(cm.m), uintptr(cm.n), uintptr(cm.k),
+		uintptr(unsafe.Pointer(&alpha)), uintptr(ops[cm.a]), uintptr(cm.lda), uintptr(int64(cm.strideA)),
+		uintptr(ops[cm.b]), uintptr(cm.ldb), uintptr(int64(cm.strideB)),
+		uintptr(unsafe.Pointer(&beta)), uintptr(c), uintptr(cm.ldc), uintptr(int64(cm.strid)),
+		uintptr(cm.batch)))
 }

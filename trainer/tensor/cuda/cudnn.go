@@ -323,22 +323,30 @@ func (p *ConvPlan) destroy(d *Device, dn *Dnn) {
 // Close destroys the plan's descriptors.
 func (p *ConvPlan) Close(d *Device, dn *Dnn) { p.destroy(d, dn) }
 
-// withWorkspace runs f with a stream-ordered workspace of n bytes (from the
-// pool, so the allocation is a cache hit in steady state).
+// withWorkspace runs f (inside Do) with n bytes of the device's
+// workspace: one allocation kept and grown to the largest request, as
+// PyTorch keeps cuDNN's, rather than an allocation and a free around every
+// convolution (two calls each, hundreds a step). Every user queues on the
+// compute stream, so stream order keeps one user's kernels from
+// overtaking another's; a grown workspace frees the old one in that order.
 func (d *Device) withWorkspace(n uint64, f func(ws Ptr) error) error {
-	var ws Ptr
-	if n > 0 {
+	if n == 0 {
+		return f(0)
+	}
+	if d.wsBytes < n {
+		if d.ws != 0 {
+			if err := d.drv.check("cuMemFreeAsync", ccall(d.drv.cuMemFreeAsync, uintptr(d.ws), uintptr(d.stream))); err != nil {
+				return err
+			}
+			d.ws, d.wsBytes = 0, 0
+		}
+		var ws Ptr
 		if err := d.drv.check("cuMemAllocAsync", ccall(d.drv.cuMemAllocAsync, uintptr(unsafe.Pointer(&ws)), uintptr(n), uintptr(d.stream))); err != nil {
 			return err
 		}
+		d.ws, d.wsBytes = ws, n
 	}
-	err := f(ws)
-	if ws != 0 {
-		if ferr := d.drv.check("cuMemFreeAsync", ccall(d.drv.cuMemFreeAsync, uintptr(ws), uintptr(d.stream))); err == nil {
-			err = ferr
-		}
-	}
-	return err
+	return f(d.ws)
 }
 
 // ConvForward writes y = conv(x, w).

@@ -40,6 +40,10 @@ type Device struct {
 	modules     []uintptr
 	functions   [numKernels]uintptr
 
+	// ws is the convolutions' workspace (see withWorkspace).
+	ws      Ptr
+	wsBytes uint64
+
 	// mu serialises the calls (and guards argBytes, which every launch
 	// packs); closed refuses calls after Close.
 	mu     sync.Mutex

@@ -48,6 +48,17 @@ func (e *gpuEngine) sync() error                  { return e.Sync() }
 
 func (e *gpuEngine) gemm(g backend.Gemm, a, b, c Ptr) error { return e.Gemm(e.blas, g, a, b, c) }
 
+// lockedMatmul queues GEMMs inside a Do that is already held.
+type lockedMatmul struct{ e *gpuEngine }
+
+func (m lockedMatmul) Gemm(g backend.Gemm, a, b, c Ptr) error {
+	return m.e.gemmLocked(m.e.blas, g, a, b, c)
+}
+
+func (e *gpuEngine) hold(f func(l launcher, mm Matmul) error) error {
+	return e.Do(func() error { return f(onThread{e.Device}, lockedMatmul{e}) })
+}
+
 // upload copies src through the staging block on the compute stream, in
 // stream order after the kernels already queued (which may still read
 // dst's old contents), and waits for each piece before refilling the block.

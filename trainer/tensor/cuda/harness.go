@@ -289,6 +289,10 @@ func (e *harnessEngine) sync() error {
 	})
 }
 
+func (e *harnessEngine) hold(f func(l launcher, mm Matmul) error) error {
+	return f(e, engineMatmul{e})
+}
+
 func (e *harnessEngine) gemm(g backend.Gemm, a, b, c Ptr) error {
 	return e.do(func() error { return writeGemm(e.w, g, a, b, c) })
 }

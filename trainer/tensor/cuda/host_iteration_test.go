@@ -230,7 +230,7 @@ func perName(before, after map[string]uint64, iters int) string {
 // training iteration of YOLO26n-seg may make (every one of them a
 // host-side cost before the GPU sees the work), measured on the stub
 // driver; see TestHostCallBudget.
-const callBudget = 20000
+const callBudget = 15000
 
 // TestHostCallBudget holds the calls of one training iteration (forward,
 // loss, backward, clipping, MuSGD, zeroing, EMA; batch 2 at 64 px, a
@@ -250,19 +250,25 @@ func TestHostCallBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	by0, _ := st.CallsByName()
-	step()
+	// Buffers are freed by the collector's cleanups, which land in
+	// whichever step runs when they do: the figure is a mean over steps.
+	const steps = 4
+	for range steps {
+		step()
+	}
 	c1, _ := st.Calls()
 	by1, _ := st.CallsByName()
-	t.Logf("%d calls: %s", c1-c0, perName(by0, by1, 1))
-	if got := c1 - c0; got > callBudget {
+	got := (c1 - c0) / steps
+	t.Logf("%d calls an iteration: %s", got, perName(by0, by1, steps))
+	if got > callBudget {
 		t.Errorf("an iteration makes %d calls into the CUDA libraries, budget %d", got, callBudget)
 	}
 	for _, wait := range []string{"cuStreamSynchronize", "cuCtxSynchronize"} {
 		if n := by1[wait] - by0[wait]; n != 0 {
-			t.Errorf("an iteration waits for the device %d times with %s; want only the loss's event", n, wait)
+			t.Errorf("%d iterations wait for the device %d times with %s; want only the loss's event", steps, n, wait)
 		}
 	}
-	if n := by1["cuEventSynchronize"] - by0["cuEventSynchronize"]; n != 1 {
-		t.Errorf("an iteration makes %d cuEventSynchronize calls, want 1 (the previous step's loss)", n)
+	if n := by1["cuEventSynchronize"] - by0["cuEventSynchronize"]; n != steps {
+		t.Errorf("%d iterations make %d cuEventSynchronize calls, want one each (the previous step's loss)", steps, n)
 	}
 }

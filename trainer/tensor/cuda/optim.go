@@ -103,15 +103,28 @@ func (be *Backend) mtLaunch(kn kernel, l *mtList, args ...arg) error {
 func (be *Backend) MuonStep(param, grad, m, u, out backend.Buffer, rows, cols int, momentum float64, step float32) {
 	n := rows * cols
 	checkLen("muon step", n, param, grad, m, u, out)
-	orPanic("muon momentum", be.k.MuonMomentum(be.ptr(grad), be.ptr(m), be.ptr(u), n, momentum))
-	if step == 0 {
-		return // trainer/optim skips the orthogonalisation of a zero step
-	}
 	be.wsMu.Lock()
 	defer be.wsMu.Unlock()
-	ws := be.scratch(be.k.NewtonSchulzBytes(rows, cols))
-	orPanic("newton-schulz", be.k.NewtonSchulz(engineMatmul{be.e}, be.ptr(out), be.ptr(u), rows, cols, ws))
-	orPanic("muon update", be.k.Axpby(be.ptr(out), be.ptr(param), 1, -step, n))
+	var ws Ptr
+	if step != 0 {
+		ws = be.scratch(be.k.NewtonSchulzBytes(rows, cols)) // before hold: it may allocate
+	}
+	// The thirty-odd launches and GEMMs of one matrix take the device once.
+	orPanic("muon step", be.e.hold(func(l launcher, mm Matmul) error {
+		kk := *be.k
+		kk.l = l
+		k := &kk
+		if err := k.MuonMomentum(be.ptr(grad), be.ptr(m), be.ptr(u), n, momentum); err != nil {
+			return fmt.Errorf("momentum: %w", err)
+		}
+		if step == 0 {
+			return nil // trainer/optim skips the orthogonalisation of a zero step
+		}
+		if err := k.NewtonSchulz(mm, be.ptr(out), be.ptr(u), rows, cols, ws); err != nil {
+			return fmt.Errorf("newton-schulz: %w", err)
+		}
+		return k.Axpby(be.ptr(out), be.ptr(param), 1, -step, n)
+	}))
 }
 
 // globalNorm queues the L2 norm of grads into y (mt_sum_squares, one
