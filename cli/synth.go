@@ -20,9 +20,9 @@ func synthCommand() *ucli.Command {
 			"the polygons in the file, multi-part instances and a few crowd regions as RLE (list and\n" +
 			"compressed-string forms). Its statistics resemble COCO train2017 (about 7.3 instances an\n" +
 			"image, ring lengths with median 15 and p95 50 points, COCO's small/medium/large spread),\n" +
-			"so it stands in for real data in tests, benchmarks and the quickstart. The same flags\n" +
-			"always give byte-identical files. --annotations-only skips the images, for parser\n" +
-			"benchmarks at COCO scale.\n\n" +
+			"so it stands in for real data in tests and benchmarks (the quickstart uses an easier set\n" +
+			"of a few large shapes). The same flags always give byte-identical files.\n" +
+			"--annotations-only skips the images, for parser benchmarks at COCO scale.\n\n" +
 			"Example:\n  segpipe synth --out /tmp/synth --images 500 --seed 1\n" +
 			"  segpipe convert coco --annotations /tmp/synth/annotations/instances_train.json \\\n" +
 			"    --images /tmp/synth/images --out /tmp/synth-shards\n\n" +
