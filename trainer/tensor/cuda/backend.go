@@ -100,12 +100,36 @@ type Backend struct {
 
 var _ backend.Backend = (*Backend)(nil)
 
-// Options selects a Backend's arithmetic.
+// Options selects a Backend's arithmetic. The zero value is strict fp32,
+// within the CPU reference's tolerance; Precision("tf32") is PyTorch's
+// defaults.
 type Options struct {
-	// TF32 lets cuBLAS and cuDNN use tensor cores with inputs rounded to
-	// TF32 (10-bit mantissas): faster, but no longer within the CPU
-	// reference's tolerance. Off by default, for parity.
+	// TF32 lets cuDNN's convolutions use tensor cores with inputs rounded
+	// to TF32 (10-bit mantissas), as torch.backends.cudnn.allow_tf32 (True
+	// by default in PyTorch): faster, no longer within the CPU reference's
+	// tolerance. Each pass then runs in the math type cuDNN's search
+	// reported for the algorithm it chose.
 	TF32 bool
+	// GemmTF32 does the same for cuBLAS's GEMMs, as
+	// torch.backends.cuda.matmul.allow_tf32 (False by default in PyTorch,
+	// and so here: the GEMMs stay fp32 with CUBLAS_DEFAULT_MATH).
+	GemmTF32 bool
+}
+
+// Precisions are the names Precision knows, for flag help.
+var Precisions = []string{"fp32", "tf32"}
+
+// Precision returns the Options a precision name selects: "fp32" (strict:
+// no TF32 anywhere, for comparisons with the CPU) or "tf32" (PyTorch's
+// defaults: TF32 convolutions, fp32 GEMMs). An empty name is "tf32".
+func Precision(name string) (Options, error) {
+	switch name {
+	case "fp32":
+		return Options{}, nil
+	case "tf32", "":
+		return Options{TF32: true}, nil
+	}
+	return Options{}, fmt.Errorf("cuda: precision %q: want fp32 or tf32", name)
 }
 
 // NewBackend opens GPU ordinal as a Backend: its context, compute stream,

@@ -76,15 +76,18 @@ type Blas struct {
 	handle uintptr
 }
 
-// Math modes (cublasMath_t): pedantic keeps every product in full fp32;
-// TF32 lets tensor cores round the inputs to 10-bit mantissas.
+// Math modes (cublasMath_t): default math keeps SGEMM's products in fp32
+// (what PyTorch sets while torch.backends.cuda.matmul.allow_tf32 is
+// False, its default); TF32 lets tensor cores round the inputs to 10-bit
+// mantissas. Pedantic math, which also forbids reduced-precision
+// reductions that SGEMM does not use, is not needed for fp32 parity.
 const (
-	cublasPedanticMath = 2
-	cublasTF32Math     = 3
+	cublasDefaultMath = 0
+	cublasTF32Math    = 3
 )
 
-// NewBlas creates a cuBLAS handle on d's compute stream. TF32 off (the
-// default for parity with the CPU reference) selects pedantic fp32 math.
+// NewBlas creates a cuBLAS handle on d's compute stream: CUBLAS_DEFAULT_MATH
+// (fp32) unless tf32.
 func (d *Device) NewBlas(tf32 bool) (*Blas, error) {
 	api, err := loadCublas()
 	if err != nil {
@@ -98,7 +101,7 @@ func (d *Device) NewBlas(tf32 bool) (*Blas, error) {
 		if err := api.check("cublasSetStream", ccall(api.setStream, b.handle, uintptr(d.stream))); err != nil {
 			return err
 		}
-		mode := uintptr(cublasPedanticMath)
+		mode := uintptr(cublasDefaultMath)
 		if tf32 {
 			mode = cublasTF32Math
 		}

@@ -216,7 +216,12 @@ func pickAlgo(perf []algoPerf, allowTensorOps bool) (algoPerf, bool) {
 // search chose for its three passes, with their workspace sizes.
 type ConvPlan struct {
 	Conv
-	x, y, w, conv                     uintptr
+	x, y, w uintptr
+	// convs are the forward, backward-data and backward-filter passes'
+	// convolution descriptors: each carries the math type of the algorithm
+	// the search chose for its pass, as PyTorch sets it from the search
+	// result, which one shared descriptor could not.
+	convs                             [3]uintptr
 	FwdAlgo, BwdDataAlgo, BwdFiltAlgo int32
 	FwdWS, BwdDataWS, BwdFiltWS       uint64
 }
@@ -235,7 +240,6 @@ func (d *Device) PlanConv(dn *Dnn, c Conv) (*ConvPlan, error) {
 			{"cudnnCreateTensorDescriptor", func() uintptr { return ccall(a.createTensor, uintptr(unsafe.Pointer(&p.x))) }},
 			{"cudnnCreateTensorDescriptor", func() uintptr { return ccall(a.createTensor, uintptr(unsafe.Pointer(&p.y))) }},
 			{"cudnnCreateFilterDescriptor", func() uintptr { return ccall(a.createFilter, uintptr(unsafe.Pointer(&p.w))) }},
-			{"cudnnCreateConvolutionDescriptor", func() uintptr { return ccall(a.createConv, uintptr(unsafe.Pointer(&p.conv))) }},
 			{"cudnnSetTensor4dDescriptor", func() uintptr {
 				return ccall(a.setTensor4d, p.x, dnnTensorNCHW, dnnFloat, uintptr(c.N), uintptr(c.InC), uintptr(c.InH), uintptr(c.InW))
 			}},
@@ -245,11 +249,20 @@ func (d *Device) PlanConv(dn *Dnn, c Conv) (*ConvPlan, error) {
 			{"cudnnSetFilter4dDescriptor", func() uintptr {
 				return ccall(a.setFilter4d, p.w, dnnFloat, dnnTensorNCHW, uintptr(c.OutC), uintptr(c.InC/c.Groups), uintptr(c.KH), uintptr(c.KW))
 			}},
-			{"cudnnSetConvolution2dDescriptor", func() uintptr {
-				return ccall(a.setConv2d, p.conv, uintptr(c.Pad), uintptr(c.Pad), uintptr(c.Stride), uintptr(c.Stride), 1, 1, dnnCrossCorrelate, dnnFloat)
-			}},
-			{"cudnnSetConvolutionGroupCount", func() uintptr { return ccall(a.setConvGroups, p.conv, uintptr(c.Groups)) }},
-			{"cudnnSetConvolutionMathType", func() uintptr { return ccall(a.setConvMath, p.conv, dn.math) }},
+		}
+		for i := range p.convs {
+			cd := &p.convs[i]
+			steps = append(steps, []struct {
+				name string
+				r    func() uintptr
+			}{
+				{"cudnnCreateConvolutionDescriptor", func() uintptr { return ccall(a.createConv, uintptr(unsafe.Pointer(cd))) }},
+				{"cudnnSetConvolution2dDescriptor", func() uintptr {
+					return ccall(a.setConv2d, *cd, uintptr(c.Pad), uintptr(c.Pad), uintptr(c.Stride), uintptr(c.Stride), 1, 1, dnnCrossCorrelate, dnnFloat)
+				}},
+				{"cudnnSetConvolutionGroupCount", func() uintptr { return ccall(a.setConvGroups, *cd, uintptr(c.Groups)) }},
+				{"cudnnSetConvolutionMathType", func() uintptr { return ccall(a.setConvMath, *cd, dn.math) }},
+			}...)
 		}
 		for _, s := range steps {
 			if err := a.check(s.name, s.r()); err != nil {
@@ -264,11 +277,12 @@ func (d *Device) PlanConv(dn *Dnn, c Conv) (*ConvPlan, error) {
 			find, ws uintptr
 			algo     *int32
 			size     *uint64
+			conv     uintptr
 		}
 		for _, s := range []search{
-			{"Forward", a.findFwd, a.wsFwd, &p.FwdAlgo, &p.FwdWS},
-			{"BackwardData", a.findBwdData, a.wsBwdData, &p.BwdDataAlgo, &p.BwdDataWS},
-			{"BackwardFilter", a.findBwdFilter, a.wsBwdFilter, &p.BwdFiltAlgo, &p.BwdFiltWS},
+			{"Forward", a.findFwd, a.wsFwd, &p.FwdAlgo, &p.FwdWS, p.convs[0]},
+			{"BackwardData", a.findBwdData, a.wsBwdData, &p.BwdDataAlgo, &p.BwdDataWS, p.convs[1]},
+			{"BackwardFilter", a.findBwdFilter, a.wsBwdFilter, &p.BwdFiltAlgo, &p.BwdFiltWS, p.convs[2]},
 		} {
 			// Descriptor order per pass: forward (x, w, conv, y), backward
 			// data (w, dy, conv, dx), backward filter (x, dy, conv, dw).
@@ -279,7 +293,7 @@ func (d *Device) PlanConv(dn *Dnn, c Conv) (*ConvPlan, error) {
 			case "BackwardFilter":
 				d1, d2, d3 = p.x, p.y, p.w
 			}
-			if err := a.check("cudnnFindConvolution"+s.name+"Algorithm", ccall(s.find, dn.handle, d1, d2, p.conv, d3, want,
+			if err := a.check("cudnnFindConvolution"+s.name+"Algorithm", ccall(s.find, dn.handle, d1, d2, s.conv, d3, want,
 				uintptr(unsafe.Pointer(&got)), uintptr(unsafe.Pointer(&buf[0])))); err != nil {
 				return err
 			}
@@ -288,7 +302,15 @@ func (d *Device) PlanConv(dn *Dnn, c Conv) (*ConvPlan, error) {
 				return fmt.Errorf("cudnn: no %s algorithm for %+v", s.name, c)
 			}
 			*s.algo = best.algo
-			if err := a.check("cudnnGetConvolution"+s.name+"WorkspaceSize", ccall(s.ws, dn.handle, d1, d2, p.conv, d3,
+			// The search timed the algorithm in the math type it reports
+			// (tensor-op math may be what made it fastest): run it in that
+			// type. Strict fp32 keeps FMA math, whatever the entry says.
+			if dn.math == dnnDefaultMath && best.math != dnnDefaultMath {
+				if err := a.check("cudnnSetConvolutionMathType", ccall(a.setConvMath, s.conv, uintptr(best.math))); err != nil {
+					return err
+				}
+			}
+			if err := a.check("cudnnGetConvolution"+s.name+"WorkspaceSize", ccall(s.ws, dn.handle, d1, d2, s.conv, d3,
 				uintptr(best.algo), uintptr(unsafe.Pointer(s.size)))); err != nil {
 				return err
 			}
@@ -313,8 +335,10 @@ func (p *ConvPlan) destroy(d *Device, dn *Dnn) {
 		if p.w != 0 {
 			ccall(a.destroyFilter, p.w)
 		}
-		if p.conv != 0 {
-			ccall(a.destroyConv, p.conv)
+		for _, cd := range p.convs {
+			if cd != 0 {
+				ccall(a.destroyConv, cd)
+			}
 		}
 		return nil
 	})
@@ -355,7 +379,7 @@ func (d *Device) ConvForward(dn *Dnn, p *ConvPlan, x, w, y Ptr) error {
 	return d.Do(func() error {
 		return d.withWorkspace(p.FwdWS, func(ws Ptr) error {
 			return dn.api.check("cudnnConvolutionForward", ccall(dn.api.convFwd, dn.handle, uintptr(unsafe.Pointer(&alpha)),
-				p.x, uintptr(x), p.w, uintptr(w), p.conv, uintptr(p.FwdAlgo), uintptr(ws), uintptr(p.FwdWS),
+				p.x, uintptr(x), p.w, uintptr(w), p.convs[0], uintptr(p.FwdAlgo), uintptr(ws), uintptr(p.FwdWS),
 				uintptr(unsafe.Pointer(&beta)), p.y, uintptr(y)))
 		})
 	})
@@ -367,7 +391,7 @@ func (d *Device) ConvBackwardData(dn *Dnn, p *ConvPlan, dy, w, dx Ptr) error {
 	return d.Do(func() error {
 		return d.withWorkspace(p.BwdDataWS, func(ws Ptr) error {
 			return dn.api.check("cudnnConvolutionBackwardData", ccall(dn.api.convBwdData, dn.handle, uintptr(unsafe.Pointer(&alpha)),
-				p.w, uintptr(w), p.y, uintptr(dy), p.conv, uintptr(p.BwdDataAlgo), uintptr(ws), uintptr(p.BwdDataWS),
+				p.w, uintptr(w), p.y, uintptr(dy), p.convs[1], uintptr(p.BwdDataAlgo), uintptr(ws), uintptr(p.BwdDataWS),
 				uintptr(unsafe.Pointer(&beta)), p.x, uintptr(dx)))
 		})
 	})
@@ -379,7 +403,7 @@ func (d *Device) ConvBackwardFilter(dn *Dnn, p *ConvPlan, x, dy, dw Ptr) error {
 	return d.Do(func() error {
 		return d.withWorkspace(p.BwdFiltWS, func(ws Ptr) error {
 			return dn.api.check("cudnnConvolutionBackwardFilter", ccall(dn.api.convBwdFilter, dn.handle, uintptr(unsafe.Pointer(&alpha)),
-				p.x, uintptr(x), p.y, uintptr(dy), p.conv, uintptr(p.BwdFiltAlgo), uintptr(ws), uintptr(p.BwdFiltWS),
+				p.x, uintptr(x), p.y, uintptr(dy), p.convs[2], uintptr(p.BwdFiltAlgo), uintptr(ws), uintptr(p.BwdFiltWS),
 				uintptr(unsafe.Pointer(&beta)), p.w, uintptr(dw)))
 		})
 	})

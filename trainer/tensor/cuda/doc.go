@@ -21,7 +21,13 @@
 // element all behave as on the CPU; MaxPool2d records int32 winners
 // within each plane with PyTorch's tie rule; Copy is one strided walk that
 // sums the axes its destination stands still on in one thread, in order.
-// TF32 is off unless Options.TF32 (SEGPIPE_TF32=1 through package device).
+// Precision follows PyTorch's defaults when asked for by name
+// (Precision("tf32"): TF32 convolutions as torch.backends.cudnn.allow_tf32,
+// fp32 GEMMs with CUBLAS_DEFAULT_MATH as torch.backends.cuda.matmul's
+// default, each convolution pass in the math type cuDNN's search reported
+// for its algorithm, on a descriptor of its own); the zero Options, which
+// the parity tests use, is strict fp32 (Precision("fp32"): cuDNN's
+// FMA-only math). Package device maps SEGPIPE_TF32=1 to Options.TF32.
 //
 // Backend does not implement backend.HostKernels: Go-coded kernels that a
 // host-kernel backend (cpu, emu) runs on its own memory fall back to the

@@ -27,7 +27,7 @@ func newGPUEngine(d *Device, opt Options) (*gpuEngine, error) {
 	}
 	e := &gpuEngine{Device: d}
 	var err error
-	if e.blas, err = d.NewBlas(opt.TF32); err != nil {
+	if e.blas, err = d.NewBlas(opt.GemmTF32); err != nil {
 		return nil, err
 	}
 	if e.dnn, err = d.NewDnn(opt.TF32); err != nil {
