@@ -133,7 +133,9 @@ var augmentFields = func() []augmentField {
 
 // LoadConfig reads a JSON config over c: keys present in the file replace
 // c's values, absent keys keep them. Unknown keys are errors (a typo must
-// not silently fall back to a default).
+// not silently fall back to a default). A run's own config.json is a
+// config too: its category table, which a new run takes from its shards,
+// is read past.
 func (c *Config) LoadConfig(path string) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -141,7 +143,11 @@ func (c *Config) LoadConfig(path string) error {
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(c); err != nil {
+	file := struct {
+		*Config
+		Categories json.RawMessage `json:"categories"`
+	}{Config: c}
+	if err := dec.Decode(&file); err != nil {
 		return fmt.Errorf("config %s: %w", path, err)
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 
 	"github.com/segpipe/segpipe/datasets/synth"
@@ -211,5 +212,23 @@ func TestPredictWritesReadableResults(t *testing.T) {
 	pngs, _ := filepath.Glob(filepath.Join(pd, "*.png"))
 	if len(pngs) != 4 {
 		t.Errorf("%d PNGs, want 4", len(pngs))
+	}
+}
+
+// TestRunConfigIsAConfig: a run directory's config.json, as the run wrote
+// it, starts a new run with the same settings (--config RUN/config.json).
+func TestRunConfigIsAConfig(t *testing.T) {
+	want := DefaultConfig()
+	want.Variant, want.Epochs, want.LR0, want.Shards = "s", 9, 0.004, "/data/train"
+	d := &runDir{path: t.TempDir(), cfg: want, cats: []shard.Category{{ID: 1, Index: 0, Name: "disc"}}}
+	if err := d.writeConfig(); err != nil {
+		t.Fatal(err)
+	}
+	got := DefaultConfig()
+	if err := got.LoadConfig(filepath.Join(d.path, ConfigFile)); err != nil {
+		t.Fatalf("a run's config.json: %v", err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("read back %+v, want %+v", got, want)
 	}
 }
