@@ -50,9 +50,9 @@ type GridPredictions struct {
 
 // GridImage is one validation image.
 type GridImage struct {
-	// Affine maps original-image pixels to canvas pixels:
-	// x' = A[0]·x + A[1]·y + A[2], y' = A[3]·x + A[4]·y + A[5].
-	Affine [6]float64
+	// Affine maps original-image pixels to canvas pixels (the batch
+	// row's transform).
+	Affine geom.Affine
 	// GridH and GridW are Hp and Wp, the grid's rows and columns.
 	GridH, GridW int
 	Truth        GridTruth
@@ -148,7 +148,7 @@ func (m *EpochMetric) Add(img *GridImage) error {
 	t, p := &img.Truth, &img.Pred
 	hp, wp := img.GridH, img.GridW
 	cells := hp * wp
-	det := math.Abs(geom.Affine(img.Affine).Det())
+	det := math.Abs(img.Affine.Det())
 	if !(det > 0) || math.IsInf(det, 0) {
 		return fmt.Errorf("image %d: affine %v has determinant %v", m.images, img.Affine, det)
 	}

@@ -195,13 +195,13 @@ func Run(ctx context.Context, m *model.Model, files []string, outDir string, opt
 			inf := info[i]
 			res, masks, err := nativeResults(d, protos[i], inf, opt)
 			if err != nil {
-				return sum, fmt.Errorf("%s: %w", byID[inf.ImageID], err)
+				return sum, fmt.Errorf("%s: %w", byID[inf.ID], err)
 			}
 			results = append(results, res...)
 			sum.Images++
 			sum.Detections += len(res)
 			if !opt.NoDraw {
-				if err := drawImage(byID[inf.ImageID], filepath.Join(outDir, strings.TrimSuffix(filepath.Base(byID[inf.ImageID]), filepath.Ext(byID[inf.ImageID]))+".png"), res, masks, opt); err != nil {
+				if err := drawImage(byID[inf.ID], filepath.Join(outDir, strings.TrimSuffix(filepath.Base(byID[inf.ID]), filepath.Ext(byID[inf.ID]))+".png"), res, masks, opt); err != nil {
 					return sum, err
 				}
 			}
@@ -218,12 +218,11 @@ func Run(ctx context.Context, m *model.Model, files []string, outDir string, opt
 	return sum, atomicfile.WriteFile(sum.ResultsPath, b, 0o644)
 }
 
-// ImageInfo is what post-processing needs from a batch row.
+// ImageInfo is what post-processing needs from a batch row: the row's
+// provenance as the batch holds it (its Transform maps original pixels to
+// canvas pixels) and the prototype grid.
 type ImageInfo struct {
-	ImageID      int64
-	OrigH, OrigW int
-	// Affine maps original pixels to canvas pixels (the batch's transform).
-	Affine [6]float64
+	batch.Image
 	Hp, Wp int
 	Stride float32
 }
@@ -245,8 +244,7 @@ func ReadImageInfo(rec arrow.RecordBatch) ([]ImageInfo, error) {
 	hp, wp := ms.Shape[0], ms.Shape[1]
 	out := make([]ImageInfo, len(rows))
 	for i, r := range rows {
-		out[i] = ImageInfo{ImageID: r.ID, OrigH: r.OrigH, OrigW: r.OrigW, Hp: hp, Wp: wp,
-			Stride: float32(img.Shape[1]) / float32(hp), Affine: r.Transform}
+		out[i] = ImageInfo{Image: r, Hp: hp, Wp: wp, Stride: float32(img.Shape[1]) / float32(hp)}
 	}
 	return out, nil
 }
@@ -281,10 +279,10 @@ func Infer(m *model.Model, rec arrow.RecordBatch, maxDet int) ([][]model.Detecti
 // nativeResults maps detections to the original image: boxes through the
 // inverse letterbox, masks by bilinear sampling of the logit grid.
 func nativeResults(dets []model.Detection, proto []float32, inf ImageInfo, opt Options) ([]Result, [][]byte, error) {
-	a := geom.Affine(inf.Affine)
+	a := geom.Affine(inf.Transform)
 	back, ok := a.Invert()
 	if !ok {
-		return nil, nil, fmt.Errorf("image %d: singular transform %v", inf.ImageID, inf.Affine)
+		return nil, nil, fmt.Errorf("image %d: singular transform %v", inf.ID, inf.Transform)
 	}
 	inv := back.Apply
 	H, W, hp, wp, s := inf.OrigH, inf.OrigW, inf.Hp, inf.Wp, float64(inf.Stride)
@@ -337,7 +335,7 @@ func nativeResults(dets []model.Detection, proto []float32, inf ImageInfo, opt O
 		if err != nil {
 			return nil, nil, err
 		}
-		res = append(res, Result{ImageID: inf.ImageID, CategoryID: cat, Score: float64(d.Score),
+		res = append(res, Result{ImageID: inf.ID, CategoryID: cat, Score: float64(d.Score),
 			Bbox:         [4]float64{round3(x1), round3(y1), round3(x2 - x1), round3(y2 - y1)},
 			Segmentation: Segmentation{Size: [2]int{H, W}, Counts: r.String()}})
 		masks = append(masks, mask)

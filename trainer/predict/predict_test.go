@@ -4,6 +4,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/segpipe/segpipe/formats/batch"
 	"github.com/segpipe/segpipe/formats/rle"
 	"github.com/segpipe/segpipe/trainer/model"
 )
@@ -35,7 +36,7 @@ func TestMasksFollowPrototypesAndBox(t *testing.T) {
 		}
 	}
 	// Original image 128×96 letterboxed into 64×64: scale 0.5, shift (0, 8).
-	inf := ImageInfo{ImageID: 7, OrigH: 96, OrigW: 128, Affine: [6]float64{0.5, 0, 0, 0, 0.5, 8}, Hp: hp, Wp: wp, Stride: stride}
+	inf := ImageInfo{Image: batch.Image{ID: 7, OrigH: 96, OrigW: 128, Transform: [6]float64{0.5, 0, 0, 0, 0.5, 8}}, Hp: hp, Wp: wp, Stride: stride}
 	res, masks, err := nativeResults([]model.Detection{det}, proto, inf, Options{}.withDefaults())
 	if err != nil {
 		t.Fatal(err)
@@ -115,7 +116,7 @@ func TestInvertedBoxGivesEmptyMask(t *testing.T) {
 			t.Fatal("inverted box produced mask pixels")
 		}
 	}
-	inf := ImageInfo{OrigH: 32, OrigW: 32, Affine: [6]float64{1, 0, 0, 0, 1, 0}, Hp: 8, Wp: 8, Stride: 4}
+	inf := ImageInfo{Image: batch.Image{OrigH: 32, OrigW: 32, Transform: [6]float64{1, 0, 0, 0, 1, 0}}, Hp: 8, Wp: 8, Stride: 4}
 	if _, _, err := nativeResults([]model.Detection{det}, proto, inf, Options{}.withDefaults()); err != nil {
 		t.Fatal(err)
 	}

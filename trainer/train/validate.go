@@ -88,7 +88,7 @@ func validate(ctx context.Context, data Data, vc ValConfig, infer inferFunc) (bo
 				cells := inf.Hp * inf.Wp
 				d := predict.Filter(dets[i], vc.Conf)
 				probs = predict.GridMasks(probs, d, protos[i], inf.Hp, inf.Wp, inf.Stride)
-				gi := &metrics.GridImage{Affine: inf.Affine, GridH: inf.Hp, GridW: inf.Wp,
+				gi := &metrics.GridImage{Affine: inf.Transform, GridH: inf.Hp, GridW: inf.Wp,
 					Truth: metrics.GridTruth{Boxes: tg.Boxes[4*off : 4*(off+n)], Classes: tg.Classes[off : off+n],
 						Masks: tg.Masks[off*cells : (off+n)*cells], IsCrowd: crowdFlags(tg.IsCrowd[off:off+n], &crowd)},
 					Pred: metrics.GridPredictions{MaskProbs: probs}}
@@ -98,7 +98,7 @@ func validate(ctx context.Context, data Data, vc ValConfig, infer inferFunc) (bo
 					gi.Pred.Scores = append(gi.Pred.Scores, x.Score)
 				}
 				if err := em.Add(gi); err != nil {
-					return fmt.Errorf("image %d: %w", inf.ImageID, err)
+					return fmt.Errorf("image %d: %w", inf.ID, err)
 				}
 				off += n
 			}

@@ -99,7 +99,7 @@ func TestValidateIgnoresCrowdRegions(t *testing.T) {
 			}
 			// The crowd region, mapped from source pixels by the batch's
 			// transform, whether or not the truth carries it.
-			a := inf.Affine
+			a := inf.Transform
 			cx0, cy0 := float32(a[0]*60+a[1]*36+a[2]), float32(a[3]*60+a[4]*36+a[5])
 			cx1, cy1 := float32(a[0]*90+a[1]*60+a[2]), float32(a[3]*90+a[4]*60+a[5])
 			s := inf.Stride
