@@ -27,6 +27,7 @@ type cudnnAPI struct {
 	lib *dylib
 
 	getVersion, getErrorString, create, destroy, setStream uintptr
+	getCudartVersion                                       uintptr // optional: 0 when absent
 
 	createTensor, setTensor4d, destroyTensor             uintptr
 	createFilter, setFilter4d, destroyFilter             uintptr
@@ -52,12 +53,27 @@ var (
 
 func loadCudnn() (*cudnnAPI, error) {
 	cudnnOnce.Do(func() {
+		preloadNVRTC()
 		lib, err := openLibrary(LibCUDNN)
 		if err != nil {
 			cudnnErr = err
 			return
 		}
 		c := &cudnnAPI{lib: lib}
+		// Only what the Backend runs is required. Pooling and batch-norm
+		// (Device.PoolForward and the BatchNorm methods, which the
+		// Backend's own kernels replace) and the CUDA version query are
+		// optional: a build without them still trains.
+		lib.bindOptional(map[string]*uintptr{
+			"cudnnGetCudartVersion":         &c.getCudartVersion,
+			"cudnnDeriveBNTensorDescriptor": &c.deriveBN,
+			"cudnnCreatePoolingDescriptor":  &c.createPool, "cudnnSetPooling2dDescriptor": &c.setPool2d,
+			"cudnnDestroyPoolingDescriptor": &c.destroyPool, "cudnnPoolingForward": &c.poolFwd,
+			"cudnnPoolingBackward":                    &c.poolBwd,
+			"cudnnBatchNormalizationForwardTraining":  &c.bnTrainSym,
+			"cudnnBatchNormalizationForwardInference": &c.bnInferSym,
+			"cudnnBatchNormalizationBackward":         &c.bnBackSym,
+		})
 		cudnnErr = lib.bind(map[string]*uintptr{
 			"cudnnGetVersion": &c.getVersion, "cudnnGetErrorString": &c.getErrorString,
 			"cudnnCreate": &c.create, "cudnnDestroy": &c.destroy, "cudnnSetStream": &c.setStream,
@@ -76,25 +92,28 @@ func loadCudnn() (*cudnnAPI, error) {
 			"cudnnGetConvolutionBackwardFilterWorkspaceSize": &c.wsBwdFilter,
 			"cudnnConvolutionForward":                        &c.convFwd, "cudnnConvolutionBackwardData": &c.convBwdData,
 			"cudnnConvolutionBackwardFilter": &c.convBwdFilter,
-			"cudnnDeriveBNTensorDescriptor":  &c.deriveBN,
-			"cudnnCreatePoolingDescriptor":   &c.createPool, "cudnnSetPooling2dDescriptor": &c.setPool2d,
-			"cudnnDestroyPoolingDescriptor": &c.destroyPool, "cudnnPoolingForward": &c.poolFwd,
-			"cudnnPoolingBackward":                    &c.poolBwd,
-			"cudnnBatchNormalizationForwardTraining":  &c.bnTrainSym,
-			"cudnnBatchNormalizationForwardInference": &c.bnInferSym,
-			"cudnnBatchNormalizationBackward":         &c.bnBackSym,
 		})
 		if cudnnErr != nil {
 			return
 		}
 		// The batch-norm calls take doubles by value, which only a typed
 		// binding passes in the right registers.
-		bindFunc(&c.bnTrain, c.bnTrainSym)
-		bindFunc(&c.bnInfer, c.bnInferSym)
-		bindFunc(&c.bnBack, c.bnBackSym)
+		for _, b := range []struct {
+			fptr any
+			sym  uintptr
+		}{{&c.bnTrain, c.bnTrainSym}, {&c.bnInfer, c.bnInferSym}, {&c.bnBack, c.bnBackSym}} {
+			if b.sym != 0 {
+				bindFunc(b.fptr, b.sym)
+			}
+		}
 		cudnnLib = c
 	})
 	return cudnnLib, cudnnErr
+}
+
+// missing is the error of an optional entry point this cuDNN lacks.
+func (c *cudnnAPI) missing(what string) error {
+	return fmt.Errorf("%w: cuDNN at %s lacks %s", ErrUnavailable, c.lib.path, what)
 }
 
 func (c *cudnnAPI) check(call string, r uintptr) error {
@@ -413,6 +432,9 @@ func (d *Device) ConvBackwardFilter(dn *Dnn, p *ConvPlan, x, dy, dw Ptr) error {
 // batch-norm descriptor, calls f, and destroys both.
 func (d *Device) tensorDescs(dn *Dnn, n, c, h, w int, f func(x, bn uintptr) error) error {
 	a := dn.api
+	if a.deriveBN == 0 {
+		return a.missing("cudnnDeriveBNTensorDescriptor")
+	}
 	var x, bn uintptr
 	if err := a.check("cudnnCreateTensorDescriptor", ccall(a.createTensor, uintptr(unsafe.Pointer(&x)))); err != nil {
 		return err
@@ -443,6 +465,9 @@ func checkBNEps(eps float32) error {
 // variance (cuDNN's running-variance update with factor 1 over a zeroed
 // buffer), as the CPU backend's BatchNormTrain.
 func (d *Device) BatchNormTrain(dn *Dnn, n, c, hw int, eps float32, x, gamma, beta, y, mean, invstd, varUnbiased Ptr) error {
+	if dn.api.bnTrainSym == 0 {
+		return dn.api.missing("cuDNN's BatchNormTrain")
+	}
 	if err := checkBNEps(eps); err != nil {
 		return err
 	}
@@ -467,6 +492,9 @@ func (d *Device) BatchNormTrain(dn *Dnn, n, c, hw int, eps float32, x, gamma, be
 
 // BatchNormInference writes y = gamma·(x − mean)/√(var + eps) + beta.
 func (d *Device) BatchNormInference(dn *Dnn, n, c, hw int, eps float32, x, gamma, beta, mean, variance, y Ptr) error {
+	if dn.api.bnInferSym == 0 {
+		return dn.api.missing("cuDNN's BatchNormInference")
+	}
 	if err := checkBNEps(eps); err != nil {
 		return err
 	}
@@ -483,6 +511,9 @@ func (d *Device) BatchNormInference(dn *Dnn, n, c, hw int, eps float32, x, gamma
 // BatchNormBackward accumulates the training-mode gradients into dx,
 // dgamma and dbeta (all three required) from the saved mean and invstd.
 func (d *Device) BatchNormBackward(dn *Dnn, n, c, hw int, eps float32, x, dy, mean, invstd, gamma, dx, dgamma, dbeta Ptr) error {
+	if dn.api.bnBackSym == 0 {
+		return dn.api.missing("cuDNN's BatchNormBackward")
+	}
 	if err := checkBNEps(eps); err != nil {
 		return err
 	}
@@ -512,6 +543,9 @@ func (p Pool) OutW() int { return (p.W+2*p.Pad-p.K)/p.Stride + 1 }
 // poolDescs creates the pooling and the two tensor descriptors.
 func (d *Device) poolDescs(dn *Dnn, p Pool, f func(pd, xd, yd uintptr) error) error {
 	a := dn.api
+	if a.createPool == 0 || a.setPool2d == 0 || a.destroyPool == 0 || a.poolFwd == 0 || a.poolBwd == 0 {
+		return a.missing("cuDNN's pooling")
+	}
 	var pd uintptr
 	if err := a.check("cudnnCreatePoolingDescriptor", ccall(a.createPool, uintptr(unsafe.Pointer(&pd)))); err != nil {
 		return err

@@ -106,16 +106,27 @@
 //
 // # Library discovery
 //
-// For each library (LibCUDA, LibCUBLAS, LibCUDNN) the paths tried are, in
-// order: the override variable alone when set (SEGPIPE_LIBCUDA,
-// SEGPIPE_LIBCUBLAS, SEGPIPE_LIBCUDNN: a full path); otherwise each soname,
-// newest major first (libcublas.so.13 before .12), in LD_LIBRARY_PATH, the
-// StandardDirs, and the site-packages/nvidia/*/lib folders of VIRTUAL_ENV,
-// CONDA_PREFIX and PythonEnvs (pip's CUDA wheels, as PyTorch installs
-// them); last the bare sonames, for the dynamic loader's own cache.
-// Dependencies found beside a library (cuBLASLt, cuDNN's sub-libraries) are
+// For each library (LibCUDA, LibCUBLAS, LibCUDNN, LibNVRTC) the paths
+// tried are, in order: the override variable alone when set
+// (SEGPIPE_LIBCUDA, SEGPIPE_LIBCUBLAS, SEGPIPE_LIBCUDNN, SEGPIPE_LIBNVRTC: a
+// full path); otherwise the search directories — LD_LIBRARY_PATH, the
+// site-packages/nvidia/*/lib folders of the active Python environment
+// (VIRTUAL_ENV, CONDA_PREFIX: pip's CUDA wheels, as PyTorch installs
+// them), the StandardDirs, then those of PythonEnvs — directory by
+// directory for the toolkit's libraries (newest major first within one),
+// soname by soname for the driver; last the bare sonames, for the dynamic
+// loader's own cache. A directory holds one CUDA version, so cuBLAS and
+// cuDNN come from the same place when they can, and a Backend refuses to
+// open on libraries of two CUDA majors (cuDNN's cudnnGetCudartVersion
+// against cuBLAS's major) or on a driver older than them, naming both
+// paths. NVRTC of cuBLAS's major is preloaded (optional) for cuDNN's
+// runtime-compiled engines, which open it by soname. Dependencies found
+// beside a library (cuBLASLt, cuDNN's sub-libraries, NVRTC's builtins) are
 // loaded first, with RTLD_GLOBAL, so a library found in a wheel folder
-// that is not on LD_LIBRARY_PATH still resolves them.
+// that is not on LD_LIBRARY_PATH still resolves them. Only the entry
+// points the Backend calls are required; cuDNN's pooling and batch-norm,
+// which its own kernels replace, are bound when present and their Device
+// methods report their absence.
 //
 // # Threads, memory and launches
 //

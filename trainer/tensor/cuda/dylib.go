@@ -56,6 +56,16 @@ func (l *dylib) bind(syms map[string]*uintptr) error {
 	return nil
 }
 
+// bindOptional looks up each symbol of syms that the library has into its
+// *uintptr, leaving the others 0 for their users to refuse.
+func (l *dylib) bindOptional(syms map[string]*uintptr) {
+	for name, dst := range syms {
+		if p, err := dlsym(l.handle, name); err == nil {
+			*dst = p
+		}
+	}
+}
+
 // goString copies the NUL-terminated C string at p.
 func goString(p uintptr) string {
 	if p == 0 {

@@ -26,7 +26,17 @@ func newGPUEngine(d *Device, opt Options) (*gpuEngine, error) {
 		return nil, err
 	}
 	e := &gpuEngine{Device: d}
-	var err error
+	bl, err := loadCublas()
+	if err != nil {
+		return nil, err
+	}
+	dn, err := loadCudnn()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkMajors(d.drv, bl, dn); err != nil {
+		return nil, err
+	}
 	if e.blas, err = d.NewBlas(opt.GemmTF32); err != nil {
 		return nil, err
 	}

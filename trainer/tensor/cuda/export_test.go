@@ -10,4 +10,5 @@ func ReopenLibraries() {
 	driverOnce, driverAPI, driverErr = sync.Once{}, nil, nil
 	cublasOnce, cublasLib, cublasErr = sync.Once{}, nil, nil
 	cudnnOnce, cudnnLib, cudnnErr = sync.Once{}, nil, nil
+	nvrtcOnce, nvrtcPath = sync.Once{}, ""
 }

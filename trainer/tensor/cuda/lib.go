@@ -19,6 +19,12 @@ type Library struct {
 	// in, before it, when they exist there (cuBLAS needs cuBLASLt; cuDNN 9
 	// opens its sub-libraries by soname).
 	Deps []string
+	// ByDirectory searches directory by directory (each directory's
+	// sonames newest first) rather than soname by soname: for the CUDA
+	// toolkit's libraries, whose directories each hold one CUDA version.
+	// The driver is searched soname first: libcuda.so.1 anywhere beats a
+	// development libcuda.so link earlier in the path.
+	ByDirectory bool
 }
 
 // The libraries bound by this package.
@@ -27,15 +33,22 @@ var (
 		Sonames: []string{"libcuda.so.1", "libcuda.so"}}
 	LibCUBLAS = Library{Name: "cuBLAS", Env: "SEGPIPE_LIBCUBLAS",
 		Sonames: []string{"libcublas.so.13", "libcublas.so.12"},
-		Deps:    []string{"libcublasLt.so.13", "libcublasLt.so.12"}}
+		Deps:    []string{"libcublasLt.so.13", "libcublasLt.so.12"}, ByDirectory: true}
 	LibCUDNN = Library{Name: "cuDNN", Env: "SEGPIPE_LIBCUDNN",
 		Sonames: []string{"libcudnn.so.9"},
 		Deps: []string{"libcudnn_graph.so.9", "libcudnn_engines_precompiled.so.9",
 			"libcudnn_engines_runtime_compiled.so.9", "libcudnn_heuristic.so.9",
-			"libcudnn_ops.so.9", "libcudnn_cnn.so.9", "libcudnn_adv.so.9"}}
+			"libcudnn_ops.so.9", "libcudnn_cnn.so.9", "libcudnn_adv.so.9"}, ByDirectory: true}
 )
 
-// StandardDirs are searched after LD_LIBRARY_PATH: where distributions,
+// LibNVRTC is the runtime compiler cuDNN 9's runtime-compiled engines
+// open by soname; preloaded (optional) from the directories searched, of
+// cuBLAS's CUDA major, so that those engines find it where a wheel put it.
+var LibNVRTC = Library{Name: "NVRTC", Env: "SEGPIPE_LIBNVRTC",
+	Sonames: []string{"libnvrtc.so.13", "libnvrtc.so.12"}, ByDirectory: true}
+
+// StandardDirs are searched after LD_LIBRARY_PATH and the active Python
+// environment: where distributions,
 // the NVIDIA driver packages, the CUDA toolkit and WSL put the libraries.
 var StandardDirs = []string{
 	"/usr/lib/x86_64-linux-gnu",
@@ -49,8 +62,9 @@ var StandardDirs = []string{
 }
 
 // PythonEnvs are Python environments whose pip-installed NVIDIA wheels
-// (site-packages/nvidia/*/lib) are searched last; VIRTUAL_ENV and
-// CONDA_PREFIX are searched before them when set.
+// (site-packages/nvidia/*/lib) are searched last, after the system's; the
+// active environment's (VIRTUAL_ENV, CONDA_PREFIX) come before the
+// system's, as its Python's own imports would load them.
 var PythonEnvs = []string{"/opt/torch/.venv"}
 
 // searchEnv is what discovery reads from the process: tests replace it.
@@ -69,8 +83,11 @@ func processEnv() searchEnv {
 }
 
 // SearchDirs returns the directories searched for libraries, in order:
-// LD_LIBRARY_PATH, StandardDirs, then the nvidia/*/lib folders of the
-// Python environments (VIRTUAL_ENV, CONDA_PREFIX, PythonEnvs).
+// LD_LIBRARY_PATH, the nvidia/*/lib folders of the active Python
+// environment (VIRTUAL_ENV, CONDA_PREFIX), StandardDirs, then those of
+// PythonEnvs. An active environment's wheels come before the system's
+// libraries because they are one CUDA version built to go together (its
+// PyTorch runs on them), where a system directory may hold another.
 func SearchDirs() []string { return processEnv().dirs() }
 
 func (e searchEnv) dirs() []string {
@@ -80,26 +97,28 @@ func (e searchEnv) dirs() []string {
 			out = append(out, d)
 		}
 	}
-	for _, d := range strings.Split(e.getenv("LD_LIBRARY_PATH"), ":") {
-		add(d)
-	}
-	for _, d := range StandardDirs {
-		add(d)
-	}
-	envs := []string{e.getenv("VIRTUAL_ENV"), e.getenv("CONDA_PREFIX")}
-	envs = append(envs, PythonEnvs...)
-	for _, root := range envs {
-		if root == "" {
-			continue
-		}
-		for _, pat := range []string{"lib/python3*/site-packages/nvidia/*/lib", "lib64/python3*/site-packages/nvidia/*/lib"} {
-			m, _ := e.glob(filepath.Join(root, pat))
-			slices.Sort(m)
-			for _, d := range m {
-				add(d)
+	wheels := func(roots ...string) {
+		for _, root := range roots {
+			if root == "" {
+				continue
+			}
+			for _, pat := range []string{"lib/python3*/site-packages/nvidia/*/lib", "lib64/python3*/site-packages/nvidia/*/lib"} {
+				m, _ := e.glob(filepath.Join(root, pat))
+				slices.Sort(m)
+				for _, d := range m {
+					add(d)
+				}
 			}
 		}
 	}
+	for _, d := range strings.Split(e.getenv("LD_LIBRARY_PATH"), ":") {
+		add(d)
+	}
+	wheels(e.getenv("VIRTUAL_ENV"), e.getenv("CONDA_PREFIX"))
+	for _, d := range StandardDirs {
+		add(d)
+	}
+	wheels(PythonEnvs...)
 	return out
 }
 
@@ -115,13 +134,27 @@ func (lib Library) candidates(e searchEnv) []string {
 		return []string{p}
 	}
 	var out []string
-	// Soname first, then directory: a libcublas.so.13 anywhere beats a
-	// libcublas.so.12 earlier in the path, so the newest major wins.
-	for _, name := range lib.Sonames {
-		for _, d := range e.dirs() {
-			p := filepath.Join(d, name)
-			if e.exists(p) && !slices.Contains(out, p) {
-				out = append(out, p)
+	// The toolkit's libraries directory first, then soname (newest major
+	// first within a directory): the libraries of one directory, or one environment's
+	// wheels, are one CUDA version, and taking cuBLAS 13 from one place
+	// beside a cuDNN built for CUDA 12 from another fails at run time
+	// (checkMajors refuses such a mix).
+	dirs := e.dirs()
+	try := func(d, name string) {
+		if p := filepath.Join(d, name); e.exists(p) && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	if lib.ByDirectory {
+		for _, d := range dirs {
+			for _, name := range lib.Sonames {
+				try(d, name)
+			}
+		}
+	} else {
+		for _, name := range lib.Sonames {
+			for _, d := range dirs {
+				try(d, name)
 			}
 		}
 	}

@@ -25,8 +25,10 @@ var source []byte
 // ErrNoCompiler says the system C compiler is missing; tests skip on it.
 var ErrNoCompiler = errors.New("cudastub: no C compiler (cc) to build the stub libraries")
 
-// Build compiles the stub into dir and returns the library's path.
-func Build(dir string) (string, error) {
+// Build compiles the stub into dir and returns the library's path;
+// defines (NAME or NAME=VALUE) are passed to the compiler as -D options:
+// SEGPIPE_STUB_NO_OPTIONAL leaves out cuDNN's pooling and batch-norm.
+func Build(dir string, defines ...string) (string, error) {
 	cc, err := exec.LookPath("cc")
 	if err != nil {
 		return "", ErrNoCompiler
@@ -36,7 +38,11 @@ func Build(dir string) (string, error) {
 		return "", fmt.Errorf("cudastub: %w", err)
 	}
 	lib := filepath.Join(dir, "libsegpipe_cudastub.so")
-	out, err := exec.Command(cc, "-shared", "-fPIC", "-O2", "-o", lib, src).CombinedOutput()
+	args := []string{"-shared", "-fPIC", "-O2", "-o", lib, src}
+	for _, d := range defines {
+		args = append(args, "-D"+d)
+	}
+	out, err := exec.Command(cc, args...).CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("cudastub: %s: %w\n%s", cc, err, out)
 	}
@@ -47,9 +53,9 @@ func Build(dir string) (string, error) {
 // for the rest of tb (restored after). It skips tb without a C compiler.
 // The cuda package opens each library once per process, so Install must
 // run before anything in the process has tried to.
-func Install(tb testing.TB) *Stub {
+func Install(tb testing.TB, defines ...string) *Stub {
 	tb.Helper()
-	lib, err := Build(tb.TempDir())
+	lib, err := Build(tb.TempDir(), defines...)
 	if errors.Is(err, ErrNoCompiler) {
 		tb.Skip(err)
 	}

@@ -1,0 +1,60 @@
+package cuda_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/segpipe/segpipe/trainer/tensor/cuda"
+	"github.com/segpipe/segpipe/trainer/tensor/cuda/cudastub"
+)
+
+// openStub opens a Backend on a stub built with defines.
+func openStub(t *testing.T, defines ...string) (*cuda.Backend, error) {
+	t.Helper()
+	cudastub.Install(t, defines...)
+	cuda.ReopenLibraries()
+	t.Cleanup(cuda.ReopenLibraries)
+	be, err := cuda.NewBackend(0, cuda.Options{})
+	if err == nil {
+		t.Cleanup(func() { be.Close() })
+	}
+	return be, err
+}
+
+// TestMixedCUDAMajorsRefused: a cuDNN built for CUDA 12 beside cuBLAS 13
+// is refused when the backend opens, naming both, rather than failing in
+// the middle of a step.
+func TestMixedCUDAMajorsRefused(t *testing.T) {
+	t.Setenv("SEGPIPE_STUB_CUDNN_CUDART", "12080")
+	_, err := openStub(t)
+	if !errors.Is(err, cuda.ErrUnavailable) || !strings.Contains(err.Error(), "cuBLAS") || !strings.Contains(err.Error(), "CUDA 12.8") {
+		t.Fatalf("mixed majors: %v; want ErrUnavailable naming cuBLAS 13 and cuDNN's CUDA 12.8", err)
+	}
+}
+
+// TestOptionalCudnnSymbols: a cuDNN without pooling and batch-norm (which
+// the Backend does not call) still opens a Backend that runs a training
+// iteration; the Device methods that need them say what is missing.
+func TestOptionalCudnnSymbols(t *testing.T) {
+	be, err := openStub(t, "SEGPIPE_STUB_NO_OPTIONAL")
+	if err != nil {
+		t.Fatalf("cuDNN without pooling and batch-norm: %v", err)
+	}
+	step := hostIteration(t, be, 1, 64)
+	step()
+	d, err := cuda.Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	dn, err := d.NewDnn(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dn.Close(d)
+	err = d.PoolForward(dn, cuda.Pool{N: 1, C: 1, H: 4, W: 4, K: 2, Stride: 2}, 0, 0)
+	if !errors.Is(err, cuda.ErrUnavailable) || !strings.Contains(err.Error(), "pooling") {
+		t.Errorf("PoolForward without cuDNN's pooling: %v; want ErrUnavailable naming it", err)
+	}
+}
