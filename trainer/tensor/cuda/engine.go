@@ -2,6 +2,8 @@ package cuda
 
 import (
 	"errors"
+	"fmt"
+	"sync"
 
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
@@ -19,6 +21,17 @@ type gpuEngine struct {
 	dnn   *Dnn
 	stage *HostBuffer
 	plans []*ConvPlan
+
+	// cache keeps freed allocations by size for the next request of that
+	// size (sizes holds every live or cached allocation's): a step frees
+	// and allocates the same sizes over and over, and a cache hit here
+	// costs no call into the driver, where the pool's own hit costs two
+	// (cuMemFreeAsync, cuMemAllocAsync), a thousand times a step. Reuse is
+	// in stream order as the pool's is: every user of these buffers queues
+	// on the compute stream.
+	cacheMu sync.Mutex
+	cache   map[int][]Ptr
+	sizes   map[Ptr]int
 }
 
 func newGPUEngine(d *Device, opt Options) (*gpuEngine, error) {
@@ -52,9 +65,56 @@ func newGPUEngine(d *Device, opt Options) (*gpuEngine, error) {
 	return e, nil
 }
 
-func (e *gpuEngine) alloc(bytes int) (Ptr, error) { return e.Alloc(bytes) }
-func (e *gpuEngine) free(p Ptr) error             { return e.Free(p) }
-func (e *gpuEngine) sync() error                  { return e.Sync() }
+func (e *gpuEngine) alloc(bytes int) (Ptr, error) {
+	bytes = max(bytes, 1)
+	e.cacheMu.Lock()
+	defer e.cacheMu.Unlock()
+	if l := e.cache[bytes]; len(l) > 0 {
+		p := l[len(l)-1]
+		e.cache[bytes] = l[:len(l)-1]
+		return p, nil
+	}
+	p, err := e.Alloc(bytes)
+	if err != nil {
+		// Memory cached here is the pool's to hand out in other sizes.
+		if ferr := e.dropCacheLocked(); ferr != nil {
+			return 0, errors.Join(err, ferr)
+		}
+		if p, err = e.Alloc(bytes); err != nil {
+			return 0, err
+		}
+	}
+	if e.sizes == nil {
+		e.sizes, e.cache = map[Ptr]int{}, map[int][]Ptr{}
+	}
+	e.sizes[p] = bytes
+	return p, nil
+}
+
+func (e *gpuEngine) free(p Ptr) error {
+	e.cacheMu.Lock()
+	defer e.cacheMu.Unlock()
+	n, ok := e.sizes[p]
+	if !ok {
+		return fmt.Errorf("cuda: free of %#x, which this engine did not allocate", uintptr(p))
+	}
+	e.cache[n] = append(e.cache[n], p)
+	return nil
+}
+
+// dropCacheLocked returns every cached allocation to the pool.
+func (e *gpuEngine) dropCacheLocked() error {
+	var errs []error
+	for n, l := range e.cache {
+		for _, p := range l {
+			delete(e.sizes, p)
+			errs = append(errs, e.Free(p))
+		}
+		delete(e.cache, n)
+	}
+	return errors.Join(errs...)
+}
+func (e *gpuEngine) sync() error { return e.Sync() }
 
 func (e *gpuEngine) gemm(g backend.Gemm, a, b, c Ptr) error { return e.Gemm(e.blas, g, a, b, c) }
 

@@ -230,7 +230,7 @@ func perName(before, after map[string]uint64, iters int) string {
 // training iteration of YOLO26n-seg may make (every one of them a
 // host-side cost before the GPU sees the work), measured on the stub
 // driver; see TestHostCallBudget.
-const callBudget = 15000
+const callBudget = 10000
 
 // TestHostCallBudget holds the calls of one training iteration (forward,
 // loss, backward, clipping, MuSGD, zeroing, EMA; batch 2 at 64 px, a
