@@ -186,7 +186,7 @@ func (c *Criterion) forwardTwin(be backend.Backend, dk DeviceKernels, g Geometry
 	if !t.recorded {
 		return errors.New("loss: device targets not filled by DeviceTargets.Upload: the loss's device kernels check the batch on the host from the record Upload keeps")
 	}
-	if err := t.host.checkSized(&g, t.MaskBytes); err != nil {
+	if err := checkTargetsSized(&t.host, &g, t.MaskBytes); err != nil {
 		return err
 	}
 	if h := &t.host; t.BoxesPerImage.Len != len(h.BoxesPerImage) || t.Classes.Len != len(h.Classes) ||

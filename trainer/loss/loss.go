@@ -259,10 +259,10 @@ func (c *Criterion) Forward(out *Outputs, t *Targets, grads *Grads) (Result, err
 	if err := out.check(); err != nil {
 		return res, err
 	}
-	if err := t.check(&out.Geometry); err != nil {
+	if err := checkTargets(t, &out.Geometry); err != nil {
 		return res, err
 	}
-	t = t.withoutCrowd(&c.noCrowd, out.ProtoH*out.ProtoW)
+	t = withoutCrowd(t, &c.noCrowd, out.ProtoH*out.ProtoW)
 	if grads != nil {
 		if err := grads.check(out); err != nil {
 			return res, err

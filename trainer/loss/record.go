@@ -29,5 +29,5 @@ func targetsOf(in *batch.Instances, err error) (*Targets, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loss: %w", err)
 	}
-	return &Targets{BoxesPerImage: in.BoxesPerImage, Classes: in.Classes, Boxes: in.Boxes, Masks: in.Masks, IsCrowd: in.IsCrowd}, nil
+	return in, nil
 }

@@ -4,32 +4,24 @@ import (
 	"fmt"
 	"math"
 	"slices"
+
+	"github.com/segpipe/segpipe/formats/batch"
 )
 
-// Targets is one batch's ground truth in the loader's layout.
-type Targets struct {
-	// BoxesPerImage splits the instance arrays by image; its length is the
-	// batch size B and its sum is N.
-	BoxesPerImage []int
-	// Classes holds N class ids in [0, NC).
-	Classes []int32
-	// Boxes holds N boxes, xyxy in input-canvas pixels, [N, 4].
-	Boxes []float32
-	// Masks is the {0,1} instance-mask stack at prototype resolution,
-	// [N, ProtoH, ProtoW], each instance's whole mask. Where masks
-	// overlap, the instance with the smaller mask owns the pixel (see the
-	// package doc).
-	Masks []uint8
-	// IsCrowd, when non-nil, holds N flags; 1 marks a COCO crowd region.
-	// The loss leaves crowd instances out, as the reference's loader drops
-	// them; evaluation reads them as regions to ignore.
-	IsCrowd []uint8
-}
+// Targets is one batch's ground truth in the loader's layout: the batch's
+// own instance view (batch.Instances: BoxesPerImage, Classes, Boxes in
+// input-canvas pixels, the {0,1} Masks stack at prototype resolution,
+// IsCrowd), read from a record without a copy (TargetsOf). Where masks
+// overlap, the instance with the smaller mask owns the pixel (see the
+// package doc). IsCrowd may be nil (no crowd region); the loss leaves
+// crowd instances out, as the reference's loader drops them, and
+// evaluation reads them as regions to ignore.
+type Targets = batch.Instances
 
 // withoutCrowd returns t itself when it has no crowd instance, else its
 // other instances copied into dst (whose slices are reused). t has passed
 // check, so its arrays agree in length.
-func (t *Targets) withoutCrowd(dst *Targets, cells int) *Targets {
+func withoutCrowd(t, dst *Targets, cells int) *Targets {
 	if !slices.ContainsFunc(t.IsCrowd, func(v uint8) bool { return v != 0 }) {
 		return t
 	}
@@ -51,13 +43,14 @@ func (t *Targets) withoutCrowd(dst *Targets, cells int) *Targets {
 	return dst
 }
 
-// check validates t against the geometry, naming the offending instance.
-func (t *Targets) check(g *Geometry) error { return t.checkSized(g, len(t.Masks)) }
+// checkTargets validates t against the geometry, naming the offending
+// instance.
+func checkTargets(t *Targets, g *Geometry) error { return checkTargetsSized(t, g, len(t.Masks)) }
 
-// checkSized is check with the mask stack's length given: the device
+// checkTargetsSized is checkTargets with the mask stack's length given: the device
 // path checks a host record of the targets whose masks stay on the
 // device.
-func (t *Targets) checkSized(g *Geometry, maskBytes int) error {
+func checkTargetsSized(t *Targets, g *Geometry, maskBytes int) error {
 	if len(t.BoxesPerImage) != g.B {
 		return fmt.Errorf("targets: boxes_per_image has %d images, outputs have %d", len(t.BoxesPerImage), g.B)
 	}

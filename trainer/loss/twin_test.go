@@ -98,7 +98,7 @@ func (d *goTwin) LossOwners(g Geometry, t *DeviceTargets, p *DevicePadded, owner
 		tg := h.targets(v.Int32(t.BoxesPerImage), v.Int32(t.Classes), v.Float32(t.Boxes),
 			v.Bytes(t.IsCrowd)[:t.CrowdBytes], v.Bytes(t.Masks)[:t.MaskBytes])
 		var kept Targets
-		tg = tg.withoutCrowd(&kept, g.ProtoH*g.ProtoW)
+		tg = withoutCrowd(tg, &kept, g.ProtoH*g.ProtoW)
 		var pd padded
 		pd.build(tg, &g)
 		copy(v.Int32(owner), pd.owner)
