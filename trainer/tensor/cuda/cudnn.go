@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"os"
 	"sync"
 	"unsafe"
 )
@@ -34,6 +35,7 @@ type cudnnAPI struct {
 	createConv, setConv2d, setConvGroups, setConvMath    uintptr
 	destroyConv                                          uintptr
 	findFwd, findBwdData, findBwdFilter                  uintptr
+	heurFwd, heurBwdData, heurBwdFilter                  uintptr // optional
 	wsFwd, wsBwdData, wsBwdFilter                        uintptr
 	convFwd, convBwdData, convBwdFilter                  uintptr
 	deriveBN                                             uintptr
@@ -65,9 +67,12 @@ func loadCudnn() (*cudnnAPI, error) {
 		// Backend's own kernels replace) and the CUDA version query are
 		// optional: a build without them still trains.
 		lib.bindOptional(map[string]*uintptr{
-			"cudnnGetCudartVersion":         &c.getCudartVersion,
-			"cudnnDeriveBNTensorDescriptor": &c.deriveBN,
-			"cudnnCreatePoolingDescriptor":  &c.createPool, "cudnnSetPooling2dDescriptor": &c.setPool2d,
+			"cudnnGetCudartVersion":                         &c.getCudartVersion,
+			"cudnnGetConvolutionForwardAlgorithm_v7":        &c.heurFwd,
+			"cudnnGetConvolutionBackwardDataAlgorithm_v7":   &c.heurBwdData,
+			"cudnnGetConvolutionBackwardFilterAlgorithm_v7": &c.heurBwdFilter,
+			"cudnnDeriveBNTensorDescriptor":                 &c.deriveBN,
+			"cudnnCreatePoolingDescriptor":                  &c.createPool, "cudnnSetPooling2dDescriptor": &c.setPool2d,
 			"cudnnDestroyPoolingDescriptor": &c.destroyPool, "cudnnPoolingForward": &c.poolFwd,
 			"cudnnPoolingBackward":                    &c.poolBwd,
 			"cudnnBatchNormalizationForwardTraining":  &c.bnTrainSym,
@@ -135,11 +140,20 @@ func CudnnVersion() (version, path string, err error) {
 	return fmt.Sprintf("%d.%d.%d", v/10000, v%10000/100, v%100), c.lib.path, nil
 }
 
+// AlgoEnv names the variable that chooses how a convolution's algorithms
+// are picked: "search" (the default: cuDNN times every candidate on the
+// device, the fastest choice, seconds a shape) or "heuristic" (cuDNN's
+// heuristics rank them without running any: planning in milliseconds, for
+// short runs such as scripts/gpu-check.sh whose budget a full search of
+// every shape would eat).
+const AlgoEnv = "SEGPIPE_CUDNN_ALGO"
+
 // Dnn is a cuDNN handle on a device's compute stream.
 type Dnn struct {
-	api    *cudnnAPI
-	handle uintptr
-	math   uintptr
+	api       *cudnnAPI
+	handle    uintptr
+	math      uintptr
+	heuristic bool
 }
 
 // NewDnn creates a cuDNN handle on d's compute stream; tf32 allows tensor
@@ -152,6 +166,16 @@ func (d *Device) NewDnn(tf32 bool) (*Dnn, error) {
 	dn := &Dnn{api: api, math: dnnFMAMath}
 	if tf32 {
 		dn.math = dnnDefaultMath
+	}
+	switch v := os.Getenv(AlgoEnv); v {
+	case "", "search":
+	case "heuristic":
+		if api.heurFwd == 0 || api.heurBwdData == 0 || api.heurBwdFilter == 0 {
+			return nil, api.missing("the heuristic algorithm queries (cudnnGetConvolution*Algorithm_v7) " + AlgoEnv + "=heuristic needs")
+		}
+		dn.heuristic = true
+	default:
+		return nil, fmt.Errorf("cudnn: %s=%q: want search or heuristic", AlgoEnv, v)
 	}
 	err = d.Do(func() error {
 		if err := api.check("cudnnCreate", ccall(api.create, uintptr(unsafe.Pointer(&dn.handle)))); err != nil {
@@ -298,11 +322,18 @@ func (d *Device) PlanConv(dn *Dnn, c Conv) (*ConvPlan, error) {
 			size     *uint64
 			conv     uintptr
 		}
-		for _, s := range []search{
+		searches := []search{
 			{"Forward", a.findFwd, a.wsFwd, &p.FwdAlgo, &p.FwdWS, p.convs[0]},
 			{"BackwardData", a.findBwdData, a.wsBwdData, &p.BwdDataAlgo, &p.BwdDataWS, p.convs[1]},
 			{"BackwardFilter", a.findBwdFilter, a.wsBwdFilter, &p.BwdFiltAlgo, &p.BwdFiltWS, p.convs[2]},
-		} {
+		}
+		query := "cudnnFindConvolution%sAlgorithm"
+		if dn.heuristic {
+			// Same arguments and result layout as the searches.
+			searches[0].find, searches[1].find, searches[2].find = a.heurFwd, a.heurBwdData, a.heurBwdFilter
+			query = "cudnnGetConvolution%sAlgorithm_v7"
+		}
+		for _, s := range searches {
 			// Descriptor order per pass: forward (x, w, conv, y), backward
 			// data (w, dy, conv, dx), backward filter (x, dy, conv, dw).
 			d1, d2, d3 := p.x, p.w, p.y
@@ -312,7 +343,7 @@ func (d *Device) PlanConv(dn *Dnn, c Conv) (*ConvPlan, error) {
 			case "BackwardFilter":
 				d1, d2, d3 = p.x, p.y, p.w
 			}
-			if err := a.check("cudnnFindConvolution"+s.name+"Algorithm", ccall(s.find, dn.handle, d1, d2, s.conv, d3, want,
+			if err := a.check(fmt.Sprintf(query, s.name), ccall(s.find, dn.handle, d1, d2, s.conv, d3, want,
 				uintptr(unsafe.Pointer(&got)), uintptr(unsafe.Pointer(&buf[0])))); err != nil {
 				return err
 			}

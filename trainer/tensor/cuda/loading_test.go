@@ -58,3 +58,19 @@ func TestOptionalCudnnSymbols(t *testing.T) {
 		t.Errorf("PoolForward without cuDNN's pooling: %v; want ErrUnavailable naming it", err)
 	}
 }
+
+// TestHeuristicAlgorithms: SEGPIPE_CUDNN_ALGO=heuristic plans with cuDNN's
+// heuristics (no search) and runs an iteration; an unknown value is
+// refused when the backend opens.
+func TestHeuristicAlgorithms(t *testing.T) {
+	t.Setenv(cuda.AlgoEnv, "heuristic")
+	be, err := openStub(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostIteration(t, be, 1, 64)()
+	t.Setenv(cuda.AlgoEnv, "fastest")
+	if _, err := cuda.NewBackend(0, cuda.Options{}); err == nil || !strings.Contains(err.Error(), cuda.AlgoEnv) {
+		t.Errorf("%s=fastest: %v; want an error naming the variable", cuda.AlgoEnv, err)
+	}
+}
