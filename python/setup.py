@@ -6,7 +6,10 @@ build_py, which builds python/native with `go build -buildmode=c-shared`
 segpipe/_native/libsegpipe.so. The wheel is then tagged for this platform
 only (py3-none-<platform>): the library depends on no Python ABI.
 SEGPIPE_NATIVE=skip builds a pure-Python package without it (FlightBatches
-only; segpipe.Loader then says how to get the library).
+only; segpipe.Loader then says how to get the library). SEGPIPE_GOARCH=arm64
+(with CC a C compiler for it, e.g. CC=aarch64-linux-gnu-gcc) cross-builds
+the library and tags the wheel for that machine: a Linux arm64 wheel from an
+x86_64 host.
 """
 
 import os
@@ -36,7 +39,20 @@ class BuildWithNative(build_py):
                      "(or set SEGPIPE_NATIVE=skip for the Flight client alone)")
         out = os.path.join(os.path.abspath(self.build_lib), "segpipe", "_native")
         os.makedirs(out, exist_ok=True)
-        subprocess.run(["bash", script, out], cwd=REPO, check=True)
+        args = ["bash", script, out] + ([target_goarch()] if target_goarch() else [])
+        subprocess.run(args, cwd=REPO, check=True)
+
+
+# Go's names for the machines a wheel's platform tag names.
+MACHINES = {"amd64": "x86_64", "arm64": "aarch64"}
+
+
+def target_goarch() -> str:
+    """The GOARCH to cross-build for ("" for this machine's)."""
+    arch = os.environ.get("SEGPIPE_GOARCH", "")
+    if arch and arch not in MACHINES:
+        sys.exit(f"segpipe: SEGPIPE_GOARCH={arch}: want one of {', '.join(MACHINES)}")
+    return arch
 
 
 class PlatformDistribution(Distribution):
@@ -54,7 +70,16 @@ except ImportError:  # setuptools < 70
 class PlatformWheel(bdist_wheel):
     def get_tag(self):
         _, _, plat = super().get_tag()
-        return ("py3", "none", plat) if native_wanted() else ("py3", "none", "any")
+        if not native_wanted():
+            return ("py3", "none", "any")
+        arch = target_goarch()
+        if arch:
+            # linux_x86_64 → linux_aarch64: the library is the wheel's only
+            # machine code.
+            for machine in MACHINES.values():
+                if plat.endswith("_" + machine):
+                    plat = plat[: -len(machine)] + MACHINES[arch]
+        return ("py3", "none", plat)
 
 
 cmdclass["bdist_wheel"] = PlatformWheel
