@@ -90,7 +90,9 @@ type loaderBudget struct {
 // estimate.
 func (d budgetedData) sized(cfg pipeline.Config) (pipeline.Config, pipeline.Memory, error) {
 	if cfg.CacheBytes == 0 && cfg.ImageCache == nil {
-		cfg.CacheBytes = budgetCache(pipeline.DefaultCacheBytes, d.budget.max)
+		// The training and the validation loader share the quarter of the
+		// budget one loader's cache may take elsewhere.
+		cfg.CacheBytes = budgetCache(pipeline.DefaultCacheBytes, d.budget.max) / 2
 	}
 	m, err := cfg.MemoryOf(d.src)
 	return cfg, m, err
@@ -118,7 +120,7 @@ func checkRun(d budgetedData, train pipeline.Config, v budgetedData, val pipelin
 	held := b.live
 	b.mu.Unlock()
 	if need := pipeline.Budget(held + mt.Total() + mv.Total()); need > b.max {
-		return fmt.Errorf("training needs an estimated %s: the model and what is open %s, the training loader %s, the validation loader %s (batch size %d at imgsz %d), over --max-memory %s: lower the batch size or imgsz (the model's share grows with both; each loader's decoded-image cache is a quarter of the budget at most), or raise --max-memory: %w",
+		return fmt.Errorf("training needs an estimated %s: the model and what is open %s, the training loader %s, the validation loader %s (batch size %d at imgsz %d), over --max-memory %s: lower the batch size or imgsz (the model's share grows with both; the loaders' decoded-image caches take a quarter of the budget at most), or raise --max-memory: %w",
 			bytesize.Format(need), bytesize.Format(held), mt, mv, train.BatchSize, train.Augment.ImgSz,
 			bytesize.Format(b.max), pipeline.ErrMemoryLimit)
 	}
@@ -136,7 +138,7 @@ func (d budgetedData) Open(ctx context.Context, cfg pipeline.Config) (pipeline.B
 	if b.max > 0 && pipeline.Budget(live) > b.max {
 		open := b.live
 		b.mu.Unlock()
-		return nil, fmt.Errorf("%s loader: batch size %d at imgsz %d needs an estimated %s beside %s held by the model and the loaders open, over --max-memory %s: lower the batch size or imgsz (the model's share grows with both; each loader's decoded-image cache is a quarter of the budget at most), or raise --max-memory: %w",
+		return nil, fmt.Errorf("%s loader: batch size %d at imgsz %d needs an estimated %s beside %s held by the model and the loaders open, over --max-memory %s: lower the batch size or imgsz (the model's share grows with both; the loaders' decoded-image caches take a quarter of the budget at most), or raise --max-memory: %w",
 			d.what, cfg.BatchSize, cfg.Augment.ImgSz, m, bytesize.Format(open), bytesize.Format(b.max), pipeline.ErrMemoryLimit)
 	}
 	b.live = live
