@@ -12,3 +12,7 @@ func ReopenLibraries() {
 	cudnnOnce, cudnnLib, cudnnErr = sync.Once{}, nil, nil
 	nvrtcOnce, nvrtcPath = sync.Once{}, ""
 }
+
+// BindingBuilt reports whether this build binds the libraries at all
+// (false under -tags nocuda).
+const BindingBuilt = bindingBuilt
