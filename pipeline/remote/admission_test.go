@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -220,5 +221,50 @@ func TestRequestThatCanNeverFitIsNotRetried(t *testing.T) {
 	defer s.Close()
 	if err := doGet(t, bc, string(small.Marshal())); status.Code(err) != codes.ResourceExhausted || !retryable(err) {
 		t.Errorf("second stream on a busy server: %v, want ResourceExhausted, retryable", err)
+	}
+}
+
+// TestRefusedOpenWaitsItsTurn: a stream opened while the server is at its
+// stream limit is not an error: the client waits with backoff, as for a
+// dropped stream, and streams once the running one has ended.
+func TestRefusedOpenWaitsItsTurn(t *testing.T) {
+	rows := synthRows(t, 16)
+	srv := startServer(t, rows, ServerConfig{MaxStreams: 1, Loader: pipelineConfig(1)})
+	c := client(t, ClientConfig{Addr: srv.addr, Retries: 50, Backoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond})
+	ctx := context.Background()
+	long := testRequest()
+	long.Epochs = 1000 // running until closed
+	first, err := c.Stream(ctx, long)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := first.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Release()
+	second, err := c.Stream(ctx, testRequest())
+	if err != nil {
+		t.Fatalf("opening beside a full server: %v, want a stream that waits its turn", err)
+	}
+	defer second.Close()
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		first.Close() // the running stream ends; the second is admitted
+	}()
+	n := 0
+	for {
+		rec, err := second.Next(ctx)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("after %d batches: %v", n, err)
+		}
+		rec.Release()
+		n++
+	}
+	if n == 0 {
+		t.Fatal("the waiting stream delivered nothing")
 	}
 }

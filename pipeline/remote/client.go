@@ -243,6 +243,15 @@ func (c *Client) stream(ctx context.Context, req Request, keepWindowed bool) (*S
 	for err != nil && s.failover(err) {
 		err = s.open()
 	}
+	if err != nil && status.Code(err) == codes.ResourceExhausted && ctx.Err() == nil {
+		// A server that refuses for now (its stream limit or memory
+		// budget reached) is waited for as a dropped stream is: the first
+		// Next reopens with backoff. Ranks that start together then take
+		// turns instead of failing at once. A server that cannot be
+		// reached, or refuses for good, fails Open.
+		s.c.cfg.Logger.Warn("stream not opened yet, retrying on the first read", "addr", s.c.cfg.Addr, "err", err)
+		err = nil
+	}
 	if !stop() {
 		err = errors.Join(ctx.Err(), err)
 	}
