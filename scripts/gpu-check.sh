@@ -32,7 +32,9 @@
 #   - CUDA_CACHE_PATH keeps the driver's compiled PTX under $OUT for the
 #     whole run, so the kernels are JIT-compiled once, not per process;
 #     SEGPIPE_CUDNN_ALGO=heuristic (unless set) plans convolutions with
-#     cuDNN's heuristics rather than timing every candidate of every shape.
+#     cuDNN's heuristics rather than timing every candidate of every shape,
+#     and SEGPIPE_CUDNN_CACHE keeps the choices for the run's later
+#     processes (cudnn-plans.json under $OUT).
 #   - nvidia-smi samples utilisation and memory every 0.5 s during the
 #     throughput and training steps (NAME.smi.csv; mean and peak in the
 #     report).
@@ -67,6 +69,7 @@ budget="${GPU_CHECK_BUDGET:-290}"
 export CUDA_CACHE_PATH="${CUDA_CACHE_PATH:-$outroot/cuda-cache}"
 export CUDA_CACHE_MAXSIZE="${CUDA_CACHE_MAXSIZE:-4294967296}"
 export SEGPIPE_CUDNN_ALGO="${SEGPIPE_CUDNN_ALGO:-heuristic}"
+export SEGPIPE_CUDNN_CACHE="${SEGPIPE_CUDNN_CACHE:-$outroot/cudnn-plans.json}"
 mkdir -p "$CUDA_CACHE_PATH"
 
 say() { printf '%s\n' "$*" >>"$report"; printf '%s\n' "$*"; }
@@ -138,7 +141,7 @@ sampled() {
 
 say "segpipe gpu-check $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
 say "repository: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-say "budget ${budget}s; CUDA_CACHE_PATH=$CUDA_CACHE_PATH; SEGPIPE_CUDNN_ALGO=$SEGPIPE_CUDNN_ALGO"
+say "budget ${budget}s; CUDA_CACHE_PATH=$CUDA_CACHE_PATH; SEGPIPE_CUDNN_ALGO=$SEGPIPE_CUDNN_ALGO; SEGPIPE_CUDNN_CACHE=$SEGPIPE_CUDNN_CACHE"
 
 # The active environment's wheels are what the cuda package searches
 # before the system's (VIRTUAL_ENV); LD_LIBRARY_PATH gets them too, for

@@ -333,7 +333,10 @@ func (d *Device) PlanConv(dn *Dnn, c Conv) (*ConvPlan, error) {
 			searches[0].find, searches[1].find, searches[2].find = a.heurFwd, a.heurBwdData, a.heurBwdFilter
 			query = "cudnnGetConvolution%sAlgorithm_v7"
 		}
-		for _, s := range searches {
+		key := planKey(d, dn, c)
+		cached, hit := plans.get(key)
+		var chosen [3]algoChoice
+		for i, s := range searches {
 			// Descriptor order per pass: forward (x, w, conv, y), backward
 			// data (w, dy, conv, dx), backward filter (x, dy, conv, dw).
 			d1, d2, d3 := p.x, p.w, p.y
@@ -343,27 +346,52 @@ func (d *Device) PlanConv(dn *Dnn, c Conv) (*ConvPlan, error) {
 			case "BackwardFilter":
 				d1, d2, d3 = p.x, p.y, p.w
 			}
-			if err := a.check(fmt.Sprintf(query, s.name), ccall(s.find, dn.handle, d1, d2, s.conv, d3, want,
-				uintptr(unsafe.Pointer(&got)), uintptr(unsafe.Pointer(&buf[0])))); err != nil {
-				return err
+			search := func() (algoPerf, error) {
+				if err := a.check(fmt.Sprintf(query, s.name), ccall(s.find, dn.handle, d1, d2, s.conv, d3, want,
+					uintptr(unsafe.Pointer(&got)), uintptr(unsafe.Pointer(&buf[0])))); err != nil {
+					return algoPerf{}, err
+				}
+				best, ok := pickAlgo(parseAlgoPerf(buf, int(got)), dn.math == dnnDefaultMath)
+				if !ok {
+					return algoPerf{}, fmt.Errorf("cudnn: no %s algorithm for %+v", s.name, c)
+				}
+				return best, nil
 			}
-			best, ok := pickAlgo(parseAlgoPerf(buf, int(got)), dn.math == dnnDefaultMath)
-			if !ok {
-				return fmt.Errorf("cudnn: no %s algorithm for %+v", s.name, c)
-			}
-			*s.algo = best.algo
-			// The search timed the algorithm in the math type it reports
-			// (tensor-op math may be what made it fastest): run it in that
-			// type. Strict fp32 keeps FMA math, whatever the entry says.
-			if dn.math == dnnDefaultMath && best.math != dnnDefaultMath {
-				if err := a.check("cudnnSetConvolutionMathType", ccall(a.setConvMath, s.conv, uintptr(best.math))); err != nil {
+			// use runs best in the math type it was found in (tensor-op
+			// math may be what made it fastest) and sizes its workspace.
+			// Strict fp32 keeps FMA math, whatever the entry says.
+			use := func(best algoPerf) error {
+				*s.algo = best.algo
+				m := dn.math
+				if dn.math == dnnDefaultMath {
+					m = uintptr(best.math)
+				}
+				if err := a.check("cudnnSetConvolutionMathType", ccall(a.setConvMath, s.conv, m)); err != nil {
 					return err
 				}
+				return a.check("cudnnGetConvolution"+s.name+"WorkspaceSize", ccall(s.ws, dn.handle, d1, d2, s.conv, d3,
+					uintptr(best.algo), uintptr(unsafe.Pointer(s.size))))
 			}
-			if err := a.check("cudnnGetConvolution"+s.name+"WorkspaceSize", ccall(s.ws, dn.handle, d1, d2, s.conv, d3,
-				uintptr(best.algo), uintptr(unsafe.Pointer(s.size)))); err != nil {
+			var best algoPerf
+			var err error
+			if hit {
+				best = algoPerf{algo: cached[i].Algo, math: cached[i].Math}
+				if use(best) == nil {
+					chosen[i] = cached[i]
+					continue
+				}
+				hit = false // a choice this cuDNN refuses: search again
+			}
+			if best, err = search(); err != nil {
 				return err
 			}
+			if err := use(best); err != nil {
+				return err
+			}
+			chosen[i] = algoChoice{Algo: best.algo, Math: best.math}
+		}
+		if !hit {
+			plans.put(key, chosen)
 		}
 		return nil
 	})

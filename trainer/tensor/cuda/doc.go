@@ -14,7 +14,10 @@
 // Sgemm is cuBLAS's strided-batched SGEMM (row-major through the
 // transpose identities); Conv2d and its two backward passes are cuDNN's,
 // with one plan (algorithm search and workspace sizes) cached per shape
-// and beta 1 for the accumulating passes; batch-norm (train, eval and
+// and beta 1 for the accumulating passes — the algorithm choices also on
+// disk across processes, keyed by GPU, cuDNN version, math and shape
+// (PlanCacheEnv), and chosen by cuDNN's heuristics instead of its timed
+// search under SEGPIPE_CUDNN_ALGO=heuristic; batch-norm (train, eval and
 // both backwards) runs the project's kernels in kernels/norm.cu, one
 // block per channel with double sums, so absent gamma/beta/gradients,
 // eps below cuDNN's minimum and the NaN unbiased variance of a single

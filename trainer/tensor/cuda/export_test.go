@@ -11,6 +11,15 @@ func ReopenLibraries() {
 	cublasOnce, cublasLib, cublasErr = sync.Once{}, nil, nil
 	cudnnOnce, cudnnLib, cudnnErr = sync.Once{}, nil, nil
 	nvrtcOnce, nvrtcPath = sync.Once{}, ""
+	ForgetPlanCache()
+}
+
+// ForgetPlanCache drops the process's copy of the algorithm cache, so the
+// next plan reads the file again as a new process would.
+func ForgetPlanCache() {
+	plans.mu.Lock()
+	plans.loaded, plans.m, plans.path = false, nil, ""
+	plans.mu.Unlock()
 }
 
 // BindingBuilt reports whether this build binds the libraries at all

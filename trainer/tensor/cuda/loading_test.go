@@ -11,18 +11,60 @@ import (
 
 // openStub opens a Backend on a stub built with defines.
 func openStub(t *testing.T, defines ...string) (*cuda.Backend, error) {
+	be, _, err := openStubWith(t, defines...)
+	return be, err
+}
+
+func openStubWith(t *testing.T, defines ...string) (*cuda.Backend, *cudastub.Stub, error) {
 	t.Helper()
 	if !cuda.BindingBuilt {
 		t.Skip("built with -tags nocuda: no run-time binding to load the stub with")
 	}
-	cudastub.Install(t, defines...)
+	st := cudastub.Install(t, defines...)
 	cuda.ReopenLibraries()
 	t.Cleanup(cuda.ReopenLibraries)
 	be, err := cuda.NewBackend(0, cuda.Options{})
 	if err == nil {
 		t.Cleanup(func() { be.Close() })
 	}
-	return be, err
+	return be, st, err
+}
+
+// TestPlanCacheAcrossProcesses: the algorithm choices of one backend's
+// plans are on disk, and a backend of a new process (the in-memory copy
+// dropped) plans every shape without one search.
+func TestPlanCacheAcrossProcesses(t *testing.T) {
+	be, st, err := openStubWith(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	finds := func() uint64 {
+		by, err := st.CallsByName()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return by["cudnnFindConvolutionForwardAlgorithm"] + by["cudnnFindConvolutionBackwardDataAlgorithm"] +
+			by["cudnnFindConvolutionBackwardFilterAlgorithm"]
+	}
+	f0 := finds()
+	hostIteration(t, be, 1, 64)()
+	f1 := finds()
+	if f1 == f0 {
+		t.Fatal("the first backend planned without searching")
+	}
+	if err := be.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cuda.ForgetPlanCache()
+	be2, err := cuda.NewBackend(0, cuda.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be2.Close()
+	hostIteration(t, be2, 1, 64)()
+	if f2 := finds(); f2 != f1 {
+		t.Errorf("a new process searched %d times with every shape on disk (the first: %d)", f2-f1, f1-f0)
+	}
 }
 
 // TestMixedCUDAMajorsRefused: a cuDNN built for CUDA 12 beside cuBLAS 13

@@ -65,6 +65,9 @@ func Install(tb testing.TB, defines ...string) *Stub {
 	for _, v := range []string{"SEGPIPE_LIBCUDA", "SEGPIPE_LIBCUBLAS", "SEGPIPE_LIBCUDNN"} {
 		tb.Setenv(v, lib)
 	}
+	// The stub's algorithm choices must not reach the user's cache of
+	// real ones.
+	tb.Setenv("SEGPIPE_CUDNN_CACHE", filepath.Join(filepath.Dir(lib), "cudnn-plans.json"))
 	return &Stub{Path: lib}
 }
 

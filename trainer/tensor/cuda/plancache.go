@@ -1,0 +1,106 @@
+package cuda
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+)
+
+// PlanCacheEnv names the file cuDNN's algorithm choices are kept in across
+// processes ("off": none). By default it is segpipe/cudnn-plans.json under
+// the user's cache directory. A choice is keyed by the GPU (name and
+// compute capability), cuDNN's version, the math and planning mode, and
+// the convolution's shape, so that a new process — each test of
+// scripts/gpu-check.sh, a resumed run, validation in a fresh process —
+// does not time every candidate of every shape again (seconds a shape).
+const PlanCacheEnv = "SEGPIPE_CUDNN_CACHE"
+
+// algoChoice is one pass's algorithm and the math type it runs in.
+type algoChoice struct {
+	Algo int32 `json:"algo"`
+	Math int32 `json:"math"`
+}
+
+// planCache is the process's view of the file: loaded once, written
+// whole (to a temporary file renamed over it) after each new choice, so a
+// process killed mid-run keeps what it found.
+type planCache struct {
+	mu     sync.Mutex
+	loaded bool
+	path   string
+	m      map[string][3]algoChoice
+}
+
+var plans planCache
+
+func (c *planCache) loadLocked() {
+	if c.loaded {
+		return
+	}
+	c.loaded, c.m = true, map[string][3]algoChoice{}
+	c.path = os.Getenv(PlanCacheEnv)
+	if c.path == "" {
+		dir, err := os.UserCacheDir()
+		if err != nil {
+			c.path = "off"
+			return
+		}
+		c.path = filepath.Join(dir, "segpipe", "cudnn-plans.json")
+	}
+	if c.path == "off" {
+		return
+	}
+	b, err := os.ReadFile(c.path)
+	if err != nil {
+		return // none yet
+	}
+	// A damaged file is a cache miss for every shape, not an error: the
+	// searches run and the file is written again.
+	_ = json.Unmarshal(b, &c.m)
+}
+
+func (c *planCache) get(key string) ([3]algoChoice, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.loadLocked()
+	v, ok := c.m[key]
+	return v, ok
+}
+
+// put records a choice and rewrites the file; a file that cannot be
+// written costs the next process its searches, nothing else.
+func (c *planCache) put(key string, v [3]algoChoice) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.loadLocked()
+	c.m[key] = v
+	if c.path == "off" {
+		return
+	}
+	b, err := json.MarshalIndent(c.m, "", " ")
+	if err != nil {
+		return
+	}
+	if err := os.MkdirAll(filepath.Dir(c.path), 0o755); err != nil {
+		return
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(c.path), ".cudnn-plans-*")
+	if err != nil {
+		return
+	}
+	_, werr := tmp.Write(b)
+	if cerr := tmp.Close(); werr != nil || cerr != nil || os.Rename(tmp.Name(), c.path) != nil {
+		os.Remove(tmp.Name())
+	}
+}
+
+// planKey is the cache key of c planned by dn on d.
+func planKey(d *Device, dn *Dnn, c Conv) string {
+	mode := "search"
+	if dn.heuristic {
+		mode = "heuristic"
+	}
+	return fmt.Sprintf("%s sm_%d%d cudnn %d math %d %s %+v", d.Name, d.Major, d.Minor, int(ccall(dn.api.getVersion)), dn.math, mode, c)
+}
