@@ -41,7 +41,7 @@ func BenchmarkTrainStepOnGPU(b *testing.B) {
 }
 
 func benchStep(b *testing.B, batch, imgsz int, tf32 bool) {
-	be, err := cuda.NewBackend(0, cuda.Options{TF32: tf32, GemmTF32: tf32})
+	be, err := cuda.NewBackend(0, cuda.Options{TF32: tf32})
 	if errors.Is(err, cuda.ErrUnavailable) {
 		b.Skipf("no CUDA device: %v", err)
 	}

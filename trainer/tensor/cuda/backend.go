@@ -104,16 +104,18 @@ var _ backend.Backend = (*Backend)(nil)
 // within the CPU reference's tolerance; Precision("tf32") is PyTorch's
 // defaults.
 type Options struct {
-	// TF32 lets cuDNN's convolutions use tensor cores with inputs rounded
-	// to TF32 (10-bit mantissas), as torch.backends.cudnn.allow_tf32 (True
-	// by default in PyTorch): faster, no longer within the CPU reference's
-	// tolerance. Each pass then runs in the math type cuDNN's search
-	// reported for the algorithm it chose.
+	// TF32 lets cuBLAS's GEMMs and cuDNN's convolutions use tensor cores
+	// with inputs rounded to TF32 (10-bit mantissas): faster, no longer
+	// within the CPU reference's tolerance. It is both of PyTorch's
+	// switches on (torch.backends.cuda.matmul.allow_tf32 and
+	// torch.backends.cudnn.allow_tf32); SEGPIPE_TF32=1 sets it.
 	TF32 bool
-	// GemmTF32 does the same for cuBLAS's GEMMs, as
-	// torch.backends.cuda.matmul.allow_tf32 (False by default in PyTorch,
-	// and so here: the GEMMs stay fp32 with CUBLAS_DEFAULT_MATH).
-	GemmTF32 bool
+	// ConvTF32 lets the convolutions alone use TF32, the GEMMs staying
+	// fp32 with CUBLAS_DEFAULT_MATH: PyTorch's defaults (cudnn.allow_tf32
+	// True, matmul.allow_tf32 False). With TF32 in either, each
+	// convolution pass runs in the math type cuDNN's search reported for
+	// the algorithm it chose.
+	ConvTF32 bool
 }
 
 // Precisions are the names Precision knows, for flag help.
@@ -127,7 +129,7 @@ func Precision(name string) (Options, error) {
 	case "fp32":
 		return Options{}, nil
 	case "tf32", "":
-		return Options{TF32: true}, nil
+		return Options{ConvTF32: true}, nil
 	}
 	return Options{}, fmt.Errorf("cuda: precision %q: want fp32 or tf32", name)
 }

@@ -30,7 +30,8 @@
 // default, each convolution pass in the math type cuDNN's search reported
 // for its algorithm, on a descriptor of its own); the zero Options, which
 // the parity tests use, is strict fp32 (Precision("fp32"): cuDNN's
-// FMA-only math). Package device maps SEGPIPE_TF32=1 to Options.TF32.
+// FMA-only math); Options.TF32 (SEGPIPE_TF32=1 through package device)
+// lets the GEMMs use TF32 too.
 //
 // Backend does not implement backend.HostKernels: Go-coded kernels that a
 // host-kernel backend (cpu, emu) runs on its own memory fall back to the

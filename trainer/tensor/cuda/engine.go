@@ -50,10 +50,10 @@ func newGPUEngine(d *Device, opt Options) (*gpuEngine, error) {
 	if err := checkMajors(d.drv, bl, dn); err != nil {
 		return nil, err
 	}
-	if e.blas, err = d.NewBlas(opt.GemmTF32); err != nil {
+	if e.blas, err = d.NewBlas(opt.TF32); err != nil {
 		return nil, err
 	}
-	if e.dnn, err = d.NewDnn(opt.TF32); err != nil {
+	if e.dnn, err = d.NewDnn(opt.TF32 || opt.ConvTF32); err != nil {
 		e.blas.Close(d)
 		return nil, err
 	}

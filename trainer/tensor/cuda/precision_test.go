@@ -7,7 +7,7 @@ func TestPrecision(t *testing.T) {
 		name string
 		want Options
 		ok   bool
-	}{{"fp32", Options{}, true}, {"tf32", Options{TF32: true}, true}, {"", Options{TF32: true}, true}, {"fp16", Options{}, false}} {
+	}{{"fp32", Options{}, true}, {"tf32", Options{ConvTF32: true}, true}, {"", Options{ConvTF32: true}, true}, {"fp16", Options{}, false}} {
 		got, err := Precision(c.name)
 		if (err == nil) != c.ok || got != c.want {
 			t.Errorf("Precision(%q) = %+v, %v; want %+v, ok %v", c.name, got, err, c.want, c.ok)
