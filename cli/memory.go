@@ -105,9 +105,6 @@ func (d budgetedData) sized(cfg pipeline.Config) (pipeline.Config, pipeline.Memo
 // validation.
 func checkRun(d budgetedData, train pipeline.Config, v budgetedData, val pipeline.Config) error {
 	b := d.budget
-	if b.max <= 0 {
-		return nil
-	}
 	_, mt, err := d.sized(train)
 	if err != nil {
 		return err
@@ -119,7 +116,9 @@ func checkRun(d budgetedData, train pipeline.Config, v budgetedData, val pipelin
 	b.mu.Lock()
 	held := b.live
 	b.mu.Unlock()
-	if need := pipeline.Budget(held + mt.Total() + mv.Total()); need > b.max {
+	need := pipeline.Budget(held + mt.Total() + mv.Total())
+	slog.Info("memory estimate", "run", "model and loaders", "estimate_bytes", need, "budget_bytes", b.max)
+	if b.max > 0 && need > b.max {
 		return fmt.Errorf("training needs an estimated %s: the model and what is open %s, the training loader %s, the validation loader %s (batch size %d at imgsz %d), over --max-memory %s: lower the batch size or imgsz (the model's share grows with both; the loaders' decoded-image caches take a quarter of the budget at most), or raise --max-memory: %w",
 			bytesize.Format(need), bytesize.Format(held), mt, mv, train.BatchSize, train.Augment.ImgSz,
 			bytesize.Format(b.max), pipeline.ErrMemoryLimit)

@@ -3,7 +3,7 @@
 # train and serve (N concurrent streams), each at two sizes, with
 # --max-memory BUDGET, and prints per run the process's memory estimate
 # (the "memory estimate" / "stream started" log lines: pipeline.Budget of
-# the loaders' terms; for train the loaders only, not the model) beside
+# the loaders' terms; for train the whole run: model and loaders) beside
 # the measured peak RSS (wait4 maxrss through /usr/bin/time, VmHWM for
 # serve). Fails when a peak exceeds its budget. Data: coco-tiny
 # (../shared/data/coco-tiny, or $COCO) converted into a temp dir.
