@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -443,7 +444,14 @@ func (d *Device) withWorkspace(n uint64, f func(ws Ptr) error) error {
 			d.ws, d.wsBytes = 0, 0
 		}
 		var ws Ptr
-		if err := d.drv.check("cuMemAllocAsync", ccall(d.drv.cuMemAllocAsync, uintptr(unsafe.Pointer(&ws)), uintptr(n), uintptr(d.stream))); err != nil {
+		err := d.drv.check("cuMemAllocAsync", ccall(d.drv.cuMemAllocAsync, uintptr(unsafe.Pointer(&ws)), uintptr(n), uintptr(d.stream)))
+		if err != nil && d.reclaim != nil {
+			if rerr := d.reclaim(); rerr != nil {
+				return errors.Join(err, rerr)
+			}
+			err = d.drv.check("cuMemAllocAsync", ccall(d.drv.cuMemAllocAsync, uintptr(unsafe.Pointer(&ws)), uintptr(n), uintptr(d.stream)))
+		}
+		if err != nil {
 			return err
 		}
 		d.ws, d.wsBytes = ws, n

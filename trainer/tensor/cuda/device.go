@@ -43,6 +43,9 @@ type Device struct {
 	// ws is the convolutions' workspace (see withWorkspace).
 	ws      Ptr
 	wsBytes uint64
+	// reclaim, when set, returns memory held above the pool to it (inside
+	// Do): withWorkspace calls it when the pool cannot serve a workspace.
+	reclaim func() error
 
 	// mu serialises the calls (and guards argBytes, which every launch
 	// packs); closed refuses calls after Close.

@@ -38,7 +38,10 @@ func newGPUEngine(d *Device, opt Options) (*gpuEngine, error) {
 	if _, err := d.Kernels(); err != nil {
 		return nil, err
 	}
-	e := &gpuEngine{Device: d}
+	e := &gpuEngine{Device: d, cache: map[int][]Ptr{}, sizes: map[Ptr]int{}}
+	// A convolution's workspace that does not fit first takes back what
+	// the cache holds.
+	d.reclaim = func() error { return e.freeLocked(e.takeCache()) }
 	bl, err := loadCublas()
 	if err != nil {
 		return nil, err
@@ -65,29 +68,32 @@ func newGPUEngine(d *Device, opt Options) (*gpuEngine, error) {
 	return e, nil
 }
 
+// The cache's lock is never held across a device call and is taken
+// inside Do (by the workspace's reclaim hook): the order is always the
+// device's mutex, then the cache's.
 func (e *gpuEngine) alloc(bytes int) (Ptr, error) {
 	bytes = max(bytes, 1)
 	e.cacheMu.Lock()
-	defer e.cacheMu.Unlock()
 	if l := e.cache[bytes]; len(l) > 0 {
 		p := l[len(l)-1]
 		e.cache[bytes] = l[:len(l)-1]
+		e.cacheMu.Unlock()
 		return p, nil
 	}
+	e.cacheMu.Unlock()
 	p, err := e.Alloc(bytes)
 	if err != nil {
 		// Memory cached here is the pool's to hand out in other sizes.
-		if ferr := e.dropCacheLocked(); ferr != nil {
+		if ferr := e.dropCache(); ferr != nil {
 			return 0, errors.Join(err, ferr)
 		}
 		if p, err = e.Alloc(bytes); err != nil {
 			return 0, err
 		}
 	}
-	if e.sizes == nil {
-		e.sizes, e.cache = map[Ptr]int{}, map[int][]Ptr{}
-	}
+	e.cacheMu.Lock()
 	e.sizes[p] = bytes
+	e.cacheMu.Unlock()
 	return p, nil
 }
 
@@ -102,15 +108,31 @@ func (e *gpuEngine) free(p Ptr) error {
 	return nil
 }
 
-// dropCacheLocked returns every cached allocation to the pool.
-func (e *gpuEngine) dropCacheLocked() error {
-	var errs []error
+// takeCache empties the cache and returns what it held, forgotten.
+func (e *gpuEngine) takeCache() []Ptr {
+	e.cacheMu.Lock()
+	defer e.cacheMu.Unlock()
+	var out []Ptr
 	for n, l := range e.cache {
 		for _, p := range l {
 			delete(e.sizes, p)
-			errs = append(errs, e.Free(p))
 		}
+		out = append(out, l...)
 		delete(e.cache, n)
+	}
+	return out
+}
+
+// dropCache returns every cached allocation to the pool.
+func (e *gpuEngine) dropCache() error {
+	return e.Do(func() error { return e.freeLocked(e.takeCache()) })
+}
+
+// freeLocked returns ps to the pool inside Do.
+func (e *gpuEngine) freeLocked(ps []Ptr) error {
+	var errs []error
+	for _, p := range ps {
+		errs = append(errs, e.drv.check("cuMemFreeAsync", ccall(e.drv.cuMemFreeAsync, uintptr(p), uintptr(e.stream))))
 	}
 	return errors.Join(errs...)
 }

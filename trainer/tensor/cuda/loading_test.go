@@ -2,6 +2,7 @@ package cuda_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -117,5 +118,34 @@ func TestHeuristicAlgorithms(t *testing.T) {
 	t.Setenv(cuda.AlgoEnv, "fastest")
 	if _, err := cuda.NewBackend(0, cuda.Options{}); err == nil || !strings.Contains(err.Error(), cuda.AlgoEnv) {
 		t.Errorf("%s=fastest: %v; want an error naming the variable", cuda.AlgoEnv, err)
+	}
+}
+
+// TestFullPoolTakesBackTheCache: when the pool cannot serve an allocation,
+// the engine's cache of freed buffers goes back to it and the allocation
+// is tried again, so memory parked in the cache never fails a step.
+func TestFullPoolTakesBackTheCache(t *testing.T) {
+	be, st, err := openStubWith(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := hostIteration(t, be, 1, 64)
+	step()
+	step()
+	by, err := st.CallsByName()
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocs, frees := by["cuMemAllocAsync"], by["cuMemFreeAsync"]
+	// Fail the next allocations, whichever of the two paths (a buffer, a
+	// convolution's workspace) makes them.
+	buf := be.Alloc(1 << 20) // larger than anything cached: a pool allocation
+	t.Setenv("SEGPIPE_STUB_ALLOC_FAIL_AT", fmt.Sprint(allocs+2))
+	be.Free(buf)
+	buf = be.Alloc(1<<20 + 1)
+	be.Free(buf)
+	by, _ = st.CallsByName()
+	if by["cuMemFreeAsync"] == frees {
+		t.Errorf("an allocation failed and nothing cached went back to the pool (allocations %d → %d)", allocs, by["cuMemAllocAsync"])
 	}
 }
