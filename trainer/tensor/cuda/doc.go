@@ -1,7 +1,7 @@
 // Package cuda binds the CUDA driver API, cuBLAS and cuDNN 9 at run time
 // and implements segpipe's CUDA trainer backend on them: direct calls from
-// the driving goroutine (its thread locked for each call), streams, events, stream-ordered allocation, pinned
-// host memory, cuBLAS GEMMs, cuDNN convolutions (and cuDNN's batch-norm,
+// the driving goroutine (its thread locked for each call), streams,
+// events, stream-ordered allocation, pinned host memory, cuBLAS GEMMs, cuDNN convolutions (and cuDNN's batch-norm,
 // bound and checked on a GPU, though Backend runs its own, see below), the
 // project's own kernels (see Kernels), and Backend, the backend.Backend
 // over device memory that `--device cuda` selects.
@@ -140,8 +140,9 @@
 // (cuCtxGetCurrent, and cuCtxSetCurrent on a thread that has another or
 // none), and serialises the device's calls with a mutex. The goroutine that
 // drives a step thus queues its work itself: no call waits for a hand-off
-// to another thread (the handed-off design cost 210 ms of host time an
-// iteration at batch 32, 640 px, against 8–13 ms direct; BENCHMARKS.md),
+// to another thread (on the stub driver, a batch-32, 640 px iteration's
+// host time went from 80–500 ms handed off to 4–10 ms direct, with the
+// call reductions below; BENCHMARKS.md),
 // and nothing but the loss read one step late waits for the GPU
 // (TestHostCallBudget, on the stub driver of package cudastub, holds both
 // the calls an iteration makes and that wait). Device memory comes from the
