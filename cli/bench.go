@@ -82,7 +82,7 @@ func benchCommand() *ucli.Command {
 				// spent on the cache before a batch is built.
 				cfg.CacheBytes = budgetCache(pipeline.DefaultCacheBytes, cfg.MaxMemory)
 			}
-			src, err := openShards("--shards", c.String("shards"))
+			src, err := openShards(ctx, "--shards", c.String("shards"))
 			if err != nil {
 				return err
 			}

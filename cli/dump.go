@@ -174,7 +174,7 @@ func (p *maskProbe) MarshalJSON() ([]byte, error) {
 
 func dump(ctx context.Context, dir string, cfg pipeline.Config, n int, out string) (*dumpSummary, pipeline.SkipSummary, error) {
 	var skips pipeline.SkipSummary
-	src, err := openShards("--shards", dir)
+	src, err := openShards(ctx, "--shards", dir)
 	if err != nil {
 		return nil, skips, err
 	}

@@ -38,7 +38,7 @@ func previewCommand() *ucli.Command {
 			if c.Int("skip") < 0 || c.Int("tile") < 16 || c.Int("columns") < 0 {
 				return usagef("--skip and --columns must not be negative, --tile at least 16")
 			}
-			src, err := openShards("--shards", c.String("shards"))
+			src, err := openShards(ctx, "--shards", c.String("shards"))
 			if err != nil {
 				return err
 			}

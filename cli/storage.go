@@ -85,12 +85,13 @@ func checkShardDir(flag, location string) error {
 }
 
 // openShards opens the shard set a command's flag names, after
-// checkShardDir.
-func openShards(flag, location string) (*pipeline.ShardSource, error) {
+// checkShardDir; ctx (the command's: Ctrl-C) bounds reading its manifest
+// and footers.
+func openShards(ctx context.Context, flag, location string) (*pipeline.ShardSource, error) {
 	if err := checkShardDir(flag, location); err != nil {
 		return nil, err
 	}
-	return pipeline.OpenShards(location)
+	return pipeline.OpenShardsContext(ctx, location)
 }
 
 // openShardsBelow opens the shard sets a server is asked for below a
@@ -105,7 +106,7 @@ func openShardsBelow(root string) func(ctx context.Context, set string) (pipelin
 		if err != nil {
 			return nil, fmt.Errorf("shard set %q: %w", set, err)
 		}
-		src, err := pipeline.OpenShards(sub.String())
+		src, err := pipeline.OpenShardsContext(ctx, sub.String())
 		if errors.Is(err, shard.ErrNoManifest) {
 			return nil, fmt.Errorf("shard set %q: %w", set, os.ErrNotExist)
 		}

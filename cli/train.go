@@ -199,7 +199,7 @@ func runTrain(ctx context.Context, c *ucli.Command) error {
 			}
 		}
 	} else {
-		src, err := openShards("--shards", r.Shards)
+		src, err := openShards(ctx, "--shards", r.Shards)
 		if err != nil {
 			return err
 		}
@@ -226,7 +226,7 @@ func runTrain(ctx context.Context, c *ucli.Command) error {
 		vd := td // validation on the training data
 		opt.Train, opt.Categories = td, src.Manifest().Categories
 		if v := r.ValShards; v != "" {
-			vs, err := openShards("--val-shards", v)
+			vs, err := openShards(ctx, "--val-shards", v)
 			if err != nil {
 				return err
 			}

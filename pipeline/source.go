@@ -92,13 +92,23 @@ type shardBlock struct {
 // read-ahead, retries) are storage.DefaultOptions. Only a missing or
 // invalid manifest is an error.
 func OpenShards(dir string) (*ShardSource, error) {
-	set, err := shard.Open(dir)
+	return OpenShardsContext(context.Background(), dir)
+}
+
+// OpenShardsContext is OpenShards with a context that bounds the reads of
+// the manifest and the footers: a bucket that stops answering fails it
+// when ctx ends (reads of row groups take the context of ReadBlock).
+func OpenShardsContext(ctx context.Context, dir string) (*ShardSource, error) {
+	set, err := shard.OpenContext(ctx, dir)
 	if err != nil {
 		return nil, err
 	}
 	s := &ShardSource{set: set, openID: -1, broken: map[int]error{}}
 	for i, info := range set.Manifest.Shards {
-		r, err := set.OpenShard(i, shard.ReadOptions{})
+		r, err := set.OpenShardContext(ctx, i, shard.ReadOptions{})
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("shard set %s: %w", dir, ctx.Err())
+		}
 		if errors.Is(err, fs.ErrNotExist) {
 			// Not damage but an incomplete set (a wrong prefix, a deleted
 			// object): a manifest is written only after all its shards, so
@@ -166,7 +176,10 @@ func (s *ShardSource) ReadBlock(ctx context.Context, i int) ([]shard.Image, erro
 	s.ahead.reading(s, i)
 	if s.openID != b.shard {
 		s.closeOpen()
-		r, err := s.set.OpenShard(b.shard, shard.ReadOptions{Allocator: memory.NewGoAllocator()})
+		r, err := s.set.OpenShardContext(ctx, b.shard, shard.ReadOptions{Allocator: memory.NewGoAllocator()})
+		if err != nil && ctx.Err() != nil {
+			return nil, err // stopped, not damaged
+		}
 		if err != nil {
 			// It opened when the source was made: changed since.
 			slog.Warn("skipping unreadable shard", "shard", file, "reason", SkipBadShard, "err", err)

@@ -172,3 +172,35 @@ func TestBucketStalledReadEndsWithContext(t *testing.T) {
 	}
 	rec.Release()
 }
+
+// TestBucketStalledOpenEndsWithContext: opening a shard (its footer, a
+// ranged read) of a bucket that stopped answering ends with the caller's
+// context.
+func TestBucketStalledOpenEndsWithContext(t *testing.T) {
+	srv := s3test.Start(t, "bkt")
+	url, stall := srv.Proxy("bkt", "set")
+	writeAll(t, url, WriterOptions{}, testImages(3, 60), -1)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	set, err := OpenContext(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stall.Stall(true)
+	done := make(chan error, 1)
+	go func() {
+		r, err := set.OpenShardContext(ctx, 0, ReadOptions{})
+		if err == nil {
+			r.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("stalled open ended with %v, want the context's deadline", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("a stalled open outlived its context by a minute")
+	}
+}

@@ -34,12 +34,16 @@ type Set struct {
 // azblob://) opened with storage.DefaultOptions. It does not touch the
 // shards: use Verify to check them, OpenShard or Batches/Images to read
 // them.
-func Open(dir string) (*Set, error) {
-	d, err := storage.Open(context.Background(), dir, nil)
+func Open(dir string) (*Set, error) { return OpenContext(context.Background(), dir) }
+
+// OpenContext is Open with a context that bounds reading the manifest:
+// a bucket that stops answering fails it when ctx ends.
+func OpenContext(ctx context.Context, dir string) (*Set, error) {
+	d, err := storage.Open(ctx, dir, nil)
 	if err != nil {
 		return nil, err
 	}
-	return OpenDir(d)
+	return openDir(ctx, d)
 }
 
 // Path returns the path or URL of the i-th shard.
@@ -75,13 +79,19 @@ type ShardReader struct {
 
 // OpenShard opens the i-th shard of the set.
 func (s *Set) OpenShard(i int, opts ReadOptions) (*ShardReader, error) {
+	return s.OpenShardContext(context.Background(), i, opts)
+}
+
+// OpenShardContext is OpenShard with a context that bounds reading the
+// shard's footer.
+func (s *Set) OpenShardContext(ctx context.Context, i int, opts ReadOptions) (*ShardReader, error) {
 	if i < 0 || i >= len(s.Manifest.Shards) {
 		return nil, fmt.Errorf("shard index %d out of range [0,%d)", i, len(s.Manifest.Shards))
 	}
 	// A size check is one stat: it catches truncated and replaced files
 	// before the Parquet reader meets them (Verify also checks sha256).
 	info := s.Manifest.Shards[i]
-	f, err := s.store.OpenFile(context.Background(), info.File)
+	f, err := s.store.OpenFile(ctx, info.File)
 	if err != nil {
 		return nil, fmt.Errorf("shard %s: %w", info.File, err)
 	} else if f.Size() != info.Bytes {

@@ -13,8 +13,10 @@ import (
 
 // OpenDir reads the manifest of a shard directory already opened through
 // formats/storage (a local directory or a bucket prefix).
-func OpenDir(d *storage.Dir) (*Set, error) {
-	m, err := readManifest(context.Background(), d)
+func OpenDir(d *storage.Dir) (*Set, error) { return openDir(context.Background(), d) }
+
+func openDir(ctx context.Context, d *storage.Dir) (*Set, error) {
+	m, err := readManifest(ctx, d)
 	if err != nil {
 		return nil, err
 	}

@@ -286,7 +286,7 @@ func (s *Server) open(ctx context.Context, name string) (pipeline.Source, error)
 	if _, err := os.Stat(filepath.Join(dir, shard.ManifestName)); err != nil {
 		return nil, fmt.Errorf("shard set %s: %w", quote(name), os.ErrNotExist)
 	}
-	return pipeline.OpenShards(dir)
+	return pipeline.OpenShardsContext(ctx, dir)
 }
 
 // schemaOf returns the stream schema of a request (what the loader's
