@@ -375,8 +375,8 @@ if ! command -v compute-sanitizer >/dev/null 2>&1; then
 elif ((!gpu)); then
   skip sanitizer "no usable GPU ($why)"
 else
-  step sanitizer 60 compute-sanitizer --tool memcheck --error-exitcode 9 \
-    bash -c "cd trainer/tensor/cuda && ./cuda.test -test.count=1 -test.run '^TestKernelsOnGPU\$'"
+  step sanitizer 60 bash -c "cd trainer/tensor/cuda && compute-sanitizer --tool memcheck --error-exitcode 9 \
+    ./cuda.test -test.count=1 -test.run '^TestKernelsOnGPU\$'"
 fi
 
 # ---- what this script does not measure yet ----------------------------
