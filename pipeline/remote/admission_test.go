@@ -230,7 +230,8 @@ func TestRequestThatCanNeverFitIsNotRetried(t *testing.T) {
 func TestRefusedOpenWaitsItsTurn(t *testing.T) {
 	rows := synthRows(t, 16)
 	srv := startServer(t, rows, ServerConfig{MaxStreams: 1, Loader: pipelineConfig(1)})
-	c := client(t, ClientConfig{Addr: srv.addr, Retries: 50, Backoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond})
+	// One retry: refusals are waited through, not counted as failures.
+	c := client(t, ClientConfig{Addr: srv.addr, Retries: 1, Backoff: 20 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
 	ctx := context.Background()
 	long := testRequest()
 	long.Epochs = 1000 // running until closed
@@ -266,5 +267,33 @@ func TestRefusedOpenWaitsItsTurn(t *testing.T) {
 	}
 	if n == 0 {
 		t.Fatal("the waiting stream delivered nothing")
+	}
+}
+
+// TestAdmissionWaitEnds: a stream refused for longer than its
+// AdmissionWait fails, saying so.
+func TestAdmissionWaitEnds(t *testing.T) {
+	srv := startServer(t, synthRows(t, 16), ServerConfig{MaxStreams: 1, Loader: pipelineConfig(1)})
+	c := client(t, ClientConfig{Addr: srv.addr, Backoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond, AdmissionWait: 100 * time.Millisecond})
+	ctx := context.Background()
+	long := testRequest()
+	long.Epochs = 1000
+	first, err := c.Stream(ctx, long)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	rec, err := first.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Release()
+	second, err := c.Stream(ctx, testRequest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	if _, err := second.Next(ctx); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "refused for") {
+		t.Fatalf("Next after the admission wait: %v, want the refusal, named", err)
 	}
 }

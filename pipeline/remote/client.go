@@ -45,6 +45,13 @@ type ClientConfig struct {
 	// Backoff is the wait before the first retry, doubled each time up to
 	// MaxBackoff; defaults 100 ms and 5 s.
 	Backoff, MaxBackoff time.Duration
+	// AdmissionWait is how long a stream waits in all, retrying with the
+	// same backoff, for a server that refuses it for now
+	// (ResourceExhausted: its stream limit or memory budget reached)
+	// before Next fails; default 10 minutes, negative for no wait. A
+	// refusal is a queue, not a failure: trainers that start together
+	// take turns, and refusals do not count against Retries.
+	AdmissionWait time.Duration
 	// Allocator serves the dense mask stacks of windowed batches; default
 	// the Go allocator.
 	Allocator   memory.Allocator
@@ -116,6 +123,9 @@ func (cfg ClientConfig) withDefaults() ClientConfig {
 	}
 	if cfg.MaxBackoff == 0 {
 		cfg.MaxBackoff = 5 * time.Second
+	}
+	if cfg.AdmissionWait == 0 {
+		cfg.AdmissionWait = 10 * time.Minute
 	}
 	if cfg.Allocator == nil {
 		cfg.Allocator = memory.NewGoAllocator()
@@ -213,6 +223,7 @@ type Stream struct {
 	state     order.State
 	delivered int64
 	retries   int
+	queued    time.Duration // waited for admission since the last batch
 	closed    bool
 	done      bool
 }
@@ -405,6 +416,19 @@ func (s *Stream) Next(ctx context.Context) (arrow.RecordBatch, error) {
 		if s.failover(err) {
 			continue
 		}
+		if status.Code(err) == codes.ResourceExhausted {
+			if s.queued >= s.c.cfg.AdmissionWait {
+				return nil, fmt.Errorf("remote: stream from %s after %d batches: refused for %s (raise ClientConfig.AdmissionWait, or ask less of the server): %w",
+					s.c.cfg.Addr, s.delivered, s.queued.Round(time.Second), err)
+			}
+			d := wait.Delay()
+			s.c.cfg.Logger.Info("server full, waiting for a turn", "addr", s.c.cfg.Addr, "batches", s.delivered, "waited", s.queued.Round(time.Millisecond), "wait", d)
+			if err := wait.Wait(ctx); err != nil {
+				return nil, err
+			}
+			s.queued += d
+			continue
+		}
 		if s.retries >= s.c.cfg.Retries {
 			return nil, fmt.Errorf("remote: stream from %s lost after %d batches; %d reconnect attempts failed, last: %w", s.c.cfg.Addr, s.delivered, s.retries, err)
 		}
@@ -452,7 +476,7 @@ func (s *Stream) deliver() (arrow.RecordBatch, error) {
 	}
 	s.state = order.State{Seed: st.Seed, Epoch: st.Epoch, Consumed: st.Consumed}
 	s.delivered++
-	s.retries = 0
+	s.retries, s.queued = 0, 0
 	return out, nil
 }
 
