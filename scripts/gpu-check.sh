@@ -229,8 +229,9 @@ fi
 
 # ---- segpipe train --device cuda, first so that nothing starves it ----
 # Batch 32 at 640 px, two epochs of GPU_CHECK_TRAIN_IMAGES synthetic
-# images (default 256: about 8 iterations an epoch), validated once at the
-# end on the validation part quickstart writes beside them. Epoch 2 is warm: its images_per_s and loader_stall_s in
+# COCO-like images (`segpipe synth`, long side 640; default 256: about 8
+# iterations an epoch), validated once at the end on 64 others (another
+# seed). Epoch 2 is warm: its images_per_s and loader_stall_s in
 # results.csv are the figures; the log's "device traffic per iteration"
 # line has the host-device bytes per step and device_wait_ms, the GPU's
 # idle time between one step and the next.
@@ -238,8 +239,13 @@ work="$outroot/train-cuda"
 if ((gpu)); then
   rm -rf "$work"
   images="${GPU_CHECK_TRAIN_IMAGES:-256}"
-  # quickstart writes shards/train and shards/val (a fraction of the images).
-  step train-data 40 "$segpipe" quickstart --dir "$work/data" --images "$images" --epochs 0
+  step train-data 60 bash -c 'set -e
+    for set in "train $2 1" "val 64 2"; do
+      read -r split n seed <<<"$set"
+      "$1" synth --out "$3/$split" --images "$n" --seed "$seed" --split "$split" >/dev/null
+      "$1" convert coco --annotations "$3/$split/annotations/instances_$split.json" --images "$3/$split/images" \
+        --out "$3/shards/$split" >/dev/null
+    done' train-data "$segpipe" "$images" "$work/data"
   sampled train-cuda 110 "$segpipe" train --shards "$work/data/shards/train" --val-shards "$work/data/shards/val" --variant n \
     --epochs 2 --val-every 2 --batch 32 --imgsz 640 --device cuda --out "$work/run"
   if [[ -f "$work/run/results.csv" ]]; then
