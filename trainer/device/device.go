@@ -26,10 +26,11 @@ var Names = []string{"cpu", "emu", "cuda"}
 // paths tried, or the missing device).
 var ErrUnavailable = errors.New("not available")
 
-// TF32Env is the environment variable that, set to a true value ("1",
-// "true"), lets the cuda backend's GEMMs and convolutions round inputs to
-// TF32 on tensor cores. Off by default: results then match the CPU
-// reference to fp32 tolerances.
+// TF32Env is the environment variable that, when set, overrides the
+// precision a run asks for: a true value ("1", "true") lets the cuda
+// backend's GEMMs and convolutions round inputs to TF32 on tensor cores,
+// a false one keeps everything strict fp32 (results then match the CPU
+// reference to fp32 tolerances).
 const TF32Env = "SEGPIPE_TF32"
 
 // TF32 reports whether TF32Env asks for TF32 math.
@@ -51,48 +52,76 @@ func TF32() (bool, error) {
 // before the run) returns the same backend.
 var cudaBackends struct {
 	sync.Mutex
-	be [2]*cuda.Backend
+	be map[cuda.Options]*cuda.Backend
 }
 
-func openCUDA() (backend.Backend, error) {
-	tf32, err := TF32()
+// cudaOptions are the backend options of a precision name (see
+// OpenPrecision); TF32Env, when set, decides instead.
+func cudaOptions(precision string) (cuda.Options, error) {
+	if v := os.Getenv(TF32Env); v != "" {
+		tf32, err := TF32()
+		if err != nil {
+			return cuda.Options{}, err
+		}
+		return cuda.Options{TF32: tf32}, nil
+	}
+	return cuda.Precision(precision)
+}
+
+func openCUDA(precision string) (backend.Backend, error) {
+	opts, err := cudaOptions(precision)
 	if err != nil {
 		return nil, fmt.Errorf("device cuda: %w", err)
 	}
-	i := 0
-	if tf32 {
-		i = 1
-	}
 	cudaBackends.Lock()
 	defer cudaBackends.Unlock()
-	if be := cudaBackends.be[i]; be != nil {
+	if be := cudaBackends.be[opts]; be != nil {
 		return be, nil
 	}
-	be, err := cuda.NewBackend(0, cuda.Options{TF32: tf32})
+	be, err := cuda.NewBackend(0, opts)
 	if err != nil {
 		if errors.Is(err, cuda.ErrUnavailable) {
 			return nil, fmt.Errorf("device cuda: %w: %w", ErrUnavailable, err)
 		}
 		return nil, fmt.Errorf("device cuda: %w", err)
 	}
-	cudaBackends.be[i] = be
+	if cudaBackends.be == nil {
+		cudaBackends.be = map[cuda.Options]*cuda.Backend{}
+	}
+	cudaBackends.be[opts] = be
 	return be, nil
 }
 
-// Open returns the backend for name. "cpu" is the process-wide CPU
-// backend (the one tensor.New and freshly built models use); each "emu"
-// is a fresh emulated device with its own transfer counters; "cuda" is
-// GPU 0, opened once per process (TF32 per TF32Env), or an error
-// wrapping ErrUnavailable that says what is missing: the driver or a
-// library (with the paths tried), or a device.
-func Open(name string) (backend.Backend, error) {
+// Open returns the backend for name at its default precision
+// (OpenPrecision with ""). "cpu" is the process-wide CPU backend (the one
+// tensor.New and freshly built models use); each "emu" is a fresh
+// emulated device with its own transfer counters; "cuda" is GPU 0, opened
+// once per process and precision, or an error wrapping ErrUnavailable
+// that says what is missing: the driver or a library (with the paths
+// tried), or a device.
+func Open(name string) (backend.Backend, error) { return OpenPrecision(name, "") }
+
+// Precisions are the names OpenPrecision takes, for flag help.
+var Precisions = cuda.Precisions
+
+// OpenPrecision is Open with the math of a "cuda" backend: "tf32" (or "",
+// the default) is PyTorch's defaults, TF32 convolutions and fp32 GEMMs
+// (torch.backends.cudnn.allow_tf32 on, torch.backends.cuda.matmul
+// .allow_tf32 off); "fp32" is strict fp32 everywhere, to compare with the
+// CPU reference. TF32Env, when set, decides instead (1: TF32 GEMMs and
+// convolutions, 0: strict). cpu and emu compute in fp32 whatever it says.
+func OpenPrecision(name, precision string) (backend.Backend, error) {
 	switch name {
-	case "cpu", "":
+	case "cpu", "", "emu":
+		if _, err := cuda.Precision(precision); err != nil {
+			return nil, fmt.Errorf("device %s: %w", name, err)
+		}
+		if name == "emu" {
+			return cpu.NewEmulated(), nil
+		}
 		return tensor.CPU(), nil
-	case "emu":
-		return cpu.NewEmulated(), nil
 	case "cuda":
-		return openCUDA()
+		return openCUDA(precision)
 	}
 	return nil, fmt.Errorf("device %q: unknown (want cpu, emu or cuda)", name)
 }

@@ -49,3 +49,20 @@ func TestOpenUnknown(t *testing.T) {
 		t.Errorf("Open(tpu): %v", err)
 	}
 }
+
+// TestOpenPrecision: every device takes the precision names and refuses
+// another; cpu and emu compute in fp32 whatever is asked.
+func TestOpenPrecision(t *testing.T) {
+	for _, c := range []struct {
+		name, precision string
+		ok              bool
+	}{
+		{"cpu", "", true}, {"cpu", "fp32", true}, {"cpu", "tf32", true}, {"emu", "tf32", true},
+		{"cpu", "bf16", false}, {"emu", "FP32", false},
+	} {
+		_, err := OpenPrecision(c.name, c.precision)
+		if (err == nil) != c.ok {
+			t.Errorf("OpenPrecision(%q, %q): %v", c.name, c.precision, err)
+		}
+	}
+}

@@ -36,8 +36,12 @@ type Config struct {
 	Batch   int    `json:"batch"`
 	Imgsz   int    `json:"imgsz"`
 	Device  string `json:"device"`
-	Seed    uint64 `json:"seed"`
-	Workers int    `json:"workers"` // loader goroutines; 0 = GOMAXPROCS
+	// Precision is the math of a cuda device: "tf32" (the default, "":
+	// PyTorch's, TF32 convolutions and fp32 GEMMs) or "fp32" (strict, as
+	// the CPU). It changes nothing on cpu and emu.
+	Precision string `json:"precision,omitempty"`
+	Seed      uint64 `json:"seed"`
+	Workers   int    `json:"workers"` // loader goroutines; 0 = GOMAXPROCS
 	// Weights initialises the model from a checkpoint (same variant and
 	// class count) instead of the reference's random initialisation.
 	Weights string `json:"weights,omitempty"`
@@ -217,7 +221,7 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if c.Device == "cuda" {
-		if _, err := device.Open(c.Device); err != nil {
+		if _, err := device.OpenPrecision(c.Device, c.Precision); err != nil {
 			return err
 		}
 	}
@@ -230,6 +234,9 @@ func (c *Config) validateSettings() error {
 	case "cpu", "emu", "cuda":
 	default:
 		return fmt.Errorf("config: device %q: want cpu, emu or cuda", c.Device)
+	}
+	if c.Precision != "" && !slices.Contains(device.Precisions, c.Precision) {
+		return fmt.Errorf("config: precision %q: want %s", c.Precision, strings.Join(device.Precisions, " or "))
 	}
 	if !slices.Contains([]string{"n", "s", "m", "l", "x"}, c.Variant) {
 		return fmt.Errorf("config: variant %q: want n, s, m, l or x", c.Variant)

@@ -92,7 +92,7 @@ func Resolve(inv Invocation) (Resolved, error) {
 			return ok
 		}
 		for _, k := range slices.Concat(keys, []string{"config", "out"}) {
-			if k != "workers" && k != "device" && set(k) {
+			if k != "workers" && k != "device" && k != "precision" && set(k) {
 				return Resolved{}, usagef("--resume continues the run's own configuration; %s cannot change it", Flag(k))
 			}
 		}
@@ -145,7 +145,7 @@ func Resolve(inv Invocation) (Resolved, error) {
 			return Resolved{}, err
 		}
 	}
-	be, err := device.Open(cfg.Device)
+	be, err := device.OpenPrecision(cfg.Device, cfg.Precision)
 	if err != nil {
 		if !r.Options.Resume {
 			// A fresh run names its device: one this host lacks is

@@ -241,7 +241,7 @@ func (t *trainer) setup() error {
 		t.be = opt.Backend
 	}
 	if t.be == nil {
-		if t.be, err = device.Open(t.cfg.Device); err != nil {
+		if t.be, err = device.OpenPrecision(t.cfg.Device, t.cfg.Precision); err != nil {
 			return fmt.Errorf("train: %w", err)
 		}
 	}
