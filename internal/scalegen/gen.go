@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/segpipe/segpipe/formats/rle"
 	"image"
 	"image/color"
 	"image/jpeg"
@@ -258,31 +259,22 @@ func (s *shaper) rasterise(n int) int {
 }
 
 // appendCompressedRLE appends COCO's compressed string form of counts
-// (pycocotools rleToString: each count, less the one two before it from
-// the third on, in 5-bit groups with a continuation bit, offset by '0'),
-// escaped for a JSON string.
+// (rle.AppendEncode, pycocotools' rleToString), escaped for a JSON
+// string: of the characters the encoding uses ('0' to 'o'), only the
+// backslash needs it.
 func appendCompressedRLE(b []byte, counts []uint32) []byte {
-	for i, c := range counts {
-		x := int64(c)
-		if i > 2 {
-			x -= int64(counts[i-2])
+	start := len(b)
+	b = rle.AppendEncode(b, counts)
+	if bytes.IndexByte(b[start:], '\\') < 0 {
+		return b
+	}
+	enc := append([]byte(nil), b[start:]...)
+	b = b[:start]
+	for _, c := range enc {
+		if c == '\\' {
+			b = append(b, '\\')
 		}
-		for more := true; more; {
-			ch := x & 0x1f
-			x >>= 5
-			if ch&0x10 != 0 {
-				more = x != -1
-			} else {
-				more = x != 0
-			}
-			if more {
-				ch |= 0x20
-			}
-			if ch+48 == '\\' {
-				b = append(b, '\\') // JSON escape; the other characters need none
-			}
-			b = append(b, byte(ch+48))
-		}
+		b = append(b, c)
 	}
 	return b
 }
