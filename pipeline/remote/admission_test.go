@@ -133,25 +133,32 @@ func TestAdmissionLimitsAndReadiness(t *testing.T) {
 	}
 }
 
-func TestStreamLimit(t *testing.T) {
-	rows := synthRows(t, 16)
-	srv := startServer(t, rows, ServerConfig{MaxStreams: 1, Loader: pipelineConfig(1)})
-	c := client(t, ClientConfig{Addr: srv.addr, Retries: -1})
-	req := testRequest()
-	req.Epochs = 1000
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	s, err := c.Stream(ctx, req)
+// fullServer starts a server of one stream at most and a client of cfg
+// (its Addr set), and opens a stream that runs until closed, its first
+// batch read: the server is full until the returned stream is closed.
+func fullServer(t *testing.T, cfg ClientConfig) (*Client, *Stream) {
+	t.Helper()
+	srv := startServer(t, synthRows(t, 16), ServerConfig{MaxStreams: 1, Loader: pipelineConfig(1)})
+	cfg.Addr = srv.addr
+	c := client(t, cfg)
+	long := testRequest()
+	long.Epochs = 1000
+	first, err := c.Stream(context.Background(), long)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
-	rec, err := s.Next(ctx)
+	t.Cleanup(func() { first.Close() })
+	rec, err := first.Next(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec.Release()
-	err = doGet(t, c, string(req.Marshal()))
+	return c, first
+}
+
+func TestStreamLimit(t *testing.T) {
+	c, _ := fullServer(t, ClientConfig{Retries: -1})
+	err := doGet(t, c, string(testRequest().Marshal()))
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "--max-streams 1") {
 		t.Fatalf("second stream: %v, want ResourceExhausted naming --max-streams", err)
 	}
@@ -228,22 +235,9 @@ func TestRequestThatCanNeverFitIsNotRetried(t *testing.T) {
 // stream limit is not an error: the client waits with backoff, as for a
 // dropped stream, and streams once the running one has ended.
 func TestRefusedOpenWaitsItsTurn(t *testing.T) {
-	rows := synthRows(t, 16)
-	srv := startServer(t, rows, ServerConfig{MaxStreams: 1, Loader: pipelineConfig(1)})
 	// One retry: refusals are waited through, not counted as failures.
-	c := client(t, ClientConfig{Addr: srv.addr, Retries: 1, Backoff: 20 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	c, first := fullServer(t, ClientConfig{Retries: 1, Backoff: 20 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
 	ctx := context.Background()
-	long := testRequest()
-	long.Epochs = 1000 // running until closed
-	first, err := c.Stream(ctx, long)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, err := first.Next(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec.Release()
 	second, err := c.Stream(ctx, testRequest())
 	if err != nil {
 		t.Fatalf("opening beside a full server: %v, want a stream that waits its turn", err)
@@ -273,21 +267,8 @@ func TestRefusedOpenWaitsItsTurn(t *testing.T) {
 // TestAdmissionWaitEnds: a stream refused for longer than its
 // AdmissionWait fails, saying so.
 func TestAdmissionWaitEnds(t *testing.T) {
-	srv := startServer(t, synthRows(t, 16), ServerConfig{MaxStreams: 1, Loader: pipelineConfig(1)})
-	c := client(t, ClientConfig{Addr: srv.addr, Backoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond, AdmissionWait: 100 * time.Millisecond})
+	c, _ := fullServer(t, ClientConfig{Backoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond, AdmissionWait: 100 * time.Millisecond})
 	ctx := context.Background()
-	long := testRequest()
-	long.Epochs = 1000
-	first, err := c.Stream(ctx, long)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer first.Close()
-	rec, err := first.Next(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec.Release()
 	second, err := c.Stream(ctx, testRequest())
 	if err != nil {
 		t.Fatal(err)
