@@ -83,58 +83,18 @@ func fieldNames(s *arrow.Schema) []string {
 	return out
 }
 
-// values returns buffer 1 (values) of d, checking that d is not sliced:
-// the records come from our own IPC stream, whose arrays never are.
-func values(d arrow.ArrayData, what string) (*memory.Buffer, error) {
-	if d.Offset() != 0 || len(d.Buffers()) < 2 {
-		return nil, fmt.Errorf("remote: column %s: unexpected layout (offset %d)", what, d.Offset())
-	}
-	b := d.Buffers()[1]
-	if b == nil {
-		b = memory.NewBufferBytes(nil)
-	}
-	return b, nil
-}
-
 // columns reads a windowed record: the nine shared columns' buffers into
-// c, the mask part through batch.MaskWindowsOf, its windows as
+// c (batch.ColumnsOf), the mask part through batch.MaskWindowsOf, its windows as
 // raster.Windows, checked to be one per instance with the boxes' split.
 func (e *expander) columns(rec arrow.RecordBatch) (c batch.Columns, mw batch.MaskWindows, wins []raster.Window, err error) {
-	n := int(rec.NumRows())
-	c.N = n
-	get := func(dst **memory.Buffer, d arrow.ArrayData, what string) {
-		if err == nil {
-			*dst, err = values(d, what)
-		}
+	if err = batch.ColumnsOf(rec, &c); err != nil {
+		return c, mw, nil, fmt.Errorf("remote: %w", err)
 	}
-	child := func(d arrow.ArrayData) arrow.ArrayData {
-		if len(d.Children()) != 1 {
-			err = fmt.Errorf("remote: nested column without its child")
-			return d
-		}
-		return d.Children()[0]
-	}
-	get(&c.Images, child(rec.Column(0).Data()), batch.ColImage)
-	get(&c.ImageIDs, rec.Column(1).Data(), batch.ColImageID)
-	get(&c.OrigHeight, rec.Column(2).Data(), batch.ColOrigHeight)
-	get(&c.OrigWidth, rec.Column(3).Data(), batch.ColOrigWidth)
-	get(&c.Transforms, child(rec.Column(4).Data()), batch.ColTransform)
-	get(&c.Offsets, rec.Column(5).Data(), batch.ColBoxes)
-	get(&c.Boxes, child(child(rec.Column(5).Data())), batch.ColBoxes)
-	get(&c.Classes, child(rec.Column(6).Data()), batch.ColClasses)
-	get(&c.IsCrowd, child(rec.Column(7).Data()), batch.ColIsCrowd)
-	get(&c.BoxesPerImage, rec.Column(8).Data(), batch.ColBoxesPerImage)
-	if err != nil {
-		return c, mw, nil, err
-	}
+	n := c.N
 	if mw, err = batch.MaskWindowsOf(rec); err != nil {
 		return c, mw, nil, fmt.Errorf("remote: %w", err)
 	}
-	offs := arrow.Int32Traits.CastFromBytes(c.Offsets.Bytes())
-	if len(offs) < n+1 {
-		return c, mw, nil, fmt.Errorf("remote: %d offsets for %d images", len(offs), n)
-	}
-	c.SumN = int(offs[n])
+	offs := arrow.Int32Traits.CastFromBytes(c.Offsets.Bytes())[:n+1]
 	for i, o := range mw.Offsets {
 		if o != offs[i] {
 			return c, mw, nil, fmt.Errorf("remote: column %s: image %d: window offset %d, box offset %d", ColMaskWindows, i, o, offs[i])
