@@ -247,3 +247,17 @@ func windowedOf(schema *arrow.Schema, rec arrow.RecordBatch, wins, dataOffs, dat
 	ba.Release()
 	return out, nil
 }
+
+// CheckCounts reports an error unless m splits like a batch's instances:
+// bpi[i] windows for image i.
+func (m MaskWindows) CheckCounts(bpi []int) error {
+	if len(m.Offsets) != len(bpi)+1 {
+		return fmt.Errorf("batch: mask windows for %d images, boxes for %d", len(m.Offsets)-1, len(bpi))
+	}
+	for i, n := range bpi {
+		if got := int(m.Offsets[i+1] - m.Offsets[i]); got != n {
+			return fmt.Errorf("batch: image %d: %d mask windows for %d instances", i, got, n)
+		}
+	}
+	return nil
+}

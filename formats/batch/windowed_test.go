@@ -186,3 +186,15 @@ func FuzzMaskWindowsOf(f *testing.F) {
 		}
 	})
 }
+
+func TestMaskWindowsCheckCounts(t *testing.T) {
+	m := MaskWindows{Offsets: []int32{0, 1, 3}}
+	for _, c := range []struct {
+		bpi []int
+		ok  bool
+	}{{[]int{1, 2}, true}, {[]int{2, 1}, false}, {[]int{1, 2, 0}, false}, {[]int{3}, false}} {
+		if err := m.CheckCounts(c.bpi); (err == nil) != c.ok {
+			t.Errorf("CheckCounts(%v): %v", c.bpi, err)
+		}
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"math"
 	"slices"
 	"unsafe"
+
+	"github.com/segpipe/segpipe/formats/batch"
 )
 
 // Grid is the prototype grid: Rows×Cols cells, each Stride canvas pixels
@@ -347,4 +349,26 @@ func (z *Rasterizer) fillWindow(data []uint8) (Window, []uint8) {
 		copy(out[o+int(sp.c0):o+int(sp.c1)], ones)
 	}
 	return w, data
+}
+
+// ExpandWindows writes the dense {0,1} stack of a batch's windowed masks
+// (batch.MaskWindowsOf) into dst, grown when its capacity is short, and
+// returns it: each instance's window of mw.Data placed on the
+// mw.Rows×mw.Cols grid, zero elsewhere. Windows outside the grid, or data
+// that does not match them, are refused (Expand's checks). The one host
+// expansion of the windowed form, for the remote client and the trainer.
+func ExpandWindows(dst []byte, mw batch.MaskWindows) ([]byte, error) {
+	wins, err := WindowsOf(mw.Windows)
+	if err != nil {
+		return dst, err
+	}
+	n := len(wins) * mw.Rows * mw.Cols
+	if cap(dst) < n {
+		dst = make([]byte, n)
+	}
+	dst = dst[:n]
+	if err := Expand(dst, Grid{Rows: mw.Rows, Cols: mw.Cols, Stride: 1}, wins, mw.Data); err != nil {
+		return dst, fmt.Errorf("masks: %w", err)
+	}
+	return dst, nil
 }

@@ -77,32 +77,16 @@ func maskWindows(rec arrow.RecordBatch, bpi []int) (batch.MaskWindows, error) {
 	if err != nil {
 		return mw, err
 	}
-	if len(mw.Offsets) != len(bpi)+1 {
-		return mw, fmt.Errorf("batch: mask windows for %d images, boxes for %d", len(mw.Offsets)-1, len(bpi))
-	}
-	for i, n := range bpi {
-		if got := int(mw.Offsets[i+1] - mw.Offsets[i]); got != n {
-			return mw, fmt.Errorf("batch: image %d: %d mask windows for %d instances", i, got, n)
-		}
-	}
-	return mw, nil
+	return mw, mw.CheckCounts(bpi)
 }
 
 // expandHost writes the dense stack of mw's windows into dst (grown when
-// short) through raster.Expand, which refuses windows outside the grid
+// short): raster.ExpandWindows, which refuses windows outside the grid
 // and data that does not match them.
 func expandHost(dst []byte, mw batch.MaskWindows) ([]byte, error) {
-	wins, err := raster.WindowsOf(mw.Windows)
+	dst, err := raster.ExpandWindows(dst, mw)
 	if err != nil {
-		return dst, err
-	}
-	n := len(wins) * mw.Rows * mw.Cols
-	if cap(dst) < n {
-		dst = make([]byte, n)
-	}
-	dst = dst[:n]
-	if err := raster.Expand(dst, raster.Grid{Rows: mw.Rows, Cols: mw.Cols, Stride: 1}, wins, mw.Data); err != nil {
-		return dst, fmt.Errorf("batch: masks: %w", err)
+		return dst, fmt.Errorf("batch: %w", err)
 	}
 	return dst, nil
 }
