@@ -204,7 +204,7 @@ what the numbers mean:
       your own data (--resume continues an interrupted conversion)
   duckdb -c "SELECT count(*), sum(len(instances)) FROM '%[2]s/*.parquet'"
       the shards are plain Parquet: any Arrow tool reads them (see README.md)
-  go test ./...
+  go test -timeout 20m ./...
       the test suite
 `, exe, tr.shards)
 	return nil
