@@ -4,14 +4,16 @@ package cudastub
 
 import (
 	"fmt"
-	"unsafe"
 
 	"github.com/ebitengine/purego"
 )
 
 // entry points of the stub's counters, looked up on first use.
 type counters struct {
-	total, names, name, count uintptr
+	total, names, count uintptr
+	// name is bound with a Go signature: purego copies the returned C
+	// string.
+	name func(i uintptr) string
 }
 
 func (s *Stub) counters() (*counters, error) {
@@ -24,11 +26,16 @@ func (s *Stub) counters() (*counters, error) {
 	}
 	c := &counters{}
 	for sym, dst := range map[string]*uintptr{"segpipe_stub_calls_get": &c.total, "segpipe_stub_names": &c.names,
-		"segpipe_stub_name": &c.name, "segpipe_stub_count": &c.count} {
+		"segpipe_stub_count": &c.count} {
 		if *dst, err = purego.Dlsym(h, sym); err != nil {
 			return nil, fmt.Errorf("cudastub: %w", err)
 		}
 	}
+	name, err := purego.Dlsym(h, "segpipe_stub_name")
+	if err != nil {
+		return nil, fmt.Errorf("cudastub: %w", err)
+	}
+	purego.RegisterFunc(&c.name, name)
 	s.c = c
 	return c, nil
 }
@@ -53,22 +60,8 @@ func (s *Stub) CallsByName() (map[string]uint64, error) {
 	n, _, _ := purego.SyscallN(c.names)
 	out := make(map[string]uint64, int(n))
 	for i := range int(int32(n)) {
-		p, _, _ := purego.SyscallN(c.name, uintptr(i))
 		k, _, _ := purego.SyscallN(c.count, uintptr(i))
-		out[cString(p)] = uint64(k)
+		out[c.name(uintptr(i))] = uint64(k)
 	}
 	return out, nil
-}
-
-// cString copies the stub's static NUL-terminated name at p.
-func cString(p uintptr) string {
-	if p == 0 {
-		return ""
-	}
-	b := *(**byte)(unsafe.Pointer(&p))
-	n := 0
-	for *(*byte)(unsafe.Add(unsafe.Pointer(b), n)) != 0 {
-		n++
-	}
-	return string(unsafe.Slice(b, n))
 }
