@@ -25,11 +25,20 @@
 // The cgo rules forbid C to keep a pointer to Go memory after a call
 // returns, and a consumer keeps each batch until it releases it. Every
 // buffer of every exported record is therefore C memory: the loader runs
-// with pipeline.Config.Allocator set to arrow-go's mallocator (its pooled
-// buffers are allocated and freed with malloc/free), and Plan.Encode's
-// windowed buffers come from the same allocator. A record's buffers go back
-// when the consumer calls its release callback; after the loader is closed
-// they are freed rather than pooled.
+// with pipeline.Config.Allocator set to a buffer pool over arrow-go's
+// mallocator (buffers are allocated and freed with malloc/free), and
+// Plan.Encode's windowed buffers come from the same pool. A record's
+// buffers go back when the consumer calls its release callback. The pool
+// outlives the session by a few seconds (pools.go), so that the next epoch
+// pass reuses the buffers of the last instead of faulting in fresh pages;
+// idle, it frees them.
+//
+// # Threads
+//
+// The library runs its loader workers on one goroutine per core and keeps
+// one more P for the host's calls into Go (procs.go): a Python thread that
+// asks for a batch or releases one would otherwise wait, holding the GIL,
+// for a worker's time slice to end.
 //
 // # Handles
 //

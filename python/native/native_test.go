@@ -14,7 +14,9 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -199,6 +201,69 @@ func checked() *memory.CheckedAllocator {
 	return memory.NewCheckedAllocator(mallocator.NewMallocator())
 }
 
+// assertAllBack closes the batch pools no session uses (they would give
+// their buffers back poolIdle later) and checks that every byte of mem
+// came back.
+func assertAllBack(t *testing.T, mem *memory.CheckedAllocator) {
+	t.Helper()
+	closeIdlePools()
+	mem.AssertSize(t, 0)
+}
+
+// countingAllocator counts the Allocate calls that reach its backing.
+type countingAllocator struct {
+	memory.Allocator
+	n atomic.Int64
+}
+
+func (c *countingAllocator) Allocate(n int) []byte {
+	c.n.Add(1)
+	return c.Allocator.Allocate(n)
+}
+
+// TestPassesShareBatchBuffers: a pass opened after another of the same
+// settings takes its batch buffers from the buffers the first gave back,
+// not from malloc, and an idle pool gives them back after poolIdle.
+func TestPassesShareBatchBuffers(t *testing.T) {
+	dir := shards(t, 24)
+	mem := checked()
+	backing := &countingAllocator{Allocator: mem}
+	req := request(dir, `,"epochs":2`)
+	var news []int64
+	for pass := range 3 {
+		before := backing.n.Load()
+		s := openStream(t, strings.Replace(req, `"imgsz"`, fmt.Sprintf(`"start":{"seed":0,"epoch":%d},"imgsz"`, pass%2), 1), "", backing)
+		recs, _ := s.read(t, -1)
+		if len(recs) == 0 {
+			t.Fatalf("pass %d: no batches", pass)
+		}
+		release(recs)
+		s.rdr.Release()
+		callClose(s.h)
+		news = append(news, backing.n.Load()-before)
+	}
+	if news[0] == 0 || news[1] >= news[0] || news[2] >= news[0] {
+		t.Errorf("allocations from malloc by pass: %v; want the later passes to reuse the first's buffers", news)
+	}
+	t.Logf("allocations from malloc by pass: %v", news)
+
+	old := poolIdle
+	poolIdle = 10 * time.Millisecond
+	defer func() { poolIdle = old }()
+	s := openStream(t, req, "", backing)
+	recs, _ := s.read(t, 1)
+	release(recs)
+	s.rdr.Release()
+	callClose(s.h)
+	deadline := time.Now().Add(5 * time.Second)
+	for mem.CurrentAlloc() != 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := mem.CurrentAlloc(); n != 0 {
+		t.Errorf("%d bytes outstanding %v after the last session closed, want 0 (the idle pool's buffers given back)", n, time.Since(deadline.Add(-5*time.Second)))
+	}
+}
+
 // TestStreamIsServesBatches: every batch through the exported C stream,
 // dense and windowed, is byte for byte the record the Plan path (serve's)
 // makes, with serve's schema and resume states; all the C memory comes
@@ -248,7 +313,7 @@ func TestStreamIsServesBatches(t *testing.T) {
 				}
 				release(got)
 			}
-			mem.AssertSize(t, 0)
+			assertAllBack(t, mem)
 		})
 	}
 }
@@ -333,7 +398,7 @@ func TestResumeFromState(t *testing.T) {
 				callClose(resumed.h)
 			}
 			release(all)
-			mem.AssertSize(t, 0)
+			assertAllBack(t, mem)
 		})
 	}
 }
@@ -434,7 +499,7 @@ func TestHandles(t *testing.T) {
 		t.Errorf("read after close: %v", err)
 	}
 	s.rdr.Release()
-	mem.AssertSize(t, 0)
+	assertAllBack(t, mem)
 	if v := callVersion(); v != version || v == "" {
 		t.Errorf("version %q", v)
 	}
@@ -500,7 +565,7 @@ func TestDamageIsCountedOrFatal(t *testing.T) {
 	}
 	strict.rdr.Release()
 	callClose(strict.h)
-	mem.AssertSize(t, 0)
+	assertAllBack(t, mem)
 }
 
 // TestReaderRecoversPanics: a fault inside the stream's read becomes the
@@ -593,5 +658,5 @@ func TestManyBatchesStayFlat(t *testing.T) {
 	}
 	s.rdr.Release()
 	callClose(s.h)
-	mem.AssertSize(t, 0)
+	assertAllBack(t, mem)
 }

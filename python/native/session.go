@@ -20,6 +20,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/cdata"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/segpipe/segpipe/formats/storage"
+	"github.com/segpipe/segpipe/internal/bufpool"
 	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/pipeline/order"
 	"github.com/segpipe/segpipe/pipeline/remote"
@@ -58,7 +59,7 @@ var errClosed = errors.New("segpipe: the loader was closed (segpipe_close or the
 // session is one open loader and its stream.
 type session struct {
 	plan   *remote.Plan
-	mem    memory.Allocator
+	pool   *bufpool.Pool // every buffer of its records, over the caller's allocator, shared with the passes before and after (pools.go)
 	src    *pipeline.ShardSource
 	loader *pipeline.Loader
 	cancel context.CancelFunc
@@ -90,6 +91,9 @@ func open(request, opts []byte, mem memory.Allocator) (*session, error) {
 	// The request's settings are checked as serve checks them; the memory
 	// budget is the caller's (max_memory), refused with the loader's own
 	// figures rather than a server's words.
+	if o.Workers == 0 {
+		o.Workers = cores // not GOMAXPROCS: one P is kept for the host's calls (procs.go)
+	}
 	base := pipeline.Config{Workers: o.Workers, Prefetch: o.Prefetch, CacheBytes: o.CacheBytes, Strict: o.Strict,
 		MaxMemory: -1, Allocator: mem}
 	plan, err := remote.NewPlan(req, base)
@@ -105,14 +109,22 @@ func open(request, opts []byte, mem memory.Allocator) (*session, error) {
 		return nil, err
 	}
 	plan.Config.ImageCache = sharedCache(req.Shards, src, o.CacheBytes)
+	est, err := plan.Config.MemoryOf(src)
+	if err != nil {
+		src.Close()
+		return nil, err
+	}
+	pool := acquirePool(mem, est.Batches)
+	plan.Config.Allocator = pool
 	ctx, cancel := context.WithCancel(context.Background())
 	l, err := plan.Open(ctx, src)
 	if err != nil {
 		cancel()
 		src.Close()
+		releasePool(pool)
 		return nil, err
 	}
-	return &session{plan: plan, mem: mem, src: src, loader: l.(*pipeline.Loader), ctx: ctx, cancel: cancel,
+	return &session{plan: plan, pool: pool, src: src, loader: l.(*pipeline.Loader), ctx: ctx, cancel: cancel,
 		state: req.Start}, nil
 }
 
@@ -205,7 +217,7 @@ func (s *session) next() (arrow.RecordBatch, error) {
 		return nil, s.fail(fmt.Errorf("segpipe: batch %d: %w", n, err))
 	}
 	st := s.loader.State()
-	out, err := s.plan.Encode(rec, s.mem)
+	out, err := s.plan.Encode(rec, s.pool)
 	if err != nil {
 		return nil, s.fail(fmt.Errorf("segpipe: batch %d: %w", n, err))
 	}
@@ -237,6 +249,7 @@ func (s *session) stop() {
 	s.stopped = true
 	s.loader.Close()
 	s.src.Close()
+	releasePool(s.pool)
 }
 
 // stateJSON is segpipe_state's text.

@@ -1,0 +1,30 @@
+//go:build cgo
+
+package main
+
+import (
+	"os"
+	"runtime"
+)
+
+// cores is the number of loader workers a session gets by default: the
+// GOMAXPROCS the runtime chose for this process (its CPUs, or its cgroup
+// quota), before init below raises it.
+var cores = runtime.GOMAXPROCS(0)
+
+// init gives the Go runtime one P more than the workers use. The host's
+// threads call into Go for every batch (the stream's get_next) and for
+// every batch it drops (the release callback), and a call from a C thread
+// needs a P. With one P per core all of them are busy with workers
+// decoding images, so the call waits for a worker's time slice to end (up
+// to the scheduler's 10 ms), and Python makes that wait holding the GIL
+// (a batch is released from a dealloc): the thread that reads the next
+// batch waits for the GIL, the workers fill the prefetch and go idle. On
+// two cores the process kept 1.63 of them busy this way and 1.91 with the
+// spare P (960 images, batch 32, 640 px; BENCHMARKS.md). A GOMAXPROCS set
+// in the environment is left as it is.
+func init() {
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(cores + 1)
+	}
+}
