@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/segpipe/segpipe/formats/batch"
+	"github.com/segpipe/segpipe/internal/maskwin"
 )
 
 // Grid is the prototype grid: Rows×Cols cells, each Stride canvas pixels
@@ -170,22 +171,14 @@ func Expand(dst []uint8, g Grid, wins []Window, data []uint8) error {
 // CheckWindows reports the first window of wins that lies outside a
 // rows×cols grid or does not fit dataBytes bytes of window data (the
 // windows' w·h bytes back to back, in order), and data left over: what
-// Expand refuses, for an expansion done elsewhere (on a device).
+// Expand refuses, for an expansion done elsewhere (on a device). The rule
+// is internal/maskwin's, which a device backend's window table uses too.
 func CheckWindows(rows, cols int, wins []Window, dataBytes int) error {
-	off := 0
-	for i, w := range wins {
-		if w.W < 0 || w.H < 0 || w.X0 < 0 || w.Y0 < 0 ||
-			int(w.X0)+int(w.W) > cols || int(w.Y0)+int(w.H) > rows {
-			return fmt.Errorf("raster: window %d %+v outside grid %dx%d", i, w, rows, cols)
-		}
-		n := w.Size()
-		if n > dataBytes-off {
-			return fmt.Errorf("raster: window %d needs %d bytes at offset %d, data has %d", i, n, off, dataBytes)
-		}
-		off += n
-	}
-	if off != dataBytes {
-		return fmt.Errorf("raster: windows use %d bytes, data has %d", off, dataBytes)
+	err := maskwin.Check(rows, cols, len(wins), func(i int) (x0, y0, w, h int) {
+		return int(wins[i].X0), int(wins[i].Y0), int(wins[i].W), int(wins[i].H)
+	}, dataBytes)
+	if err != nil {
+		return fmt.Errorf("raster: %w", err)
 	}
 	return nil
 }

@@ -113,15 +113,18 @@ func (e *expander) columns(rec arrow.RecordBatch) (c batch.Columns, mw batch.Mas
 // shares every column buffer but the masks with rec; the caller owns one
 // reference to it and still owns rec.
 func (e *expander) expand(rec arrow.RecordBatch) (arrow.RecordBatch, error) {
-	c, mw, wins, err := e.columns(rec)
+	c, mw, _, err := e.columns(rec)
 	if err != nil {
 		return nil, err
+	}
+	if mw.Count() != c.SumN { // ExpandWindows would grow a slice of its own
+		return nil, fmt.Errorf("remote: %d windows for %d instances", mw.Count(), c.SumN)
 	}
 	masks := memory.NewResizableBuffer(e.mem)
 	masks.Resize(c.SumN * e.grid.Cells())
 	defer masks.Release()
-	if err := raster.Expand(masks.Bytes(), e.grid, wins, mw.Data); err != nil {
-		return nil, fmt.Errorf("remote: expand masks: %w", err)
+	if _, err := raster.ExpandWindows(masks.Bytes(), mw); err != nil {
+		return nil, fmt.Errorf("remote: expand %w", err)
 	}
 	c.Masks = masks
 	return e.builder.Build(&c)
