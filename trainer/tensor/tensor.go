@@ -345,6 +345,30 @@ func numel(shape []int) int {
 	return n
 }
 
+// Worst returns the largest |got−want| / (atol + rtol·|want|) over the
+// elements, and its index (-1 when every element is equal): a value above
+// 1 fails AllClose's tolerance. Equal values, infinities included, and a
+// NaN where want has a NaN count as exact; a NaN where want has none is
+// +Inf. The checks of a device backend against the CPU reference report
+// it, so that a failure says by how much and where.
+func Worst(got, want []float32, rtol, atol float64) (float64, int) {
+	w, at := 0.0, -1
+	for i := range want {
+		g, r := float64(got[i]), float64(want[i])
+		if g == r || math.IsNaN(r) && math.IsNaN(g) {
+			continue
+		}
+		e := math.Abs(g-r) / (atol + rtol*math.Abs(r))
+		if math.IsNaN(e) {
+			e = math.Inf(1)
+		}
+		if e > w || at < 0 {
+			w, at = e, i
+		}
+	}
+	return w, at
+}
+
 // AllClose reports whether every |a−b| ≤ atol + rtol·|b| (NaNs never match).
 func AllClose(a, b []float32, rtol, atol float64) bool {
 	if len(a) != len(b) {

@@ -1,7 +1,6 @@
 package losscuda
 
 import (
-	"math"
 	"testing"
 
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
@@ -17,24 +16,4 @@ func noCrossing(t *testing.T, be backend.Backend, what string, f func()) {
 	if t1 := be.Transfers(); t1 != t0 {
 		t.Errorf("%s crossed on %s: %+v before, %+v after", what, be.Name(), t0, t1)
 	}
-}
-
-// worst returns the largest |got−want| / (atol + rtol·|want|) and where;
-// a value above 1 is a failure. NaN where the reference has none fails.
-func worst(got, want []float32, rtol, atol float64) (float64, int) {
-	w, at := 0.0, -1
-	for i := range want {
-		g, r := float64(got[i]), float64(want[i])
-		if g == r || math.IsNaN(r) && math.IsNaN(g) {
-			continue
-		}
-		e := math.Abs(g-r) / (atol + rtol*math.Abs(r))
-		if math.IsNaN(e) {
-			e = math.Inf(1)
-		}
-		if e > w || at < 0 {
-			w, at = e, i
-		}
-	}
-	return w, at
 }

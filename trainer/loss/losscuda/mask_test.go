@@ -11,6 +11,7 @@ import (
 	"github.com/segpipe/segpipe/internal/shared"
 	"github.com/segpipe/segpipe/trainer/loss"
 	"github.com/segpipe/segpipe/trainer/loss/internal/lossgolden"
+	"github.com/segpipe/segpipe/trainer/tensor"
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 	"github.com/segpipe/segpipe/trainer/tensor/cuda"
 	"github.com/segpipe/segpipe/trainer/tensor/cuda/cudatest"
@@ -307,7 +308,7 @@ func (w lossWorst) grad(t *testing.T, what string, got, want []float32) {
 	for _, v := range want {
 		big = max(big, math.Abs(float64(v)))
 	}
-	e, at := worst(got, want, gradTol, max(big, 1e-30)*gradTol)
+	e, at := tensor.Worst(got, want, gradTol, max(big, 1e-30)*gradTol)
 	if e > 1 {
 		t.Errorf("%s: element %d = %v, want %v (largest |want| %g)", what, at, got[at], want[at], big)
 	}

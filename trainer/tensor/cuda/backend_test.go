@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/segpipe/segpipe/trainer/tensor"
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 	"github.com/segpipe/segpipe/trainer/tensor/cpu"
 )
@@ -348,7 +349,7 @@ func compareBackendCases(t *testing.T, be backend.Backend, rtol float64, logWors
 				}
 				continue
 			}
-			e, at := worst(g, w, rtol, rtol/10)
+			e, at := tensor.Worst(g, w, rtol, rtol/10)
 			if e > 1 {
 				t.Errorf("%s (case %d) output %d: element %d = %v, want %v", c.name, i, k, at, g[at], w[at])
 			}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/segpipe/segpipe/trainer/tensor"
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
 
@@ -186,26 +187,6 @@ func TestHarnessRejectsMismatchedArguments(t *testing.T) {
 	}
 }
 
-// worst returns the largest |got−want| / (atol + rtol·|want|) and where;
-// a value above 1 is a failure. NaN where the reference has none fails.
-func worst(got, want []float32, rtol, atol float64) (float64, int) {
-	w, at := 0.0, -1
-	for i := range want {
-		g, r := float64(got[i]), float64(want[i])
-		if g == r || math.IsNaN(r) && math.IsNaN(g) {
-			continue
-		}
-		e := math.Abs(g-r) / (atol + rtol*math.Abs(r))
-		if math.IsNaN(e) {
-			e = math.Inf(1)
-		}
-		if e > w || at < 0 {
-			w, at = e, i
-		}
-	}
-	return w, at
-}
-
 // closeTo checks got (bytes of floats) against want and logs the worst
 // relative error, the figure the GPU report quotes per kernel.
 func closeTo(t *testing.T, what string, got []byte, want []float32, rtol float64) {
@@ -215,7 +196,7 @@ func closeTo(t *testing.T, what string, got []byte, want []float32, rtol float64
 		t.Fatalf("%s: %d values, want %d", what, len(g), len(want))
 	}
 	atol := rtol * 1e-3
-	w, at := worst(g, want, rtol, atol)
+	w, at := tensor.Worst(g, want, rtol, atol)
 	maxRel := 0.0
 	for i := range want {
 		if d := math.Abs(float64(g[i]-want[i])) / max(math.Abs(float64(want[i])), 1e-6); d > maxRel && !math.IsNaN(d) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/segpipe/segpipe/trainer/model"
 	"github.com/segpipe/segpipe/trainer/optim"
+	"github.com/segpipe/segpipe/trainer/tensor"
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 	"github.com/segpipe/segpipe/trainer/tensor/cpu"
 )
@@ -154,7 +155,7 @@ func (w *worstOf) check(kernel, what string, got, want []float32) {
 	for _, v := range want {
 		big = max(big, math.Abs(float64(v)))
 	}
-	e, at := worst(got, want, optimTol, max(big, 1e-30)*optimTol/10)
+	e, at := tensor.Worst(got, want, optimTol, max(big, 1e-30)*optimTol/10)
 	if e > 1 {
 		t.Errorf("%s %s: element %d = %v, cpu %v", kernel, what, at, got[at], want[at])
 	}
