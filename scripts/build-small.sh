@@ -8,7 +8,7 @@
 # (train --device cuda and segpipe device report it missing). Prints the
 # size; fails if it exceeds SEGPIPE_SMALL_MAX_MB (MB of 10^6 bytes; default
 # 45, today's size plus a margin, so that a new dependency is noticed; the
-# goal is 30, out of reach while Parquet pulls in arrow/compute). The tag
+# goal is 30, out of reach while arrow-go's Parquet packages link arrow/compute). The tag
 # arrow_json_stdlib makes arrow-go use encoding/json instead of goccy/go-json
 # (1.4 MB less, no hot path uses it). Sizes of each build: BENCHMARKS.md, "Binary sizes and the small build".
 set -eu
