@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -330,10 +331,75 @@ func TestBackendOnGPU(t *testing.T) {
 // compares every output: exact cases bit for bit, the others within rtol
 // (relative, with an absolute floor of rtol/10).
 func compareBackendCases(t *testing.T, be backend.Backend, rtol float64, logWorst bool) {
+	compareCases(t, be, backendCases(), rtol, logWorst)
+}
+
+// h200Blocks is the grid cap an H200 gets (132 SMs × 8, NewBackend's
+// maxBlocks).
+const h200Blocks = 132 * 8
+
+// largeCases are tensors big enough for the GPU's launch geometry to
+// matter: grid-stride loops that go round more than once at h200Blocks ×
+// 256 threads, and batch-norm channels of several 4,096-element tiles.
+func largeCases() []backendCase {
+	var cs []backendCase
+	add := func(name string, run func(r *backendRun) []backend.Buffer) {
+		cs = append(cs, backendCase{name, false, run})
+	}
+	big := 2*h200Blocks*blockSize + 77
+	add("large unary", func(r *backendRun) []backend.Buffer {
+		x, y, dx := r.randn(big), r.nan(big), r.randn(big)
+		r.be.Unary(backend.SiLU, x, y)
+		r.be.UnaryBackward(backend.SiLU, x, y, r.randn(big), dx)
+		return []backend.Buffer{y, dx}
+	})
+	add("large channel sum", func(r *backendRun) []backend.Buffer {
+		x, total := r.randn(big), r.randn(1)
+		r.be.ChannelSum(1, 1, big, x, total)
+		s := r.randn(3)
+		r.be.ChannelSum(2, 3, big/6, x, s)
+		return []backend.Buffer{total, s}
+	})
+	for _, hw := range []int{64 * 64, 80*80 + 3} { // 2 and ~3.2 tiles per channel at n 2
+		n, c := 2, 3
+		nx := n * c * hw
+		add(fmt.Sprintf("large batch-norm, %d per channel", n*hw), func(r *backendRun) []backend.Buffer {
+			x := r.rand(nx, 2, 4, false)
+			gamma, beta := r.rand(c, 0.5, 1.5, false), r.randn(c)
+			y, mean, invstd, vu := r.nan(nx), r.nan(c), r.nan(c), r.nan(c)
+			r.be.BatchNormTrain(n, c, hw, 1e-3, x, gamma, beta, y, mean, invstd, vu)
+			dx, dg, db := r.randn(nx), r.randn(c), r.randn(c)
+			r.be.BatchNormBackward(n, c, hw, x, r.randn(nx), mean, invstd, gamma, dx, dg, db)
+			return []backend.Buffer{y, mean, invstd, vu, dx, dg, db}
+		})
+	}
+	return cs
+}
+
+// TestGPUGeometryOnHarness runs every backend case, and the large ones,
+// on the CPU harness at an H200's launch geometry: grids of up to 1,056
+// blocks of 256 threads and the GPU's batch-norm tile (4,096 elements),
+// not the harness's small defaults, so that a kernel whose indexing or
+// shared-memory use only breaks at full blocks or full grids fails here.
+func TestGPUGeometryOnHarness(t *testing.T) {
+	if testing.Short() {
+		t.Skip("large tensors at the GPU's geometry: not in -short")
+	}
+	be, _, err := newHarness(HarnessOptions{MaxBlocks: h200Blocks, Threads: blockSize})
+	skipWithoutHarness(t, err)
+	defer be.Close()
+	be.k.bnTile = 0 // bnTileLen, the GPU's
+	if b := be.k.grid1(1 << 30).x; b != h200Blocks || be.k.block().x != blockSize {
+		t.Fatalf("geometry %d blocks × %d threads, want %d × %d", b, be.k.block().x, h200Blocks, blockSize)
+	}
+	compareCases(t, be, append(backendCases(), largeCases()...), 1e-5, true)
+}
+
+func compareCases(t *testing.T, be backend.Backend, cases []backendCase, rtol float64, logWorst bool) {
 	ref := cpu.New()
 	worstOf := map[string]float64{}
 	var names []string
-	for i, c := range backendCases() {
+	for i, c := range cases {
 		want := c.run(&backendRun{be: ref, rng: rand.New(rand.NewPCG(uint64(i), 5))})
 		got := c.run(&backendRun{be: be, rng: rand.New(rand.NewPCG(uint64(i), 5))})
 		for k := range want {

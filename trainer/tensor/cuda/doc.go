@@ -193,8 +193,14 @@
 // The kernels are CUDA C in kernels/*.cu, compiled to PTX for compute_80
 // by `go generate` (nvcc; the PTX is committed and embedded, and the
 // driver JIT-compiles it for the GPU at hand). The same sources compile as
-// C++ with g++ through kernels/shim.h, which runs each block's threads as
-// OS threads with a barrier for __syncthreads: TestKernelsOnCPU runs every
+// C++ with g++ through kernels/shim.h and kernels/harness.cpp, which run a
+// launch's blocks two at a time in a shuffled order, each on its own OS
+// thread with its threads as fibers that switch at __syncthreads, its
+// shared memory its own and NaN at the block's start (and, with
+// SanitizeEnv set, under AddressSanitizer and UndefinedBehaviorSanitizer):
+// so that a kernel that depends on block order, reads shared memory it did
+// not write, misses a barrier or indexes out of bounds fails on a host
+// without a GPU, as it would on one. TestKernelsOnCPU runs every
 // Kernels method that way and compares it with the CPU reference, which is
 // how the kernels are checked on hosts without a GPU (the harness also
 // stands in for cuBLAS with a naive column-major GEMM, so MuSGD's

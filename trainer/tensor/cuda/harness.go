@@ -21,7 +21,8 @@ import (
 )
 
 // The CPU harness: the kernels/*.cu sources compiled with g++ as one
-// program (kernels/harness.cpp, a block's threads as OS threads) and
+// program (kernels/harness.cpp: blocks two at a time in a shuffled order,
+// a block's threads as fibers, shared memory NaN at each block's start) and
 // driven over pipes, with naive stand-ins for cuBLAS's GEMM and cuDNN's
 // convolutions. It is not a GPU: a Backend on it checks what the Go code
 // launches, with which arguments, against the CPU backend, on hosts
@@ -39,8 +40,8 @@ var ErrNoHarness = errors.New("cuda: no CPU harness on this host")
 type HarnessOptions struct {
 	// MaxBlocks caps every grid (default 3), Threads is every block's
 	// size (a power of two up to 256, default 32): few small blocks make
-	// grid-stride and per-channel loops go round and keep the harness's
-	// barriers cheap.
+	// grid-stride and per-channel loops go round on small tensors.
+	// TestGPUGeometryOnHarness runs at an H200's 1,056 × 256.
 	MaxBlocks, Threads int
 }
 
@@ -105,6 +106,16 @@ func kernelSources() (string, error) {
 	return dir, nil
 }
 
+// SanitizeEnv, set to 1, builds and runs the harness with
+// AddressSanitizer and UndefinedBehaviorSanitizer (g++
+// -fsanitize=address,undefined): a kernel's out-of-bounds access to a
+// buffer, its stack or its shared memory, or undefined arithmetic, ends
+// the harness with the sanitizer's report instead of passing unnoticed.
+// CI runs the harness tests so once; it is several times slower.
+const SanitizeEnv = "SEGPIPE_HARNESS_SANITIZE"
+
+func sanitizeHarness() bool { return os.Getenv(SanitizeEnv) == "1" }
+
 // compileHarness builds kernels/harness.cpp with g++ into the cache,
 // named by the hash of every source it includes, unless it is there.
 func compileHarness() (string, error) {
@@ -123,6 +134,10 @@ func compileHarness() (string, error) {
 		return "", fmt.Errorf("cuda harness: %w", err)
 	}
 	args := []string{"-std=c++20", "-O2", "-pthread", "-Wall", "-Werror"}
+	if sanitizeHarness() {
+		args = []string{"-std=c++20", "-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
+			"-fno-sanitize-recover=all", "-pthread", "-Wall", "-Werror"}
+	}
 	h := sha256.New()
 	fmt.Fprintln(h, gxx, strings.Join(args, " "))
 	for _, s := range srcs {

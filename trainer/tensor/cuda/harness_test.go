@@ -126,7 +126,7 @@ func skipWithoutHarness(t *testing.T, err error) {
 }
 
 // TestKernelsOnCPU runs every kernel case through the CPU harness (the
-// CUDA sources compiled with g++, a block's threads as OS threads) and
+// CUDA sources compiled with g++, a block's threads as fibers) and
 // compares with the CPU reference.
 func TestKernelsOnCPU(t *testing.T) {
 	bin := harnessBinary(t)

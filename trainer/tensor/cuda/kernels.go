@@ -132,8 +132,8 @@ type Kernels struct {
 	// maxBlocks caps a grid-stride launch's grid (a few waves of the SMs).
 	maxBlocks int
 	// threads is every launch's block size, blockSize when 0; the CPU
-	// harness runs the Backend with small blocks, whose barriers its OS
-	// threads meet far faster. A power of two ≤ blockSize.
+	// harness runs the Backend with small blocks by default, so that small
+	// tensors span several blocks. A power of two ≤ blockSize.
 	threads int
 	// bnTile is the tiled batch-norm's tile length, bnTileLen when 0 (the
 	// CPU harness makes it small so that its small tensors take the tiled

@@ -6,7 +6,7 @@
 // Unary op codes: backend.Unary's order.
 enum { U_SILU, U_SIGMOID, U_RELU, U_EXP, U_LOG, U_ABS, U_NEG, U_SQRT, U_SQUARE, U_ATAN, U_TANH };
 
-extern "C" __global__ void unary_forward(int op, const float* __restrict__ x, float* __restrict__ y, long long n) {
+SP_KERNEL void unary_forward(int op, const float* __restrict__ x, float* __restrict__ y, long long n) {
   SP_FOR(i, n) {
     float v = x[i], r;
     switch (op) {
@@ -26,7 +26,7 @@ extern "C" __global__ void unary_forward(int op, const float* __restrict__ x, fl
   }
 }
 
-extern "C" __global__ void unary_backward(int op, const float* __restrict__ x, const float* __restrict__ y,
+SP_KERNEL void unary_backward(int op, const float* __restrict__ x, const float* __restrict__ y,
                                           const float* __restrict__ dy, float* __restrict__ dx, long long n) {
   SP_FOR(i, n) {
     float v = x[i], g = dy[i], d;
@@ -66,7 +66,7 @@ SP_INLINE void bcast_offsets(const Bcast& s, long long o, long long* ia, long lo
   *ib = b;
 }
 
-extern "C" __global__ void binary_forward(int op, Bcast s, const float* __restrict__ a, const float* __restrict__ b,
+SP_KERNEL void binary_forward(int op, Bcast s, const float* __restrict__ a, const float* __restrict__ b,
                                           float* __restrict__ y, long long n) {
   SP_FOR(o, n) {
     long long ia, ib;
@@ -88,7 +88,7 @@ extern "C" __global__ void binary_forward(int op, Bcast s, const float* __restri
 // operand stretched over some axis (stretchA/stretchB) receives several
 // contributions per element, so it adds atomically; otherwise each
 // element has one writer.
-extern "C" __global__ void binary_backward(int op, Bcast s, const float* __restrict__ a, const float* __restrict__ b,
+SP_KERNEL void binary_backward(int op, Bcast s, const float* __restrict__ a, const float* __restrict__ b,
                                            const float* __restrict__ dy, float* da, float* db, int stretchA,
                                            int stretchB, long long n) {
   SP_FOR(o, n) {
@@ -120,18 +120,18 @@ extern "C" __global__ void binary_backward(int op, Bcast s, const float* __restr
 }
 
 // scale writes y = s·x; with accumulate it adds instead (Scale's backward).
-extern "C" __global__ void scale(const float* __restrict__ x, float* __restrict__ y, float s, int accumulate, long long n) {
+SP_KERNEL void scale(const float* __restrict__ x, float* __restrict__ y, float s, int accumulate, long long n) {
   SP_FOR(i, n) {
     float v = x[i] * s;
     y[i] = accumulate ? y[i] + v : v;
   }
 }
 
-extern "C" __global__ void add_scalar(const float* __restrict__ x, float* __restrict__ y, float s, long long n) {
+SP_KERNEL void add_scalar(const float* __restrict__ x, float* __restrict__ y, float s, long long n) {
   SP_FOR(i, n) y[i] = x[i] + s;
 }
 
-extern "C" __global__ void clamp_forward(const float* __restrict__ x, float* __restrict__ y, float lo, float hi, long long n) {
+SP_KERNEL void clamp_forward(const float* __restrict__ x, float* __restrict__ y, float lo, float hi, long long n) {
   SP_FOR(i, n) {
     float v = x[i];
     v = v > lo ? v : lo;
@@ -140,7 +140,7 @@ extern "C" __global__ void clamp_forward(const float* __restrict__ x, float* __r
 }
 
 // The gradient passes where lo ≤ x ≤ hi, boundaries included (PyTorch).
-extern "C" __global__ void clamp_backward(const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dx,
+SP_KERNEL void clamp_backward(const float* __restrict__ x, const float* __restrict__ dy, float* __restrict__ dx,
                                           float lo, float hi, long long n) {
   SP_FOR(i, n) {
     float v = x[i];
@@ -148,12 +148,12 @@ extern "C" __global__ void clamp_backward(const float* __restrict__ x, const flo
   }
 }
 
-extern "C" __global__ void fill(float* __restrict__ y, float v, long long n) {
+SP_KERNEL void fill(float* __restrict__ y, float v, long long n) {
   SP_FOR(i, n) y[i] = v;
 }
 
 // bce_logits_forward: max(x,0) − x·t + log(1+e^−|x|), unreduced.
-extern "C" __global__ void bce_logits_forward(const float* __restrict__ x, const float* __restrict__ t, float* __restrict__ y,
+SP_KERNEL void bce_logits_forward(const float* __restrict__ x, const float* __restrict__ t, float* __restrict__ y,
                                               long long n) {
   SP_FOR(i, n) {
     float v = x[i];
@@ -163,7 +163,7 @@ extern "C" __global__ void bce_logits_forward(const float* __restrict__ x, const
 
 // bce_logits_backward accumulates dx += dy·(σ(x) − t) and dt −= dy·x
 // (either output may be null).
-extern "C" __global__ void bce_logits_backward(const float* __restrict__ x, const float* __restrict__ t,
+SP_KERNEL void bce_logits_backward(const float* __restrict__ x, const float* __restrict__ t,
                                                const float* __restrict__ dy, float* dx, float* dt, long long n) {
   SP_FOR(i, n) {
     float g = dy[i];
@@ -174,7 +174,7 @@ extern "C" __global__ void bce_logits_backward(const float* __restrict__ x, cons
 
 // image_to_float widens uint8 pixels (or mask bytes) to floats times
 // scale: the model's input with scale 1/255.
-extern "C" __global__ void image_to_float(const unsigned char* __restrict__ px, float* __restrict__ y, float scale,
+SP_KERNEL void image_to_float(const unsigned char* __restrict__ px, float* __restrict__ y, float scale,
                                           long long n) {
   SP_FOR(i, n) y[i] = (float)px[i] * scale;
 }

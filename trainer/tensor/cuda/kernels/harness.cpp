@@ -31,13 +31,21 @@
 // (pointer, 4- or 8-byte integer, float, struct size), so a Go launch
 // whose arguments disagree with the kernel's signature fails here as it
 // would corrupt memory on a GPU.
+#include <algorithm>
+#include <array>
+#include <atomic>
 #include <barrier>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
 #include <iostream>
 #include <map>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <numeric>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -50,16 +58,36 @@ thread_local uint3 threadIdx;
 thread_local uint3 blockIdx;
 dim3 blockDim;
 dim3 gridDim;
-thread_local std::barrier<>* sp_block_barrier;
 
+// The kernels, once per block slot (two blocks run at once): each copy
+// has its own __shared__ arrays, in its own section.
+#undef SP_SHARED_SECTION
+#define SP_SHARED_SECTION "sp_shared0"
+namespace slot0 {
 #include "elementwise.cu"
 #include "layout.cu"
 #include "loss_assign.cu"
 #include "norm.cu"
 #include "optim.cu"
 #include "reduce.cu"
-// The loss's mask side.
 #include "loss_mask.cu"
+}  // namespace slot0
+#undef SP_SHARED_SECTION
+#define SP_SHARED_SECTION "sp_shared1"
+namespace slot1 {
+#include "elementwise.cu"
+#include "layout.cu"
+#include "loss_assign.cu"
+#include "norm.cu"
+#include "optim.cu"
+#include "reduce.cu"
+#include "loss_mask.cu"
+}  // namespace slot1
+
+// The sections' bounds, which the linker defines for sections named as C
+// identifiers.
+extern "C" char __start_sp_shared0[], __stop_sp_shared0[], __start_sp_shared1[], __stop_sp_shared1[];
+constexpr int kSlots = 2;
 
 namespace {
 
@@ -115,8 +143,8 @@ Kernel entry(void (*f)(A...)) {
       [f](void** p) { invoke(f, p, std::index_sequence_for<A...>{}); }};
 }
 
-#define K(name) {#name, entry(&name)}
-const std::map<std::string, Kernel> kernels = {
+#define K(name) {#name, {entry(&slot0::name), entry(&slot1::name)}}
+const std::map<std::string, std::array<Kernel, kSlots>> kernels = {
     K(unary_forward),   K(unary_backward),    K(binary_forward),    K(binary_backward), K(scale),
     K(add_scalar),      K(clamp_forward),     K(clamp_backward),    K(fill),            K(bce_logits_forward),
     K(bce_logits_backward), K(image_to_float), K(strided_copy),     K(upsample_forward), K(upsample_backward),
@@ -190,53 +218,193 @@ Arg parse_arg(const std::string& t) {
   return a;
 }
 
-// Workers run a block's threads: SP_MAX_BLOCK OS threads started once and
-// reused, since starting threads per block dominates the harness's time.
-struct Workers {
-  std::barrier<> start{SP_MAX_BLOCK + 1}, done{SP_MAX_BLOCK + 1};
-  std::function<void(unsigned)> job;
+// A block runs on one OS thread (its slot's), its threads as fibers
+// (ucontext) on stacks allocated once per slot. A thread runs until it
+// reaches __syncthreads (sp_barrier) or returns; when every thread of the
+// block has reached the barrier the next phase starts, in the opposite
+// order, so that a value read from another thread's shared write without
+// a barrier between them differs between two orders and a missing
+// barrier shows against the CPU reference. Threads that return while
+// others wait at a barrier are a divergent barrier, which hangs or
+// corrupts a GPU block: the harness fails.
+constexpr size_t kFiberStack = 256 << 10;
+
+struct Fiber {
+  ucontext_t ctx;
+  char* stack;
+  bool done;
+};
+
+struct Slot {
+  std::vector<Fiber> fibers;
+  ucontext_t sched;
+  Fiber* cur = nullptr;
+  const Kernel* kernel = nullptr;
+  void** params = nullptr;
+  Slot() : fibers(SP_MAX_BLOCK) {
+    for (auto& f : fibers) {
+      void* p = mmap(nullptr, kFiberStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p == MAP_FAILED) fail("cannot map a fiber stack");
+      f.stack = static_cast<char*>(p);
+    }
+  }
+  ~Slot() {
+    for (auto& f : fibers) munmap(f.stack, kFiberStack);
+  }
+};
+
+thread_local Slot* this_slot;
+
+// Stack switches are announced to AddressSanitizer in the sanitizer build
+// (SEGPIPE_HARNESS_SANITIZE), which otherwise takes a fiber's stack for a
+// corrupted one.
+#if defined(__SANITIZE_ADDRESS__)
+extern "C" void __sanitizer_start_switch_fiber(void** fake_stack_save, const void* bottom, size_t size);
+extern "C" void __sanitizer_finish_switch_fiber(void* fake_stack_save, const void** bottom_old, size_t* size_old);
+thread_local const void* sched_bottom;
+thread_local size_t sched_size;
+thread_local void* sched_fake;
+#endif
+
+// to_fiber switches from the block's scheduler to f; to_scheduler from
+// the running fiber (exiting: it is not resumed) back.
+void to_fiber(Slot& s, Fiber& f) {
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_start_switch_fiber(&sched_fake, f.stack, kFiberStack);
+#endif
+  swapcontext(&s.sched, &f.ctx);
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_finish_switch_fiber(sched_fake, nullptr, nullptr);
+#endif
+}
+
+void to_scheduler(Slot& s, bool exiting) {
+#if defined(__SANITIZE_ADDRESS__)
+  void* fake = nullptr;
+  __sanitizer_start_switch_fiber(exiting ? nullptr : &fake, sched_bottom, sched_size);
+#else
+  (void)exiting;
+#endif
+  swapcontext(&s.cur->ctx, &s.sched);
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+}
+
+void fiber_main(unsigned hi, unsigned lo) {
+#if defined(__SANITIZE_ADDRESS__)
+  __sanitizer_finish_switch_fiber(nullptr, &sched_bottom, &sched_size);
+#endif
+  Slot* s = reinterpret_cast<Slot*>(((uintptr_t)hi << 32) | lo);
+  s->kernel->run(s->params);
+  s->cur->done = true;
+  to_scheduler(*s, true);  // never resumed
+}
+
+// run_block runs one block of k on the calling thread.
+void run_block(Slot& s, const Kernel& k, void** params, uint3 block_idx, dim3 block) {
+  unsigned n = block.x * block.y * block.z;
+  s.kernel = &k;
+  s.params = params;
+  blockIdx = block_idx;
+  uintptr_t self = reinterpret_cast<uintptr_t>(&s);
+  for (unsigned t = 0; t < n; t++) {
+    Fiber& f = s.fibers[t];
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = f.stack;
+    f.ctx.uc_stack.ss_size = kFiberStack;
+    f.ctx.uc_link = nullptr;
+    f.done = false;
+    makecontext(&f.ctx, reinterpret_cast<void (*)()>(fiber_main), 2, (unsigned)(self >> 32), (unsigned)(self & 0xffffffffu));
+  }
+  for (bool forward = true;; forward = !forward) {
+    unsigned waiting = 0, finished = 0;
+    for (unsigned i = 0; i < n; i++) {
+      unsigned t = forward ? i : n - 1 - i;
+      Fiber& f = s.fibers[t];
+      if (f.done) continue;
+      threadIdx = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
+      s.cur = &f;
+      to_fiber(s, f);
+      if (f.done) finished++;
+      else waiting++;
+    }
+    if (waiting == 0) return;
+    if (finished > 0)
+      fail("block (" + std::to_string(block_idx.x) + "," + std::to_string(block_idx.y) + "," +
+           std::to_string(block_idx.z) + "): " + std::to_string(finished) + " threads returned while " +
+           std::to_string(waiting) + " wait at __syncthreads (a divergent barrier)");
+  }
+}
+
+// Shared memory of a block slot: its section's bounds.
+struct SharedSection {
+  char *begin, *end;
+};
+const SharedSection shared_sections[kSlots] = {{__start_sp_shared0, __stop_sp_shared0},
+                                               {__start_sp_shared1, __stop_sp_shared1}};
+
+// Blocks runs a launch's blocks on kSlots OS threads at once: the calling
+// one and kSlots-1 helpers started once.
+struct Blocks {
+  Slot slots[kSlots];
+  std::barrier<> start{kSlots}, done{kSlots};
+  std::function<void(int)> job;
   bool quit = false;
-  std::vector<std::thread> threads;
-  Workers() {
-    for (unsigned t = 0; t < SP_MAX_BLOCK; t++)
-      threads.emplace_back([this, t] {
+  std::vector<std::thread> helpers;
+  Blocks() {
+    for (int i = 1; i < kSlots; i++)
+      helpers.emplace_back([this, i] {
         for (;;) {
           start.arrive_and_wait();
           if (quit) return;
-          job(t);
+          job(i);
           done.arrive_and_wait();
         }
       });
   }
-  void run(std::function<void(unsigned)> f) {
+  void run(std::function<void(int)> f) {
     job = std::move(f);
     start.arrive_and_wait();
+    job(0);
     done.arrive_and_wait();
   }
-  ~Workers() {
+  ~Blocks() {
     quit = true;
     start.arrive_and_wait();
-    for (auto& th : threads) th.join();
+    for (auto& th : helpers) th.join();
   }
 };
 
-void launch(Workers& w, const Kernel& k, dim3 grid, dim3 block, void** params) {
+// launch runs every block of a grid, two at a time (one per slot, each
+// with its own shared memory), in an order shuffled by the run's seed, as
+// a GPU promises nothing about the order or the concurrency of blocks.
+// Each block's shared memory is NaN bytes when it starts. A kernel that
+// depends on block order, on another block's shared memory, on shared
+// memory it did not write, or that races between blocks on global memory,
+// gives other results than the CPU reference here.
+void launch(Blocks& b, const std::array<Kernel, kSlots>& k, dim3 grid, dim3 block, void** params, std::mt19937_64& rng) {
   gridDim = grid;
   blockDim = block;
-  unsigned nthreads = block.x * block.y * block.z;
-  for (unsigned bz = 0; bz < grid.z; bz++)
-    for (unsigned by = 0; by < grid.y; by++)
-      for (unsigned bx = 0; bx < grid.x; bx++) {
-        std::barrier<> bar(nthreads);
-        w.run([&](unsigned t) {
-          if (t >= nthreads) return;
-          blockIdx = {bx, by, bz};
-          threadIdx = {t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
-          sp_block_barrier = &bar;
-          k.run(params);
-        });
-      }
+  std::vector<uint32_t> order((size_t)grid.x * grid.y * grid.z);
+  std::iota(order.begin(), order.end(), 0u);
+  std::shuffle(order.begin(), order.end(), rng);
+  std::atomic<size_t> next{0};
+  b.run([&](int slot) {
+    this_slot = &b.slots[slot];
+    for (size_t i; (i = next.fetch_add(1)) < order.size();) {
+      uint32_t id = order[i];
+      std::memset(shared_sections[slot].begin, 0xFF, shared_sections[slot].end - shared_sections[slot].begin);
+      run_block(b.slots[slot], k[slot], params, {id % grid.x, (id / grid.x) % grid.y, id / (grid.x * grid.y)}, block);
+    }
+  });
 }
+
+}  // namespace
+
+void sp_barrier() { to_scheduler(*this_slot, false); }
+
+namespace {
 
 // conv is the naive stand-in for cuDNN's three convolution passes
 // (cross-correlation, dilation 1, NCHW, filter OC×(C/groups)×KH×KW), with
@@ -296,7 +464,12 @@ void conv(const std::string& pass, int n, int c, int h, int w, int oc, int kh, i
 
 int main() {
   std::ios::sync_with_stdio(false);
-  Workers workers;
+  Blocks blocks;
+  // The block order's seed: SEGPIPE_HARNESS_SEED, else 1, so that every
+  // run takes the same orders (set it to try others).
+  uint64_t seed = 1;
+  if (const char* e = std::getenv("SEGPIPE_HARNESS_SEED")) seed = std::strtoull(e, nullptr, 10);
+  std::mt19937_64 rng(seed);
   std::string line;
   int lineno = 0;
   while (std::getline(std::cin, line)) {
@@ -339,10 +512,10 @@ int main() {
         in >> t;
         args.push_back(parse_arg(t));
       }
-      if (auto err = it->second.check(args); !err.empty()) fail(where + name + ": " + err);
+      if (auto err = it->second[0].check(args); !err.empty()) fail(where + name + ": " + err);
       std::vector<void*> params;
       for (auto& a : args) params.push_back(a.bytes.data());
-      launch(workers, it->second, g, b, params.data());
+      launch(blocks, it->second, g, b, params.data(), rng);
     } else if (cmd == "gemm") {
       int ta, tb, m, n, kk, batch, lda, ldb, ldc;
       std::string alpha, beta, pa, pb, pc;

@@ -15,7 +15,7 @@ SP_INLINE long long strided_offset(const Strided& s, long long o) {
 // strided_copy gathers y[o] = x[offset(o)]; with scatter it adds
 // x[offset(o)] += y[o] instead (the gather's backward: the offsets of a
 // permutation or a slice never repeat, so each input has one writer).
-extern "C" __global__ void strided_copy(Strided s, float* x, float* y, int scatter, long long n) {
+SP_KERNEL void strided_copy(Strided s, float* x, float* y, int scatter, long long n) {
   SP_FOR(o, n) {
     long long i = strided_offset(s, o);
     if (scatter) x[i] += y[o]; else y[o] = x[i];
@@ -29,7 +29,7 @@ extern "C" __global__ void strided_copy(Strided s, float* x, float* y, int scatt
 // every destination element has one writer and a fixed summation order.
 // Without accumulate the last element of the inner walk is what stays, as
 // in the reference's row-major walk.
-extern "C" __global__ void strided_walk(Walk w, const float* src, float* dst, int accumulate, long long n) {
+SP_KERNEL void strided_walk(Walk w, const float* src, float* dst, int accumulate, long long n) {
   long long inner = 1;
   for (int k = w.outer; k < w.nd; k++) inner *= w.shape[k];
   SP_FOR(o, n) {
@@ -60,7 +60,7 @@ extern "C" __global__ void strided_walk(Walk w, const float* src, float* dst, in
 }
 
 // upsample_forward repeats every pixel of nc planes of h×w into f×f.
-extern "C" __global__ void upsample_forward(const float* __restrict__ x, float* __restrict__ y, int h, int w, int f,
+SP_KERNEL void upsample_forward(const float* __restrict__ x, float* __restrict__ y, int h, int w, int f,
                                             long long n) {
   long long H = (long long)h * f, W = (long long)w * f;
   SP_FOR(o, n) {
@@ -72,7 +72,7 @@ extern "C" __global__ void upsample_forward(const float* __restrict__ x, float* 
 
 // upsample_backward adds to each input pixel the sum of its f×f block
 // (a gather: one writer per input element).
-extern "C" __global__ void upsample_backward(const float* __restrict__ dy, float* __restrict__ dx, int h, int w, int f,
+SP_KERNEL void upsample_backward(const float* __restrict__ dy, float* __restrict__ dx, int h, int w, int f,
                                              long long n) {
   long long W = (long long)w * f;
   SP_FOR(i, n) {
@@ -87,14 +87,14 @@ extern "C" __global__ void upsample_backward(const float* __restrict__ dy, float
 }
 
 // bias_add adds b[c] to every element of channel c of an N×C×HW tensor.
-extern "C" __global__ void bias_add(float* __restrict__ y, const float* __restrict__ b, int c, long long hw, long long n) {
+SP_KERNEL void bias_add(float* __restrict__ y, const float* __restrict__ b, int c, long long hw, long long n) {
   SP_FOR(i, n) y[i] += b[(i / hw) % c];
 }
 
 // bias_grad adds Σ_{n,hw} dy to db[c]: one block per channel (grid.x = C),
 // a fixed-order tree reduction in double, so the result does not depend
 // on scheduling. blockDim.x must be a power of two ≤ SP_MAX_BLOCK.
-extern "C" __global__ void bias_grad(const float* __restrict__ dy, float* __restrict__ db, int nb, int c, long long hw) {
+SP_KERNEL void bias_grad(const float* __restrict__ dy, float* __restrict__ db, int nb, int c, long long hw) {
   __shared__ double part[SP_MAX_BLOCK];
   for (int ch = blockIdx.x; ch < c; ch += gridDim.x) {
     double s = 0;
@@ -115,7 +115,7 @@ extern "C" __global__ void bias_grad(const float* __restrict__ dy, float* __rest
 
 // channel_affine writes y = x·scale[c] + shift[c] (batch-norm in eval
 // mode); a null scale is a bias add, and y may be x.
-extern "C" __global__ void channel_affine(const float* x, const float* __restrict__ scale,
+SP_KERNEL void channel_affine(const float* x, const float* __restrict__ scale,
                                           const float* __restrict__ shift, float* y, int c, long long hw,
                                           long long n) {
   SP_FOR(i, n) {
@@ -127,7 +127,7 @@ extern "C" __global__ void channel_affine(const float* x, const float* __restric
 // maxpool_forward takes the first maximum in row-major window order and
 // records its index within the N×C plane; padding never wins and a NaN
 // wins at once, as the CPU reference.
-extern "C" __global__ void maxpool_forward(Pool2d p, const float* __restrict__ x, float* __restrict__ y,
+SP_KERNEL void maxpool_forward(Pool2d p, const float* __restrict__ x, float* __restrict__ y,
                                            int* __restrict__ arg, long long n) {
   SP_FOR(o, n) {
     long long nc = o / ((long long)p.oh * p.ow);
@@ -158,7 +158,7 @@ extern "C" __global__ void maxpool_forward(Pool2d p, const float* __restrict__ x
 // maxpool_backward adds to each input the gradients of the outputs whose
 // recorded winner it is: a gather over the windows that contain it, so
 // there is one writer per input and no atomics.
-extern "C" __global__ void maxpool_backward(Pool2d p, const float* __restrict__ dy, const int* __restrict__ arg,
+SP_KERNEL void maxpool_backward(Pool2d p, const float* __restrict__ dy, const int* __restrict__ arg,
                                             float* __restrict__ dx, long long n) {
   SP_FOR(i, n) {
     long long nc = i / ((long long)p.h * p.w);
@@ -191,7 +191,7 @@ extern "C" __global__ void maxpool_backward(Pool2d p, const float* __restrict__ 
 // expand_windows writes the dense {0,1} stack of nwin masks of rows×cols
 // from their windows (raster.Expand): inside a window the cell is the
 // window's byte, outside 0. The windows were validated on the host.
-extern "C" __global__ void expand_windows(const Window* __restrict__ wins, const unsigned char* __restrict__ data,
+SP_KERNEL void expand_windows(const Window* __restrict__ wins, const unsigned char* __restrict__ data,
                                           unsigned char* __restrict__ dst, int rows, int cols, long long n) {
   long long plane = (long long)rows * cols;
   SP_FOR(o, n) {
@@ -206,7 +206,7 @@ extern "C" __global__ void expand_windows(const Window* __restrict__ wins, const
 // as outer×m×inner takes y[o,k,j] = x[o,idx[k],j] from x as outer×d×inner.
 // With scatter it adds instead, x[o,idx[k],j] += y[o,k,j]; indices may
 // repeat, so the scatter adds atomically.
-extern "C" __global__ void index_select(float* x, float* y, const int* __restrict__ idx, int d, int m, long long inner,
+SP_KERNEL void index_select(float* x, float* y, const int* __restrict__ idx, int d, int m, long long inner,
                                         int scatter, long long n) {
   SP_FOR(t, n) {
     long long o = t / ((long long)m * inner), k = (t / inner) % m, j = t % inner;

@@ -180,7 +180,7 @@ SP_INLINE float la_ciou32(const float* a, const float* b) {
 
 // loss_targets pads each image's non-crowd instances into slots of width
 // M (LossTargets): one thread per image.
-extern "C" __global__ void loss_targets(const int* __restrict__ bpi, const int* __restrict__ cls,
+SP_KERNEL void loss_targets(const int* __restrict__ bpi, const int* __restrict__ cls,
                                         const float* __restrict__ boxes, const unsigned char* __restrict__ crowd,
                                         int ncrowd, int B, int M, int* __restrict__ labels, float* __restrict__ pboxes,
                                         int* __restrict__ valid, int* __restrict__ src, int* __restrict__ count) {
@@ -218,7 +218,7 @@ extern "C" __global__ void loss_targets(const int* __restrict__ bpi, const int* 
 // loss_assign_metric writes, per (image, slot, anchor), the candidate
 // flag, the clamped float32 CIoU and the alignment metric (zero outside
 // candidate ∧ valid), as Assign's first loop.
-extern "C" __global__ void loss_assign_metric(LaGeom g, LaAssign cfg, const float* __restrict__ boxes,
+SP_KERNEL void loss_assign_metric(LaGeom g, LaAssign cfg, const float* __restrict__ boxes,
                                               const float* __restrict__ scores, const int* __restrict__ labels,
                                               const float* __restrict__ gtb, const int* __restrict__ valid,
                                               float* __restrict__ metric, float* __restrict__ overlaps,
@@ -287,7 +287,7 @@ SP_INLINE void la_block_best(float* v, int* i, float* sv, int* si) {
 // of valid rows and marks the picks that are candidates positive; stage
 // 1 (one-to-one's TopK2) ranks the metric masked to the row's positives,
 // in rows that have one, and keeps only the picks positive.
-extern "C" __global__ void loss_assign_topk(const float* __restrict__ metric, unsigned char* __restrict__ flags,
+SP_KERNEL void loss_assign_topk(const float* __restrict__ metric, unsigned char* __restrict__ flags,
                                             const int* __restrict__ valid, int A, int k, int stage, long long rows) {
   __shared__ float sv[SP_MAX_BLOCK];
   __shared__ int si[SP_MAX_BLOCK];
@@ -329,7 +329,7 @@ extern "C" __global__ void loss_assign_topk(const float* __restrict__ metric, un
 // loss_assign_resolve gives an anchor claimed by several GTs to the GT
 // of the largest CIoU over all M slots (first on ties): one thread per
 // (image, anchor).
-extern "C" __global__ void loss_assign_resolve(const float* __restrict__ overlaps, unsigned char* __restrict__ flags,
+SP_KERNEL void loss_assign_resolve(const float* __restrict__ overlaps, unsigned char* __restrict__ flags,
                                                int M, int A, long long n) {
   SP_FOR(i, n) {
     long long b = i / A, a = i % A;
@@ -364,7 +364,7 @@ SP_INLINE double la_block_max(double v, double* part) {
 
 // loss_assign_max writes each GT row's largest metric and CIoU over its
 // positives (0 without): one block per row.
-extern "C" __global__ void loss_assign_max(const float* __restrict__ metric, const float* __restrict__ overlaps,
+SP_KERNEL void loss_assign_max(const float* __restrict__ metric, const float* __restrict__ overlaps,
                                            const unsigned char* __restrict__ flags, int A, double* __restrict__ maxmet,
                                            double* __restrict__ maxov, long long rows) {
   __shared__ double part[SP_MAX_BLOCK];
@@ -386,7 +386,7 @@ extern "C" __global__ void loss_assign_max(const float* __restrict__ metric, con
 // the first positive slot (0 on background), its label and box, and the
 // target score rescaled so that each GT's best anchor scores its best
 // CIoU. With M = 0 everything is 0.
-extern "C" __global__ void loss_assign_targets(const unsigned char* __restrict__ flags, const float* __restrict__ metric,
+SP_KERNEL void loss_assign_targets(const unsigned char* __restrict__ flags, const float* __restrict__ metric,
                                                const double* __restrict__ maxmet, const double* __restrict__ maxov,
                                                const int* __restrict__ labels, const float* __restrict__ gtb, int M,
                                                int A, int* __restrict__ fg, int* __restrict__ gtidx,
@@ -423,7 +423,7 @@ extern "C" __global__ void loss_assign_targets(const unsigned char* __restrict__
 
 // loss_assign_count writes NumFG and ScoreSum (Σ target scores over the
 // positives, in double): one block.
-extern "C" __global__ void loss_assign_count(const int* __restrict__ fg, const float* __restrict__ score,
+SP_KERNEL void loss_assign_count(const int* __restrict__ fg, const float* __restrict__ score,
                                              int* __restrict__ numfg, unsigned* __restrict__ scoresum, long long n) {
   __shared__ double part[SP_MAX_BLOCK];
   double c = 0, s = 0;
@@ -448,7 +448,7 @@ SP_INLINE double la_s(const unsigned* scoresum) {
 // written to rowpart as Σ BCE(x, 0) − Σ x·t (clsBox's order), and, when
 // scoresG is not null, scoresG += (scale·ClsGain/S)·(σ(x) − t) with σ
 // rounded to float32 as the Go code's probabilities are.
-extern "C" __global__ void loss_cls_rows(LaGeom g, LaGains gain, const float* __restrict__ scores,
+SP_KERNEL void loss_cls_rows(LaGeom g, LaGains gain, const float* __restrict__ scores,
                                          const int* __restrict__ fg, const int* __restrict__ alabels,
                                          const float* __restrict__ score, const unsigned* __restrict__ scoresum,
                                          float* __restrict__ scoresG, double* __restrict__ rowpart, long long rows) {
@@ -556,7 +556,7 @@ SP_INLINE void la_ciou_grad(const LaCiou* s, double dc, double* g) {
 // positives (clsBox's second loop): each block writes its Σ (1−CIoU)·w
 // and Σ L1/4·w to partial[2·block], [2·block+1]; with boxesG not null it
 // adds their gradients, (scale·gain/S)-scaled, to the raw distances.
-extern "C" __global__ void loss_box(LaGeom g, LaGains gain, const float* __restrict__ boxes,
+SP_KERNEL void loss_box(LaGeom g, LaGains gain, const float* __restrict__ boxes,
                                     const int* __restrict__ fg, const float* __restrict__ aboxes,
                                     const float* __restrict__ score, const unsigned* __restrict__ scoresum,
                                     float* __restrict__ boxesG, double* __restrict__ partial, long long n) {
@@ -608,7 +608,7 @@ extern "C" __global__ void loss_box(LaGeom g, LaGains gain, const float* __restr
 // loss_clsbox_finish sums the class rows and the box blocks' partials in
 // a fixed order and writes LossClsBox's terms: Σ BCE, Σ (1−CIoU)·w and
 // Σ L1/4·w, as float64 words. One block.
-extern "C" __global__ void loss_clsbox_finish(const double* __restrict__ rowpart, int rows,
+SP_KERNEL void loss_clsbox_finish(const double* __restrict__ rowpart, int rows,
                                               const double* __restrict__ partial, int blocks,
                                               unsigned* __restrict__ terms) {
   __shared__ double part[SP_MAX_BLOCK];
@@ -628,7 +628,7 @@ extern "C" __global__ void loss_clsbox_finish(const double* __restrict__ rowpart
 // loss_combine forms the result words (the one-to-one items, then the
 // total) from the 18 terms words and both branches' NumFG and ScoreSum,
 // as Config.combine: one thread.
-extern "C" __global__ void loss_combine(LaCombine c, const unsigned* __restrict__ terms, const int* __restrict__ numfg0,
+SP_KERNEL void loss_combine(LaCombine c, const unsigned* __restrict__ terms, const int* __restrict__ numfg0,
                                         const unsigned* __restrict__ scoresum0, const int* __restrict__ numfg1,
                                         const unsigned* __restrict__ scoresum1, unsigned* __restrict__ res) {
   if (blockIdx.x != 0 || threadIdx.x != 0) return;
@@ -658,7 +658,7 @@ extern "C" __global__ void loss_combine(LaCombine c, const unsigned* __restrict_
 
 // loss_zero_without_fg zeroes x when the branch has no positive (the
 // semantic gradient Forward does not send then).
-extern "C" __global__ void loss_zero_without_fg(const int* __restrict__ numfg, float* __restrict__ x, long long n) {
+SP_KERNEL void loss_zero_without_fg(const int* __restrict__ numfg, float* __restrict__ x, long long n) {
   if (numfg[0] != 0) return;
   SP_FOR(i, n) x[i] = 0;
 }

@@ -69,7 +69,7 @@ SP_INLINE int lm_last(const int* __restrict__ area, const int* __restrict__ coun
 
 // loss_owner_area counts each slot's mask pixels (−1 on padding slots and
 // slots whose source is outside the stack): one block per slot.
-extern "C" __global__ void loss_owner_area(const unsigned char* __restrict__ masks, const int* __restrict__ src,
+SP_KERNEL void loss_owner_area(const unsigned char* __restrict__ masks, const int* __restrict__ src,
                                            const int* __restrict__ count, int* __restrict__ area, LossOwnerGeom g) {
   __shared__ double part[SP_MAX_BLOCK];
   long long hw = (long long)g.H * g.W;
@@ -90,7 +90,7 @@ extern "C" __global__ void loss_owner_area(const unsigned char* __restrict__ mas
 // loss_owner_map writes owner [B, H, W]: 1 + the slot owning the pixel, 0
 // for background. Painting by decreasing area (stable) leaves the pixel
 // to its smallest covering mask, the later slot among equal areas.
-extern "C" __global__ void loss_owner_map(const unsigned char* __restrict__ masks, const int* __restrict__ src,
+SP_KERNEL void loss_owner_map(const unsigned char* __restrict__ masks, const int* __restrict__ src,
                                           const int* __restrict__ count, const int* __restrict__ area,
                                           int* __restrict__ owner, LossOwnerGeom g) {
   long long hw = (long long)g.H * g.W;
@@ -120,7 +120,7 @@ SP_INLINE int lm_nearest(int dst, int out, int in) {
 // pixel, 1 on the channel of its owner's class, the background reading
 // the class of the image's last-painted slot; nothing where that class
 // is 0 or the image has no instance. One thread per pixel, every channel.
-extern "C" __global__ void loss_semantic(const int* __restrict__ labels, const int* __restrict__ count,
+SP_KERNEL void loss_semantic(const int* __restrict__ labels, const int* __restrict__ count,
                                          const int* __restrict__ area, const int* __restrict__ owner,
                                          float* __restrict__ sem, LossOwnerGeom g) {
   long long shw = (long long)g.HS * g.WS;
@@ -146,7 +146,7 @@ extern "C" __global__ void loss_semantic(const int* __restrict__ labels, const i
 // cropRoundBelow (50) positives in the image the box is rounded half to
 // even, otherwise the first integer at or above each bound is taken; both
 // are clamped to the grid. One block per image.
-extern "C" __global__ void loss_mask_gather(const int* __restrict__ fg, const int* __restrict__ gtidx,
+SP_KERNEL void loss_mask_gather(const int* __restrict__ fg, const int* __restrict__ gtidx,
                                             const float* __restrict__ boxes, int* __restrict__ anchor,
                                             int* __restrict__ gt, int* __restrict__ crop, double* __restrict__ area,
                                             int* __restrict__ count, LossMaskGeom g) {
@@ -206,7 +206,7 @@ extern "C" __global__ void loss_mask_gather(const int* __restrict__ fg, const in
 // row, the gradient's coefficient sums kept per thread. Nothing runs when
 // the branch has no positive.
 #define LM_MAX_NM 64
-extern "C" __global__ void loss_mask_rows(const float* __restrict__ coef, const float* __restrict__ proto,
+SP_KERNEL void loss_mask_rows(const float* __restrict__ coef, const float* __restrict__ proto,
                                           const int* __restrict__ owner, const int* __restrict__ anchor,
                                           const int* __restrict__ gt, const int* __restrict__ crop,
                                           const double* __restrict__ area, const int* __restrict__ count,
@@ -265,7 +265,7 @@ extern "C" __global__ void loss_mask_rows(const float* __restrict__ coef, const 
 // prototype pixel, adding each positive of its image whose crop holds the
 // pixel in row order, in float, as the Go code accumulates (in a
 // per-thread copy of the pixel's NM gradients, stored once at the end).
-extern "C" __global__ void loss_mask_proto_grad(const float* __restrict__ coef, const float* __restrict__ proto,
+SP_KERNEL void loss_mask_proto_grad(const float* __restrict__ coef, const float* __restrict__ proto,
                                                 const int* __restrict__ owner, const int* __restrict__ anchor,
                                                 const int* __restrict__ gt, const int* __restrict__ crop,
                                                 const double* __restrict__ area, const int* __restrict__ count,
@@ -304,7 +304,7 @@ extern "C" __global__ void loss_mask_proto_grad(const float* __restrict__ coef, 
 // loss_mask_finish writes the mask term, Σ over images of Σ over the
 // image's rows, divided by the positive count (0 without positives), into
 // terms[0:2]. One block.
-extern "C" __global__ void loss_mask_finish(const double* __restrict__ loss, const int* __restrict__ count,
+SP_KERNEL void loss_mask_finish(const double* __restrict__ loss, const int* __restrict__ count,
                                             const int* __restrict__ num_fg, float* __restrict__ terms,
                                             LossMaskGeom g) {
   __shared__ double part[SP_MAX_BLOCK];
@@ -322,7 +322,7 @@ extern "C" __global__ void loss_mask_finish(const double* __restrict__ loss, con
 // loss_sem_channel forms each channel's BCE sum and Dice loss (stats[2ch],
 // stats[2ch+1]) and, grad not null, adds scale·dL/dlogit: one block per
 // channel.
-extern "C" __global__ void loss_sem_channel(const float* __restrict__ logits, const float* __restrict__ target,
+SP_KERNEL void loss_sem_channel(const float* __restrict__ logits, const float* __restrict__ target,
                                             float* __restrict__ grad, double* __restrict__ stats, LossSemGeom g) {
   __shared__ double part[SP_MAX_BLOCK];
   double n = (double)(g.nch * g.hw), nch = (double)g.nch;
@@ -361,7 +361,7 @@ extern "C" __global__ void loss_sem_channel(const float* __restrict__ logits, co
 
 // loss_sem_finish writes 0.5·ΣBCE/n + 0.5·ΣDice/nch into terms[0:2]. One
 // block.
-extern "C" __global__ void loss_sem_finish(const double* __restrict__ stats, float* __restrict__ terms, LossSemGeom g) {
+SP_KERNEL void loss_sem_finish(const double* __restrict__ stats, float* __restrict__ terms, LossSemGeom g) {
   __shared__ double part[SP_MAX_BLOCK];
   double bce = 0, dice = 0;
   for (long long ch = threadIdx.x; ch < g.nch; ch += blockDim.x) {

@@ -11,7 +11,7 @@
 // variance (NaN for a single element). Statistics are shifted by the
 // channel's first element, as the reference, so that |mean| ≫ std keeps
 // its precision. gamma and beta may be null (1 and 0).
-extern "C" __global__ void bn_train(const float* __restrict__ x, const float* __restrict__ gamma,
+SP_KERNEL void bn_train(const float* __restrict__ x, const float* __restrict__ gamma,
                                     const float* __restrict__ beta, float* __restrict__ y, float* __restrict__ mean,
                                     float* __restrict__ invstd, float* __restrict__ var_unbiased, int nb, int c,
                                     long long hw, float eps) {
@@ -54,7 +54,7 @@ extern "C" __global__ void bn_train(const float* __restrict__ x, const float* __
 // and invstd: dgamma += Σ dy·xhat, dbeta += Σ dy and
 // dx += k·(dy − mean(dy)) − k·invstd·mean(dy·xhat)·(x − mean), k = gamma·invstd.
 // Any of dx, dgamma, dbeta may be null; gamma null means 1.
-extern "C" __global__ void bn_backward(const float* __restrict__ x, const float* __restrict__ dy,
+SP_KERNEL void bn_backward(const float* __restrict__ x, const float* __restrict__ dy,
                                        const float* __restrict__ mean, const float* __restrict__ invstd,
                                        const float* __restrict__ gamma, float* __restrict__ dx,
                                        float* __restrict__ dgamma, float* __restrict__ dbeta, int nb, int c,
@@ -94,7 +94,7 @@ extern "C" __global__ void bn_backward(const float* __restrict__ x, const float*
 // bn_eval_scale folds running statistics into one affine per channel:
 // invstd = 1/√(var + eps) (in double), scale = gamma·invstd and shift =
 // beta − mean·scale; gamma and beta may be null, shift too.
-extern "C" __global__ void bn_eval_scale(const float* __restrict__ gamma, const float* __restrict__ beta,
+SP_KERNEL void bn_eval_scale(const float* __restrict__ gamma, const float* __restrict__ beta,
                                          const float* __restrict__ mean, const float* __restrict__ var, float eps,
                                          float* __restrict__ invstd, float* __restrict__ scale,
                                          float* __restrict__ shift, long long c) {
@@ -110,7 +110,7 @@ extern "C" __global__ void bn_eval_scale(const float* __restrict__ gamma, const 
 // bn_eval_backward accumulates the eval-mode gradients with the per-channel
 // invstd and scale of bn_eval_scale: dgamma += Σ dy·(x − mean)·invstd,
 // dbeta += Σ dy, dx += dy·scale. Any output may be null.
-extern "C" __global__ void bn_eval_backward(const float* __restrict__ x, const float* __restrict__ dy,
+SP_KERNEL void bn_eval_backward(const float* __restrict__ x, const float* __restrict__ dy,
                                             const float* __restrict__ mean, const float* __restrict__ invstd,
                                             const float* __restrict__ scale, float* __restrict__ dx,
                                             float* __restrict__ dgamma, float* __restrict__ dbeta, int nb, int c,
@@ -152,7 +152,7 @@ extern "C" __global__ void bn_eval_backward(const float* __restrict__ x, const f
 // mode 1 (training backward) Σ dy and Σ dy·(x − mean);
 // mode 2 (eval backward) Σ dy and Σ dy·(x − mean)·invstd in float per
 // element, as bn_eval_backward.
-extern "C" __global__ void bn_tiles_partial(const float* __restrict__ x, const float* __restrict__ dy,
+SP_KERNEL void bn_tiles_partial(const float* __restrict__ x, const float* __restrict__ dy,
                                             const float* __restrict__ mean, const float* __restrict__ invstd,
                                             double* __restrict__ partial, int mode, int nb, int c, long long hw,
                                             long long tile) {
@@ -202,7 +202,7 @@ extern "C" __global__ void bn_tiles_partial(const float* __restrict__ x, const f
 // coef[2ch] = scale, coef[2ch+1] = shift; mode 1: dgamma, dbeta (when not
 // null) and coef[4ch..4ch+3] = k, mean(dy), k·invstd·mean(dy·xhat), mean;
 // mode 2: dgamma, dbeta. One block per channel (grid-stride).
-extern "C" __global__ void bn_tiles_finish(const double* __restrict__ partial, int mode, int nb, int c, long long hw,
+SP_KERNEL void bn_tiles_finish(const double* __restrict__ partial, int mode, int nb, int c, long long hw,
                                            long long tile, const float* __restrict__ x, float eps,
                                            const float* __restrict__ gamma, const float* __restrict__ beta,
                                            float* __restrict__ mean, float* __restrict__ invstd,
@@ -253,7 +253,7 @@ extern "C" __global__ void bn_tiles_finish(const double* __restrict__ partial, i
 // bn_tiles_apply is the elementwise pass over nb×c×hw: mode 0 y = x·scale
 // + shift; mode 1 dx += k·(dy − mean(dy)) − kx·(x − mean); mode 2 dx +=
 // dy·scale (scale given per channel, bn_eval_scale's).
-extern "C" __global__ void bn_tiles_apply(const float* __restrict__ x, const float* __restrict__ dy,
+SP_KERNEL void bn_tiles_apply(const float* __restrict__ x, const float* __restrict__ dy,
                                           const float* __restrict__ coef, const float* __restrict__ scale,
                                           float* __restrict__ out, int mode, int c, long long hw, long long n) {
   SP_FOR(i, n) {

@@ -15,7 +15,7 @@ SP_INLINE void sgd_elem(float* __restrict__ p, const float* __restrict__ grad, f
   p[i] -= step * (g + mu * b);
 }
 
-extern "C" __global__ void sgd_nesterov(float* __restrict__ p, const float* __restrict__ grad, float* __restrict__ buf,
+SP_KERNEL void sgd_nesterov(float* __restrict__ p, const float* __restrict__ grad, float* __restrict__ buf,
                                         float step, float mu, float wd, int first, long long n) {
   SP_FOR(i, n) sgd_elem(p, grad, buf, step, mu, wd, first, i);
 }
@@ -34,14 +34,14 @@ SP_INLINE void adamw_elem(float* __restrict__ p, const float* __restrict__ grad,
   p[i] = pi - step_size * mi / den;
 }
 
-extern "C" __global__ void adamw_step(float* __restrict__ p, const float* __restrict__ grad, float* __restrict__ m,
+SP_KERNEL void adamw_step(float* __restrict__ p, const float* __restrict__ grad, float* __restrict__ m,
                                       float* __restrict__ v, float decay, float b1, float b2, float step_size, float inv,
                                       float eps, long long n) {
   SP_FOR(i, n) adamw_elem(p, grad, m, v, decay, b1, b2, step_size, inv, eps, i);
 }
 
 // muon_momentum: m += (1−mu)·(g − m); u = g + mu·(m − g) (Nesterov).
-extern "C" __global__ void muon_momentum(const float* __restrict__ grad, float* __restrict__ m, float* __restrict__ u,
+SP_KERNEL void muon_momentum(const float* __restrict__ grad, float* __restrict__ m, float* __restrict__ u,
                                          float w, float mu, long long n) {
   SP_FOR(i, n) {
     float g = grad[i];
@@ -53,12 +53,12 @@ extern "C" __global__ void muon_momentum(const float* __restrict__ grad, float* 
 
 // axpby writes y = a·y + b·x (Newton–Schulz's X = aX + T, B = bA + cA²,
 // and the Muon update p −= step·O with a = 1, b = −step).
-extern "C" __global__ void axpby(const float* __restrict__ x, float* __restrict__ y, float a, float b, long long n) {
+SP_KERNEL void axpby(const float* __restrict__ x, float* __restrict__ y, float a, float b, long long n) {
   SP_FOR(i, n) y[i] = a * y[i] + b * x[i];
 }
 
 // scale_inv_norm writes y = x / (norm[0] + eps), norm a device scalar.
-extern "C" __global__ void scale_inv_norm(const float* __restrict__ x, float* __restrict__ y,
+SP_KERNEL void scale_inv_norm(const float* __restrict__ x, float* __restrict__ y,
                                           const float* __restrict__ norm, float eps, long long n) {
   float inv = (float)(1.0 / ((double)norm[0] + (double)eps));
   SP_FOR(i, n) y[i] = x[i] * inv;
@@ -69,7 +69,7 @@ SP_INLINE void ema_elem(float* __restrict__ ema, const float* __restrict__ x, fl
   ema[i] = ema[i] * d + w * x[i];
 }
 
-extern "C" __global__ void ema_update(float* __restrict__ ema, const float* __restrict__ x, float d, long long n) {
+SP_KERNEL void ema_update(float* __restrict__ ema, const float* __restrict__ x, float d, long long n) {
   float w = 1.f - d;
   SP_FOR(i, n) ema_elem(ema, x, d, w, i);
 }
@@ -116,14 +116,14 @@ SP_INLINE void mt_apply(const MtRow* __restrict__ rows, const MtChunk* __restric
 }
 
 // mt_fill sets every tensor (p[0]) to v.
-extern "C" __global__ void mt_fill(const MtRow* __restrict__ rows, const MtChunk* __restrict__ chunks,
+SP_KERNEL void mt_fill(const MtRow* __restrict__ rows, const MtChunk* __restrict__ chunks,
                                    long long nchunks, long long chunk, float v) {
   mt_apply(rows, chunks, nchunks, chunk, [=](const MtPtrs& r, long long i) { r.p[0][i] = v; });
 }
 
 // mt_scale_by multiplies every tensor (p[0]) by the device scalar s[0],
 // as scale_by does (nothing when it is 1).
-extern "C" __global__ void mt_scale_by(const MtRow* __restrict__ rows, const MtChunk* __restrict__ chunks,
+SP_KERNEL void mt_scale_by(const MtRow* __restrict__ rows, const MtChunk* __restrict__ chunks,
                                        long long nchunks, long long chunk, const float* __restrict__ s) {
   float c = s[0];
   if (c == 1.f) return;
@@ -131,7 +131,7 @@ extern "C" __global__ void mt_scale_by(const MtRow* __restrict__ rows, const MtC
 }
 
 // mt_ema folds p[1] into p[0] of every row: ema_update.
-extern "C" __global__ void mt_ema(const MtRow* __restrict__ rows, const MtChunk* __restrict__ chunks,
+SP_KERNEL void mt_ema(const MtRow* __restrict__ rows, const MtChunk* __restrict__ chunks,
                                   long long nchunks, long long chunk, float d) {
   float w = 1.f - d;
   mt_apply(rows, chunks, nchunks, chunk,
@@ -139,7 +139,7 @@ extern "C" __global__ void mt_ema(const MtRow* __restrict__ rows, const MtChunk*
 }
 
 // mt_sgd_nesterov is sgd_nesterov on rows (p, grad, buf), first = flag.
-extern "C" __global__ void mt_sgd_nesterov(const MtRow* __restrict__ rows, const MtChunk* __restrict__ chunks,
+SP_KERNEL void mt_sgd_nesterov(const MtRow* __restrict__ rows, const MtChunk* __restrict__ chunks,
                                            long long nchunks, long long chunk, float step, float mu, float wd) {
   mt_apply(rows, chunks, nchunks, chunk, [=](const MtPtrs& r, long long i) {
     sgd_elem(r.p[0], r.p[1], r.p[2], step, mu, wd, r.flag, i);
@@ -147,7 +147,7 @@ extern "C" __global__ void mt_sgd_nesterov(const MtRow* __restrict__ rows, const
 }
 
 // mt_adamw is adamw_step on rows (p, grad, m, v) sharing one step count.
-extern "C" __global__ void mt_adamw(const MtRow* __restrict__ rows, const MtChunk* __restrict__ chunks,
+SP_KERNEL void mt_adamw(const MtRow* __restrict__ rows, const MtChunk* __restrict__ chunks,
                                     long long nchunks, long long chunk, float decay, float b1, float b2,
                                     float step_size, float inv, float eps) {
   mt_apply(rows, chunks, nchunks, chunk, [=](const MtPtrs& r, long long i) {
@@ -158,7 +158,7 @@ extern "C" __global__ void mt_adamw(const MtRow* __restrict__ rows, const MtChun
 // mt_sum_squares writes partial[c] = Σ x² over chunk c (p[0] of its row),
 // in double and a fixed order; reduce_finish then adds the partials in
 // chunk order: the global norm of a list of tensors in two launches.
-extern "C" __global__ void mt_sum_squares(const MtRow* __restrict__ rows, const MtChunk* __restrict__ chunks,
+SP_KERNEL void mt_sum_squares(const MtRow* __restrict__ rows, const MtChunk* __restrict__ chunks,
                                           long long nchunks, long long chunk, double* __restrict__ partial) {
   __shared__ double part[SP_MAX_BLOCK];
   for (long long c = blockIdx.x; c < nchunks; c += gridDim.x) {

@@ -5,7 +5,7 @@
 
 // reduce_partial writes partial[blockIdx.x] = Σ x (or Σ x² with square)
 // over the block's grid-stride share.
-extern "C" __global__ void reduce_partial(const float* __restrict__ x, double* __restrict__ partial, int square,
+SP_KERNEL void reduce_partial(const float* __restrict__ x, double* __restrict__ partial, int square,
                                           long long n) {
   __shared__ double part[SP_MAX_BLOCK];
   double s = 0;
@@ -19,7 +19,7 @@ extern "C" __global__ void reduce_partial(const float* __restrict__ x, double* _
 
 // reduce_finish writes y[0] = alpha·Σ partial[0:m], or its square root
 // with root set (a norm); one block.
-extern "C" __global__ void reduce_finish(const double* __restrict__ partial, int m, float* __restrict__ y, float alpha,
+SP_KERNEL void reduce_finish(const double* __restrict__ partial, int m, float* __restrict__ y, float alpha,
                                          int root) {
   __shared__ double part[SP_MAX_BLOCK];
   double s = 0;
@@ -30,7 +30,7 @@ extern "C" __global__ void reduce_finish(const double* __restrict__ partial, int
 
 // sum_axis writes y[o,j] = Σ_i x[o,i,j] over outer×n×inner, summing in
 // float in index order as the CPU reference does.
-extern "C" __global__ void sum_axis(const float* __restrict__ x, float* __restrict__ y, int n, long long inner,
+SP_KERNEL void sum_axis(const float* __restrict__ x, float* __restrict__ y, int n, long long inner,
                                     long long total) {
   SP_FOR(t, total) {
     long long o = t / inner, j = t % inner;
@@ -43,7 +43,7 @@ extern "C" __global__ void sum_axis(const float* __restrict__ x, float* __restri
 
 // sum_axis_backward adds dy[o,j] to every dx[o,i,j] (also Sum's backward
 // with outer = inner = 1 and a device-side scalar).
-extern "C" __global__ void sum_axis_backward(const float* __restrict__ dy, float* __restrict__ dx, int n, long long inner,
+SP_KERNEL void sum_axis_backward(const float* __restrict__ dy, float* __restrict__ dx, int n, long long inner,
                                              long long total) {
   SP_FOR(k, total) {
     long long o = k / ((long long)n * inner), j = k % inner;
@@ -54,7 +54,7 @@ extern "C" __global__ void sum_axis_backward(const float* __restrict__ dy, float
 // softmax_forward normalises along the middle axis of outer×n×inner: one
 // thread per (o, j) column; the maximum is subtracted first and the sum
 // kept in double, as the CPU reference.
-extern "C" __global__ void softmax_forward(const float* __restrict__ x, float* __restrict__ y, int n, long long inner,
+SP_KERNEL void softmax_forward(const float* __restrict__ x, float* __restrict__ y, int n, long long inner,
                                            long long total) {
   SP_FOR(t, total) {
     long long o = t / inner, j = t % inner;
@@ -74,7 +74,7 @@ extern "C" __global__ void softmax_forward(const float* __restrict__ x, float* _
 }
 
 // softmax_backward accumulates dx += y·(dy − Σ dy·y) along the same axis.
-extern "C" __global__ void softmax_backward(const float* __restrict__ y, const float* __restrict__ dy,
+SP_KERNEL void softmax_backward(const float* __restrict__ y, const float* __restrict__ dy,
                                             float* __restrict__ dx, int n, long long inner, long long total) {
   SP_FOR(t, total) {
     long long o = t / inner, j = t % inner;
@@ -92,7 +92,7 @@ extern "C" __global__ void softmax_backward(const float* __restrict__ y, const f
 // clip_coef turns a gradient norm into clip_grad_norm_'s coefficient,
 // min(maxNorm/(norm + 1e-6), 1), in place on the device: the clip never
 // brings the norm back to the host. One thread.
-extern "C" __global__ void clip_coef(float* norm_to_coef, float max_norm) {
+SP_KERNEL void clip_coef(float* norm_to_coef, float max_norm) {
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     double c = (double)max_norm / ((double)norm_to_coef[0] + 1e-6);
     norm_to_coef[0] = (float)(c < 1.0 ? c : 1.0);
@@ -100,7 +100,7 @@ extern "C" __global__ void clip_coef(float* norm_to_coef, float max_norm) {
 }
 
 // scale_by multiplies x by the device scalar s[0] (the clip coefficient).
-extern "C" __global__ void scale_by(float* __restrict__ x, const float* __restrict__ s, long long n) {
+SP_KERNEL void scale_by(float* __restrict__ x, const float* __restrict__ s, long long n) {
   float c = s[0];
   if (c == 1.f) return;
   SP_FOR(i, n) x[i] *= c;

@@ -1,11 +1,17 @@
 // shim.h: what the kernels need from CUDA, so that the same sources
 // compile with nvcc (to PTX) and with g++ (C++20) for the CPU harness.
 //
-// Under g++ every block of a launch runs in turn; its threads run as OS
-// threads that share the block's __shared__ arrays (static storage, as
-// only one block runs at a time) and meet at a std::barrier in
-// __syncthreads. Atomics are std::atomic_ref. The harness (harness.cpp)
-// defines the thread-local indices and runs the launches.
+// Under g++ a block runs on one OS thread, its threads as fibers that
+// share the block's __shared__ arrays; __syncthreads switches to the
+// block's scheduler, which resumes the next thread (the threads between
+// two barriers run one after another, in an order that alternates, so
+// that a missing barrier shows). Atomics are std::atomic_ref. The harness
+// (harness.cpp) compiles the kernels once per block slot, each copy in
+// its own namespace with its __shared__ arrays (static storage) in its
+// own section, SP_SHARED_SECTION, so that two blocks run at once on two
+// OS threads, each with its own shared memory, which the harness poisons
+// (NaN) at each block's start. It defines the indices and runs the
+// launches.
 #pragma once
 
 #include <stdint.h>
@@ -14,6 +20,9 @@
 
 #define SP_INLINE __device__ __forceinline__
 
+// SP_KERNEL declares a kernel: an unmangled entry point of the PTX module.
+#define SP_KERNEL extern "C" __global__
+
 // sp_device_ptr turns a device address stored in device memory (a
 // multi-tensor table's entries) into a pointer: the identity on a GPU.
 SP_INLINE void* sp_device_ptr(long long p) { return (void*)p; }
@@ -21,7 +30,6 @@ SP_INLINE void* sp_device_ptr(long long p) { return (void*)p; }
 #else  // the CPU harness
 
 #include <atomic>
-#include <barrier>
 #include <cmath>
 #include <math.h>
 
@@ -32,15 +40,27 @@ extern thread_local uint3 threadIdx;
 extern thread_local uint3 blockIdx;
 extern dim3 blockDim;
 extern dim3 gridDim;
-extern thread_local std::barrier<>* sp_block_barrier;
+// sp_barrier is __syncthreads: the calling thread (a fiber) waits for the
+// block's other threads (harness.cpp).
+void sp_barrier();
 
 #define __global__
 #define __device__
 #define __restrict__ __restrict
-#define __shared__ static
+// __shared__ arrays go to the section named by SP_SHARED_SECTION where
+// they are declared (the harness sets it per block slot), which the
+// harness fills with NaN bytes before each block: a kernel must not read
+// shared memory it did not write in the same block, as on a GPU.
+#ifndef SP_SHARED_SECTION
+#define SP_SHARED_SECTION "sp_shared0"
+#endif
+#define __shared__ static __attribute__((section(SP_SHARED_SECTION)))
 #define SP_INLINE static inline
+// A kernel is a plain C++ function in the harness, one per block slot's
+// namespace (harness.cpp), so not extern "C".
+#define SP_KERNEL
 
-inline void __syncthreads() { sp_block_barrier->arrive_and_wait(); }
+inline void __syncthreads() { sp_barrier(); }
 
 // sp_device_ptr turns a device address stored in device memory (a
 // multi-tensor table's entries: the harness's buffer id << 32 + offset)
