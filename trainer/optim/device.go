@@ -25,11 +25,14 @@ type DeviceKernels interface {
 	// AdamWSteps is AdamW's update at step t (1-based) with decoupled
 	// decay on every parameter of a list, moments in m and v.
 	AdamWSteps(params, grads, m, v []backend.Buffer, lr, weightDecay, beta1, beta2, eps float64, t int)
-	// MuonStep is MuSGD's muonPart on one rows×cols parameter: m ←
-	// lerp(m, g, 1−mu); u = lerp(g, m, mu); then, unless step is 0, O =
-	// NS5(u) and p −= step·O. u and out are scratch of at least
-	// rows·cols elements; the gradient is left unchanged.
-	MuonStep(param, grad, m, u, out backend.Buffer, rows, cols int, momentum float64, step float32)
+	// MuonSteps is MuSGD's muonPart on every rows×cols parameter of a
+	// list sharing momentum and step (one group's matrices of one shape;
+	// the slices are parallel): m ← lerp(m, g, 1−mu); u = lerp(g, m, mu);
+	// then, unless step is 0, O = NS5(u) and p −= step·O; the gradient is
+	// left unchanged. A device orthogonalises the list as one batch
+	// (strided-batched products), not matrix by matrix, whose thirty-odd
+	// launches each would dominate the step.
+	MuonSteps(params, grads, m []backend.Buffer, rows, cols int, momentum float64, step float32)
 	// ClipGrads scales grads by min(maxNorm/(norm + 1e-6), 1), norm their
 	// global L2 norm, the coefficient computed and applied on the device;
 	// norm, when present (one element), receives the norm before clipping.
@@ -98,27 +101,49 @@ func (o *SGD) stepOn(dk DeviceKernels, first map[*Param]bool) {
 	}
 }
 
-// stepOn runs each group's Muon parts (one per matrix: Newton–Schulz is
-// per parameter) and then its SGD parts as one list; each parameter's
-// Muon update still precedes its SGD update on the device's queue.
+// stepOn runs each group's Muon parts, one batch per shape and step
+// (Newton–Schulz is per matrix; a batch runs them together), and then its
+// SGD parts as one list; each parameter's Muon update still precedes its
+// SGD update on the device's queue.
 func (o *MuSGD) stepOn(dk DeviceKernels) {
+	type shape struct {
+		rows, cols int
+		step       float32
+	}
 	var l stepList
+	var keys []shape
+	batches := map[shape]*stepList{}
 	for _, g := range o.groups {
 		l.reset()
 		w := 1.0
 		if g.UseMuon {
 			w = o.SGDWeight
+			keys = keys[:0]
+			clear(batches)
 		}
 		for _, p := range g.Params {
 			st := o.state[p]
 			if g.UseMuon {
-				shape := p.Shape
-				s := math.Sqrt(max(1, float64(shape[len(shape)-2])/float64(shape[len(shape)-1])))
-				rows, cols := muonMatrix(shape)
-				dk.MuonStep(p.Value, p.Gradient, st.muon, o.u, o.o, rows, cols, g.Momentum, float32(g.LR*o.MuonWeight*s))
+				sh := p.Shape
+				s := math.Sqrt(max(1, float64(sh[len(sh)-2])/float64(sh[len(sh)-1])))
+				rows, cols := muonMatrix(sh)
+				k := shape{rows, cols, float32(g.LR * o.MuonWeight * s)}
+				b := batches[k]
+				if b == nil {
+					b = &stepList{}
+					batches[k] = b
+					keys = append(keys, k)
+				}
+				b.add(p, st.muon, backend.Buffer{}, false)
 			}
 			l.add(p, st.sgd, backend.Buffer{}, st.first)
 			st.first = false
+		}
+		if g.UseMuon {
+			for _, k := range keys {
+				b := batches[k]
+				dk.MuonSteps(b.params, b.grads, b.a, k.rows, k.cols, g.Momentum, k.step)
+			}
 		}
 		dk.SGDNesterovSteps(l.params, l.grads, l.a, l.first, g.LR, g.Momentum, g.WeightDecay, w)
 	}

@@ -136,11 +136,11 @@ func (o *MuSGD) prepare() {
 			*b = o.be.Alloc(n)
 		}
 	}
+	if _, ok := twin(o.be); ok {
+		return // the device twin keeps its own Muon and Newton–Schulz workspace
+	}
 	grow(&o.u, n)
 	grow(&o.o, n)
-	if _, ok := twin(o.be); ok {
-		return // the device twin keeps its own Newton–Schulz workspace
-	}
 	grow(&o.x, n)
 	grow(&o.t, n)
 	grow(&o.a, sq)

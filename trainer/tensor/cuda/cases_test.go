@@ -466,15 +466,22 @@ func kernelCases() []kernelCase {
 			closeTo(t, "ax+t", got[1], wantY, rtolExact)
 		}
 	}})
-	for _, sh := range [][2]int{{12, 40}, {40, 12}, {16, 16}} {
+	// One matrix and batches of three (each matrix scaled differently, so
+	// that a norm taken over the batch instead of per matrix shows).
+	for _, sh := range [][3]int{{12, 40, 1}, {40, 12, 1}, {16, 16, 1}, {12, 40, 3}, {40, 12, 3}} {
 		cs = append(cs, kernelCase{"newton_schulz", func(d kdev) ([]Ptr, func(*testing.T, [][]byte)) {
-			r := rnd(uint64(30 + sh[0]))
-			rows, cols := sh[0], sh[1]
-			g := uniform(r, rows*cols, -0.1, 0.1)
-			want := refNewtonSchulz(g, rows, cols)
+			r := rnd(uint64(30 + sh[0] + 100*sh[2]))
+			rows, cols, count := sh[0], sh[1], sh[2]
+			n := rows * cols
+			var g, want []float32
+			for b := range count {
+				gb := uniform(r, n, -0.1*float32(b+1), 0.1*float32(b+1))
+				g = append(g, gb...)
+				want = append(want, refNewtonSchulz(gb, rows, cols)...)
+			}
 			k := d.kernels()
-			out, ws := d.alloc(4*rows*cols), d.alloc(k.NewtonSchulzBytes(rows, cols))
-			must(k.NewtonSchulz(d.matmul(), out, d.upload(g), rows, cols, ws))
+			out, ws := d.alloc(4*count*n), d.alloc(k.NewtonSchulzBytes(rows, cols, count))
+			must(k.NewtonSchulz(d.matmul(), out, d.upload(g), rows, cols, count, ws))
 			return []Ptr{out}, func(t *testing.T, got [][]byte) { closeTo(t, "orthogonalised", got[0], want, 2e-3) }
 		}})
 	}

@@ -229,8 +229,10 @@ func perName(before, after map[string]uint64, iters int) string {
 // callBudget is the most calls into libcuda, cuBLAS and cuDNN one
 // training iteration of YOLO26n-seg may make (every one of them a
 // host-side cost before the GPU sees the work), measured on the stub
-// driver; see TestHostCallBudget.
-const callBudget = 10000
+// driver; see TestHostCallBudget. 5.9k today (9.3k before MuSGD's
+// Newton–Schulz ran one batch per matrix shape instead of matrix by
+// matrix), so orthogonalising matrix by matrix again fails it.
+const callBudget = 7000
 
 // TestHostCallBudget holds the calls of one training iteration (forward,
 // loss, backward, clipping, MuSGD, zeroing, EMA; batch 2 at 64 px, a

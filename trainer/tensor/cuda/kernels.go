@@ -72,6 +72,8 @@ const (
 	kBNTilesPartial
 	kBNTilesFinish
 	kBNTilesApply
+	// Newton–Schulz of a batch of matrices (kernels/optim.cu).
+	kBatchNormalize
 )
 
 // numKernels counts every kernel of the embedded modules: the ones above,
@@ -93,6 +95,7 @@ var kernelNames = [...]string{
 	"bn_eval_backward",
 	"mt_fill", "mt_scale_by", "mt_ema", "mt_sgd_nesterov", "mt_adamw", "mt_sum_squares",
 	"bn_tiles_partial", "bn_tiles_finish", "bn_tiles_apply",
+	"batch_normalize",
 	// Launched by name: the loss's kernels (loss_assign.cu, loss_mask.cu),
 	// whose Go side is trainer/loss/losscuda. They stay in this directory
 	// because the CPU harness compiles every .cu into one program and the
@@ -588,6 +591,20 @@ func (k *Kernels) Axpby(x, y Ptr, a, b float32, n int) error {
 // (Newton–Schulz's normalisation, after GlobalNorm of x).
 func (k *Kernels) ScaleInvNorm(x, y, norm Ptr, eps float32, n int) error {
 	return k.run(kScaleInvNorm, n, ptrArg(x), ptrArg(y), ptrArg(norm), f32Arg(eps), i64Arg(n))
+}
+
+// BatchNormalize writes into y each of count n-element matrices of x
+// (back to back) divided by its Frobenius norm + eps: GlobalNorm and
+// ScaleInvNorm of every matrix in one launch.
+func (k *Kernels) BatchNormalize(x, y Ptr, eps float32, n, count int) error {
+	if n <= 0 || count <= 0 {
+		return nil
+	}
+	grid := dim3{uint32(min(count, 65535)), 1, 1}
+	if err := k.l.launch(kBatchNormalize, grid, k.block(), []arg{ptrArg(x), ptrArg(y), f32Arg(eps), i64Arg(n), i32Arg(count)}); err != nil {
+		return fmt.Errorf("%s: %w", kBatchNormalize, err)
+	}
+	return nil
 }
 
 // EMA folds x into the average: ema = ema·d + (1 − d)·x.

@@ -30,22 +30,24 @@ const (
 	nsEps         = 1e-7
 )
 
-// NewtonSchulzBytes is the workspace NewtonSchulz needs for a rows×cols
-// matrix.
-func (k *Kernels) NewtonSchulzBytes(rows, cols int) int {
+// NewtonSchulzBytes is the workspace NewtonSchulz needs for count
+// rows×cols matrices.
+func (k *Kernels) NewtonSchulzBytes(rows, cols, count int) int {
 	r := min(rows, cols)
-	return 4*(2*rows*cols+2*r*r) + 8*k.ReduceScratch(rows*cols) + 8
+	return 4 * count * (2*rows*cols + 2*r*r)
 }
 
-// NewtonSchulz writes into out (rows×cols, row-major) MuSGD's float32
-// orthogonalisation of g: X = g/(‖g‖_F + 1e-7), transposed when rows >
-// cols, then five iterations X ← aX + (bA + cA²)X with A = XXᵀ, as
-// trainer/optim does on the CPU. The products run on mm (cuBLAS), the
-// rest in the kernels; nothing returns to the host. ws must hold
-// NewtonSchulzBytes(rows, cols) bytes.
-func (k *Kernels) NewtonSchulz(mm Matmul, out, g Ptr, rows, cols int, ws Ptr) error {
-	if rows <= 0 || cols <= 0 {
-		return fmt.Errorf("cuda: newton-schulz of a %dx%d matrix", rows, cols)
+// NewtonSchulz writes into out MuSGD's float32 orthogonalisation of each
+// of count rows×cols matrices of g (row-major, back to back; out alike):
+// X = g/(‖g‖_F + 1e-7), transposed when rows > cols, then five iterations
+// X ← aX + (bA + cA²)X with A = XXᵀ, as trainer/optim does on the CPU for
+// one matrix. The batch takes the launches of one matrix: one
+// normalisation (BatchNormalize), strided-batched products on mm (cuBLAS)
+// and element-wise steps over the whole batch; nothing returns to the
+// host. ws must hold NewtonSchulzBytes(rows, cols, count) bytes.
+func (k *Kernels) NewtonSchulz(mm Matmul, out, g Ptr, rows, cols, count int, ws Ptr) error {
+	if rows <= 0 || cols <= 0 || count <= 0 {
+		return fmt.Errorf("cuda: newton-schulz of %d %dx%d matrices", count, rows, cols)
 	}
 	n := rows * cols
 	r, c := rows, cols
@@ -53,44 +55,43 @@ func (k *Kernels) NewtonSchulz(mm Matmul, out, g Ptr, rows, cols int, ws Ptr) er
 	if tr {
 		r, c = cols, rows
 	}
-	x, t := ws, ws.Add(4*n)
-	a := ws.Add(8 * n)
-	b := a.Add(4 * r * r)
-	partial := b.Add(4 * r * r)
-	norm := partial.Add(8 * k.ReduceScratch(n))
-	if err := k.GlobalNorm([]Ptr{g}, []int{n}, partial, norm); err != nil {
+	x, t := ws, ws.Add(4*count*n)
+	a := t.Add(4 * count * n)
+	b := a.Add(4 * count * r * r)
+	if tr {
+		if err := k.BatchNormalize(g, t, nsEps, n, count); err != nil {
+			return err
+		}
+		// x_k (cols×rows) is t_kᵀ: x[k][j][i] = t[k·n + i·cols + j].
+		if err := k.Gather([]int{count, cols, rows}, []int{n, 1, cols}, t, x); err != nil {
+			return err
+		}
+	} else if err := k.BatchNormalize(g, x, nsEps, n, count); err != nil {
 		return err
 	}
-	if tr {
-		if err := k.ScaleInvNorm(g, t, norm, nsEps, n); err != nil {
-			return err
-		}
-		// x (cols×rows) is tᵀ: x[j][i] = t[i·cols + j].
-		if err := k.Gather([]int{cols, rows}, []int{1, cols}, t, x); err != nil {
-			return err
-		}
-	} else if err := k.ScaleInvNorm(g, x, norm, nsEps, n); err != nil {
-		return err
+	gemm := func(g backend.Gemm, sa, sb, sc int, p, q, o Ptr) error {
+		g.Batch, g.StrideA, g.StrideB, g.StrideC = count, sa, sb, sc
+		return mm.Gemm(g, p, q, o)
 	}
 	for range nsSteps {
-		if err := mm.Gemm(backend.Gemm{TransB: true, M: r, N: r, K: c, Alpha: 1}, x, x, a); err != nil { // A = XXᵀ
+		if err := gemm(backend.Gemm{TransB: true, M: r, N: r, K: c, Alpha: 1}, n, n, r*r, x, x, a); err != nil { // A = XXᵀ
 			return err
 		}
-		if err := mm.Gemm(backend.Gemm{TransB: true, M: r, N: r, K: r, Alpha: 1}, a, a, b); err != nil { // A·Aᵀ = A²
+		if err := gemm(backend.Gemm{TransB: true, M: r, N: r, K: r, Alpha: 1}, r*r, r*r, r*r, a, a, b); err != nil { // A·Aᵀ = A²
 			return err
 		}
-		if err := k.Axpby(a, b, nsC, nsB, r*r); err != nil { // B = bA + cA²
+		if err := k.Axpby(a, b, nsC, nsB, count*r*r); err != nil { // B = bA + cA²
 			return err
 		}
-		if err := mm.Gemm(backend.Gemm{M: r, N: c, K: r, Alpha: 1}, b, x, t); err != nil { // T = BX
+		if err := gemm(backend.Gemm{M: r, N: c, K: r, Alpha: 1}, r*r, n, n, b, x, t); err != nil { // T = BX
 			return err
 		}
-		if err := k.Axpby(t, x, nsA, 1, n); err != nil { // X = aX + T
+		if err := k.Axpby(t, x, nsA, 1, count*n); err != nil { // X = aX + T
 			return err
 		}
 	}
 	if tr {
-		return k.Gather([]int{rows, cols}, []int{1, rows}, x, out)
+		return k.Gather([]int{count, rows, cols}, []int{n, 1, rows}, x, out)
 	}
-	return k.Gather([]int{n}, []int{1}, x, out)
+	return k.Gather([]int{count * n}, []int{1}, x, out)
 }

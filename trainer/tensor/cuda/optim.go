@@ -97,33 +97,54 @@ func (be *Backend) mtLaunch(kn kernel, l *mtList, args ...arg) error {
 	return be.k.mtRun(kn, t, args...)
 }
 
-// MuonStep is MuSGD's Muon part: the momentum and Nesterov blend into u,
-// then (step ≠ 0) Newton–Schulz of u as rows×cols into out, its products
-// on cuBLAS, and param −= step·out.
-func (be *Backend) MuonStep(param, grad, m, u, out backend.Buffer, rows, cols int, momentum float64, step float32) {
-	n := rows * cols
-	checkLen("muon step", n, param, grad, m, u, out)
+// MuonSteps is MuSGD's Muon part on a list of rows×cols parameters that
+// share the momentum and the step: each one's momentum and Nesterov blend
+// into its slot of a batch u, then (step ≠ 0) Newton–Schulz of the whole
+// batch at once (NewtonSchulz: strided-batched products on cuBLAS), and
+// each param −= step·out. u, out and Newton–Schulz's matrices are the
+// Backend's workspace.
+func (be *Backend) MuonSteps(params, grads, m []backend.Buffer, rows, cols int, momentum float64, step float32) {
+	count, n := len(params), rows*cols
+	if len(grads) != count || len(m) != count {
+		panic(fmt.Sprintf("cuda backend: muon step of %d parameters given %d gradients and %d momentum buffers", count, len(grads), len(m)))
+	}
+	if count == 0 {
+		return
+	}
+	for i := range params {
+		checkLen("muon step", n, params[i], grads[i], m[i])
+	}
 	be.wsMu.Lock()
 	defer be.wsMu.Unlock()
-	var ws Ptr
+	bytes := 4 * count * n
 	if step != 0 {
-		ws = be.scratch(be.k.NewtonSchulzBytes(rows, cols)) // before hold: it may allocate
+		bytes += 4*count*n + be.k.NewtonSchulzBytes(rows, cols, count)
 	}
-	// The thirty-odd launches and GEMMs of one matrix take the device once.
+	u := be.scratch(bytes) // before hold: it may allocate
+	out := u.Add(4 * count * n)
+	ns := out.Add(4 * count * n)
+	// The batch's launches and GEMMs take the device once.
 	orPanic("muon step", be.e.hold(func(l launcher, mm Matmul) error {
 		kk := *be.k
 		kk.l = l
 		k := &kk
-		if err := k.MuonMomentum(be.ptr(grad), be.ptr(m), be.ptr(u), n, momentum); err != nil {
-			return fmt.Errorf("momentum: %w", err)
+		for i := range params {
+			if err := k.MuonMomentum(be.ptr(grads[i]), be.ptr(m[i]), u.Add(4*i*n), n, momentum); err != nil {
+				return fmt.Errorf("momentum: %w", err)
+			}
 		}
 		if step == 0 {
 			return nil // trainer/optim skips the orthogonalisation of a zero step
 		}
-		if err := k.NewtonSchulz(mm, be.ptr(out), be.ptr(u), rows, cols, ws); err != nil {
+		if err := k.NewtonSchulz(mm, out, u, rows, cols, count, ns); err != nil {
 			return fmt.Errorf("newton-schulz: %w", err)
 		}
-		return k.Axpby(be.ptr(out), be.ptr(param), 1, -step, n)
+		for i := range params {
+			if err := k.Axpby(out.Add(4*i*n), be.ptr(params[i]), 1, -step, n); err != nil {
+				return err
+			}
+		}
+		return nil
 	}))
 }
 

@@ -156,6 +156,7 @@ const std::map<std::string, std::array<Kernel, kSlots>> kernels = {
     K(bn_eval_backward),
     // Multi-tensor forms.
     K(mt_fill), K(mt_scale_by), K(mt_ema), K(mt_sgd_nesterov), K(mt_adamw), K(mt_sum_squares),
+    K(batch_normalize),
     // Tiled batch-norm.
     K(bn_tiles_partial), K(bn_tiles_finish), K(bn_tiles_apply),
     // loss_assign.cu

@@ -64,6 +64,26 @@ SP_KERNEL void scale_inv_norm(const float* __restrict__ x, float* __restrict__ y
   SP_FOR(i, n) y[i] = x[i] * inv;
 }
 
+// batch_normalize is scale_inv_norm after a norm for each of count
+// matrices of n elements at once (Newton–Schulz's normalisation of a batch
+// of same-shaped matrices): block b takes matrices b, b + gridDim.x, …;
+// its norm is summed in double over the block in a fixed order and
+// rounded to float as reduce_finish's, the scale computed as
+// scale_inv_norm's.
+SP_KERNEL void batch_normalize(const float* __restrict__ x, float* __restrict__ y, float eps, long long n,
+                               int count) {
+  __shared__ double part[SP_MAX_BLOCK];
+  for (int b = blockIdx.x; b < count; b += gridDim.x) {
+    const float* xb = x + (long long)b * n;
+    float* yb = y + (long long)b * n;
+    double s = 0;
+    for (long long i = threadIdx.x; i < n; i += blockDim.x) s += (double)xb[i] * (double)xb[i];
+    float norm = (float)sqrt(block_sum(s, part));
+    float inv = (float)(1.0 / ((double)norm + (double)eps));
+    for (long long i = threadIdx.x; i < n; i += blockDim.x) yb[i] = xb[i] * inv;
+  }
+}
+
 // ema_update: ema = ema·d + (1 − d)·x.
 SP_INLINE void ema_elem(float* __restrict__ ema, const float* __restrict__ x, float d, float w, long long i) {
   ema[i] = ema[i] * d + w * x[i];
