@@ -38,6 +38,10 @@
 #   - nvidia-smi samples utilisation and memory every 0.5 s during the
 #     throughput and training steps (NAME.smi.csv; mean and peak in the
 #     report).
+#   - The throughput steps report, per training step, the host's time to
+#     queue it and the device's time between two events around it.
+#   - PyTorch's full iteration (forward, backward, optimiser step) runs at
+#     fp32, TF32 and TF32 + AMP in channels_last when PyTorch is there.
 #   - compute-sanitizer --tool memcheck runs the kernel tests when it is
 #     installed.
 #
@@ -340,7 +344,7 @@ if ((gpu)); then
     name="throughput-batch$b"
     sampled "$name" 60 bash -c "cd trainer/gpucheck && ./gpucheck.test -test.v -test.run '^\$' -test.bench 'TrainStepOnGPU/^batch=$b\$' -test.benchtime 1x"
     if [[ -f "$out/$name.log" ]]; then
-      say "training step, batch $b at 640 px (best-s/step, img/s, host-device-B/step, torch-best-s/step, go/torch):"
+      say "training step, batch $b at 640 px (best-s/step, img/s, host-queue-ms/step, device-ms/step from events, host-device-B/step, torch-best-s/step, go/torch):"
       grep -E '^BenchmarkTrainStepOnGPU' "$out/$name.log" | tee -a "$report"
     fi
   done
@@ -385,9 +389,24 @@ else
     ./cuda.test -test.count=1 -test.run '^TestKernelsOnGPU\$'"
 fi
 
-# ---- what this script does not measure yet ----------------------------
-skip host-vs-device-time "not implemented: per-iteration host-queue time against device time from events (BenchmarkHostIteration measures the host side on the stub driver, without a GPU)"
-skip torch-full-iteration "not implemented: PyTorch baselines of the full iteration (loss and optimiser, fp32, TF32, AMP with channels_last); bench_torch.py times forward and backward only"
+# ---- PyTorch's full iteration --------------------------------------------
+# PyTorch's full iteration (forward, backward, the MuSGD-style step) on
+# the same GPU at fp32, TF32, and TF32 + AMP (float16 autocast, scaled
+# loss) in channels_last, as Ultralytics trains: the baselines the
+# throughput steps' go/torch ratios leave out. Its loss is the sum of the
+# outputs (bench_torch.py "full"), not YOLO26-seg's.
+if ((gpu)) && [[ -n "${SEGPIPE_BENCH_TORCH:-}" ]]; then
+  for mode in "fp32:" "tf32:tf32" "amp-channels-last:tf32 amp cl"; do
+    label=${mode%%:*}
+    flags=${mode#*:}
+    # shellcheck disable=SC2086 # flags are words
+    step "torch-full-iteration-$label" 40 "$SEGPIPE_BENCH_TORCH" trainer/model/testdata/bench_torch.py n 32 640 16 5 full cuda $flags
+  done
+elif ((gpu)); then
+  skip torch-full-iteration "no PyTorch (SEGPIPE_BENCH_TORCH)"
+else
+  skip torch-full-iteration "no usable GPU ($why)"
+fi
 
 if [[ -f python/device_check.sh && -n "$segpipe" ]]; then
   if ((gpu)); then

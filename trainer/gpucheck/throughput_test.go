@@ -65,23 +65,41 @@ func benchStep(b *testing.B, batch, imgsz int, tf32 bool) {
 		px[i] = rng.Float32()
 	}
 	x := tensor.Upload(be, px, batch, 3, imgsz, imgsz)
-	step := trainStep(b, be, m, x)
-	step()
-	step()
+	queue := trainStep(b, be, m, x)
+	queue()
+	be.Sync()
+	queue()
+	be.Sync()
 	x0 := be.Transfers()
 	b.ResetTimer()
-	best := time.Duration(1<<63 - 1)
+	// Per step: the wall time; the host's time to queue the step (until
+	// its last call returns); the device's time between events recorded
+	// before and after it. Host time near the wall time and device time
+	// well below it is a host-bound step.
+	never := time.Duration(1<<63 - 1)
+	best, bestHost, bestDevice := never, never, never
 	steps := max(b.N, 5) // -test.benchtime=1x: one run of the benchmark, five steps
 	for range steps {
 		t0 := time.Now()
-		step()
-		best = min(best, time.Since(t0))
+		tm, err := be.StartTimer()
+		if err != nil {
+			b.Fatal(err)
+		}
+		queue()
+		host := time.Since(t0)
+		device, err := tm.Stop()
+		if err != nil {
+			b.Fatal(err)
+		}
+		best, bestHost, bestDevice = min(best, time.Since(t0)), min(bestHost, host), min(bestDevice, device)
 	}
 	b.StopTimer()
 	sec := best.Seconds()
 	moved := x0.Since(be.Transfers())
 	b.ReportMetric(sec, "best-s/step")
 	b.ReportMetric(float64(batch)/sec, "img/s")
+	b.ReportMetric(bestHost.Seconds()*1e3, "host-queue-ms/step")
+	b.ReportMetric(bestDevice.Seconds()*1e3, "device-ms/step")
 	b.ReportMetric(float64(moved.UploadBytes+moved.DownloadBytes)/float64(steps), "host-device-B/step")
 	py := os.Getenv("SEGPIPE_BENCH_TORCH")
 	if py == "" {
@@ -101,8 +119,8 @@ func benchStep(b *testing.B, batch, imgsz int, tf32 bool) {
 }
 
 // trainStep returns the benchmarked step on be: zeroed gradients, a
-// train-mode forward of x, backward from gradient 1 on every output, and a
-// synchronisation.
+// train-mode forward of x and backward from gradient 1 on every output,
+// queued; the caller waits for it (Sync or a Timer).
 func trainStep(tb testing.TB, be backend.Backend, m *model.Model, x *tensor.Tensor) func() {
 	var seeds []*tensor.Tensor
 	return func() {
@@ -128,6 +146,5 @@ func trainStep(tb testing.TB, be backend.Backend, m *model.Model, x *tensor.Tens
 		if err := tp.BackwardFrom(outs, seeds); err != nil {
 			tb.Fatal(err)
 		}
-		be.Sync()
 	}
 }

@@ -274,3 +274,45 @@ func TestHostCallBudget(t *testing.T) {
 		t.Errorf("%d iterations make %d cuEventSynchronize calls, want one each (the previous step's loss)", steps, n)
 	}
 }
+
+// TestTimerOnStub: a device timer adds to a step two timing events
+// recorded on the compute stream around it, one wait (for the end event),
+// one elapsed-time query and the two events' destruction; nothing else.
+func TestTimerOnStub(t *testing.T) {
+	be, st := stubBackend(t)
+	step := hostIteration(t, be, 2, 64)
+	step()
+	step()
+	calls := func(f func()) map[string]uint64 {
+		by0, err := st.CallsByName()
+		if err != nil {
+			t.Fatal(err)
+		}
+		f()
+		by1, _ := st.CallsByName()
+		d := map[string]uint64{}
+		for k, v := range by1 {
+			if n := v - by0[k]; n != 0 && strings.HasPrefix(k, "cuEvent") {
+				d[k] = n
+			}
+		}
+		return d
+	}
+	plain := calls(step)
+	timed := calls(func() {
+		tm, err := be.StartTimer()
+		if err != nil {
+			t.Fatal(err)
+		}
+		step()
+		if _, err := tm.Stop(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	want := map[string]uint64{"cuEventCreate": 2, "cuEventRecord": 2, "cuEventSynchronize": 1, "cuEventElapsedTime": 1, "cuEventDestroy_v2": 2}
+	for name, n := range want {
+		if got := timed[name] - plain[name]; got != n {
+			t.Errorf("%s: %d calls with the timer, %d without; want %d more", name, timed[name], plain[name], n)
+		}
+	}
+}
