@@ -257,7 +257,9 @@ func pickAlgo(perf []algoPerf, allowTensorOps bool) (algoPerf, bool) {
 }
 
 // ConvPlan is a convolution's descriptors and the algorithms cuDNN's
-// search chose for its three passes, with their workspace sizes.
+// search chose for its three passes, with their workspace sizes. A pass is
+// planned when it first runs: validation, which runs forward passes only,
+// searches no backward algorithm for its own batch shapes.
 type ConvPlan struct {
 	Conv
 	x, y, w uintptr
@@ -268,10 +270,21 @@ type ConvPlan struct {
 	convs                             [3]uintptr
 	FwdAlgo, BwdDataAlgo, BwdFiltAlgo int32
 	FwdWS, BwdDataWS, BwdFiltWS       uint64
+	planned                           [3]bool
+	key                               string // the plan cache's
 }
 
-// PlanConv creates c's descriptors and runs cuDNN's algorithm search
-// (which times each candidate on the device) for all three passes.
+// The passes, in ConvPlan.convs' order.
+const (
+	passForward = iota
+	passBackwardData
+	passBackwardFilter
+)
+
+// PlanConv creates c's descriptors and chooses the forward pass's
+// algorithm by cuDNN's search (which times each candidate on the device),
+// or heuristics, or the plan cache; each backward pass is planned the
+// same way when it first runs.
 func (d *Device) PlanConv(dn *Dnn, c Conv) (*ConvPlan, error) {
 	c.Stride, c.Groups = max(c.Stride, 1), max(c.Groups, 1)
 	p := &ConvPlan{Conv: c}
@@ -313,94 +326,91 @@ func (d *Device) PlanConv(dn *Dnn, c Conv) (*ConvPlan, error) {
 				return err
 			}
 		}
-		const want = 8
-		buf := make([]byte, want*algoPerfSize)
-		var got int32
-		type search struct {
-			name     string
-			find, ws uintptr
-			algo     *int32
-			size     *uint64
-			conv     uintptr
-		}
-		searches := []search{
-			{"Forward", a.findFwd, a.wsFwd, &p.FwdAlgo, &p.FwdWS, p.convs[0]},
-			{"BackwardData", a.findBwdData, a.wsBwdData, &p.BwdDataAlgo, &p.BwdDataWS, p.convs[1]},
-			{"BackwardFilter", a.findBwdFilter, a.wsBwdFilter, &p.BwdFiltAlgo, &p.BwdFiltWS, p.convs[2]},
-		}
-		query := "cudnnFindConvolution%sAlgorithm"
-		if dn.heuristic {
-			// Same arguments and result layout as the searches.
-			searches[0].find, searches[1].find, searches[2].find = a.heurFwd, a.heurBwdData, a.heurBwdFilter
-			query = "cudnnGetConvolution%sAlgorithm_v7"
-		}
-		key := planKey(d, dn, c)
-		cached, hit := plans.get(key)
-		var chosen [3]algoChoice
-		for i, s := range searches {
-			// Descriptor order per pass: forward (x, w, conv, y), backward
-			// data (w, dy, conv, dx), backward filter (x, dy, conv, dw).
-			d1, d2, d3 := p.x, p.w, p.y
-			switch s.name {
-			case "BackwardData":
-				d1, d2, d3 = p.w, p.y, p.x
-			case "BackwardFilter":
-				d1, d2, d3 = p.x, p.y, p.w
-			}
-			search := func() (algoPerf, error) {
-				if err := a.check(fmt.Sprintf(query, s.name), ccall(s.find, dn.handle, d1, d2, s.conv, d3, want,
-					uintptr(unsafe.Pointer(&got)), uintptr(unsafe.Pointer(&buf[0])))); err != nil {
-					return algoPerf{}, err
-				}
-				best, ok := pickAlgo(parseAlgoPerf(buf, int(got)), dn.math == dnnDefaultMath)
-				if !ok {
-					return algoPerf{}, fmt.Errorf("cudnn: no %s algorithm for %+v", s.name, c)
-				}
-				return best, nil
-			}
-			// use runs best in the math type it was found in (tensor-op
-			// math may be what made it fastest) and sizes its workspace.
-			// Strict fp32 keeps FMA math, whatever the entry says.
-			use := func(best algoPerf) error {
-				*s.algo = best.algo
-				m := dn.math
-				if dn.math == dnnDefaultMath {
-					m = uintptr(best.math)
-				}
-				if err := a.check("cudnnSetConvolutionMathType", ccall(a.setConvMath, s.conv, m)); err != nil {
-					return err
-				}
-				return a.check("cudnnGetConvolution"+s.name+"WorkspaceSize", ccall(s.ws, dn.handle, d1, d2, s.conv, d3,
-					uintptr(best.algo), uintptr(unsafe.Pointer(s.size))))
-			}
-			var best algoPerf
-			var err error
-			if hit {
-				best = algoPerf{algo: cached[i].Algo, math: cached[i].Math}
-				if use(best) == nil {
-					chosen[i] = cached[i]
-					continue
-				}
-				hit = false // a choice this cuDNN refuses: search again
-			}
-			if best, err = search(); err != nil {
-				return err
-			}
-			if err := use(best); err != nil {
-				return err
-			}
-			chosen[i] = algoChoice{Algo: best.algo, Math: best.math}
-		}
-		if !hit {
-			plans.put(key, chosen)
-		}
-		return nil
+		p.key = planKey(d, dn, c)
+		return p.planLocked(dn, passForward)
 	})
 	if err != nil {
 		p.destroy(d, dn)
 		return nil, fmt.Errorf("conv %+v: %w", c, err)
 	}
 	return p, nil
+}
+
+// planLocked chooses pass's algorithm unless it is chosen (inside Do):
+// from the plan cache, else by cuDNN's search or heuristics, recording
+// the choice in the cache; then applies its math type to the pass's
+// descriptor and sizes its workspace.
+func (p *ConvPlan) planLocked(dn *Dnn, pass int) error {
+	if p.planned[pass] {
+		return nil
+	}
+	a := dn.api
+	const want = 8
+	var buf [want * algoPerfSize]byte
+	var got int32
+	type search struct {
+		name     string
+		find, ws uintptr
+		algo     *int32
+		size     *uint64
+	}
+	s := [3]search{
+		{"Forward", a.findFwd, a.wsFwd, &p.FwdAlgo, &p.FwdWS},
+		{"BackwardData", a.findBwdData, a.wsBwdData, &p.BwdDataAlgo, &p.BwdDataWS},
+		{"BackwardFilter", a.findBwdFilter, a.wsBwdFilter, &p.BwdFiltAlgo, &p.BwdFiltWS},
+	}[pass]
+	query := "cudnnFindConvolution%sAlgorithm"
+	if dn.heuristic {
+		// Same arguments and result layout as the searches.
+		s.find = [3]uintptr{a.heurFwd, a.heurBwdData, a.heurBwdFilter}[pass]
+		query = "cudnnGetConvolution%sAlgorithm_v7"
+	}
+	conv := p.convs[pass]
+	// Descriptor order per pass: forward (x, w, conv, y), backward data
+	// (w, dy, conv, dx), backward filter (x, dy, conv, dw).
+	d1, d2, d3 := p.x, p.w, p.y
+	switch pass {
+	case passBackwardData:
+		d1, d2, d3 = p.w, p.y, p.x
+	case passBackwardFilter:
+		d1, d2, d3 = p.x, p.y, p.w
+	}
+	// use runs best in the math type it was found in (tensor-op math may
+	// be what made it fastest) and sizes its workspace. Strict fp32 keeps
+	// FMA math, whatever the entry says.
+	use := func(best algoPerf) error {
+		*s.algo = best.algo
+		m := dn.math
+		if dn.math == dnnDefaultMath {
+			m = uintptr(best.math)
+		}
+		if err := a.check("cudnnSetConvolutionMathType", ccall(a.setConvMath, conv, m)); err != nil {
+			return err
+		}
+		return a.check("cudnnGetConvolution"+s.name+"WorkspaceSize", ccall(s.ws, dn.handle, d1, d2, conv, d3,
+			uintptr(best.algo), uintptr(unsafe.Pointer(s.size))))
+	}
+	if cached, hit := plans.get(p.key); hit && cached[pass].Algo >= 0 {
+		if use(algoPerf{algo: cached[pass].Algo, math: cached[pass].Math}) == nil {
+			p.planned[pass] = true
+			return nil
+		}
+		// A choice this cuDNN refuses: search again.
+	}
+	if err := a.check(fmt.Sprintf(query, s.name), ccall(s.find, dn.handle, d1, d2, conv, d3, want,
+		uintptr(unsafe.Pointer(&got)), uintptr(unsafe.Pointer(&buf[0])))); err != nil {
+		return err
+	}
+	best, ok := pickAlgo(parseAlgoPerf(buf[:], int(got)), dn.math == dnnDefaultMath)
+	if !ok {
+		return fmt.Errorf("cudnn: no %s algorithm for %+v", s.name, p.Conv)
+	}
+	if err := use(best); err != nil {
+		return err
+	}
+	plans.putPass(p.key, pass, algoChoice{Algo: best.algo, Math: best.math})
+	p.planned[pass] = true
+	return nil
 }
 
 func (p *ConvPlan) destroy(d *Device, dn *Dnn) {
@@ -475,6 +485,9 @@ func (d *Device) ConvForward(dn *Dnn, p *ConvPlan, x, w, y Ptr) error {
 func (d *Device) ConvBackwardData(dn *Dnn, p *ConvPlan, dy, w, dx Ptr) error {
 	alpha, beta := float32(1), float32(1)
 	return d.Do(func() error {
+		if err := p.planLocked(dn, passBackwardData); err != nil {
+			return fmt.Errorf("conv %+v: %w", p.Conv, err)
+		}
 		return d.withWorkspace(p.BwdDataWS, func(ws Ptr) error {
 			return dn.api.check("cudnnConvolutionBackwardData", ccall(dn.api.convBwdData, dn.handle, uintptr(unsafe.Pointer(&alpha)),
 				p.w, uintptr(w), p.y, uintptr(dy), p.convs[1], uintptr(p.BwdDataAlgo), uintptr(ws), uintptr(p.BwdDataWS),
@@ -487,6 +500,9 @@ func (d *Device) ConvBackwardData(dn *Dnn, p *ConvPlan, dy, w, dx Ptr) error {
 func (d *Device) ConvBackwardFilter(dn *Dnn, p *ConvPlan, x, dy, dw Ptr) error {
 	alpha, beta := float32(1), float32(1)
 	return d.Do(func() error {
+		if err := p.planLocked(dn, passBackwardFilter); err != nil {
+			return fmt.Errorf("conv %+v: %w", p.Conv, err)
+		}
 		return d.withWorkspace(p.BwdFiltWS, func(ws Ptr) error {
 			return dn.api.check("cudnnConvolutionBackwardFilter", ccall(dn.api.convBwdFilter, dn.handle, uintptr(unsafe.Pointer(&alpha)),
 				p.x, uintptr(x), p.y, uintptr(dy), p.convs[2], uintptr(p.BwdFiltAlgo), uintptr(ws), uintptr(p.BwdFiltWS),

@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/segpipe/segpipe/trainer/internal/modelcase"
+	"github.com/segpipe/segpipe/trainer/model"
+	"github.com/segpipe/segpipe/trainer/tensor"
 	"github.com/segpipe/segpipe/trainer/tensor/cuda"
 	"github.com/segpipe/segpipe/trainer/tensor/cuda/cudastub"
 )
@@ -147,5 +150,59 @@ func TestFullPoolTakesBackTheCache(t *testing.T) {
 	by, _ = st.CallsByName()
 	if by["cuMemFreeAsync"] == frees {
 		t.Errorf("an allocation failed and nothing cached went back to the pool (allocations %d → %d)", allocs, by["cuMemAllocAsync"])
+	}
+}
+
+// TestBackwardPlannedOnFirstUse: a forward pass (validation's) searches
+// no backward-filter algorithm (and backward-data ones only for the
+// transposed convolutions its forward runs as backward data); a training
+// step then searches the backward passes, and a second step nothing.
+func TestBackwardPlannedOnFirstUse(t *testing.T) {
+	t.Setenv(cuda.PlanCacheEnv, "off")
+	cuda.ForgetPlanCache()
+	t.Cleanup(cuda.ForgetPlanCache)
+	be, st, err := openStubWith(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	finds := func() [3]uint64 {
+		by, err := st.CallsByName()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return [3]uint64{by["cudnnFindConvolutionForwardAlgorithm"], by["cudnnFindConvolutionBackwardDataAlgorithm"],
+			by["cudnnFindConvolutionBackwardFilterAlgorithm"]}
+	}
+	since := func(a, b [3]uint64) [3]uint64 { return [3]uint64{b[0] - a[0], b[1] - a[1], b[2] - a[2]} }
+	m, err := model.New(model.Config{Variant: "n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.To(be)
+	const b, sz = 3, 64
+	img, _ := modelcase.SyntheticBatch(b, sz)
+	x := tensor.UploadBytes(be, img, 1.0/255, b, 3, sz, sz)
+	f0 := finds()
+	if _, err := m.Forward(tensor.NewTape(be), x, model.Eval); err != nil {
+		t.Fatal(err)
+	}
+	be.Sync()
+	f1 := finds()
+	fwd := since(f0, f1)
+	step := hostIteration(t, be, b, sz)
+	step()
+	f2 := finds()
+	train := since(f1, f2)
+	step()
+	again := since(f2, finds())
+	t.Logf("searches (forward, backward data, backward filter): forward pass %v, first training step %v, second %v", fwd, train, again)
+	if fwd[0] == 0 || fwd[2] != 0 {
+		t.Errorf("a forward pass searched %v; want forward algorithms and no backward-filter ones", fwd)
+	}
+	if train[2] == 0 || train[1] == 0 {
+		t.Errorf("the first training step searched %v; want its backward passes planned", train)
+	}
+	if again != [3]uint64{} {
+		t.Errorf("a second step searched %v again", again)
 	}
 }

@@ -69,13 +69,19 @@ func (c *planCache) get(key string) ([3]algoChoice, bool) {
 	return v, ok
 }
 
-// put records a choice and rewrites the file; a file that cannot be
-// written costs the next process its searches, nothing else.
-func (c *planCache) put(key string, v [3]algoChoice) {
+// putPass records the choice of one pass (the others of a new entry
+// unknown: Algo -1) and rewrites the file; a file that cannot be written
+// costs the next process its searches, nothing else.
+func (c *planCache) putPass(key string, pass int, v algoChoice) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.loadLocked()
-	c.m[key] = v
+	e, ok := c.m[key]
+	if !ok {
+		e = [3]algoChoice{{Algo: -1}, {Algo: -1}, {Algo: -1}}
+	}
+	e[pass] = v
+	c.m[key] = e
 	if c.path == "off" {
 		return
 	}
