@@ -206,3 +206,45 @@ func TestBackwardPlannedOnFirstUse(t *testing.T) {
 		t.Errorf("a second step searched %v again", again)
 	}
 }
+
+// TestPlansSharedAcrossBatchSizes: the algorithms chosen for one batch
+// size are used at another (validation's, a short last batch) without a
+// search; only the workspace sizes are asked again.
+func TestPlansSharedAcrossBatchSizes(t *testing.T) {
+	t.Setenv(cuda.PlanCacheEnv, "off")
+	cuda.ForgetPlanCache()
+	t.Cleanup(cuda.ForgetPlanCache)
+	be, st, err := openStubWith(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.New(model.Config{Variant: "n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.To(be)
+	searches := func() uint64 {
+		by, err := st.CallsByName()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return by["cudnnFindConvolutionForwardAlgorithm"] + by["cudnnFindConvolutionBackwardDataAlgorithm"] +
+			by["cudnnFindConvolutionBackwardFilterAlgorithm"]
+	}
+	forward := func(b int) uint64 {
+		img, _ := modelcase.SyntheticBatch(b, 64)
+		x := tensor.UploadBytes(be, img, 1.0/255, b, 3, 64, 64)
+		s0 := searches()
+		if _, err := m.Forward(tensor.NewTape(be), x, model.Eval); err != nil {
+			t.Fatal(err)
+		}
+		be.Sync()
+		return searches() - s0
+	}
+	if n := forward(4); n == 0 {
+		t.Fatal("the first batch size planned without searching")
+	}
+	if n := forward(3); n != 0 {
+		t.Errorf("batch 3 after batch 4 searched %d times; want the same algorithms", n)
+	}
+}

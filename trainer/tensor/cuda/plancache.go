@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+
+	"github.com/segpipe/segpipe/internal/atomicfile"
 )
 
 // PlanCacheEnv names the file cuDNN's algorithm choices are kept in across
@@ -92,21 +94,21 @@ func (c *planCache) putPass(key string, pass int, v algoChoice) {
 	if err := os.MkdirAll(filepath.Dir(c.path), 0o755); err != nil {
 		return
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(c.path), ".cudnn-plans-*")
-	if err != nil {
-		return
-	}
-	_, werr := tmp.Write(b)
-	if cerr := tmp.Close(); werr != nil || cerr != nil || os.Rename(tmp.Name(), c.path) != nil {
-		os.Remove(tmp.Name())
-	}
+	_ = atomicfile.WriteFile(c.path, b, 0o644)
 }
 
 // planKey is the cache key of c planned by dn on d.
+//
+// The batch size is not in the key: a choice made at one N is tried
+// first at every other (validation's batches, an epoch's short last
+// batch), its workspace sized for that N, and searched again only where
+// cuDNN refuses it (planLocked), rather than every candidate timed again
+// for each N.
 func planKey(d *Device, dn *Dnn, c Conv) string {
 	mode := "search"
 	if dn.heuristic {
 		mode = "heuristic"
 	}
-	return fmt.Sprintf("%s sm_%d%d cudnn %d math %d %s %+v", d.Name, d.Major, d.Minor, int(ccall(dn.api.getVersion)), dn.math, mode, c)
+	c.N = 0
+	return fmt.Sprintf("%s sm_%d%d cudnn %d math %d %s any-N %+v", d.Name, d.Major, d.Minor, int(ccall(dn.api.getVersion)), dn.math, mode, c)
 }
