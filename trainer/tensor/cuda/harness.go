@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
@@ -140,6 +141,7 @@ func compileHarness() (string, error) {
 	}
 	h := sha256.New()
 	fmt.Fprintln(h, gxx, strings.Join(args, " "))
+	var sources [][]byte // the .cu files'
 	for _, s := range srcs {
 		if filepath.Ext(s) == ".ptx" {
 			continue
@@ -150,6 +152,9 @@ func compileHarness() (string, error) {
 		}
 		fmt.Fprintf(h, "%s %d\n", filepath.Base(s), len(b))
 		h.Write(b)
+		if filepath.Ext(s) == ".cu" {
+			sources = append(sources, b)
+		}
 	}
 	cache, err := os.UserCacheDir()
 	if err != nil {
@@ -171,7 +176,12 @@ func compileHarness() (string, error) {
 	}
 	tmp.Close()
 	defer os.Remove(tmp.Name())
-	cmd := exec.Command(gxx, append(args, "-o", tmp.Name(), filepath.Join(dir, "harness.cpp"))...)
+	// The kernel table's entries, one per SP_KERNEL of the sources.
+	inc := filepath.Join(out, "kernels.inc")
+	if err := os.WriteFile(inc, kernelTable(sources), 0o644); err != nil {
+		return "", fmt.Errorf("cuda harness: %w", err)
+	}
+	cmd := exec.Command(gxx, append(args, "-I", out, "-o", tmp.Name(), filepath.Join(dir, "harness.cpp"))...)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("cuda harness: g++ kernels/harness.cpp: %w\n%s", err, b)
 	}
@@ -179,6 +189,21 @@ func compileHarness() (string, error) {
 		return "", fmt.Errorf("cuda harness: %w", err)
 	}
 	return bin, nil
+}
+
+// kernelDecl finds a kernel's declaration in a .cu source.
+var kernelDecl = regexp.MustCompile(`(?m)^SP_KERNEL void (\w+)\(`)
+
+// kernelTable is kernels.inc: K(name) for every kernel the sources
+// declare, which harness.cpp's kernel table includes.
+func kernelTable(sources [][]byte) []byte {
+	var b bytes.Buffer
+	for _, src := range sources {
+		for _, m := range kernelDecl.FindAllSubmatch(src, -1) {
+			fmt.Fprintf(&b, "K(%s)\n", m[1])
+		}
+	}
+	return b.Bytes()
 }
 
 // harnessEngine is the engine of a Backend over the CPU harness: a

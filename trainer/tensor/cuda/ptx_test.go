@@ -2,6 +2,8 @@ package cuda
 
 import (
 	"io/fs"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -39,5 +41,40 @@ func TestPTXHasEveryKernel(t *testing.T) {
 	}
 	if len(have) != len(kernelNames) {
 		t.Errorf("PTX defines %d kernels, the Go layer knows %d", len(have), len(kernelNames))
+	}
+}
+
+// TestHarnessKernelTable: the CPU harness's kernel table, written from the
+// sources' SP_KERNEL declarations, names exactly the kernels the Go layer
+// knows (a declaration the pattern missed would leave a kernel out of the
+// harness).
+func TestHarnessKernelTable(t *testing.T) {
+	dir, err := kernelSources()
+	if err != nil {
+		t.Skip(err)
+	}
+	srcs, err := filepath.Glob(filepath.Join(dir, "*.cu"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sources [][]byte
+	for _, s := range srcs {
+		b, err := os.ReadFile(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sources = append(sources, b)
+	}
+	got := map[string]bool{}
+	for _, line := range strings.Fields(string(kernelTable(sources))) {
+		got[strings.TrimSuffix(strings.TrimPrefix(line, "K("), ")")] = true
+	}
+	for _, k := range kernelNames {
+		if !got[k] {
+			t.Errorf("kernel %s is not in the harness's table", k)
+		}
+	}
+	if len(got) != len(kernelNames) {
+		t.Errorf("the harness's table has %d kernels, the Go layer knows %d", len(got), len(kernelNames))
 	}
 }

@@ -143,29 +143,13 @@ Kernel entry(void (*f)(A...)) {
       [f](void** p) { invoke(f, p, std::index_sequence_for<A...>{}); }};
 }
 
-#define K(name) {#name, {entry(&slot0::name), entry(&slot1::name)}}
+// Every kernel of the .cu sources, by name: kernels.inc is the list of
+// K(name) the Go side writes from the sources' SP_KERNEL declarations
+// when it builds the harness (compileHarness), so that a new kernel needs
+// no entry here.
+#define K(name) {#name, {entry(&slot0::name), entry(&slot1::name)}},
 const std::map<std::string, std::array<Kernel, kSlots>> kernels = {
-    K(unary_forward),   K(unary_backward),    K(binary_forward),    K(binary_backward), K(scale),
-    K(add_scalar),      K(clamp_forward),     K(clamp_backward),    K(fill),            K(bce_logits_forward),
-    K(bce_logits_backward), K(image_to_float), K(strided_copy),     K(upsample_forward), K(upsample_backward),
-    K(bias_add),        K(bias_grad),         K(channel_affine),    K(maxpool_forward), K(maxpool_backward),
-    K(expand_windows),  K(reduce_partial),    K(reduce_finish),     K(sum_axis),        K(sum_axis_backward),
-    K(softmax_forward), K(softmax_backward),  K(clip_coef),         K(scale_by),        K(sgd_nesterov),
-    K(adamw_step),      K(muon_momentum),     K(axpby),             K(scale_inv_norm),  K(ema_update),
-    K(index_select),    K(strided_walk),      K(bn_train),          K(bn_backward),     K(bn_eval_scale),
-    K(bn_eval_backward),
-    // Multi-tensor forms.
-    K(mt_fill), K(mt_scale_by), K(mt_ema), K(mt_sgd_nesterov), K(mt_adamw), K(mt_sum_squares),
-    K(batch_normalize),
-    // Tiled batch-norm.
-    K(bn_tiles_partial), K(bn_tiles_finish), K(bn_tiles_apply),
-    // loss_assign.cu
-    K(loss_targets),    K(loss_assign_metric), K(loss_assign_topk), K(loss_assign_resolve), K(loss_assign_max),
-    K(loss_assign_targets), K(loss_assign_count), K(loss_cls_rows), K(loss_box),     K(loss_clsbox_finish),
-    K(loss_combine),    K(loss_zero_without_fg),
-    // loss_mask.cu
-    K(loss_owner_area), K(loss_owner_map), K(loss_semantic), K(loss_mask_gather), K(loss_mask_rows),
-    K(loss_mask_proto_grad), K(loss_mask_finish), K(loss_sem_channel), K(loss_sem_finish),
+#include "kernels.inc"
 };
 
 std::map<long, std::vector<unsigned char>> buffers;
