@@ -34,6 +34,20 @@ func openStubWith(t *testing.T, defines ...string) (*cuda.Backend, *cudastub.Stu
 	return be, st, err
 }
 
+// convSearches counts the stub's cuDNN algorithm searches so far: forward,
+// backward data, backward filter.
+func convSearches(t *testing.T, st *cudastub.Stub) [3]uint64 {
+	t.Helper()
+	by, err := st.CallsByName()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return [3]uint64{by["cudnnFindConvolutionForwardAlgorithm"], by["cudnnFindConvolutionBackwardDataAlgorithm"],
+		by["cudnnFindConvolutionBackwardFilterAlgorithm"]}
+}
+
+func sum3(v [3]uint64) uint64 { return v[0] + v[1] + v[2] }
+
 // TestPlanCacheAcrossProcesses: the algorithm choices of one backend's
 // plans are on disk, and a backend of a new process (the in-memory copy
 // dropped) plans every shape without one search.
@@ -42,14 +56,7 @@ func TestPlanCacheAcrossProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	finds := func() uint64 {
-		by, err := st.CallsByName()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return by["cudnnFindConvolutionForwardAlgorithm"] + by["cudnnFindConvolutionBackwardDataAlgorithm"] +
-			by["cudnnFindConvolutionBackwardFilterAlgorithm"]
-	}
+	finds := func() uint64 { return sum3(convSearches(t, st)) }
 	f0 := finds()
 	hostIteration(t, be, 1, 64)()
 	f1 := finds()
@@ -153,11 +160,10 @@ func TestFullPoolTakesBackTheCache(t *testing.T) {
 	}
 }
 
-// TestBackwardPlannedOnFirstUse: a forward pass (validation's) searches
-// no backward-filter algorithm (and backward-data ones only for the
-// transposed convolutions its forward runs as backward data); a training
-// step then searches the backward passes, and a second step nothing.
-func TestBackwardPlannedOnFirstUse(t *testing.T) {
+// plannedModel opens a Backend on the stub with the plan cache off (every
+// shape searched) and the n model on it.
+func plannedModel(t *testing.T) (*cuda.Backend, *cudastub.Stub, *model.Model) {
+	t.Helper()
 	t.Setenv(cuda.PlanCacheEnv, "off")
 	cuda.ForgetPlanCache()
 	t.Cleanup(cuda.ForgetPlanCache)
@@ -165,36 +171,44 @@ func TestBackwardPlannedOnFirstUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	finds := func() [3]uint64 {
-		by, err := st.CallsByName()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return [3]uint64{by["cudnnFindConvolutionForwardAlgorithm"], by["cudnnFindConvolutionBackwardDataAlgorithm"],
-			by["cudnnFindConvolutionBackwardFilterAlgorithm"]}
-	}
-	since := func(a, b [3]uint64) [3]uint64 { return [3]uint64{b[0] - a[0], b[1] - a[1], b[2] - a[2]} }
 	m, err := model.New(model.Config{Variant: "n"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	m.To(be)
-	const b, sz = 3, 64
+	return be, st, m
+}
+
+// evalForward runs m's eval-mode forward (validation's) on a synthetic
+// batch of b images at sz px and waits for it.
+func evalForward(t *testing.T, be *cuda.Backend, m *model.Model, b, sz int) {
+	t.Helper()
 	img, _ := modelcase.SyntheticBatch(b, sz)
 	x := tensor.UploadBytes(be, img, 1.0/255, b, 3, sz, sz)
-	f0 := finds()
 	if _, err := m.Forward(tensor.NewTape(be), x, model.Eval); err != nil {
 		t.Fatal(err)
 	}
 	be.Sync()
-	f1 := finds()
+}
+
+// TestBackwardPlannedOnFirstUse: a forward pass (validation's) searches
+// no backward-filter algorithm (and backward-data ones only for the
+// transposed convolutions its forward runs as backward data); a training
+// step then searches the backward passes, and a second step nothing.
+func TestBackwardPlannedOnFirstUse(t *testing.T) {
+	be, st, m := plannedModel(t)
+	since := func(a, b [3]uint64) [3]uint64 { return [3]uint64{b[0] - a[0], b[1] - a[1], b[2] - a[2]} }
+	const b, sz = 3, 64
+	f0 := convSearches(t, st)
+	evalForward(t, be, m, b, sz)
+	f1 := convSearches(t, st)
 	fwd := since(f0, f1)
 	step := hostIteration(t, be, b, sz)
 	step()
-	f2 := finds()
+	f2 := convSearches(t, st)
 	train := since(f1, f2)
 	step()
-	again := since(f2, finds())
+	again := since(f2, convSearches(t, st))
 	t.Logf("searches (forward, backward data, backward filter): forward pass %v, first training step %v, second %v", fwd, train, again)
 	if fwd[0] == 0 || fwd[2] != 0 {
 		t.Errorf("a forward pass searched %v; want forward algorithms and no backward-filter ones", fwd)
@@ -211,35 +225,11 @@ func TestBackwardPlannedOnFirstUse(t *testing.T) {
 // size are used at another (validation's, a short last batch) without a
 // search; only the workspace sizes are asked again.
 func TestPlansSharedAcrossBatchSizes(t *testing.T) {
-	t.Setenv(cuda.PlanCacheEnv, "off")
-	cuda.ForgetPlanCache()
-	t.Cleanup(cuda.ForgetPlanCache)
-	be, st, err := openStubWith(t)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.New(model.Config{Variant: "n"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.To(be)
-	searches := func() uint64 {
-		by, err := st.CallsByName()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return by["cudnnFindConvolutionForwardAlgorithm"] + by["cudnnFindConvolutionBackwardDataAlgorithm"] +
-			by["cudnnFindConvolutionBackwardFilterAlgorithm"]
-	}
+	be, st, m := plannedModel(t)
 	forward := func(b int) uint64 {
-		img, _ := modelcase.SyntheticBatch(b, 64)
-		x := tensor.UploadBytes(be, img, 1.0/255, b, 3, 64, 64)
-		s0 := searches()
-		if _, err := m.Forward(tensor.NewTape(be), x, model.Eval); err != nil {
-			t.Fatal(err)
-		}
-		be.Sync()
-		return searches() - s0
+		s0 := sum3(convSearches(t, st))
+		evalForward(t, be, m, b, 64)
+		return sum3(convSearches(t, st)) - s0
 	}
 	if n := forward(4); n == 0 {
 		t.Fatal("the first batch size planned without searching")
