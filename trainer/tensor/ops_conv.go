@@ -54,7 +54,13 @@ func (tp *Tape) Conv2d(x, w, b *Tensor, o ConvOptions) *Tensor {
 	if tp.wants(x, w, b) {
 		tp.push(func() {
 			if needs(x) {
-				be.Conv2dBackwardData(p, y.grad, w.data, x.GradBuffer())
+				// The first writer of x's gradient writes it (where the
+				// backend can) instead of adding to zeros.
+				if gx, first := x.gradForWrite(be); first {
+					be.(backend.ConvDataWriter).Conv2dBackwardDataWrite(p, y.grad, w.data, gx)
+				} else {
+					be.Conv2dBackwardData(p, y.grad, w.data, gx)
+				}
 			}
 			if needs(w) {
 				be.Conv2dBackwardFilter(p, x.data, y.grad, w.GradBuffer())
@@ -91,8 +97,14 @@ func (tp *Tape) ConvTranspose2d(x, w, b *Tensor, o ConvOptions) *Tensor {
 	p := backend.Conv{N: x.Shape[0], InC: cout, InH: oh, InW: ow, OutC: x.Shape[1],
 		KH: w.Shape[2], KW: w.Shape[3], Stride: o.Stride, Pad: o.Padding, Groups: o.Groups}
 	be := tp.on(x)
-	y := output(be, p.N, cout, oh, ow)
-	be.Conv2dBackwardData(p, x.data, w.data, y.data)
+	var y *Tensor
+	if dw, ok := be.(backend.ConvDataWriter); ok {
+		y = outputUninit(be, p.N, cout, oh, ow)
+		dw.Conv2dBackwardDataWrite(p, x.data, w.data, y.data)
+	} else {
+		y = output(be, p.N, cout, oh, ow)
+		be.Conv2dBackwardData(p, x.data, w.data, y.data)
+	}
 	if b != nil {
 		be.ChannelAffine(p.N, cout, oh*ow, y.data, backend.Buffer{}, b.data, y.data)
 	}

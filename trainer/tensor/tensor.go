@@ -192,6 +192,18 @@ func (t *Tensor) GradBuffer() backend.Buffer {
 	return t.grad
 }
 
+// gradForWrite returns t's gradient for an op that writes every element
+// of it when be can write (backend.ConvDataWriter): a new, uninitialised
+// buffer and true while t has no gradient yet; else GradBuffer() and
+// false, and the op adds.
+func (t *Tensor) gradForWrite(be backend.Backend) (backend.Buffer, bool) {
+	if _, ok := be.(backend.ConvDataWriter); ok && !t.grad.Present() {
+		t.grad = t.be.Alloc(t.data.Len)
+		return t.grad, true
+	}
+	return t.GradBuffer(), false
+}
+
 // HasGrad reports whether t's gradient has been allocated.
 func (t *Tensor) HasGrad() bool { return t.grad.Present() }
 

@@ -319,3 +319,16 @@ type View interface {
 type HostKernels interface {
 	RunHost(f func(View))
 }
+
+// ConvDataWriter is implemented by backends whose convolution
+// input-gradient can be written instead of added (cuDNN's beta 0): the
+// first writer of a gradient then takes an uninitialised buffer, not a
+// zero-filled one that it reads back, and a transposed convolution's
+// output needs no zero fill either. The CPU backend does not implement
+// it, so its results stay those of the zero-filled accumulation, bit for
+// bit.
+type ConvDataWriter interface {
+	// Conv2dBackwardDataWrite writes dx = conv2d's input-gradient for dy,
+	// every element of dx.
+	Conv2dBackwardDataWrite(p Conv, dy, w, dx Buffer)
+}

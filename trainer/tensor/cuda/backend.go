@@ -32,7 +32,7 @@ type engine interface {
 	// workspace sizes on a GPU); the Backend caches one plan per shape.
 	planConv(c Conv) (*ConvPlan, error)
 	convForward(p *ConvPlan, x, w, y Ptr) error
-	convBackwardData(p *ConvPlan, dy, w, dx Ptr) error
+	convBackwardData(p *ConvPlan, dy, w, dx Ptr, accumulate bool) error
 	convBackwardFilter(p *ConvPlan, x, dy, dw Ptr) error
 	// stageQueue opens the copy stream a Backend's Stager uploads
 	// batches on (see stage.go).
@@ -375,8 +375,16 @@ func (be *Backend) Conv2d(p backend.Conv, x, w, y backend.Buffer) {
 
 // Conv2dBackwardData accumulates dx += the input gradient (beta 1).
 func (be *Backend) Conv2dBackwardData(p backend.Conv, dy, w, dx backend.Buffer) {
-	orPanic("conv2d backward data", be.e.convBackwardData(be.plan(p), be.ptr(dy), be.ptr(w), be.ptr(dx)))
+	orPanic("conv2d backward data", be.e.convBackwardData(be.plan(p), be.ptr(dy), be.ptr(w), be.ptr(dx), true))
 }
+
+// Conv2dBackwardDataWrite implements backend.ConvDataWriter: cuDNN's
+// backward data with beta 0, which neither reads dx nor needs it zeroed.
+func (be *Backend) Conv2dBackwardDataWrite(p backend.Conv, dy, w, dx backend.Buffer) {
+	orPanic("conv2d backward data", be.e.convBackwardData(be.plan(p), be.ptr(dy), be.ptr(w), be.ptr(dx), false))
+}
+
+var _ backend.ConvDataWriter = (*Backend)(nil)
 
 // Conv2dBackwardFilter accumulates dw += the filter gradient (beta 1).
 func (be *Backend) Conv2dBackwardFilter(p backend.Conv, x, dy, dw backend.Buffer) {

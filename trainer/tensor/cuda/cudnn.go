@@ -481,9 +481,13 @@ func (d *Device) ConvForward(dn *Dnn, p *ConvPlan, x, w, y Ptr) error {
 	})
 }
 
-// ConvBackwardData accumulates dx += the input gradient of dy.
-func (d *Device) ConvBackwardData(dn *Dnn, p *ConvPlan, dy, w, dx Ptr) error {
+// ConvBackwardData accumulates dx += the input gradient of dy, or with
+// accumulate false writes it (beta 0: dx is not read).
+func (d *Device) ConvBackwardData(dn *Dnn, p *ConvPlan, dy, w, dx Ptr, accumulate bool) error {
 	alpha, beta := float32(1), float32(1)
+	if !accumulate {
+		beta = 0
+	}
 	return d.Do(func() error {
 		if err := p.planLocked(dn, passBackwardData); err != nil {
 			return fmt.Errorf("conv %+v: %w", p.Conv, err)

@@ -205,8 +205,8 @@ func (e *gpuEngine) convForward(p *ConvPlan, x, w, y Ptr) error {
 	return e.ConvForward(e.dnn, p, x, w, y)
 }
 
-func (e *gpuEngine) convBackwardData(p *ConvPlan, dy, w, dx Ptr) error {
-	return e.ConvBackwardData(e.dnn, p, dy, w, dx)
+func (e *gpuEngine) convBackwardData(p *ConvPlan, dy, w, dx Ptr, accumulate bool) error {
+	return e.ConvBackwardData(e.dnn, p, dy, w, dx, accumulate)
 }
 
 func (e *gpuEngine) convBackwardFilter(p *ConvPlan, x, dy, dw Ptr) error {

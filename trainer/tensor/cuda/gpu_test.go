@@ -168,7 +168,7 @@ func TestCudnnOnGPU(t *testing.T) {
 		gd := &gpuDev{t: t, d: d, sizes: map[Ptr]int{}}
 		px, pw, py, pdy, pdx, pdw := gd.upload(x), gd.upload(w), gd.alloc(4*ny), gd.upload(dy), gd.upload(dx0), gd.upload(dw0)
 		must(d.ConvForward(dn, p, px, pw, py))
-		must(d.ConvBackwardData(dn, p, pdy, pw, pdx))
+		must(d.ConvBackwardData(dn, p, pdy, pw, pdx, true))
 		must(d.ConvBackwardFilter(dn, p, px, pdy, pdw))
 		t.Logf("conv %+v: algorithms fwd %d (%d B), bwd data %d (%d B), bwd filter %d (%d B)", c,
 			p.FwdAlgo, p.FwdWS, p.BwdDataAlgo, p.BwdDataWS, p.BwdFiltAlgo, p.BwdFiltWS)

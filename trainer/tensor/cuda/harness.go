@@ -357,7 +357,10 @@ func (e *harnessEngine) conv(pass string, p *ConvPlan, a, b, c Ptr) error {
 }
 
 func (e *harnessEngine) convForward(p *ConvPlan, x, w, y Ptr) error { return e.conv("f", p, x, w, y) }
-func (e *harnessEngine) convBackwardData(p *ConvPlan, dy, w, dx Ptr) error {
+func (e *harnessEngine) convBackwardData(p *ConvPlan, dy, w, dx Ptr, accumulate bool) error {
+	if !accumulate {
+		return e.conv("D", p, dy, w, dx) // written, as cuDNN's beta 0
+	}
 	return e.conv("d", p, dy, w, dx)
 }
 func (e *harnessEngine) convBackwardFilter(p *ConvPlan, x, dy, dw Ptr) error {

@@ -423,7 +423,7 @@ void conv(const std::string& pass, int n, int c, int h, int w, int oc, int kh, i
           }
     if (pass == "w")
       for (size_t i = 0; i < dw.size(); i++) C[i] += (float)dw[i];
-  } else if (pass == "d") {
+  } else if (pass == "d" || pass == "D") {
     // dx[b,ch,iy,ix] += Σ dy·w.
     std::vector<double> dx((size_t)n * c * h * w);
     for (int b = 0; b < n; b++)
@@ -439,7 +439,8 @@ void conv(const std::string& pass, int n, int c, int h, int w, int oc, int kh, i
                   dx[X(b, (o / og) * cg + ci, iy, ix)] += g * B[W(o, ci, ky, kx)];
                 }
           }
-    for (size_t i = 0; i < dx.size(); i++) C[i] += (float)dx[i];
+    // d adds, D writes (cuDNN's beta 1 and beta 0).
+    for (size_t i = 0; i < dx.size(); i++) C[i] = pass == "D" ? (float)dx[i] : C[i] + (float)dx[i];
   } else {
     fail(where + "conv pass " + pass);
   }
