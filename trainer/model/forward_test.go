@@ -152,7 +152,9 @@ func TestOne2OneGradientStopsAtHead(t *testing.T) {
 // TestForwardElementsBoundsTheTape: the shape-only count of a training
 // forward's outputs (what memory estimates use) against what a real
 // forward on the CPU backend leaves on its tape, at two sizes and
-// batches: the same number of elements.
+// batches: the same number of elements at batch 2; at batch 1 the channel
+// splits are views of their input (tensor.Split), which the count, made
+// for training batches, still counts as copies: an upper bound there.
 func TestForwardElementsBoundsTheTape(t *testing.T) {
 	m, err := New(Config{Variant: "n", Classes: 5, Seed: 1})
 	if err != nil {
@@ -169,7 +171,7 @@ func TestForwardElementsBoundsTheTape(t *testing.T) {
 			t.Fatal(err)
 		}
 		counted := per * int64(c.batch)
-		if held == 0 || counted != held {
+		if held == 0 || counted < held || c.batch > 1 && counted != held {
 			t.Errorf("batch %d imgsz %d: counted %d elements, the tape holds %d", c.batch, c.imgsz, counted, held)
 		}
 		tp.Reset()

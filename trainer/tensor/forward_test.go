@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -332,4 +333,25 @@ func TestBCEWithLogitsIsStable(t *testing.T) {
 		want[i] = math.Max(xv, 0) - xv*tv + math.Log1p(math.Exp(-math.Abs(xv)))
 	}
 	closeTo(t, "bce", y.Host(), want, 1e-6)
+}
+
+// TestSplitViews: where every axis before the split axis has length 1 the
+// pieces share x's memory (no copy) and hold its values; otherwise they
+// are copies.
+func TestSplitViews(t *testing.T) {
+	x := New([]float32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, 1, 6, 2)
+	tp := NewTape(nil)
+	parts := tp.Split(x, 1, 2, 4)
+	for i, want := range [][]float32{{0, 1, 2, 3}, {4, 5, 6, 7, 8, 9, 10, 11}} {
+		if got := parts[i].Host(); !slices.Equal(got, want) {
+			t.Errorf("piece %d: %v, want %v", i, got, want)
+		}
+		if parts[i].data.Mem != x.data.Mem {
+			t.Errorf("piece %d of an outermost split is a copy, want a view", i)
+		}
+	}
+	y := New(make([]float32, 12), 2, 3, 2)
+	if p := tp.Split(y, 1, 1, 2); p[0].data.Mem == y.data.Mem {
+		t.Error("a piece of a split with an outer axis of 2 shares its input's memory")
+	}
 }

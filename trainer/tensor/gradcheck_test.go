@@ -290,6 +290,14 @@ func gradCases() []gradCase {
 		{name: "split axis2 (all outputs)",
 			inputs: func(r *rand.Rand) []*Tensor { return []*Tensor{param(r, 2, 2, 6, 2)} },
 			f:      func(tp *Tape, in []*Tensor) []*Tensor { return tp.Split(in[0], 2, 1, 3, 2) }},
+		{name: "split views (outer axes of length 1; all outputs)",
+			inputs: func(r *rand.Rand) []*Tensor { return []*Tensor{param(r, 1, 6, 2)} },
+			f:      func(tp *Tape, in []*Tensor) []*Tensor { return tp.Split(in[0], 1, 2, 0, 4) }},
+		{name: "chunk views, one output used",
+			inputs: func(r *rand.Rand) []*Tensor { return []*Tensor{param(r, 4, 3)} },
+			f: one(func(tp *Tape, in []*Tensor) *Tensor {
+				return tp.SiLU(tp.Chunk(in[0], 2, 0)[1])
+			})},
 		{name: "chunk one output used",
 			inputs: func(r *rand.Rand) []*Tensor { return []*Tensor{param(r, 2, 4, 3)} },
 			f: one(func(tp *Tape, in []*Tensor) *Tensor {

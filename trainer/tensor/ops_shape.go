@@ -157,7 +157,10 @@ func rows(outer, n, src, dst int, acc bool) backend.Strided {
 }
 
 // Split cuts x along axis into consecutive pieces of the given sizes
-// (which must sum to the axis length). Each piece is a copy.
+// (which must sum to the axis length). Where every axis before axis has
+// length 1 (a split of the outermost axis, or of a single image's
+// channels) each piece is contiguous in x and is a view of x's data, as a
+// Reshape is; otherwise each piece is a copy.
 func (tp *Tape) Split(x *Tensor, axis int, sizes ...int) []*Tensor {
 	axis = x.axis(axis)
 	total := 0
@@ -178,9 +181,14 @@ func (tp *Tape) Split(x *Tensor, axis int, sizes ...int) []*Tensor {
 	for k, s := range sizes {
 		shape := slices.Clone(x.Shape)
 		shape[axis] = s
-		y := outputUninit(be, shape...)
 		rowY := s * inner
-		be.Copy(rows(outer, rowY, rowX, rowY, false), x.data.From(off), y.data)
+		var y *Tensor
+		if outer == 1 {
+			y = &Tensor{Shape: shape, be: x.be, data: x.data.Slice(off, off+rowY)}
+		} else {
+			y = outputUninit(be, shape...)
+			be.Copy(rows(outer, rowY, rowX, rowY, false), x.data.From(off), y.data)
+		}
 		outs[k] = y
 		off += rowY
 	}
@@ -215,7 +223,8 @@ func (tp *Tape) Chunk(x *Tensor, n, axis int) []*Tensor {
 	return tp.Split(x, axis, sizes...)
 }
 
-// Slice returns x[..., start:end, ...] along axis (a copy).
+// Slice returns x[..., start:end, ...] along axis (a view where Split
+// makes one, else a copy).
 func (tp *Tape) Slice(x *Tensor, axis, start, end int) *Tensor {
 	d := x.Dim(axis)
 	if start < 0 || end > d || start > end {
