@@ -37,6 +37,7 @@ type poolKey struct {
 }
 
 type sharedPool struct {
+	key   poolKey
 	pool  *bufpool.Pool
 	open  int
 	timer *time.Timer
@@ -44,13 +45,13 @@ type sharedPool struct {
 
 // acquirePool returns the pool for (backing, retain), made if need be, and
 // counts a session on it; releasePool ends that session.
-func acquirePool(backing memory.Allocator, retain int64) *bufpool.Pool {
+func acquirePool(backing memory.Allocator, retain int64) *sharedPool {
 	k := poolKey{backing, retain}
 	pools.Lock()
 	defer pools.Unlock()
 	p := pools.m[k]
 	if p == nil {
-		p = &sharedPool{pool: bufpool.NewOn(backing, retain)}
+		p = &sharedPool{key: k, pool: bufpool.NewOn(backing, retain)}
 		pools.m[k] = p
 	}
 	if p.timer != nil {
@@ -58,34 +59,27 @@ func acquirePool(backing memory.Allocator, retain int64) *bufpool.Pool {
 		p.timer = nil
 	}
 	p.open++
-	return p.pool
+	return p
 }
 
-// releasePool ends a session on pool: when it was the last one, the pool
-// is closed (its buffers freed) after poolIdle unless a session opens it
+// releasePool ends a session on p: when it was the last one, the pool is
+// closed (its buffers freed) after poolIdle unless a session opens it
 // again first.
-func releasePool(pool *bufpool.Pool) {
+func releasePool(p *sharedPool) {
 	pools.Lock()
 	defer pools.Unlock()
-	for k, p := range pools.m {
-		if p.pool != pool {
-			continue
-		}
-		if p.open--; p.open > 0 {
-			return
-		}
-		p.timer = time.AfterFunc(poolIdle, func() { closeIdlePool(k, p) })
-		return
+	if p.open--; p.open == 0 {
+		p.timer = time.AfterFunc(poolIdle, func() { closeIdlePool(p) })
 	}
 }
 
-func closeIdlePool(k poolKey, p *sharedPool) {
+func closeIdlePool(p *sharedPool) {
 	pools.Lock()
-	if pools.m[k] != p || p.open > 0 {
+	if pools.m[p.key] != p || p.open > 0 {
 		pools.Unlock()
 		return
 	}
-	delete(pools.m, k)
+	delete(pools.m, p.key)
 	pools.Unlock()
 	p.pool.Close() // buffers still held by a consumer go back to backing when it frees them
 }

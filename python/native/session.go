@@ -20,7 +20,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/cdata"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/segpipe/segpipe/formats/storage"
-	"github.com/segpipe/segpipe/internal/bufpool"
 	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/pipeline/order"
 	"github.com/segpipe/segpipe/pipeline/remote"
@@ -59,7 +58,7 @@ var errClosed = errors.New("segpipe: the loader was closed (segpipe_close or the
 // session is one open loader and its stream.
 type session struct {
 	plan   *remote.Plan
-	pool   *bufpool.Pool // every buffer of its records, over the caller's allocator, shared with the passes before and after (pools.go)
+	pool   *sharedPool // every buffer of its records, over the caller's allocator, shared with the passes before and after (pools.go)
 	src    *pipeline.ShardSource
 	loader *pipeline.Loader
 	cancel context.CancelFunc
@@ -115,7 +114,7 @@ func open(request, opts []byte, mem memory.Allocator) (*session, error) {
 		return nil, err
 	}
 	pool := acquirePool(mem, est.Batches)
-	plan.Config.Allocator = pool
+	plan.Config.Allocator = pool.pool
 	ctx, cancel := context.WithCancel(context.Background())
 	l, err := plan.Open(ctx, src)
 	if err != nil {
@@ -217,7 +216,7 @@ func (s *session) next() (arrow.RecordBatch, error) {
 		return nil, s.fail(fmt.Errorf("segpipe: batch %d: %w", n, err))
 	}
 	st := s.loader.State()
-	out, err := s.plan.Encode(rec, s.pool)
+	out, err := s.plan.Encode(rec, s.pool.pool)
 	if err != nil {
 		return nil, s.fail(fmt.Errorf("segpipe: batch %d: %w", n, err))
 	}

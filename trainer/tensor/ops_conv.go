@@ -56,8 +56,8 @@ func (tp *Tape) Conv2d(x, w, b *Tensor, o ConvOptions) *Tensor {
 			if needs(x) {
 				// The first writer of x's gradient writes it (where the
 				// backend can) instead of adding to zeros.
-				if gx, first := x.gradForWrite(be); first {
-					be.(backend.ConvDataWriter).Conv2dBackwardDataWrite(p, y.grad, w.data, gx)
+				if gx, first := x.gradForWrite(be); first != nil {
+					first.Conv2dBackwardDataWrite(p, y.grad, w.data, gx)
 				} else {
 					be.Conv2dBackwardData(p, y.grad, w.data, gx)
 				}

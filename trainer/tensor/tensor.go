@@ -192,16 +192,16 @@ func (t *Tensor) GradBuffer() backend.Buffer {
 	return t.grad
 }
 
-// gradForWrite returns t's gradient for an op that writes every element
-// of it when be can write (backend.ConvDataWriter): a new, uninitialised
-// buffer and true while t has no gradient yet; else GradBuffer() and
-// false, and the op adds.
-func (t *Tensor) gradForWrite(be backend.Backend) (backend.Buffer, bool) {
-	if _, ok := be.(backend.ConvDataWriter); ok && !t.grad.Present() {
+// gradForWrite returns t's gradient for a convolution's input gradient:
+// while t has none yet and be can write it (backend.ConvDataWriter), a
+// new, uninitialised buffer and be's writer, which must write every
+// element; else GradBuffer() and nil, and the op adds.
+func (t *Tensor) gradForWrite(be backend.Backend) (backend.Buffer, backend.ConvDataWriter) {
+	if w, ok := be.(backend.ConvDataWriter); ok && !t.grad.Present() {
 		t.grad = t.be.Alloc(t.data.Len)
-		return t.grad, true
+		return t.grad, w
 	}
-	return t.GradBuffer(), false
+	return t.GradBuffer(), nil
 }
 
 // HasGrad reports whether t's gradient has been allocated.
