@@ -83,9 +83,15 @@ func (c *counter) convTranspose2d(x *tensor.Tensor, cv *ConvTranspose2d) *tensor
 	return c.out(shaped(x.Shape[0], cv.C2, x.Shape[2]*cv.Stride, x.Shape[3]*cv.Stride))
 }
 
-func (c *counter) batchNorm(x *tensor.Tensor, _ *BatchNorm) *tensor.Tensor {
+// batchNorm counts the SiLU's output as well: where the backend fuses
+// the two it is not stored, and the count stays a bound.
+func (c *counter) batchNorm(x *tensor.Tensor, _ *BatchNorm, silu bool) *tensor.Tensor {
 	c.f.BNElements += prod(x.Shape)
-	return c.out(x)
+	y := c.out(x)
+	if silu {
+		y = c.silu(y)
+	}
+	return y
 }
 
 func (c *counter) silu(x *tensor.Tensor) *tensor.Tensor { return c.out(x) }

@@ -22,12 +22,12 @@ func (e *executor) convTranspose2d(x *tensor.Tensor, c *ConvTranspose2d) *tensor
 	return e.tp.ConvTranspose2d(x, c.Weight.Value, c.Bias.Value, tensor.ConvOptions{Stride: c.Stride})
 }
 
-func (e *executor) batchNorm(x *tensor.Tensor, bn *BatchNorm) *tensor.Tensor {
+func (e *executor) batchNorm(x *tensor.Tensor, bn *BatchNorm, silu bool) *tensor.Tensor {
 	if e.train {
 		bn.NumBatchesTracked++
 	}
 	return e.tp.BatchNorm2d(x, bn.Weight.Value, bn.Bias.Value, bn.RunningMean.Value, bn.RunningVar.Value,
-		tensor.BatchNormOptions{Training: e.train, Momentum: BNMomentum, Eps: BNEps})
+		tensor.BatchNormOptions{Training: e.train, Momentum: BNMomentum, Eps: BNEps, SiLU: silu})
 }
 
 func (e *executor) silu(x *tensor.Tensor) *tensor.Tensor   { return e.tp.SiLU(x) }

@@ -10,7 +10,9 @@ type ops interface {
 	training() bool
 	conv2d(x *tensor.Tensor, c *Conv2d) *tensor.Tensor
 	convTranspose2d(x *tensor.Tensor, c *ConvTranspose2d) *tensor.Tensor
-	batchNorm(x *tensor.Tensor, bn *BatchNorm) *tensor.Tensor
+	// batchNorm normalises x, then applies SiLU when silu is set (one op
+	// where the backend fuses them).
+	batchNorm(x *tensor.Tensor, bn *BatchNorm, silu bool) *tensor.Tensor
 	silu(x *tensor.Tensor) *tensor.Tensor
 	add(a, b *tensor.Tensor) *tensor.Tensor
 	concat(axis int, xs ...*tensor.Tensor) *tensor.Tensor
@@ -39,10 +41,10 @@ func (c *ConvTranspose2d) forward(e ops, x *tensor.Tensor) *tensor.Tensor {
 
 func (c *Conv) forward(e ops, x *tensor.Tensor) *tensor.Tensor {
 	y := e.conv2d(x, c.Conv)
-	if c.BN != nil {
-		y = e.batchNorm(y, c.BN)
-	}
-	if c.Act {
+	switch {
+	case c.BN != nil:
+		y = e.batchNorm(y, c.BN, c.Act)
+	case c.Act:
 		y = e.silu(y)
 	}
 	return y

@@ -43,14 +43,37 @@ func openCUDA() (backend.Backend, string) {
 	return cudaOnce.be, cudaOnce.skip
 }
 
+var harnessOnce struct {
+	sync.Once
+	be   backend.Backend
+	skip string
+}
+
+// openHarness starts the CUDA backend on the CPU harness (its kernels
+// under g++) once per test binary, or says why it cannot be built here.
+func openHarness() (backend.Backend, string) {
+	harnessOnce.Do(func() {
+		be, err := cuda.NewHarnessBackend(cuda.HarnessOptions{})
+		if err != nil {
+			harnessOnce.skip = "cuda harness: " + err.Error()
+			return
+		}
+		harnessOnce.be = be
+	})
+	return harnessOnce.be, harnessOnce.skip
+}
+
 // conformanceBackends are the backends the conformance suite runs for;
-// the CPU one is the reference. cuda runs only where a GPU is present
-// (scripts/gpu-check.sh runs this test there) and is held to 1e-3 with
-// TF32 off.
+// the CPU one is the reference. cuda-harness is the CUDA backend's Go code
+// and kernels on the CPU harness, where its fused forms (batch-norm with
+// its activation, gradients written by their first writer) meet the tape;
+// cuda runs only where a GPU is present (scripts/gpu-check.sh runs this
+// test there) and is held to 1e-3 with TF32 off.
 func conformanceBackends() []conformanceBackend {
 	return []conformanceBackend{
 		{"cpu", func() (backend.Backend, string) { return cpu.New(), "" }, 0},
 		{"emu", func() (backend.Backend, string) { return cpu.NewEmulated(), "" }, 0},
+		{"cuda-harness", openHarness, 1e-4},
 		{"cuda", openCUDA, 1e-3},
 	}
 }

@@ -206,21 +206,41 @@ func gradCases() []gradCase {
 			f:      one(func(tp *Tape, in []*Tensor) *Tensor { return f(tp, in[0], in[1]) }),
 		}
 	}
-	bn := func(train bool, shape ...int) gradCase {
-		return gradCase{name: fmt.Sprintf("batchnorm train=%v %v", train, shape),
-			inputs: func(r *rand.Rand) []*Tensor {
-				c := shape[1]
-				rm := Rand(r, -0.5, 0.5, c)
-				rv := Rand(r, 0.5, 1.5, c)
-				return []*Tensor{param(r, shape...), param(r, c), param(r, c), rm, rv}
-			},
-			f: one(func(tp *Tape, in []*Tensor) *Tensor {
-				o := BatchNormOptions{Training: train, Momentum: 0.03, Eps: 1e-3}
-				if train { // running stats would drift across probes; they have no gradient anyway
-					return tp.BatchNorm2d(in[0], in[1], in[2], nil, nil, o)
+	bnOn := func(tp *Tape, in []*Tensor, train, silu bool) *Tensor {
+		o := BatchNormOptions{Training: train, Momentum: 0.03, Eps: 1e-3, SiLU: silu}
+		if train { // running stats would drift across probes; they have no gradient anyway
+			return tp.BatchNorm2d(in[0], in[1], in[2], nil, nil, o)
+		}
+		return tp.BatchNorm2d(in[0], in[1], in[2], in[3], in[4], o)
+	}
+	bnInputs := func(shape ...int) func(r *rand.Rand) []*Tensor {
+		return func(r *rand.Rand) []*Tensor {
+			c := shape[1]
+			rm := Rand(r, -0.5, 0.5, c)
+			rv := Rand(r, 0.5, 1.5, c)
+			return []*Tensor{param(r, shape...), param(r, c), param(r, c), rm, rv}
+		}
+	}
+	bn := func(train, silu bool, shape ...int) gradCase {
+		return gradCase{name: fmt.Sprintf("batchnorm train=%v silu=%v %v", train, silu, shape),
+			inputs: bnInputs(shape...),
+			f:      one(func(tp *Tape, in []*Tensor) *Tensor { return bnOn(tp, in, train, silu) }),
+		}
+	}
+	// x read by another op too: recorded after the batch-norm, that op's
+	// backward gives x its gradient first and the batch-norm's must add to
+	// it; recorded before, the batch-norm's is the first writer.
+	bnShared := func(train, otherFirst bool, shape ...int) gradCase {
+		return gradCase{name: fmt.Sprintf("batchnorm train=%v silu, x also scaled (scale recorded first %v) %v", train, otherFirst, shape),
+			inputs: bnInputs(shape...),
+			f: func(tp *Tape, in []*Tensor) []*Tensor {
+				if otherFirst {
+					s := tp.Scale(in[0], 0.7)
+					return []*Tensor{s, bnOn(tp, in, train, true)}
 				}
-				return tp.BatchNorm2d(in[0], in[1], in[2], in[3], in[4], o)
-			}),
+				y := bnOn(tp, in, train, true)
+				return []*Tensor{y, tp.Scale(in[0], 0.7)}
+			},
 		}
 	}
 	return []gradCase{
@@ -234,9 +254,14 @@ func gradCases() []gradCase {
 		convT(2, 3, 3, 4, 2, 2, 2, 0, 0, 1),    // Proto's upsampler shape
 		convT(1, 4, 3, 3, 6, 3, 2, 1, 1, 2),
 		convT(1, 2, 4, 3, 3, 3, 1, 1, 0, 1),
-		bn(true, 3, 2, 3, 3),
-		bn(true, 4, 3),
-		bn(false, 2, 3, 2, 2),
+		bn(true, false, 3, 2, 3, 3),
+		bn(true, false, 4, 3),
+		bn(false, false, 2, 3, 2, 2),
+		bn(true, true, 3, 2, 3, 3),
+		bn(false, true, 2, 3, 2, 2),
+		bnShared(true, false, 2, 3, 2, 3),
+		bnShared(true, true, 2, 3, 2, 3),
+		bnShared(false, false, 2, 2, 3, 2),
 		unary("silu", param, (*Tape).SiLU),
 		unary("sigmoid", param, (*Tape).Sigmoid),
 		unary("relu", spaced, (*Tape).ReLU),

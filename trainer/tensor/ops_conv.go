@@ -56,8 +56,9 @@ func (tp *Tape) Conv2d(x, w, b *Tensor, o ConvOptions) *Tensor {
 			if needs(x) {
 				// The first writer of x's gradient writes it (where the
 				// backend can) instead of adding to zeros.
-				if gx, first := x.gradForWrite(be); first != nil {
-					first.Conv2dBackwardDataWrite(p, y.grad, w.data, gx)
+				dw, ok := be.(backend.ConvDataWriter)
+				if gx, write := x.gradForWrite(ok); write {
+					dw.Conv2dBackwardDataWrite(p, y.grad, w.data, gx)
 				} else {
 					be.Conv2dBackwardData(p, y.grad, w.data, gx)
 				}
@@ -138,6 +139,10 @@ type BatchNormOptions struct {
 	Momentum float32
 	// Eps is added to the variance before the square root.
 	Eps float32
+	// SiLU applies SiLU to the output: silu(bn(x)), as one op whose
+	// passes apply it on backends that can (backend.BatchNormActivator)
+	// and as BatchNorm2d then SiLU elsewhere.
+	SiLU bool
 }
 
 // BatchNorm2d normalises x [N,C,H,W] per channel and applies weight and
@@ -159,6 +164,26 @@ func (tp *Tape) BatchNorm2d(x, weight, bias, runningMean, runningVar *Tensor, o 
 			panic(fmt.Sprintf("tensor.BatchNorm2d: parameter %s for %d channels", t.desc(), c))
 		}
 	}
+	if o.Training && n*hw < 2 {
+		// As PyTorch: one value per channel has no batch variance.
+		panic(fmt.Sprintf("tensor.BatchNorm2d: training needs more than one value per channel, input %s", x.desc()))
+	}
+	if !o.Training && (runningMean == nil || runningVar == nil) {
+		panic("tensor.BatchNorm2d: eval mode needs running statistics")
+	}
+	be := tp.on(x)
+	fused, ok := be.(backend.BatchNormActivator)
+	if !ok {
+		y := tp.batchNorm(be, x, weight, bias, runningMean, runningVar, o, n, c, hw)
+		if o.SiLU {
+			y = tp.SiLU(y)
+		}
+		return y
+	}
+	act := backend.BNIdentity
+	if o.SiLU {
+		act = backend.BNSiLU
+	}
 	var wd, bd backend.Buffer
 	if weight != nil {
 		wd = weight.data
@@ -166,57 +191,94 @@ func (tp *Tape) BatchNorm2d(x, weight, bias, runningMean, runningVar *Tensor, o 
 	if bias != nil {
 		bd = bias.data
 	}
-	be := tp.on(x)
 	y := outputUninit(be, x.Shape...)
+	// The first writer of x's gradient writes it (a convolution's output
+	// has no other reader): no zero fill, no read of zeros.
+	gradX := func() (backend.Buffer, bool) {
+		if !needs(x) {
+			return backend.Buffer{}, false
+		}
+		return x.gradForWrite(true)
+	}
 	if o.Training {
-		if n*hw < 2 {
-			// As PyTorch: one value per channel has no batch variance.
-			panic(fmt.Sprintf("tensor.BatchNorm2d: training needs more than one value per channel, input %s", x.desc()))
+		// The saved statistics (mean, invstd, unbiased variance and the
+		// activation's scales and shifts) live as long as the backward.
+		k := 3
+		if act != backend.BNIdentity {
+			k = 5
 		}
-		// The saved statistics live as long as the backward closure.
-		stats := be.Alloc(3 * c)
+		stats := be.Alloc(k * c)
 		mean, invstd, varU := stats.Slice(0, c), stats.Slice(c, 2*c), stats.Slice(2*c, 3*c)
-		be.BatchNormTrain(n, c, hw, o.Eps, x.data, wd, bd, y.data, mean, invstd, varU)
-		if runningMean != nil && runningVar != nil {
-			m := o.Momentum
-			be.Axpby(m, mean, 1-m, runningMean.data)
-			be.Axpby(m, varU, 1-m, runningVar.data)
+		var affine backend.Buffer
+		if act != backend.BNIdentity {
+			affine = stats.Slice(3*c, 5*c)
 		}
+		fused.BatchNormTrainAct(act, n, c, hw, o.Eps, x.data, wd, bd, y.data, mean, invstd, varU, affine)
+		tp.updateRunning(be, runningMean, runningVar, mean, varU, o.Momentum)
 		if tp.wants(x, weight, bias) {
 			tp.push(func() {
-				var dx, dw, db backend.Buffer
-				if needs(x) {
-					dx = x.GradBuffer()
-				}
-				if needs(weight) {
-					dw = weight.GradBuffer()
-				}
-				if needs(bias) {
-					db = bias.GradBuffer()
-				}
-				be.BatchNormBackward(n, c, hw, x.data, y.grad, mean, invstd, wd, dx, dw, db)
+				dx, write := gradX()
+				fused.BatchNormBackwardAct(act, n, c, hw, x.data, y.grad, mean, invstd, wd, affine, dx, paramGrad(weight), paramGrad(bias), write)
 			}, y)
 		}
 		return y
 	}
-	if runningMean == nil || runningVar == nil {
-		panic("tensor.BatchNorm2d: eval mode needs running statistics")
+	rm, rv := runningMean.data, runningVar.data
+	fused.BatchNormEvalAct(act, n, c, hw, o.Eps, x.data, wd, bd, rm, rv, y.data)
+	if tp.wants(x, weight, bias) {
+		tp.push(func() {
+			dx, write := gradX()
+			fused.BatchNormEvalBackwardAct(act, n, c, hw, o.Eps, x.data, y.grad, wd, bd, rm, rv, dx, paramGrad(weight), paramGrad(bias), write)
+		}, y)
+	}
+	return y
+}
+
+// paramGrad is t's gradient buffer when t takes one, else absent.
+func paramGrad(t *Tensor) backend.Buffer {
+	if !needs(t) {
+		return backend.Buffer{}
+	}
+	return t.GradBuffer()
+}
+
+// updateRunning folds a training step's batch statistics into the
+// running ones when both are kept.
+func (tp *Tape) updateRunning(be backend.Backend, runningMean, runningVar *Tensor, mean, varU backend.Buffer, m float32) {
+	if runningMean != nil && runningVar != nil {
+		be.Axpby(m, mean, 1-m, runningMean.data)
+		be.Axpby(m, varU, 1-m, runningVar.data)
+	}
+}
+
+// batchNorm is BatchNorm2d on a backend without fused activations.
+func (tp *Tape) batchNorm(be backend.Backend, x, weight, bias, runningMean, runningVar *Tensor, o BatchNormOptions, n, c, hw int) *Tensor {
+	var wd, bd backend.Buffer
+	if weight != nil {
+		wd = weight.data
+	}
+	if bias != nil {
+		bd = bias.data
+	}
+	y := outputUninit(be, x.Shape...)
+	if o.Training {
+		// The saved statistics live as long as the backward closure.
+		stats := be.Alloc(3 * c)
+		mean, invstd, varU := stats.Slice(0, c), stats.Slice(c, 2*c), stats.Slice(2*c, 3*c)
+		be.BatchNormTrain(n, c, hw, o.Eps, x.data, wd, bd, y.data, mean, invstd, varU)
+		tp.updateRunning(be, runningMean, runningVar, mean, varU, o.Momentum)
+		if tp.wants(x, weight, bias) {
+			tp.push(func() {
+				be.BatchNormBackward(n, c, hw, x.data, y.grad, mean, invstd, wd, paramGrad(x), paramGrad(weight), paramGrad(bias))
+			}, y)
+		}
+		return y
 	}
 	rm, rv := runningMean.data, runningVar.data
 	be.BatchNormEval(n, c, hw, o.Eps, x.data, wd, bd, rm, rv, y.data)
 	if tp.wants(x, weight, bias) {
 		tp.push(func() {
-			var gx, gw, gb backend.Buffer
-			if needs(x) {
-				gx = x.GradBuffer()
-			}
-			if needs(weight) {
-				gw = weight.GradBuffer()
-			}
-			if needs(bias) {
-				gb = bias.GradBuffer()
-			}
-			be.BatchNormEvalBackward(n, c, hw, o.Eps, x.data, y.grad, wd, rm, rv, gx, gw, gb)
+			be.BatchNormEvalBackward(n, c, hw, o.Eps, x.data, y.grad, wd, rm, rv, paramGrad(x), paramGrad(weight), paramGrad(bias))
 		}, y)
 	}
 	return y

@@ -192,16 +192,16 @@ func (t *Tensor) GradBuffer() backend.Buffer {
 	return t.grad
 }
 
-// gradForWrite returns t's gradient for a convolution's input gradient:
-// while t has none yet and be can write it (backend.ConvDataWriter), a
-// new, uninitialised buffer and be's writer, which must write every
-// element; else GradBuffer() and nil, and the op adds.
-func (t *Tensor) gradForWrite(be backend.Backend) (backend.Buffer, backend.ConvDataWriter) {
-	if w, ok := be.(backend.ConvDataWriter); ok && !t.grad.Present() {
+// gradForWrite returns t's gradient for an op that can write it (canWrite:
+// the backend has a form that sets every element instead of adding):
+// while t has none yet, a new, uninitialised buffer and true, and the op
+// must write it; else GradBuffer() and false, and the op adds.
+func (t *Tensor) gradForWrite(canWrite bool) (backend.Buffer, bool) {
+	if canWrite && !t.grad.Present() {
 		t.grad = t.be.Alloc(t.data.Len)
-		return t.grad, w
+		return t.grad, true
 	}
-	return t.GradBuffer(), nil
+	return t.GradBuffer(), false
 }
 
 // HasGrad reports whether t's gradient has been allocated.

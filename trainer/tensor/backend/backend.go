@@ -332,3 +332,41 @@ type ConvDataWriter interface {
 	// every element of dx.
 	Conv2dBackwardDataWrite(p Conv, dy, w, dx Buffer)
 }
+
+// BNAct is an activation batch-norm applies in its own passes
+// (BatchNormActivator).
+type BNAct int
+
+// Activations of BatchNormActivator, in the CUDA kernels' order.
+const (
+	BNIdentity BNAct = iota // y = bn(x)
+	BNSiLU                  // y = silu(bn(x)), as SiLU's Unary
+)
+
+// BatchNormActivator is implemented by backends whose batch-norm passes
+// apply an activation and can write the input gradient instead of adding
+// to it. y = act(bn(x)) is written without storing bn(x): the training
+// forward keeps each channel's scale and shift (bn(x) = x·scale + shift),
+// and the backward recomputes bn(x) from x with them to take dy through
+// the activation's gradient. One pass over the data replaces two in each
+// direction, the pre-activation tensor and its gradient are never
+// allocated, and x's gradient is written by its first writer rather than
+// zero-filled and added to. The CPU backend does not implement it, so its
+// batch-norm and SiLU stay two ops whose results are unchanged bit for
+// bit.
+type BatchNormActivator interface {
+	// BatchNormTrainAct is BatchNormTrain with y = act(bn(x)); affine (2·c:
+	// the scales, then the shifts) receives what the backward needs, and
+	// may be absent for BNIdentity.
+	BatchNormTrainAct(act BNAct, n, c, hw int, eps float32, x, gamma, beta, y, mean, invstd, varUnbiased, affine Buffer)
+	// BatchNormBackwardAct is BatchNormBackward for dy, the gradient of
+	// act(bn(x)), with BatchNormTrainAct's affine; with writeDx, every
+	// element of dx is written and none read.
+	BatchNormBackwardAct(act BNAct, n, c, hw int, x, dy, mean, invstd, gamma, affine, dx, dgamma, dbeta Buffer, writeDx bool)
+	// BatchNormEvalAct is BatchNormEval with y = act(bn(x)).
+	BatchNormEvalAct(act BNAct, n, c, hw int, eps float32, x, gamma, beta, mean, variance, y Buffer)
+	// BatchNormEvalBackwardAct is BatchNormEvalBackward for dy, the
+	// gradient of act(bn(x)) (beta recomputes bn(x)); with writeDx, dx is
+	// written as by BatchNormBackwardAct.
+	BatchNormEvalBackwardAct(act BNAct, n, c, hw int, eps float32, x, dy, gamma, beta, mean, variance, dx, dgamma, dbeta Buffer, writeDx bool)
+}

@@ -49,7 +49,12 @@ func i32Arg(v int) arg       { return arg{kind: argInt32, bits: uint64(uint32(in
 func i64Arg(v int) arg       { return arg{kind: argInt64, bits: uint64(int64(v))} }
 func f32Arg(v float32) arg   { return arg{kind: argFloat32, bits: uint64(math.Float32bits(v))} }
 func structArg(b []byte) arg { return arg{kind: argStruct, bytes: b} }
-func boolArg(v bool) arg     { return i32Arg(map[bool]int{false: 0, true: 1}[v]) }
+func boolArg(v bool) arg {
+	if v {
+		return i32Arg(1)
+	}
+	return i32Arg(0)
+}
 
 // maxArgBytes bounds one launch's argument block: a table of pointers and
 // the values they point to (the driver copies both at launch).

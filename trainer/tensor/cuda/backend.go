@@ -395,15 +395,24 @@ func (be *Backend) Conv2dBackwardFilter(p backend.Conv, x, dy, dw backend.Buffer
 // block per channel) or, for channels longer than a tile, the tiled
 // kernels; varUnbiased is NaN for a single element as on the CPU.
 func (be *Backend) BatchNormTrain(n, c, hw int, eps float32, x, gamma, beta, y, mean, invstd, varUnbiased backend.Buffer) {
+	be.BatchNormTrainAct(backend.BNIdentity, n, c, hw, eps, x, gamma, beta, y, mean, invstd, varUnbiased, backend.Buffer{})
+}
+
+// BatchNormTrainAct implements backend.BatchNormActivator: the activation
+// is applied in the normalising pass.
+func (be *Backend) BatchNormTrainAct(act backend.BNAct, n, c, hw int, eps float32, x, gamma, beta, y, mean, invstd, varUnbiased, affine backend.Buffer) {
+	a := BNMode{Act: act}
 	if tmp, partial, coef, ok := be.bnScratch(n, c, hw); ok {
-		orPanic("batch-norm", be.k.BatchNormTrainTiled(n, c, hw, eps, be.ptr(x), be.ptr(gamma), be.ptr(beta), be.ptr(y),
-			be.ptr(mean), be.ptr(invstd), be.ptr(varUnbiased), partial, coef))
+		orPanic("batch-norm", be.k.BatchNormTrainTiled(a, n, c, hw, eps, be.ptr(x), be.ptr(gamma), be.ptr(beta), be.ptr(y),
+			be.ptr(mean), be.ptr(invstd), be.ptr(varUnbiased), be.ptr(affine), partial, coef))
 		be.Free(tmp)
 		return
 	}
-	orPanic("batch-norm", be.k.BatchNormTrain(n, c, hw, eps, be.ptr(x), be.ptr(gamma), be.ptr(beta), be.ptr(y),
-		be.ptr(mean), be.ptr(invstd), be.ptr(varUnbiased)))
+	orPanic("batch-norm", be.k.BatchNormTrain(a, n, c, hw, eps, be.ptr(x), be.ptr(gamma), be.ptr(beta), be.ptr(y),
+		be.ptr(mean), be.ptr(invstd), be.ptr(varUnbiased), be.ptr(affine)))
 }
+
+var _ backend.BatchNormActivator = (*Backend)(nil)
 
 // bnScratch allocates the tiled batch-norm's partial sums and per-channel
 // coefficients when n×c×hw takes the tiled kernels (ok); the caller frees
@@ -420,7 +429,7 @@ func (be *Backend) bnScratch(n, c, hw int) (tmp backend.Buffer, partial, coef Pt
 
 // ChannelAffine writes y = x·scale[c] + shift[c]; an absent scale is 1.
 func (be *Backend) ChannelAffine(n, c, hw int, x, scale, shift, y backend.Buffer) {
-	orPanic("channel affine", be.k.ChannelAffine(be.ptr(x), be.ptr(scale), be.ptr(shift), be.ptr(y), n, c, hw))
+	orPanic("channel affine", be.k.ChannelAffine(backend.BNIdentity, be.ptr(x), be.ptr(scale), be.ptr(shift), be.ptr(y), n, c, hw))
 }
 
 // ChannelSum accumulates dst[c] += Σ x over n and hw, in double.
@@ -430,14 +439,20 @@ func (be *Backend) ChannelSum(n, c, hw int, x, dst backend.Buffer) {
 
 // BatchNormBackward accumulates the training-mode gradients.
 func (be *Backend) BatchNormBackward(n, c, hw int, x, dy, mean, invstd, gamma, dx, dgamma, dbeta backend.Buffer) {
+	be.BatchNormBackwardAct(backend.BNIdentity, n, c, hw, x, dy, mean, invstd, gamma, backend.Buffer{}, dx, dgamma, dbeta, false)
+}
+
+// BatchNormBackwardAct implements backend.BatchNormActivator.
+func (be *Backend) BatchNormBackwardAct(act backend.BNAct, n, c, hw int, x, dy, mean, invstd, gamma, affine, dx, dgamma, dbeta backend.Buffer, writeDx bool) {
+	a := BNMode{Act: act, WriteDx: writeDx}
 	if tmp, partial, coef, ok := be.bnScratch(n, c, hw); ok {
-		orPanic("batch-norm backward", be.k.BatchNormBackwardTiled(n, c, hw, be.ptr(x), be.ptr(dy), be.ptr(mean), be.ptr(invstd),
-			be.ptr(gamma), be.ptr(dx), be.ptr(dgamma), be.ptr(dbeta), partial, coef))
+		orPanic("batch-norm backward", be.k.BatchNormBackwardTiled(a, n, c, hw, be.ptr(x), be.ptr(dy), be.ptr(mean), be.ptr(invstd),
+			be.ptr(gamma), be.ptr(affine), be.ptr(dx), be.ptr(dgamma), be.ptr(dbeta), partial, coef))
 		be.Free(tmp)
 		return
 	}
-	orPanic("batch-norm backward", be.k.BatchNormBackward(n, c, hw, be.ptr(x), be.ptr(dy), be.ptr(mean), be.ptr(invstd),
-		be.ptr(gamma), be.ptr(dx), be.ptr(dgamma), be.ptr(dbeta)))
+	orPanic("batch-norm backward", be.k.BatchNormBackward(a, n, c, hw, be.ptr(x), be.ptr(dy), be.ptr(mean), be.ptr(invstd),
+		be.ptr(gamma), be.ptr(affine), be.ptr(dx), be.ptr(dgamma), be.ptr(dbeta)))
 }
 
 // evalScale allocates and fills the per-channel invstd, scale and (when
@@ -455,23 +470,35 @@ func (be *Backend) evalScale(c int, eps float32, gamma, beta, mean, variance bac
 
 // BatchNormEval folds the running statistics into one affine per channel.
 func (be *Backend) BatchNormEval(n, c, hw int, eps float32, x, gamma, beta, mean, variance, y backend.Buffer) {
+	be.BatchNormEvalAct(backend.BNIdentity, n, c, hw, eps, x, gamma, beta, mean, variance, y)
+}
+
+// BatchNormEvalAct implements backend.BatchNormActivator.
+func (be *Backend) BatchNormEvalAct(act backend.BNAct, n, c, hw int, eps float32, x, gamma, beta, mean, variance, y backend.Buffer) {
 	tmp, _, scale, shift := be.evalScale(c, eps, gamma, beta, mean, variance, true)
-	be.ChannelAffine(n, c, hw, x, scale, shift, y)
+	orPanic("batch-norm eval", be.k.ChannelAffine(act, be.ptr(x), be.ptr(scale), be.ptr(shift), be.ptr(y), n, c, hw))
 	be.Free(tmp)
 }
 
 // BatchNormEvalBackward accumulates the eval-mode gradients.
 func (be *Backend) BatchNormEvalBackward(n, c, hw int, eps float32, x, dy, gamma, mean, variance, dx, dgamma, dbeta backend.Buffer) {
-	tmp, invstd, scale, _ := be.evalScale(c, eps, gamma, backend.Buffer{}, mean, variance, false)
+	be.BatchNormEvalBackwardAct(backend.BNIdentity, n, c, hw, eps, x, dy, gamma, backend.Buffer{}, mean, variance, dx, dgamma, dbeta, false)
+}
+
+// BatchNormEvalBackwardAct implements backend.BatchNormActivator; the
+// shift that recomputes bn(x) is folded only for an activation.
+func (be *Backend) BatchNormEvalBackwardAct(act backend.BNAct, n, c, hw int, eps float32, x, dy, gamma, beta, mean, variance, dx, dgamma, dbeta backend.Buffer, writeDx bool) {
+	a := BNMode{Act: act, WriteDx: writeDx}
+	tmp, invstd, scale, shift := be.evalScale(c, eps, gamma, beta, mean, variance, act != backend.BNIdentity)
 	defer be.Free(tmp)
 	if scr, partial, coef, ok := be.bnScratch(n, c, hw); ok {
-		orPanic("batch-norm eval backward", be.k.BatchNormEvalBackwardTiled(n, c, hw, be.ptr(x), be.ptr(dy), be.ptr(mean), be.ptr(invstd),
-			be.ptr(scale), be.ptr(dx), be.ptr(dgamma), be.ptr(dbeta), partial, coef))
+		orPanic("batch-norm eval backward", be.k.BatchNormEvalBackwardTiled(a, n, c, hw, be.ptr(x), be.ptr(dy), be.ptr(mean), be.ptr(invstd),
+			be.ptr(scale), be.ptr(shift), be.ptr(dx), be.ptr(dgamma), be.ptr(dbeta), partial, coef))
 		be.Free(scr)
 		return
 	}
-	orPanic("batch-norm eval backward", be.k.BatchNormEvalBackward(n, c, hw, be.ptr(x), be.ptr(dy), be.ptr(mean), be.ptr(invstd),
-		be.ptr(scale), be.ptr(dx), be.ptr(dgamma), be.ptr(dbeta)))
+	orPanic("batch-norm eval backward", be.k.BatchNormEvalBackward(a, n, c, hw, be.ptr(x), be.ptr(dy), be.ptr(mean), be.ptr(invstd),
+		be.ptr(scale), be.ptr(shift), be.ptr(dx), be.ptr(dgamma), be.ptr(dbeta)))
 }
 
 // MaxPool2d records int32 winners within each plane, the first maximum in

@@ -63,6 +63,38 @@ func (r *backendRun) nan(n int) backend.Buffer {
 	return r.up(x)
 }
 
+// bnAct runs fused where r.be implements backend.BatchNormActivator;
+// elsewhere (the reference) it runs separate with z, the pre-activation,
+// and dz, its zero-filled gradient, after zero-filling dx when write is
+// set, as the tape does for a gradient's first writer. With BNIdentity
+// separate must write y and read dy as z and dz.
+func (r *backendRun) bnAct(act backend.BNAct, write bool, fused func(backend.BatchNormActivator), separate func(z, dz backend.Buffer), nx int, y, dy, dx backend.Buffer) {
+	if f, ok := r.be.(backend.BatchNormActivator); ok {
+		fused(f)
+		return
+	}
+	if write {
+		r.be.Fill(dx, 0)
+	}
+	if act == backend.BNIdentity {
+		separate(y, dy)
+		return
+	}
+	z, dz := r.be.Alloc(nx), r.be.Alloc(nx)
+	r.be.Fill(dz, 0)
+	separate(z, dz)
+}
+
+// silu writes y = silu(z) and adds its gradient for dy into dz (for
+// BNSiLU; BNIdentity's z and dz are y and dy already).
+func (r *backendRun) silu(act backend.BNAct, z, y, dy, dz backend.Buffer) {
+	if act == backend.BNIdentity {
+		return
+	}
+	r.be.Unary(backend.SiLU, z, y)
+	r.be.UnaryBackward(backend.SiLU, z, y, dy, dz)
+}
+
 func backendCases() []backendCase {
 	var cs []backendCase
 	add := func(name string, exact bool, run func(r *backendRun) []backend.Buffer) {
@@ -180,6 +212,60 @@ func backendCases() []backendCase {
 				}
 			}
 			return out
+		})
+	}
+	// Batch-norm with its activation in the same passes and the input
+	// gradient written by its first writer (backend.BatchNormActivator),
+	// against batch-norm, SiLU and their backwards on the CPU backend.
+	for _, s := range []struct {
+		n, c, hw int
+		act      backend.BNAct
+		write    bool
+	}{
+		{2, 3, 10, backend.BNSiLU, true},
+		{3, 4, 7, backend.BNSiLU, false},
+		{2, 5, 9, backend.BNIdentity, true},
+		{1, 2, 33, backend.BNSiLU, true},
+	} {
+		nx := s.n * s.c * s.hw
+		add(fmt.Sprintf("batch-norm train, activation %d, write %v", s.act, s.write), false, func(r *backendRun) []backend.Buffer {
+			x := r.rand(nx, -1, 3, false)
+			gamma, beta := r.rand(s.c, 0.5, 1.5, false), r.randn(s.c)
+			y, mean, invstd, vu := r.nan(nx), r.nan(s.c), r.nan(s.c), r.nan(s.c)
+			dy, dg, db := r.randn(nx), r.randn(s.c), r.randn(s.c)
+			dx := r.randn(nx)
+			if s.write {
+				dx = r.nan(nx)
+			}
+			r.bnAct(s.act, s.write, func(fused backend.BatchNormActivator) {
+				affine := r.nan(2 * s.c)
+				fused.BatchNormTrainAct(s.act, s.n, s.c, s.hw, 1e-3, x, gamma, beta, y, mean, invstd, vu, affine)
+				fused.BatchNormBackwardAct(s.act, s.n, s.c, s.hw, x, dy, mean, invstd, gamma, affine, dx, dg, db, s.write)
+			}, func(z, dz backend.Buffer) {
+				r.be.BatchNormTrain(s.n, s.c, s.hw, 1e-3, x, gamma, beta, z, mean, invstd, vu)
+				r.silu(s.act, z, y, dy, dz)
+				r.be.BatchNormBackward(s.n, s.c, s.hw, x, dz, mean, invstd, gamma, dx, dg, db)
+			}, nx, y, dy, dx)
+			return []backend.Buffer{y, mean, invstd, vu, dx, dg, db}
+		})
+		add(fmt.Sprintf("batch-norm eval, activation %d, write %v", s.act, s.write), false, func(r *backendRun) []backend.Buffer {
+			x := r.rand(nx, -2, 2, false)
+			gamma, beta := r.rand(s.c, 0.5, 1.5, false), r.randn(s.c)
+			mean, variance := r.randn(s.c), r.rand(s.c, 0.5, 2, false)
+			y, dy, dg, db := r.nan(nx), r.randn(nx), r.randn(s.c), r.randn(s.c)
+			dx := r.randn(nx)
+			if s.write {
+				dx = r.nan(nx)
+			}
+			r.bnAct(s.act, s.write, func(fused backend.BatchNormActivator) {
+				fused.BatchNormEvalAct(s.act, s.n, s.c, s.hw, 1e-3, x, gamma, beta, mean, variance, y)
+				fused.BatchNormEvalBackwardAct(s.act, s.n, s.c, s.hw, 1e-3, x, dy, gamma, beta, mean, variance, dx, dg, db, s.write)
+			}, func(z, dz backend.Buffer) {
+				r.be.BatchNormEval(s.n, s.c, s.hw, 1e-3, x, gamma, beta, mean, variance, z)
+				r.silu(s.act, z, y, dy, dz)
+				r.be.BatchNormEvalBackward(s.n, s.c, s.hw, 1e-3, x, dz, gamma, mean, variance, dx, dg, db)
+			}, nx, y, dy, dx)
+			return []backend.Buffer{y, dx, dg, db}
 		})
 	}
 	add("channel affine and sum", false, func(r *backendRun) []backend.Buffer {
@@ -383,6 +469,22 @@ func largeCases() []backendCase {
 			r.be.BatchNormTrain(n, c, hw, 1e-3, x, gamma, beta, y, mean, invstd, vu)
 			dx, dg, db := r.randn(nx), r.randn(c), r.randn(c)
 			r.be.BatchNormBackward(n, c, hw, x, r.randn(nx), mean, invstd, gamma, dx, dg, db)
+			return []backend.Buffer{y, mean, invstd, vu, dx, dg, db}
+		})
+		add(fmt.Sprintf("large batch-norm with SiLU, %d per channel", n*hw), func(r *backendRun) []backend.Buffer {
+			x := r.rand(nx, -1, 3, false)
+			gamma, beta := r.rand(c, 0.5, 1.5, false), r.randn(c)
+			y, mean, invstd, vu := r.nan(nx), r.nan(c), r.nan(c), r.nan(c)
+			dy, dx, dg, db := r.randn(nx), r.nan(nx), r.randn(c), r.randn(c)
+			r.bnAct(backend.BNSiLU, true, func(fused backend.BatchNormActivator) {
+				affine := r.nan(2 * c)
+				fused.BatchNormTrainAct(backend.BNSiLU, n, c, hw, 1e-3, x, gamma, beta, y, mean, invstd, vu, affine)
+				fused.BatchNormBackwardAct(backend.BNSiLU, n, c, hw, x, dy, mean, invstd, gamma, affine, dx, dg, db, true)
+			}, func(z, dz backend.Buffer) {
+				r.be.BatchNormTrain(n, c, hw, 1e-3, x, gamma, beta, z, mean, invstd, vu)
+				r.silu(backend.BNSiLU, z, y, dy, dz)
+				r.be.BatchNormBackward(n, c, hw, x, dz, mean, invstd, gamma, dx, dg, db)
+			}, nx, y, dy, dx)
 			return []backend.Buffer{y, mean, invstd, vu, dx, dg, db}
 		})
 	}

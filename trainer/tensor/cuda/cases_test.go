@@ -266,7 +266,7 @@ func kernelCases() []kernelCase {
 		x, sc, sh := uniform(r, n*c*hw, -2, 2), uniform(r, c, 0.5, 2), uniform(r, c, -1, 1)
 		want := refChannelAffine(n, c, hw, x, sc, sh)
 		y := d.alloc(4 * len(x))
-		must(d.kernels().ChannelAffine(d.upload(x), d.upload(sc), d.upload(sh), y, n, c, hw))
+		must(d.kernels().ChannelAffine(backend.BNIdentity, d.upload(x), d.upload(sc), d.upload(sh), y, n, c, hw))
 		return []Ptr{y}, func(t *testing.T, got [][]byte) { closeTo(t, "y", got[0], want, rtolExact) }
 	}})
 	for _, p := range []Pool{

@@ -413,11 +413,12 @@ func (k *Kernels) BiasGrad(dy, db Ptr, n, c, hw int) error {
 	return nil
 }
 
-// ChannelAffine writes y = x·scale[c] + shift[c] over n×c×hw; a zero
-// scale means 1 (a bias add), and y may be x.
-func (k *Kernels) ChannelAffine(x, scale, shift, y Ptr, n, c, hw int) error {
+// ChannelAffine writes y = act(x·scale[c] + shift[c]) over n×c×hw; a
+// zero scale means 1 (a bias add), and y may be x.
+func (k *Kernels) ChannelAffine(act backend.BNAct, x, scale, shift, y Ptr, n, c, hw int) error {
 	total := n * c * hw
-	return k.run(kChannelAffine, total, ptrArg(x), ptrArg(scale), ptrArg(shift), ptrArg(y), i32Arg(c), i64Arg(hw), i64Arg(total))
+	return k.run(kChannelAffine, total, ptrArg(x), ptrArg(scale), ptrArg(shift), ptrArg(y), i32Arg(c), i64Arg(hw), i64Arg(total),
+		i32Arg(int(act)))
 }
 
 func encodePool(p Pool) []byte {
@@ -692,19 +693,31 @@ func (k *Kernels) BNTiles(n, c, hw int) (tile, tiles int) {
 	return tile, c * n * ((hw + tile - 1) / tile)
 }
 
+// BNMode is the activation and the gradient mode of a batch-norm launch:
+// the kernels apply Act in their passes (backend.BatchNormActivator), and
+// the backward kernels write dx instead of adding to it when WriteDx.
+type BNMode struct {
+	Act     backend.BNAct
+	WriteDx bool
+}
+
 // bnTiled runs the three tiled passes of one mode: partial sums of each
 // tile into partial (2·tiles float64s), the per-channel finish (writing
-// coef, 4·c floats, and the statistics or parameter gradients), and the
-// elementwise pass into out when it is not 0.
-func (k *Kernels) bnTiled(mode, n, c, hw, tile, tiles int, eps float32, x, dy, gamma, beta, mean, invstd, varUnbiased, dgamma, dbeta, scale, out, partial, coef Ptr) error {
+// coef, 4·c floats, the statistics or parameter gradients and, in mode 0,
+// affine when it is not 0), and the elementwise pass into out when it is
+// not 0. zs and zh are the per-channel scale and shift that recompute the
+// pre-activation in the backward modes.
+func (k *Kernels) bnTiled(mode, n, c, hw, tile, tiles int, a BNMode, eps float32, x, dy, gamma, beta, mean, invstd, varUnbiased,
+	dgamma, dbeta, scale, zs, zh, out, partial, coef, affine Ptr) error {
 	grid := dim3{uint32(max(min(tiles, k.maxBlocks), 1)), 1, 1}
 	if err := k.l.launch(kBNTilesPartial, grid, k.block(), []arg{ptrArg(x), ptrArg(dy), ptrArg(mean), ptrArg(invstd),
-		ptrArg(partial), i32Arg(mode), i32Arg(n), i32Arg(c), i64Arg(hw), i64Arg(tile)}); err != nil {
+		ptrArg(partial), i32Arg(mode), i32Arg(n), i32Arg(c), i64Arg(hw), i64Arg(tile), ptrArg(zs), ptrArg(zh),
+		i32Arg(int(a.Act))}); err != nil {
 		return fmt.Errorf("%s: %w", kBNTilesPartial, err)
 	}
 	if err := k.perChannel(kBNTilesFinish, c, ptrArg(partial), i32Arg(mode), i32Arg(n), i32Arg(c), i64Arg(hw), i64Arg(tile),
 		ptrArg(x), f32Arg(eps), ptrArg(gamma), ptrArg(beta), ptrArg(mean), ptrArg(invstd), ptrArg(varUnbiased),
-		ptrArg(dgamma), ptrArg(dbeta), ptrArg(coef)); err != nil {
+		ptrArg(dgamma), ptrArg(dbeta), ptrArg(coef), ptrArg(affine)); err != nil {
 		return err
 	}
 	if out == 0 {
@@ -712,44 +725,63 @@ func (k *Kernels) bnTiled(mode, n, c, hw, tile, tiles int, eps float32, x, dy, g
 	}
 	total := n * c * hw
 	return k.run(kBNTilesApply, total, ptrArg(x), ptrArg(dy), ptrArg(coef), ptrArg(scale), ptrArg(out), i32Arg(mode),
-		i32Arg(c), i64Arg(hw), i64Arg(total))
+		i32Arg(c), i64Arg(hw), i64Arg(total), ptrArg(zs), ptrArg(zh), i32Arg(int(a.Act)), boolArg(a.WriteDx))
 }
 
 // BatchNormTrainTiled is BatchNormTrain by tiles (see BNTiles), with
 // scratch partial (2·tiles float64s) and coef (4·c floats).
-func (k *Kernels) BatchNormTrainTiled(n, c, hw int, eps float32, x, gamma, beta, y, mean, invstd, varUnbiased, partial, coef Ptr) error {
+func (k *Kernels) BatchNormTrainTiled(a BNMode, n, c, hw int, eps float32, x, gamma, beta, y, mean, invstd, varUnbiased, affine, partial, coef Ptr) error {
 	tile, tiles := k.BNTiles(n, c, hw)
-	return k.bnTiled(0, n, c, hw, tile, tiles, eps, x, 0, gamma, beta, mean, invstd, varUnbiased, 0, 0, 0, y, partial, coef)
+	return k.bnTiled(0, n, c, hw, tile, tiles, a, eps, x, 0, gamma, beta, mean, invstd, varUnbiased, 0, 0, 0, 0, 0, y, partial, coef, affine)
 }
 
 // BatchNormBackwardTiled is BatchNormBackward by tiles.
-func (k *Kernels) BatchNormBackwardTiled(n, c, hw int, x, dy, mean, invstd, gamma, dx, dgamma, dbeta, partial, coef Ptr) error {
+func (k *Kernels) BatchNormBackwardTiled(a BNMode, n, c, hw int, x, dy, mean, invstd, gamma, affine, dx, dgamma, dbeta, partial, coef Ptr) error {
+	if a.Act != backend.BNIdentity && affine == 0 {
+		return fmt.Errorf("%s: an activation needs the forward's affine", kBNTilesApply)
+	}
 	tile, tiles := k.BNTiles(n, c, hw)
-	return k.bnTiled(1, n, c, hw, tile, tiles, 0, x, dy, gamma, 0, mean, invstd, 0, dgamma, dbeta, 0, dx, partial, coef)
+	zs, zh := affineHalves(a.Act, affine, c)
+	return k.bnTiled(1, n, c, hw, tile, tiles, a, 0, x, dy, gamma, 0, mean, invstd, 0, dgamma, dbeta, 0, zs, zh, dx, partial, coef, 0)
 }
 
 // BatchNormEvalBackwardTiled is BatchNormEvalBackward by tiles.
-func (k *Kernels) BatchNormEvalBackwardTiled(n, c, hw int, x, dy, mean, invstd, scale, dx, dgamma, dbeta, partial, coef Ptr) error {
+func (k *Kernels) BatchNormEvalBackwardTiled(a BNMode, n, c, hw int, x, dy, mean, invstd, scale, shift, dx, dgamma, dbeta, partial, coef Ptr) error {
 	tile, tiles := k.BNTiles(n, c, hw)
-	return k.bnTiled(2, n, c, hw, tile, tiles, 0, x, dy, 0, 0, mean, invstd, 0, dgamma, dbeta, scale, dx, partial, coef)
+	return k.bnTiled(2, n, c, hw, tile, tiles, a, 0, x, dy, 0, 0, mean, invstd, 0, dgamma, dbeta, scale, scale, shift, dx, partial, coef, 0)
+}
+
+// affineHalves returns the scales and the shifts of a training forward's
+// affine (2·c floats), or 0s where the activation needs neither.
+func affineHalves(act backend.BNAct, affine Ptr, c int) (scale, shift Ptr) {
+	if act == backend.BNIdentity {
+		return 0, 0
+	}
+	return affine, affine.Add(4 * c)
 }
 
 // BatchNormTrain normalises x (n×c×hw) with its batch statistics, writing
-// y, mean, invstd and (when varUnbiased is not 0) the unbiased variance,
-// NaN for a single element; gamma and beta may be 0 (1 and 0).
-func (k *Kernels) BatchNormTrain(n, c, hw int, eps float32, x, gamma, beta, y, mean, invstd, varUnbiased Ptr) error {
+// y = act(bn(x)), mean, invstd, (when varUnbiased is not 0) the unbiased
+// variance, NaN for a single element, and (when affine is not 0) each
+// channel's scale and shift; gamma and beta may be 0 (1 and 0).
+func (k *Kernels) BatchNormTrain(a BNMode, n, c, hw int, eps float32, x, gamma, beta, y, mean, invstd, varUnbiased, affine Ptr) error {
 	if n*hw == 0 {
 		return nil
 	}
 	return k.perChannel(kBNTrain, c, ptrArg(x), ptrArg(gamma), ptrArg(beta), ptrArg(y), ptrArg(mean), ptrArg(invstd),
-		ptrArg(varUnbiased), i32Arg(n), i32Arg(c), i64Arg(hw), f32Arg(eps))
+		ptrArg(varUnbiased), i32Arg(n), i32Arg(c), i64Arg(hw), f32Arg(eps), ptrArg(affine), i32Arg(int(a.Act)))
 }
 
-// BatchNormBackward accumulates the training-mode gradients into dx,
-// dgamma and dbeta (each may be 0) from the saved mean and invstd.
-func (k *Kernels) BatchNormBackward(n, c, hw int, x, dy, mean, invstd, gamma, dx, dgamma, dbeta Ptr) error {
+// BatchNormBackward adds (or with WriteDx writes) the training-mode
+// gradients into dx, dgamma and dbeta (each may be 0) from the saved
+// mean, invstd and, with an activation, BatchNormTrain's affine.
+func (k *Kernels) BatchNormBackward(a BNMode, n, c, hw int, x, dy, mean, invstd, gamma, affine, dx, dgamma, dbeta Ptr) error {
+	if a.Act != backend.BNIdentity && affine == 0 {
+		return fmt.Errorf("%s: an activation needs the forward's affine", kBNBackward)
+	}
 	return k.perChannel(kBNBackward, c, ptrArg(x), ptrArg(dy), ptrArg(mean), ptrArg(invstd), ptrArg(gamma),
-		ptrArg(dx), ptrArg(dgamma), ptrArg(dbeta), i32Arg(n), i32Arg(c), i64Arg(hw))
+		ptrArg(dx), ptrArg(dgamma), ptrArg(dbeta), i32Arg(n), i32Arg(c), i64Arg(hw), ptrArg(affine), i32Arg(int(a.Act)),
+		boolArg(a.WriteDx))
 }
 
 // BatchNormEvalScale writes the per-channel invstd, scale and (when shift
@@ -759,9 +791,14 @@ func (k *Kernels) BatchNormEvalScale(c int, eps float32, gamma, beta, mean, vari
 		ptrArg(invstd), ptrArg(scale), ptrArg(shift), i64Arg(c))
 }
 
-// BatchNormEvalBackward accumulates the eval-mode gradients with
-// BatchNormEvalScale's invstd and scale; each output may be 0.
-func (k *Kernels) BatchNormEvalBackward(n, c, hw int, x, dy, mean, invstd, scale, dx, dgamma, dbeta Ptr) error {
+// BatchNormEvalBackward adds (or with WriteDx writes) the eval-mode
+// gradients with BatchNormEvalScale's invstd, scale and, with an
+// activation, shift; each output may be 0.
+func (k *Kernels) BatchNormEvalBackward(a BNMode, n, c, hw int, x, dy, mean, invstd, scale, shift, dx, dgamma, dbeta Ptr) error {
+	if a.Act != backend.BNIdentity && shift == 0 {
+		return fmt.Errorf("%s: an activation needs the shift", kBNEvalBackward)
+	}
 	return k.perChannel(kBNEvalBackward, c, ptrArg(x), ptrArg(dy), ptrArg(mean), ptrArg(invstd), ptrArg(scale),
-		ptrArg(dx), ptrArg(dgamma), ptrArg(dbeta), i32Arg(n), i32Arg(c), i64Arg(hw))
+		ptrArg(dx), ptrArg(dgamma), ptrArg(dbeta), i32Arg(n), i32Arg(c), i64Arg(hw), ptrArg(shift), i32Arg(int(a.Act)),
+		boolArg(a.WriteDx))
 }

@@ -10,7 +10,7 @@ SP_KERNEL void unary_forward(int op, const float* __restrict__ x, float* __restr
   SP_FOR(i, n) {
     float v = x[i], r;
     switch (op) {
-      case U_SILU: r = v * sp_sigmoid(v); break;
+      case U_SILU: r = sp_act(ACT_SILU, v); break;
       case U_SIGMOID: r = sp_sigmoid(v); break;
       case U_RELU: r = v > 0.f ? v : 0.f; break;
       case U_EXP: r = expf(v); break;
@@ -31,11 +31,7 @@ SP_KERNEL void unary_backward(int op, const float* __restrict__ x, const float* 
   SP_FOR(i, n) {
     float v = x[i], g = dy[i], d;
     switch (op) {
-      case U_SILU: {
-        float s = sp_sigmoid(v);
-        d = g * s * (1.f + v * (1.f - s));
-        break;
-      }
+      case U_SILU: d = sp_act_grad(ACT_SILU, g, v); break;
       case U_SIGMOID: d = g * y[i] * (1.f - y[i]); break;
       case U_RELU: d = v > 0.f ? g : 0.f; break;
       case U_EXP: d = g * y[i]; break;

@@ -113,14 +113,14 @@ SP_KERNEL void bias_grad(const float* __restrict__ dy, float* __restrict__ db, i
   }
 }
 
-// channel_affine writes y = x·scale[c] + shift[c] (batch-norm in eval
-// mode); a null scale is a bias add, and y may be x.
+// channel_affine writes y = act(x·scale[c] + shift[c]) (batch-norm in
+// eval mode); a null scale is a bias add, and y may be x.
 SP_KERNEL void channel_affine(const float* x, const float* __restrict__ scale,
                                           const float* __restrict__ shift, float* y, int c, long long hw,
-                                          long long n) {
+                                          long long n, int act) {
   SP_FOR(i, n) {
     int ch = (int)((i / hw) % c);
-    y[i] = scale ? x[i] * scale[ch] + shift[ch] : x[i] + shift[ch];
+    y[i] = sp_act(act, scale ? x[i] * scale[ch] + shift[ch] : x[i] + shift[ch]);
   }
 }
 

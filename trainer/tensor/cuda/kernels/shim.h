@@ -143,3 +143,15 @@ SP_INLINE float sp_sigmoid(float v) {
   float e = expf(v);
   return e / (1.f + e);
 }
+
+// Activations fused into batch-norm's passes (backend.BNAct's order):
+// sp_act applies one to the normalised value z, sp_act_grad turns the
+// gradient of its output into the gradient of z, with unary_backward's
+// SiLU formula, so that a fused pass and the two separate kernels agree.
+enum { ACT_NONE, ACT_SILU };
+SP_INLINE float sp_act(int act, float z) { return act == ACT_SILU ? z * sp_sigmoid(z) : z; }
+SP_INLINE float sp_act_grad(int act, float g, float z) {
+  if (act != ACT_SILU) return g;
+  float s = sp_sigmoid(z);
+  return g * s * (1.f + z * (1.f - s));
+}
