@@ -71,6 +71,7 @@ func benchStep(b *testing.B, batch, imgsz int, tf32 bool) {
 	queue()
 	be.Sync()
 	x0 := be.Transfers()
+	be.ResetHeldPeak()
 	b.ResetTimer()
 	// Per step: the wall time; the host's time to queue the step (until
 	// its last call returns); the device's time between events recorded
@@ -101,6 +102,8 @@ func benchStep(b *testing.B, batch, imgsz int, tf32 bool) {
 	b.ReportMetric(bestHost.Seconds()*1e3, "host-queue-ms/step")
 	b.ReportMetric(bestDevice.Seconds()*1e3, "device-ms/step")
 	b.ReportMetric(float64(moved.UploadBytes+moved.DownloadBytes)/float64(steps), "host-device-B/step")
+	_, peak := be.Held()
+	b.ReportMetric(float64(peak)/1e9, "buffers-peak-GB")
 	py := os.Getenv("SEGPIPE_BENCH_TORCH")
 	if py == "" {
 		return

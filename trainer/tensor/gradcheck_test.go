@@ -312,6 +312,19 @@ func gradCases() []gradCase {
 		{name: "concat axis-1 with constant",
 			inputs: func(r *rand.Rand) []*Tensor { return []*Tensor{param(r, 2, 3, 2), Rand(r, -1, 1, 2, 3, 1)} },
 			f:      one(func(tp *Tape, in []*Tensor) *Tensor { return tp.Concat(-1, in...) })},
+		// The first writer of a gradient copies where it covers it and later
+		// ones add: an input concatenated twice, or also read by another op.
+		{name: "concat of one input twice, and another op",
+			inputs: func(r *rand.Rand) []*Tensor { return []*Tensor{param(r, 2, 2, 3), param(r, 2, 1, 3)} },
+			f: func(tp *Tape, in []*Tensor) []*Tensor {
+				return []*Tensor{tp.Concat(1, in[0], in[1], in[0]), tp.Square(in[1])}
+			}},
+		{name: "split then concat of its pieces, and reshape of a reused input",
+			inputs: func(r *rand.Rand) []*Tensor { return []*Tensor{param(r, 2, 5, 2)} },
+			f: func(tp *Tape, in []*Tensor) []*Tensor {
+				p := tp.Split(in[0], 1, 2, 3)
+				return []*Tensor{tp.Concat(1, p[1], p[0]), tp.Reshape(in[0], 4, 5), tp.Scale(in[0], 2)}
+			}},
 		{name: "split axis2 (all outputs)",
 			inputs: func(r *rand.Rand) []*Tensor { return []*Tensor{param(r, 2, 2, 6, 2)} },
 			f:      func(tp *Tape, in []*Tensor) []*Tensor { return tp.Split(in[0], 2, 1, 3, 2) }},

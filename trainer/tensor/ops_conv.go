@@ -180,9 +180,9 @@ func (tp *Tape) BatchNorm2d(x, weight, bias, runningMean, runningVar *Tensor, o 
 		}
 		return y
 	}
-	act := backend.BNIdentity
+	p := backend.BN{N: n, C: c, HW: hw, Eps: o.Eps, Momentum: o.Momentum}
 	if o.SiLU {
-		act = backend.BNSiLU
+		p.Act = backend.BNSiLU
 	}
 	var wd, bd backend.Buffer
 	if weight != nil {
@@ -201,34 +201,36 @@ func (tp *Tape) BatchNorm2d(x, weight, bias, runningMean, runningVar *Tensor, o 
 		return x.gradForWrite(true)
 	}
 	if o.Training {
-		// The saved statistics (mean, invstd, unbiased variance and the
-		// activation's scales and shifts) live as long as the backward.
-		k := 3
-		if act != backend.BNIdentity {
-			k = 5
+		// The saved statistics (mean, invstd and the activation's scales
+		// and shifts) live as long as the backward.
+		k := 2
+		if p.Act != backend.BNIdentity {
+			k = 4
 		}
 		stats := be.Alloc(k * c)
-		mean, invstd, varU := stats.Slice(0, c), stats.Slice(c, 2*c), stats.Slice(2*c, 3*c)
-		var affine backend.Buffer
-		if act != backend.BNIdentity {
-			affine = stats.Slice(3*c, 5*c)
+		mean, invstd := stats.Slice(0, c), stats.Slice(c, 2*c)
+		var affine, rm, rv backend.Buffer
+		if p.Act != backend.BNIdentity {
+			affine = stats.Slice(2*c, 4*c)
 		}
-		fused.BatchNormTrainAct(act, n, c, hw, o.Eps, x.data, wd, bd, y.data, mean, invstd, varU, affine)
-		tp.updateRunning(be, runningMean, runningVar, mean, varU, o.Momentum)
+		if runningMean != nil && runningVar != nil {
+			rm, rv = runningMean.data, runningVar.data
+		}
+		fused.BatchNormTrainAct(p, x.data, wd, bd, y.data, mean, invstd, affine, rm, rv)
 		if tp.wants(x, weight, bias) {
 			tp.push(func() {
 				dx, write := gradX()
-				fused.BatchNormBackwardAct(act, n, c, hw, x.data, y.grad, mean, invstd, wd, affine, dx, paramGrad(weight), paramGrad(bias), write)
+				fused.BatchNormBackwardAct(p, x.data, y.grad, mean, invstd, wd, affine, dx, paramGrad(weight), paramGrad(bias), write)
 			}, y)
 		}
 		return y
 	}
 	rm, rv := runningMean.data, runningVar.data
-	fused.BatchNormEvalAct(act, n, c, hw, o.Eps, x.data, wd, bd, rm, rv, y.data)
+	fused.BatchNormEvalAct(p, x.data, wd, bd, rm, rv, y.data)
 	if tp.wants(x, weight, bias) {
 		tp.push(func() {
 			dx, write := gradX()
-			fused.BatchNormEvalBackwardAct(act, n, c, hw, o.Eps, x.data, y.grad, wd, bd, rm, rv, dx, paramGrad(weight), paramGrad(bias), write)
+			fused.BatchNormEvalBackwardAct(p, x.data, y.grad, wd, bd, rm, rv, dx, paramGrad(weight), paramGrad(bias), write)
 		}, y)
 	}
 	return y
@@ -240,15 +242,6 @@ func paramGrad(t *Tensor) backend.Buffer {
 		return backend.Buffer{}
 	}
 	return t.GradBuffer()
-}
-
-// updateRunning folds a training step's batch statistics into the
-// running ones when both are kept.
-func (tp *Tape) updateRunning(be backend.Backend, runningMean, runningVar *Tensor, mean, varU backend.Buffer, m float32) {
-	if runningMean != nil && runningVar != nil {
-		be.Axpby(m, mean, 1-m, runningMean.data)
-		be.Axpby(m, varU, 1-m, runningVar.data)
-	}
 }
 
 // batchNorm is BatchNorm2d on a backend without fused activations.
@@ -266,7 +259,11 @@ func (tp *Tape) batchNorm(be backend.Backend, x, weight, bias, runningMean, runn
 		stats := be.Alloc(3 * c)
 		mean, invstd, varU := stats.Slice(0, c), stats.Slice(c, 2*c), stats.Slice(2*c, 3*c)
 		be.BatchNormTrain(n, c, hw, o.Eps, x.data, wd, bd, y.data, mean, invstd, varU)
-		tp.updateRunning(be, runningMean, runningVar, mean, varU, o.Momentum)
+		if runningMean != nil && runningVar != nil {
+			m := o.Momentum
+			be.Axpby(m, mean, 1-m, runningMean.data)
+			be.Axpby(m, varU, 1-m, runningVar.data)
+		}
 		if tp.wants(x, weight, bias) {
 			tp.push(func() {
 				be.BatchNormBackward(n, c, hw, x.data, y.grad, mean, invstd, wd, paramGrad(x), paramGrad(weight), paramGrad(bias))

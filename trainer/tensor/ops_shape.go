@@ -32,7 +32,14 @@ func (tp *Tape) Reshape(x *Tensor, shape ...int) *Tensor {
 	y := &Tensor{Shape: shape, be: x.be, data: x.data}
 	if tp.wants(x) {
 		be := tp.on(x)
-		tp.push(func() { be.Axpby(1, y.grad, 1, x.GradBuffer()) }, y)
+		tp.push(func() {
+			gx, write := x.gradForWrite(true)
+			beta := float32(1)
+			if write { // the first writer copies (beta 0 reads nothing)
+				beta = 0
+			}
+			be.Axpby(1, y.grad, beta, gx)
+		}, y)
 	}
 	return y
 }
@@ -141,7 +148,9 @@ func (tp *Tape) Concat(axis int, xs ...*Tensor) *Tensor {
 			for _, x := range xs {
 				rowX := x.Shape[axis] * inner
 				if needs(x) {
-					be.Copy(rows(outer, rowX, rowY, rowX, true), y.grad.From(off), x.GradBuffer())
+					// The first writer copies instead of adding to zeros.
+					gx, write := x.gradForWrite(true)
+					be.Copy(rows(outer, rowX, rowY, rowX, !write), y.grad.From(off), gx)
 				}
 				off += rowX
 			}
@@ -195,12 +204,18 @@ func (tp *Tape) Split(x *Tensor, axis int, sizes ...int) []*Tensor {
 	if tp.wants(x) {
 		ys := slices.Clone(outs)
 		tp.push(func() {
-			gx := x.GradBuffer()
+			// Where every piece has a gradient they cover x's: the first
+			// writer copies them instead of adding to zeros.
+			every := true
+			for _, y := range ys {
+				every = every && y.grad.Present()
+			}
+			gx, write := x.gradForWrite(every)
 			off := 0
 			for _, y := range ys {
 				rowY := y.Shape[axis] * inner
 				if y.grad.Present() {
-					be.Copy(rows(outer, rowY, rowY, rowX, true), y.grad, gx.From(off))
+					be.Copy(rows(outer, rowY, rowY, rowX, !write), y.grad, gx.From(off))
 				}
 				off += rowY
 			}

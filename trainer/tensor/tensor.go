@@ -192,10 +192,11 @@ func (t *Tensor) GradBuffer() backend.Buffer {
 	return t.grad
 }
 
-// gradForWrite returns t's gradient for an op that can write it (canWrite:
-// the backend has a form that sets every element instead of adding):
-// while t has none yet, a new, uninitialised buffer and true, and the op
-// must write it; else GradBuffer() and false, and the op adds.
+// gradForWrite returns t's gradient for an op that can write every element
+// of it instead of adding (canWrite: a backend form that sets, or a copy
+// that covers the whole gradient): while t has none yet, a new,
+// uninitialised buffer and true, and the op must write all of it; else
+// GradBuffer() and false, and the op adds.
 func (t *Tensor) gradForWrite(canWrite bool) (backend.Buffer, bool) {
 	if canWrite && !t.grad.Present() {
 		t.grad = t.be.Alloc(t.data.Len)

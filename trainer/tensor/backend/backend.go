@@ -343,30 +343,44 @@ const (
 	BNSiLU                  // y = silu(bn(x)), as SiLU's Unary
 )
 
+// BN is the geometry and settings of a BatchNormActivator call: x is
+// N×C×HW, Eps is added to the variance, Momentum weights the batch
+// statistics in the running update of a training call, and Act is applied
+// to the normalised values.
+type BN struct {
+	N, C, HW int
+	Eps      float32
+	Momentum float32
+	Act      BNAct
+}
+
 // BatchNormActivator is implemented by backends whose batch-norm passes
-// apply an activation and can write the input gradient instead of adding
-// to it. y = act(bn(x)) is written without storing bn(x): the training
-// forward keeps each channel's scale and shift (bn(x) = x·scale + shift),
-// and the backward recomputes bn(x) from x with them to take dy through
-// the activation's gradient. One pass over the data replaces two in each
-// direction, the pre-activation tensor and its gradient are never
-// allocated, and x's gradient is written by its first writer rather than
-// zero-filled and added to. The CPU backend does not implement it, so its
-// batch-norm and SiLU stay two ops whose results are unchanged bit for
-// bit.
+// apply an activation, update the running statistics and can write the
+// input gradient instead of adding to it. y = act(bn(x)) is written
+// without storing bn(x): the training forward keeps each channel's scale
+// and shift (bn(x) = x·scale + shift), and the backward recomputes bn(x)
+// from x with them to take dy through the activation's gradient. One pass
+// over the data replaces two in each direction, the pre-activation tensor
+// and its gradient are never allocated, the running statistics take no
+// launches of their own, and x's gradient is written by its first writer
+// rather than zero-filled and added to. The CPU backend does not
+// implement it, so its batch-norm and SiLU stay separate ops whose results
+// are unchanged bit for bit.
 type BatchNormActivator interface {
-	// BatchNormTrainAct is BatchNormTrain with y = act(bn(x)); affine (2·c:
+	// BatchNormTrainAct is BatchNormTrain with y = act(bn(x)); affine (2·C:
 	// the scales, then the shifts) receives what the backward needs, and
-	// may be absent for BNIdentity.
-	BatchNormTrainAct(act BNAct, n, c, hw int, eps float32, x, gamma, beta, y, mean, invstd, varUnbiased, affine Buffer)
+	// may be absent for BNIdentity. runningMean and runningVar, when
+	// present, become (1−Momentum)·running + Momentum·batch, with the
+	// batch's unbiased variance.
+	BatchNormTrainAct(p BN, x, gamma, beta, y, mean, invstd, affine, runningMean, runningVar Buffer)
 	// BatchNormBackwardAct is BatchNormBackward for dy, the gradient of
 	// act(bn(x)), with BatchNormTrainAct's affine; with writeDx, every
 	// element of dx is written and none read.
-	BatchNormBackwardAct(act BNAct, n, c, hw int, x, dy, mean, invstd, gamma, affine, dx, dgamma, dbeta Buffer, writeDx bool)
+	BatchNormBackwardAct(p BN, x, dy, mean, invstd, gamma, affine, dx, dgamma, dbeta Buffer, writeDx bool)
 	// BatchNormEvalAct is BatchNormEval with y = act(bn(x)).
-	BatchNormEvalAct(act BNAct, n, c, hw int, eps float32, x, gamma, beta, mean, variance, y Buffer)
+	BatchNormEvalAct(p BN, x, gamma, beta, mean, variance, y Buffer)
 	// BatchNormEvalBackwardAct is BatchNormEvalBackward for dy, the
 	// gradient of act(bn(x)) (beta recomputes bn(x)); with writeDx, dx is
 	// written as by BatchNormBackwardAct.
-	BatchNormEvalBackwardAct(act BNAct, n, c, hw int, eps float32, x, dy, gamma, beta, mean, variance, dx, dgamma, dbeta Buffer, writeDx bool)
+	BatchNormEvalBackwardAct(p BN, x, dy, gamma, beta, mean, variance, dx, dgamma, dbeta Buffer, writeDx bool)
 }

@@ -77,11 +77,12 @@ type Backend struct {
 
 	ups, downs, upBytes, downBytes, syncs atomic.Int64
 
-	// held is the device memory of live buffers, heldAtGC its value after
-	// the last collection reclaim forced; lostFrees counts cleanups whose
-	// free failed; closed stops cleanups once Close took the context.
-	held, heldAtGC, lostFrees atomic.Int64
-	closed                    atomic.Bool
+	// held is the device memory of live buffers, heldPeak its largest
+	// value since ResetHeldPeak, heldAtGC its value after the last
+	// collection reclaim forced; lostFrees counts cleanups whose free
+	// failed; closed stops cleanups once Close took the context.
+	held, heldPeak, heldAtGC, lostFrees atomic.Int64
+	closed                              atomic.Bool
 
 	// ws is the optimiser kernels' device workspace (see scratch).
 	wsMu    sync.Mutex
@@ -277,11 +278,24 @@ func (be *Backend) Alloc(n int) backend.Buffer {
 	}
 	orPanic(fmt.Sprintf("alloc %d floats", n), err)
 	c := &devCell{be: be, p: p, bytes: int64(4 * n)}
-	be.held.Add(c.bytes)
+	for h := be.held.Add(c.bytes); ; {
+		if pk := be.heldPeak.Load(); h <= pk || be.heldPeak.CompareAndSwap(pk, h) {
+			break
+		}
+	}
 	m := &mem{be: be, p: p, n: n, cell: c}
 	runtime.AddCleanup(m, dropped, c)
 	return backend.Buffer{Mem: m, Len: n}
 }
+
+// Held returns the device memory of the buffers alive now and the most
+// they held at once since ResetHeldPeak (or the start), in bytes: what a
+// training step needs, plus what the collector has not yet returned (a
+// dropped buffer counts until it is collected).
+func (be *Backend) Held() (now, peak int64) { return be.held.Load(), be.heldPeak.Load() }
+
+// ResetHeldPeak starts a new peak from the memory held now.
+func (be *Backend) ResetHeldPeak() { be.heldPeak.Store(be.held.Load()) }
 
 // Free returns a whole buffer Alloc made to the pool once the stream's
 // prior work is done; views, staged buffers and other buffers are ignored.
@@ -395,21 +409,32 @@ func (be *Backend) Conv2dBackwardFilter(p backend.Conv, x, dy, dw backend.Buffer
 // block per channel) or, for channels longer than a tile, the tiled
 // kernels; varUnbiased is NaN for a single element as on the CPU.
 func (be *Backend) BatchNormTrain(n, c, hw int, eps float32, x, gamma, beta, y, mean, invstd, varUnbiased backend.Buffer) {
-	be.BatchNormTrainAct(backend.BNIdentity, n, c, hw, eps, x, gamma, beta, y, mean, invstd, varUnbiased, backend.Buffer{})
+	be.batchNormTrain(backend.BN{N: n, C: c, HW: hw, Eps: eps}, x, gamma, beta, y, mean, invstd, varUnbiased, backend.Buffer{},
+		backend.Buffer{}, backend.Buffer{})
 }
 
 // BatchNormTrainAct implements backend.BatchNormActivator: the activation
-// is applied in the normalising pass.
-func (be *Backend) BatchNormTrainAct(act backend.BNAct, n, c, hw int, eps float32, x, gamma, beta, y, mean, invstd, varUnbiased, affine backend.Buffer) {
-	a := BNMode{Act: act}
+// is applied in the normalising pass and the running statistics are
+// updated by the kernel that computes the batch's.
+func (be *Backend) BatchNormTrainAct(p backend.BN, x, gamma, beta, y, mean, invstd, affine, runningMean, runningVar backend.Buffer) {
+	be.batchNormTrain(p, x, gamma, beta, y, mean, invstd, backend.Buffer{}, affine, runningMean, runningVar)
+}
+
+func (be *Backend) batchNormTrain(p backend.BN, x, gamma, beta, y, mean, invstd, varUnbiased, affine, runningMean, runningVar backend.Buffer) {
+	a := BNMode{Act: p.Act}
+	run := BNRunning{Mean: be.ptr(runningMean), Var: be.ptr(runningVar), Momentum: p.Momentum}
+	if run.Mean == 0 || run.Var == 0 {
+		run = BNRunning{}
+	}
+	n, c, hw := p.N, p.C, p.HW
 	if tmp, partial, coef, ok := be.bnScratch(n, c, hw); ok {
-		orPanic("batch-norm", be.k.BatchNormTrainTiled(a, n, c, hw, eps, be.ptr(x), be.ptr(gamma), be.ptr(beta), be.ptr(y),
-			be.ptr(mean), be.ptr(invstd), be.ptr(varUnbiased), be.ptr(affine), partial, coef))
+		orPanic("batch-norm", be.k.BatchNormTrainTiled(a, n, c, hw, p.Eps, be.ptr(x), be.ptr(gamma), be.ptr(beta), be.ptr(y),
+			be.ptr(mean), be.ptr(invstd), be.ptr(varUnbiased), be.ptr(affine), run, partial, coef))
 		be.Free(tmp)
 		return
 	}
-	orPanic("batch-norm", be.k.BatchNormTrain(a, n, c, hw, eps, be.ptr(x), be.ptr(gamma), be.ptr(beta), be.ptr(y),
-		be.ptr(mean), be.ptr(invstd), be.ptr(varUnbiased), be.ptr(affine)))
+	orPanic("batch-norm", be.k.BatchNormTrain(a, n, c, hw, p.Eps, be.ptr(x), be.ptr(gamma), be.ptr(beta), be.ptr(y),
+		be.ptr(mean), be.ptr(invstd), be.ptr(varUnbiased), be.ptr(affine), run))
 }
 
 var _ backend.BatchNormActivator = (*Backend)(nil)
@@ -439,12 +464,13 @@ func (be *Backend) ChannelSum(n, c, hw int, x, dst backend.Buffer) {
 
 // BatchNormBackward accumulates the training-mode gradients.
 func (be *Backend) BatchNormBackward(n, c, hw int, x, dy, mean, invstd, gamma, dx, dgamma, dbeta backend.Buffer) {
-	be.BatchNormBackwardAct(backend.BNIdentity, n, c, hw, x, dy, mean, invstd, gamma, backend.Buffer{}, dx, dgamma, dbeta, false)
+	be.BatchNormBackwardAct(backend.BN{N: n, C: c, HW: hw}, x, dy, mean, invstd, gamma, backend.Buffer{}, dx, dgamma, dbeta, false)
 }
 
 // BatchNormBackwardAct implements backend.BatchNormActivator.
-func (be *Backend) BatchNormBackwardAct(act backend.BNAct, n, c, hw int, x, dy, mean, invstd, gamma, affine, dx, dgamma, dbeta backend.Buffer, writeDx bool) {
-	a := BNMode{Act: act, WriteDx: writeDx}
+func (be *Backend) BatchNormBackwardAct(p backend.BN, x, dy, mean, invstd, gamma, affine, dx, dgamma, dbeta backend.Buffer, writeDx bool) {
+	a := BNMode{Act: p.Act, WriteDx: writeDx}
+	n, c, hw := p.N, p.C, p.HW
 	if tmp, partial, coef, ok := be.bnScratch(n, c, hw); ok {
 		orPanic("batch-norm backward", be.k.BatchNormBackwardTiled(a, n, c, hw, be.ptr(x), be.ptr(dy), be.ptr(mean), be.ptr(invstd),
 			be.ptr(gamma), be.ptr(affine), be.ptr(dx), be.ptr(dgamma), be.ptr(dbeta), partial, coef))
@@ -470,26 +496,27 @@ func (be *Backend) evalScale(c int, eps float32, gamma, beta, mean, variance bac
 
 // BatchNormEval folds the running statistics into one affine per channel.
 func (be *Backend) BatchNormEval(n, c, hw int, eps float32, x, gamma, beta, mean, variance, y backend.Buffer) {
-	be.BatchNormEvalAct(backend.BNIdentity, n, c, hw, eps, x, gamma, beta, mean, variance, y)
+	be.BatchNormEvalAct(backend.BN{N: n, C: c, HW: hw, Eps: eps}, x, gamma, beta, mean, variance, y)
 }
 
 // BatchNormEvalAct implements backend.BatchNormActivator.
-func (be *Backend) BatchNormEvalAct(act backend.BNAct, n, c, hw int, eps float32, x, gamma, beta, mean, variance, y backend.Buffer) {
-	tmp, _, scale, shift := be.evalScale(c, eps, gamma, beta, mean, variance, true)
-	orPanic("batch-norm eval", be.k.ChannelAffine(act, be.ptr(x), be.ptr(scale), be.ptr(shift), be.ptr(y), n, c, hw))
+func (be *Backend) BatchNormEvalAct(p backend.BN, x, gamma, beta, mean, variance, y backend.Buffer) {
+	tmp, _, scale, shift := be.evalScale(p.C, p.Eps, gamma, beta, mean, variance, true)
+	orPanic("batch-norm eval", be.k.ChannelAffine(p.Act, be.ptr(x), be.ptr(scale), be.ptr(shift), be.ptr(y), p.N, p.C, p.HW))
 	be.Free(tmp)
 }
 
 // BatchNormEvalBackward accumulates the eval-mode gradients.
 func (be *Backend) BatchNormEvalBackward(n, c, hw int, eps float32, x, dy, gamma, mean, variance, dx, dgamma, dbeta backend.Buffer) {
-	be.BatchNormEvalBackwardAct(backend.BNIdentity, n, c, hw, eps, x, dy, gamma, backend.Buffer{}, mean, variance, dx, dgamma, dbeta, false)
+	be.BatchNormEvalBackwardAct(backend.BN{N: n, C: c, HW: hw, Eps: eps}, x, dy, gamma, backend.Buffer{}, mean, variance, dx, dgamma, dbeta, false)
 }
 
 // BatchNormEvalBackwardAct implements backend.BatchNormActivator; the
 // shift that recomputes bn(x) is folded only for an activation.
-func (be *Backend) BatchNormEvalBackwardAct(act backend.BNAct, n, c, hw int, eps float32, x, dy, gamma, beta, mean, variance, dx, dgamma, dbeta backend.Buffer, writeDx bool) {
-	a := BNMode{Act: act, WriteDx: writeDx}
-	tmp, invstd, scale, shift := be.evalScale(c, eps, gamma, beta, mean, variance, act != backend.BNIdentity)
+func (be *Backend) BatchNormEvalBackwardAct(p backend.BN, x, dy, gamma, beta, mean, variance, dx, dgamma, dbeta backend.Buffer, writeDx bool) {
+	a := BNMode{Act: p.Act, WriteDx: writeDx}
+	n, c, hw := p.N, p.C, p.HW
+	tmp, invstd, scale, shift := be.evalScale(c, p.Eps, gamma, beta, mean, variance, p.Act != backend.BNIdentity)
 	defer be.Free(tmp)
 	if scr, partial, coef, ok := be.bnScratch(n, c, hw); ok {
 		orPanic("batch-norm eval backward", be.k.BatchNormEvalBackwardTiled(a, n, c, hw, be.ptr(x), be.ptr(dy), be.ptr(mean), be.ptr(invstd),

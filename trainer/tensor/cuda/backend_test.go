@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"testing"
 	"time"
@@ -228,10 +229,12 @@ func backendCases() []backendCase {
 		{1, 2, 33, backend.BNSiLU, true},
 	} {
 		nx := s.n * s.c * s.hw
+		p := backend.BN{N: s.n, C: s.c, HW: s.hw, Eps: 1e-3, Momentum: 0.03, Act: s.act}
 		add(fmt.Sprintf("batch-norm train, activation %d, write %v", s.act, s.write), false, func(r *backendRun) []backend.Buffer {
 			x := r.rand(nx, -1, 3, false)
 			gamma, beta := r.rand(s.c, 0.5, 1.5, false), r.randn(s.c)
-			y, mean, invstd, vu := r.nan(nx), r.nan(s.c), r.nan(s.c), r.nan(s.c)
+			y, mean, invstd := r.nan(nx), r.nan(s.c), r.nan(s.c)
+			rm, rv := r.randn(s.c), r.rand(s.c, 0.5, 2, false)
 			dy, dg, db := r.randn(nx), r.randn(s.c), r.randn(s.c)
 			dx := r.randn(nx)
 			if s.write {
@@ -239,14 +242,17 @@ func backendCases() []backendCase {
 			}
 			r.bnAct(s.act, s.write, func(fused backend.BatchNormActivator) {
 				affine := r.nan(2 * s.c)
-				fused.BatchNormTrainAct(s.act, s.n, s.c, s.hw, 1e-3, x, gamma, beta, y, mean, invstd, vu, affine)
-				fused.BatchNormBackwardAct(s.act, s.n, s.c, s.hw, x, dy, mean, invstd, gamma, affine, dx, dg, db, s.write)
+				fused.BatchNormTrainAct(p, x, gamma, beta, y, mean, invstd, affine, rm, rv)
+				fused.BatchNormBackwardAct(p, x, dy, mean, invstd, gamma, affine, dx, dg, db, s.write)
 			}, func(z, dz backend.Buffer) {
+				vu := r.be.Alloc(s.c)
 				r.be.BatchNormTrain(s.n, s.c, s.hw, 1e-3, x, gamma, beta, z, mean, invstd, vu)
+				r.be.Axpby(p.Momentum, mean, 1-p.Momentum, rm)
+				r.be.Axpby(p.Momentum, vu, 1-p.Momentum, rv)
 				r.silu(s.act, z, y, dy, dz)
 				r.be.BatchNormBackward(s.n, s.c, s.hw, x, dz, mean, invstd, gamma, dx, dg, db)
 			}, nx, y, dy, dx)
-			return []backend.Buffer{y, mean, invstd, vu, dx, dg, db}
+			return []backend.Buffer{y, mean, invstd, rm, rv, dx, dg, db}
 		})
 		add(fmt.Sprintf("batch-norm eval, activation %d, write %v", s.act, s.write), false, func(r *backendRun) []backend.Buffer {
 			x := r.rand(nx, -2, 2, false)
@@ -258,8 +264,8 @@ func backendCases() []backendCase {
 				dx = r.nan(nx)
 			}
 			r.bnAct(s.act, s.write, func(fused backend.BatchNormActivator) {
-				fused.BatchNormEvalAct(s.act, s.n, s.c, s.hw, 1e-3, x, gamma, beta, mean, variance, y)
-				fused.BatchNormEvalBackwardAct(s.act, s.n, s.c, s.hw, 1e-3, x, dy, gamma, beta, mean, variance, dx, dg, db, s.write)
+				fused.BatchNormEvalAct(p, x, gamma, beta, mean, variance, y)
+				fused.BatchNormEvalBackwardAct(p, x, dy, gamma, beta, mean, variance, dx, dg, db, s.write)
 			}, func(z, dz backend.Buffer) {
 				r.be.BatchNormEval(s.n, s.c, s.hw, 1e-3, x, gamma, beta, mean, variance, z)
 				r.silu(s.act, z, y, dy, dz)
@@ -474,18 +480,23 @@ func largeCases() []backendCase {
 		add(fmt.Sprintf("large batch-norm with SiLU, %d per channel", n*hw), func(r *backendRun) []backend.Buffer {
 			x := r.rand(nx, -1, 3, false)
 			gamma, beta := r.rand(c, 0.5, 1.5, false), r.randn(c)
-			y, mean, invstd, vu := r.nan(nx), r.nan(c), r.nan(c), r.nan(c)
+			y, mean, invstd := r.nan(nx), r.nan(c), r.nan(c)
+			rm, rv := r.randn(c), r.rand(c, 0.5, 2, false)
 			dy, dx, dg, db := r.randn(nx), r.nan(nx), r.randn(c), r.randn(c)
+			p := backend.BN{N: n, C: c, HW: hw, Eps: 1e-3, Momentum: 0.03, Act: backend.BNSiLU}
 			r.bnAct(backend.BNSiLU, true, func(fused backend.BatchNormActivator) {
 				affine := r.nan(2 * c)
-				fused.BatchNormTrainAct(backend.BNSiLU, n, c, hw, 1e-3, x, gamma, beta, y, mean, invstd, vu, affine)
-				fused.BatchNormBackwardAct(backend.BNSiLU, n, c, hw, x, dy, mean, invstd, gamma, affine, dx, dg, db, true)
+				fused.BatchNormTrainAct(p, x, gamma, beta, y, mean, invstd, affine, rm, rv)
+				fused.BatchNormBackwardAct(p, x, dy, mean, invstd, gamma, affine, dx, dg, db, true)
 			}, func(z, dz backend.Buffer) {
+				vu := r.be.Alloc(c)
 				r.be.BatchNormTrain(n, c, hw, 1e-3, x, gamma, beta, z, mean, invstd, vu)
+				r.be.Axpby(p.Momentum, mean, 1-p.Momentum, rm)
+				r.be.Axpby(p.Momentum, vu, 1-p.Momentum, rv)
 				r.silu(backend.BNSiLU, z, y, dy, dz)
 				r.be.BatchNormBackward(n, c, hw, x, dz, mean, invstd, gamma, dx, dg, db)
 			}, nx, y, dy, dx)
-			return []backend.Buffer{y, mean, invstd, vu, dx, dg, db}
+			return []backend.Buffer{y, mean, invstd, rm, rv, dx, dg, db}
 		})
 	}
 	return cs
@@ -619,11 +630,14 @@ func TestDroppedBuffersAreReturned(t *testing.T) {
 	kept := be.Alloc(8)
 	freed := be.Alloc(8)
 	be.Free(freed)
+	gc := debug.SetGCPercent(-1) // no collection before the count
 	for range 50 {
 		b := be.Alloc(1 << 10)
 		be.Fill(b.Slice(0, 4), 1) // views share the handle
 	}
-	if n := live(); n != 51 {
+	n := live()
+	debug.SetGCPercent(gc)
+	if n != 51 {
 		t.Fatalf("%d live buffers after the allocations, want 51", n)
 	}
 	deadline := time.Now().Add(10 * time.Second)

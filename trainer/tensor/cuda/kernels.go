@@ -701,6 +701,14 @@ type BNMode struct {
 	WriteDx bool
 }
 
+// BNRunning is where a training batch-norm launch folds its batch
+// statistics: running = (1 − Momentum)·running + Momentum·batch (the
+// unbiased variance); a zero Mean leaves them alone.
+type BNRunning struct {
+	Mean, Var Ptr
+	Momentum  float32
+}
+
 // bnTiled runs the three tiled passes of one mode: partial sums of each
 // tile into partial (2·tiles float64s), the per-channel finish (writing
 // coef, 4·c floats, the statistics or parameter gradients and, in mode 0,
@@ -708,7 +716,7 @@ type BNMode struct {
 // not 0. zs and zh are the per-channel scale and shift that recompute the
 // pre-activation in the backward modes.
 func (k *Kernels) bnTiled(mode, n, c, hw, tile, tiles int, a BNMode, eps float32, x, dy, gamma, beta, mean, invstd, varUnbiased,
-	dgamma, dbeta, scale, zs, zh, out, partial, coef, affine Ptr) error {
+	dgamma, dbeta, scale, zs, zh, out, partial, coef, affine Ptr, run BNRunning) error {
 	grid := dim3{uint32(max(min(tiles, k.maxBlocks), 1)), 1, 1}
 	if err := k.l.launch(kBNTilesPartial, grid, k.block(), []arg{ptrArg(x), ptrArg(dy), ptrArg(mean), ptrArg(invstd),
 		ptrArg(partial), i32Arg(mode), i32Arg(n), i32Arg(c), i64Arg(hw), i64Arg(tile), ptrArg(zs), ptrArg(zh),
@@ -717,7 +725,8 @@ func (k *Kernels) bnTiled(mode, n, c, hw, tile, tiles int, a BNMode, eps float32
 	}
 	if err := k.perChannel(kBNTilesFinish, c, ptrArg(partial), i32Arg(mode), i32Arg(n), i32Arg(c), i64Arg(hw), i64Arg(tile),
 		ptrArg(x), f32Arg(eps), ptrArg(gamma), ptrArg(beta), ptrArg(mean), ptrArg(invstd), ptrArg(varUnbiased),
-		ptrArg(dgamma), ptrArg(dbeta), ptrArg(coef), ptrArg(affine)); err != nil {
+		ptrArg(dgamma), ptrArg(dbeta), ptrArg(coef), ptrArg(affine), ptrArg(run.Mean), ptrArg(run.Var),
+		f32Arg(run.Momentum)); err != nil {
 		return err
 	}
 	if out == 0 {
@@ -730,9 +739,10 @@ func (k *Kernels) bnTiled(mode, n, c, hw, tile, tiles int, a BNMode, eps float32
 
 // BatchNormTrainTiled is BatchNormTrain by tiles (see BNTiles), with
 // scratch partial (2·tiles float64s) and coef (4·c floats).
-func (k *Kernels) BatchNormTrainTiled(a BNMode, n, c, hw int, eps float32, x, gamma, beta, y, mean, invstd, varUnbiased, affine, partial, coef Ptr) error {
+func (k *Kernels) BatchNormTrainTiled(a BNMode, n, c, hw int, eps float32, x, gamma, beta, y, mean, invstd, varUnbiased, affine Ptr,
+	run BNRunning, partial, coef Ptr) error {
 	tile, tiles := k.BNTiles(n, c, hw)
-	return k.bnTiled(0, n, c, hw, tile, tiles, a, eps, x, 0, gamma, beta, mean, invstd, varUnbiased, 0, 0, 0, 0, 0, y, partial, coef, affine)
+	return k.bnTiled(0, n, c, hw, tile, tiles, a, eps, x, 0, gamma, beta, mean, invstd, varUnbiased, 0, 0, 0, 0, 0, y, partial, coef, affine, run)
 }
 
 // BatchNormBackwardTiled is BatchNormBackward by tiles.
@@ -742,13 +752,13 @@ func (k *Kernels) BatchNormBackwardTiled(a BNMode, n, c, hw int, x, dy, mean, in
 	}
 	tile, tiles := k.BNTiles(n, c, hw)
 	zs, zh := affineHalves(a.Act, affine, c)
-	return k.bnTiled(1, n, c, hw, tile, tiles, a, 0, x, dy, gamma, 0, mean, invstd, 0, dgamma, dbeta, 0, zs, zh, dx, partial, coef, 0)
+	return k.bnTiled(1, n, c, hw, tile, tiles, a, 0, x, dy, gamma, 0, mean, invstd, 0, dgamma, dbeta, 0, zs, zh, dx, partial, coef, 0, BNRunning{})
 }
 
 // BatchNormEvalBackwardTiled is BatchNormEvalBackward by tiles.
 func (k *Kernels) BatchNormEvalBackwardTiled(a BNMode, n, c, hw int, x, dy, mean, invstd, scale, shift, dx, dgamma, dbeta, partial, coef Ptr) error {
 	tile, tiles := k.BNTiles(n, c, hw)
-	return k.bnTiled(2, n, c, hw, tile, tiles, a, 0, x, dy, 0, 0, mean, invstd, 0, dgamma, dbeta, scale, scale, shift, dx, partial, coef, 0)
+	return k.bnTiled(2, n, c, hw, tile, tiles, a, 0, x, dy, 0, 0, mean, invstd, 0, dgamma, dbeta, scale, scale, shift, dx, partial, coef, 0, BNRunning{})
 }
 
 // affineHalves returns the scales and the shifts of a training forward's
@@ -762,14 +772,16 @@ func affineHalves(act backend.BNAct, affine Ptr, c int) (scale, shift Ptr) {
 
 // BatchNormTrain normalises x (n×c×hw) with its batch statistics, writing
 // y = act(bn(x)), mean, invstd, (when varUnbiased is not 0) the unbiased
-// variance, NaN for a single element, and (when affine is not 0) each
-// channel's scale and shift; gamma and beta may be 0 (1 and 0).
-func (k *Kernels) BatchNormTrain(a BNMode, n, c, hw int, eps float32, x, gamma, beta, y, mean, invstd, varUnbiased, affine Ptr) error {
+// variance, NaN for a single element, (when affine is not 0) each
+// channel's scale and shift, and the running statistics of run; gamma and
+// beta may be 0 (1 and 0).
+func (k *Kernels) BatchNormTrain(a BNMode, n, c, hw int, eps float32, x, gamma, beta, y, mean, invstd, varUnbiased, affine Ptr, run BNRunning) error {
 	if n*hw == 0 {
 		return nil
 	}
 	return k.perChannel(kBNTrain, c, ptrArg(x), ptrArg(gamma), ptrArg(beta), ptrArg(y), ptrArg(mean), ptrArg(invstd),
-		ptrArg(varUnbiased), i32Arg(n), i32Arg(c), i64Arg(hw), f32Arg(eps), ptrArg(affine), i32Arg(int(a.Act)))
+		ptrArg(varUnbiased), i32Arg(n), i32Arg(c), i64Arg(hw), f32Arg(eps), ptrArg(affine), i32Arg(int(a.Act)),
+		ptrArg(run.Mean), ptrArg(run.Var), f32Arg(run.Momentum))
 }
 
 // BatchNormBackward adds (or with WriteDx writes) the training-mode

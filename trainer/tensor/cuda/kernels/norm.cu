@@ -12,17 +12,34 @@
 // write is set (the gradient's first writer: dx is not read).
 #include "shim.h"
 
+// bn_running stores a channel's unbiased variance vu when var_unbiased is
+// not null and, when running_mean is not null, folds the batch statistics
+// into the running ones as the backend's Axpby would: running =
+// (1 − momentum)·running + momentum·batch.
+SP_INLINE void bn_running(int ch, float m, float vu, float* var_unbiased, float* running_mean, float* running_var,
+                          float momentum) {
+  if (var_unbiased) var_unbiased[ch] = vu;
+  if (running_mean) {
+    float keep = 1.f - momentum;
+    running_mean[ch] = keep * running_mean[ch] + momentum * m;
+    running_var[ch] = keep * running_var[ch] + momentum * vu;
+  }
+}
+
 // bn_train normalises x (nb×c×hw) with its batch statistics: mean, invstd
 // = 1/√(biased var + eps) and, when var_unbiased is not null, the unbiased
 // variance (NaN for a single element). Statistics are shifted by the
 // channel's first element, as the reference, so that |mean| ≫ std keeps
 // its precision. gamma and beta may be null (1 and 0). y = act(z); when
 // affine is not null it receives each channel's scale (affine[ch]) and
-// shift (affine[c + ch]).
+// shift (affine[c + ch]), and when running_mean is not null the running
+// statistics are updated (bn_running).
 SP_KERNEL void bn_train(const float* __restrict__ x, const float* __restrict__ gamma,
                                     const float* __restrict__ beta, float* __restrict__ y, float* __restrict__ mean,
                                     float* __restrict__ invstd, float* __restrict__ var_unbiased, int nb, int c,
-                                    long long hw, float eps, float* __restrict__ affine, int act) {
+                                    long long hw, float eps, float* __restrict__ affine, int act,
+                                    float* __restrict__ running_mean, float* __restrict__ running_var,
+                                    float momentum) {
   __shared__ double part[SP_MAX_BLOCK];
   long long cnt = (long long)nb * hw;
   if (cnt == 0) return;
@@ -47,7 +64,8 @@ SP_KERNEL void bn_train(const float* __restrict__ x, const float* __restrict__ g
     if (threadIdx.x == 0) {
       mean[ch] = (float)m;
       invstd[ch] = (float)is;
-      if (var_unbiased) var_unbiased[ch] = cnt > 1 ? (float)(sq / (double)(cnt - 1)) : NAN;
+      bn_running(ch, (float)m, cnt > 1 ? (float)(sq / (double)(cnt - 1)) : NAN, var_unbiased, running_mean, running_var,
+                 momentum);
     }
     double g = gamma ? (double)gamma[ch] : 1.0, bt = beta ? (double)beta[ch] : 0.0;
     float sc = (float)(g * is), sh = (float)(bt - m * g * is);
@@ -223,14 +241,16 @@ SP_KERNEL void bn_tiles_partial(const float* __restrict__ x, const float* __rest
 // coef[2ch] = scale, coef[2ch+1] = shift; mode 1: dgamma, dbeta (when not
 // null) and coef[4ch..4ch+3] = k, mean(dy), k·invstd·mean(dy·xhat), mean;
 // mode 2: dgamma, dbeta. In mode 0 affine, when not null, receives the
-// scale and shift as bn_train's. One block per channel (grid-stride).
+// scale and shift as bn_train's, and the running statistics are updated
+// as bn_train's. One block per channel (grid-stride).
 SP_KERNEL void bn_tiles_finish(const double* __restrict__ partial, int mode, int nb, int c, long long hw,
                                            long long tile, const float* __restrict__ x, float eps,
                                            const float* __restrict__ gamma, const float* __restrict__ beta,
                                            float* __restrict__ mean, float* __restrict__ invstd,
                                            float* __restrict__ var_unbiased, float* __restrict__ dgamma,
                                            float* __restrict__ dbeta, float* __restrict__ coef,
-                                           float* __restrict__ affine) {
+                                           float* __restrict__ affine, float* __restrict__ running_mean,
+                                           float* __restrict__ running_var, float momentum) {
   __shared__ double part[SP_MAX_BLOCK];
   long long per_channel = (hw + tile - 1) / tile * nb, cnt = (long long)nb * hw;
   for (int ch = blockIdx.x; ch < c; ch += gridDim.x) {
@@ -252,7 +272,8 @@ SP_KERNEL void bn_tiles_finish(const double* __restrict__ partial, int mode, int
       double is = 1.0 / sqrt(sq / (double)cnt + (double)eps);
       mean[ch] = (float)m;
       invstd[ch] = (float)is;
-      if (var_unbiased) var_unbiased[ch] = cnt > 1 ? (float)(sq / (double)(cnt - 1)) : NAN;
+      bn_running(ch, (float)m, cnt > 1 ? (float)(sq / (double)(cnt - 1)) : NAN, var_unbiased, running_mean, running_var,
+                 momentum);
       double g = gamma ? (double)gamma[ch] : 1.0, bt = beta ? (double)beta[ch] : 0.0;
       coef[2 * ch] = (float)(g * is);
       coef[2 * ch + 1] = (float)(bt - m * g * is);
