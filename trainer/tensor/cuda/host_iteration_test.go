@@ -235,7 +235,8 @@ func perName(before, after map[string]uint64, iters int) string {
 // callBudget is the most calls into libcuda, cuBLAS and cuDNN one
 // training iteration of YOLO26n-seg may make (every one of them a
 // host-side cost before the GPU sees the work), measured on the stub
-// driver; see TestHostCallBudget. 4.0k today (4.7k with batch-norm's
+// driver; see TestHostCallBudget. 3.8k today (4.0k with a launch per
+// Muon parameter for its momentum and its update, 4.7k with batch-norm's
 // running update in launches of its own and the gradients of concat,
 // split and reshape zero-filled before they are added to, 5.7k with SiLU apart from batch-norm, 9.3k with MuSGD's
 // Newton–Schulz matrix by matrix), so undoing the fused batch-norm, its

@@ -74,6 +74,9 @@ const (
 	kBNTilesApply
 	// Newton–Schulz of a batch of matrices (kernels/optim.cu).
 	kBatchNormalize
+	// Multi-tensor Muon steps (kernels/optim.cu).
+	kMtMuonMomentum
+	kMtAxpby
 )
 
 // numKernels counts every kernel of the embedded modules: the ones above,
@@ -96,6 +99,7 @@ var kernelNames = [...]string{
 	"mt_fill", "mt_scale_by", "mt_ema", "mt_sgd_nesterov", "mt_adamw", "mt_sum_squares",
 	"bn_tiles_partial", "bn_tiles_finish", "bn_tiles_apply",
 	"batch_normalize",
+	"mt_muon_momentum", "mt_axpby",
 	// Launched by name: the loss's kernels (loss_assign.cu, loss_mask.cu),
 	// whose Go side is trainer/loss/losscuda. They stay in this directory
 	// because the CPU harness compiles every .cu into one program and the

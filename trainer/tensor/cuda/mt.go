@@ -33,7 +33,7 @@ const (
 // mtMaxTables bounds the cache; past it every table is dropped and
 // rebuilt on demand (a list that changes every call would otherwise grow
 // it without end).
-const mtMaxTables = 64
+const mtMaxTables = 256
 
 // mtList is one tensor list being described: per tensor up to four
 // device pointers, a length and a flag.

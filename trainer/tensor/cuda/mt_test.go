@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
@@ -75,6 +76,31 @@ func TestMultiTensorMatchesSingle(t *testing.T) {
 	}
 	sameBits(t, be, "adamw parameters", p, pSingle)
 	sameBits(t, be, "adamw moments", append(m, v...), append(mSingle, vSingle...))
+
+	// Muon's momentum over a group of same-shaped matrices, one of them
+	// longer than a chunk (step 0: the momentum alone, as trainer/optim
+	// runs a zero step).
+	for _, sh := range [][2]int{{5, 7}, {129, 130}} {
+		rows, cols := sh[0], sh[1]
+		n := rows * cols
+		var mp, mg, mm, mmSingle []backend.Buffer
+		r := rnd(uint64(n))
+		for range 3 {
+			pb, gb := be.Alloc(n), be.Alloc(n)
+			be.Upload(gb, uniform(r, n, -0.1, 0.1))
+			m0 := uniform(r, n, -0.05, 0.05)
+			ma, mb := be.Alloc(n), be.Alloc(n)
+			be.Upload(ma, m0)
+			be.Upload(mb, m0)
+			mp, mg, mm, mmSingle = append(mp, pb), append(mg, gb), append(mm, ma), append(mmSingle, mb)
+		}
+		be.MuonSteps(mp, mg, mm, rows, cols, 0.95, 0)
+		u := be.Alloc(n)
+		for i := range mmSingle {
+			must(k.MuonMomentum(be.ptr(mg[i]), be.ptr(mmSingle[i]), be.ptr(u), n, 0.95))
+		}
+		sameBits(t, be, fmt.Sprintf("muon momentum %dx%d", rows, cols), mm, mmSingle)
+	}
 
 	be.EMAUpdate(buf, p, 0.3)
 	for i := range bufSingle {

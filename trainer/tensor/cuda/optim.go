@@ -123,15 +123,28 @@ func (be *Backend) MuonSteps(params, grads, m []backend.Buffer, rows, cols int, 
 	u := be.scratch(bytes) // before hold: it may allocate
 	out := u.Add(4 * count * n)
 	ns := out.Add(4 * count * n)
+	// The momentum and the update are one multi-tensor launch each over
+	// the group, their tables (cached: the workspace and the parameters
+	// stay where they are from step to step) found before hold.
+	var blend, update mtList
+	for i := range params {
+		blend.add(n, false, be.ptr(grads[i]), be.ptr(m[i]), u.Add(4*i*n))
+		update.add(n, false, be.ptr(params[i]), out.Add(4*i*n))
+	}
+	tb, err := be.table(&blend)
+	orPanic("muon step", err)
+	var tu mtTable
+	if step != 0 {
+		tu, err = be.table(&update)
+		orPanic("muon step", err)
+	}
 	// The batch's launches and GEMMs take the device once.
 	orPanic("muon step", be.e.hold(func(l launcher, mm Matmul) error {
 		kk := *be.k
 		kk.l = l
 		k := &kk
-		for i := range params {
-			if err := k.MuonMomentum(be.ptr(grads[i]), be.ptr(m[i]), u.Add(4*i*n), n, momentum); err != nil {
-				return fmt.Errorf("momentum: %w", err)
-			}
+		if err := k.mtRun(kMtMuonMomentum, tb, f32Arg(float32(1-momentum)), f32Arg(float32(momentum))); err != nil {
+			return fmt.Errorf("momentum: %w", err)
 		}
 		if step == 0 {
 			return nil // trainer/optim skips the orthogonalisation of a zero step
@@ -139,12 +152,7 @@ func (be *Backend) MuonSteps(params, grads, m []backend.Buffer, rows, cols int, 
 		if err := k.NewtonSchulz(mm, out, u, rows, cols, count, ns); err != nil {
 			return fmt.Errorf("newton-schulz: %w", err)
 		}
-		for i := range params {
-			if err := k.Axpby(out.Add(4*i*n), be.ptr(params[i]), 1, -step, n); err != nil {
-				return err
-			}
-		}
-		return nil
+		return k.mtRun(kMtAxpby, tu, f32Arg(1), f32Arg(-step))
 	}))
 }
 

@@ -41,20 +41,24 @@ SP_KERNEL void adamw_step(float* __restrict__ p, const float* __restrict__ grad,
 }
 
 // muon_momentum: m += (1−mu)·(g − m); u = g + mu·(m − g) (Nesterov).
+SP_INLINE void muon_elem(const float* grad, float* m, float* u, float w, float mu, long long i) {
+  float g = grad[i];
+  float mi = m[i] + w * (g - m[i]);
+  m[i] = mi;
+  u[i] = g + mu * (mi - g);
+}
+
 SP_KERNEL void muon_momentum(const float* __restrict__ grad, float* __restrict__ m, float* __restrict__ u,
                                          float w, float mu, long long n) {
-  SP_FOR(i, n) {
-    float g = grad[i];
-    float mi = m[i] + w * (g - m[i]);
-    m[i] = mi;
-    u[i] = g + mu * (mi - g);
-  }
+  SP_FOR(i, n) muon_elem(grad, m, u, w, mu, i);
 }
 
 // axpby writes y = a·y + b·x (Newton–Schulz's X = aX + T, B = bA + cA²,
 // and the Muon update p −= step·O with a = 1, b = −step).
+SP_INLINE void axpby_elem(const float* x, float* y, float a, float b, long long i) { y[i] = a * y[i] + b * x[i]; }
+
 SP_KERNEL void axpby(const float* __restrict__ x, float* __restrict__ y, float a, float b, long long n) {
-  SP_FOR(i, n) y[i] = a * y[i] + b * x[i];
+  SP_FOR(i, n) axpby_elem(x, y, a, b, i);
 }
 
 // scale_inv_norm writes y = x / (norm[0] + eps), norm a device scalar.
@@ -164,6 +168,21 @@ SP_KERNEL void mt_sgd_nesterov(const MtRow* __restrict__ rows, const MtChunk* __
   mt_apply(rows, chunks, nchunks, chunk, [=](const MtPtrs& r, long long i) {
     sgd_elem(r.p[0], r.p[1], r.p[2], step, mu, wd, r.flag, i);
   });
+}
+
+// mt_muon_momentum is muon_momentum on rows (grad, m, u): a Muon group's
+// momentum and Nesterov blend into its slots of Newton–Schulz's batch.
+SP_KERNEL void mt_muon_momentum(const MtRow* __restrict__ rows, const MtChunk* __restrict__ chunks,
+                                            long long nchunks, long long chunk, float w, float mu) {
+  mt_apply(rows, chunks, nchunks, chunk,
+           [=](const MtPtrs& r, long long i) { muon_elem(r.p[0], r.p[1], r.p[2], w, mu, i); });
+}
+
+// mt_axpby is axpby on rows (y, x): y = a·y + b·x (the Muon update of a
+// group's parameters from their slots of Newton–Schulz's output).
+SP_KERNEL void mt_axpby(const MtRow* __restrict__ rows, const MtChunk* __restrict__ chunks, long long nchunks,
+                                    long long chunk, float a, float b) {
+  mt_apply(rows, chunks, nchunks, chunk, [=](const MtPtrs& r, long long i) { axpby_elem(r.p[1], r.p[0], a, b, i); });
 }
 
 // mt_adamw is adamw_step on rows (p, grad, m, v) sharing one step count.
