@@ -23,44 +23,37 @@ type conformanceBackend struct {
 	rtol float64
 }
 
-var cudaOnce struct {
-	sync.Once
+// onceBackend opens a backend once per test binary, or keeps why not.
+type onceBackend struct {
+	once sync.Once
 	be   backend.Backend
 	skip string
 }
 
-// openCUDA opens GPU 0 with TF32 off once per test binary, or says why
-// not (no driver, library or device on this host).
-func openCUDA() (backend.Backend, string) {
-	cudaOnce.Do(func() {
-		be, err := cuda.NewBackend(0, cuda.Options{})
+func (o *onceBackend) open(name string, f func() (*cuda.Backend, error)) (backend.Backend, string) {
+	o.once.Do(func() {
+		be, err := f()
 		if err != nil {
-			cudaOnce.skip = "cuda: " + err.Error()
+			o.skip = name + ": " + err.Error()
 			return
 		}
-		cudaOnce.be = be
+		o.be = be
 	})
-	return cudaOnce.be, cudaOnce.skip
+	return o.be, o.skip
 }
 
-var harnessOnce struct {
-	sync.Once
-	be   backend.Backend
-	skip string
+var cudaOnce, harnessOnce onceBackend
+
+// openCUDA opens GPU 0 with TF32 off, or says why not (no driver, library
+// or device on this host).
+func openCUDA() (backend.Backend, string) {
+	return cudaOnce.open("cuda", func() (*cuda.Backend, error) { return cuda.NewBackend(0, cuda.Options{}) })
 }
 
 // openHarness starts the CUDA backend on the CPU harness (its kernels
-// under g++) once per test binary, or says why it cannot be built here.
+// under g++), or says why it cannot be built here.
 func openHarness() (backend.Backend, string) {
-	harnessOnce.Do(func() {
-		be, err := cuda.NewHarnessBackend(cuda.HarnessOptions{})
-		if err != nil {
-			harnessOnce.skip = "cuda harness: " + err.Error()
-			return
-		}
-		harnessOnce.be = be
-	})
-	return harnessOnce.be, harnessOnce.skip
+	return harnessOnce.open("cuda harness", func() (*cuda.Backend, error) { return cuda.NewHarnessBackend(cuda.HarnessOptions{}) })
 }
 
 // conformanceBackends are the backends the conformance suite runs for;

@@ -172,18 +172,6 @@ func (tp *Tape) BatchNorm2d(x, weight, bias, runningMean, runningVar *Tensor, o 
 		panic("tensor.BatchNorm2d: eval mode needs running statistics")
 	}
 	be := tp.on(x)
-	fused, ok := be.(backend.BatchNormActivator)
-	if !ok {
-		y := tp.batchNorm(be, x, weight, bias, runningMean, runningVar, o, n, c, hw)
-		if o.SiLU {
-			y = tp.SiLU(y)
-		}
-		return y
-	}
-	p := backend.BN{N: n, C: c, HW: hw, Eps: o.Eps, Momentum: o.Momentum}
-	if o.SiLU {
-		p.Act = backend.BNSiLU
-	}
 	var wd, bd backend.Buffer
 	if weight != nil {
 		wd = weight.data
@@ -192,6 +180,18 @@ func (tp *Tape) BatchNorm2d(x, weight, bias, runningMean, runningVar *Tensor, o 
 		bd = bias.data
 	}
 	y := outputUninit(be, x.Shape...)
+	fused, ok := be.(backend.BatchNormActivator)
+	if !ok {
+		tp.batchNorm(be, x, y, weight, bias, wd, bd, runningMean, runningVar, o, n, c, hw)
+		if o.SiLU {
+			return tp.SiLU(y)
+		}
+		return y
+	}
+	p := backend.BN{N: n, C: c, HW: hw, Eps: o.Eps, Momentum: o.Momentum}
+	if o.SiLU {
+		p.Act = backend.BNSiLU
+	}
 	// The first writer of x's gradient writes it (a convolution's output
 	// has no other reader): no zero fill, no read of zeros.
 	gradX := func() (backend.Buffer, bool) {
@@ -244,16 +244,9 @@ func paramGrad(t *Tensor) backend.Buffer {
 	return t.GradBuffer()
 }
 
-// batchNorm is BatchNorm2d on a backend without fused activations.
-func (tp *Tape) batchNorm(be backend.Backend, x, weight, bias, runningMean, runningVar *Tensor, o BatchNormOptions, n, c, hw int) *Tensor {
-	var wd, bd backend.Buffer
-	if weight != nil {
-		wd = weight.data
-	}
-	if bias != nil {
-		bd = bias.data
-	}
-	y := outputUninit(be, x.Shape...)
+// batchNorm is BatchNorm2d into y on a backend without fused
+// activations; wd and bd are weight's and bias's data.
+func (tp *Tape) batchNorm(be backend.Backend, x, y, weight, bias *Tensor, wd, bd backend.Buffer, runningMean, runningVar *Tensor, o BatchNormOptions, n, c, hw int) {
 	if o.Training {
 		// The saved statistics live as long as the backward closure.
 		stats := be.Alloc(3 * c)
@@ -269,7 +262,7 @@ func (tp *Tape) batchNorm(be backend.Backend, x, weight, bias, runningMean, runn
 				be.BatchNormBackward(n, c, hw, x.data, y.grad, mean, invstd, wd, paramGrad(x), paramGrad(weight), paramGrad(bias))
 			}, y)
 		}
-		return y
+		return
 	}
 	rm, rv := runningMean.data, runningVar.data
 	be.BatchNormEval(n, c, hw, o.Eps, x.data, wd, bd, rm, rv, y.data)
@@ -278,7 +271,6 @@ func (tp *Tape) batchNorm(be backend.Backend, x, weight, bias, runningMean, runn
 			be.BatchNormEvalBackward(n, c, hw, o.Eps, x.data, y.grad, wd, rm, rv, paramGrad(x), paramGrad(weight), paramGrad(bias))
 		}, y)
 	}
-	return y
 }
 
 // MaxPool2d takes the maximum over k×k windows of x [N,C,H,W] with the
