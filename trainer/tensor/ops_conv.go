@@ -192,14 +192,7 @@ func (tp *Tape) BatchNorm2d(x, weight, bias, runningMean, runningVar *Tensor, o 
 	if o.SiLU {
 		p.Act = backend.BNSiLU
 	}
-	// The first writer of x's gradient writes it (a convolution's output
-	// has no other reader): no zero fill, no read of zeros.
-	gradX := func() (backend.Buffer, bool) {
-		if !needs(x) {
-			return backend.Buffer{}, false
-		}
-		return x.gradForWrite(true)
-	}
+	var backward func(dx backend.Buffer, writeDx bool)
 	if o.Training {
 		// The saved statistics (mean, invstd and the activation's scales
 		// and shifts) live as long as the backward.
@@ -217,20 +210,26 @@ func (tp *Tape) BatchNorm2d(x, weight, bias, runningMean, runningVar *Tensor, o 
 			rm, rv = runningMean.data, runningVar.data
 		}
 		fused.BatchNormTrainAct(p, x.data, wd, bd, y.data, mean, invstd, affine, rm, rv)
-		if tp.wants(x, weight, bias) {
-			tp.push(func() {
-				dx, write := gradX()
-				fused.BatchNormBackwardAct(p, x.data, y.grad, mean, invstd, wd, affine, dx, paramGrad(weight), paramGrad(bias), write)
-			}, y)
+		backward = func(dx backend.Buffer, writeDx bool) {
+			fused.BatchNormBackwardAct(p, x.data, y.grad, mean, invstd, wd, affine, dx, paramGrad(weight), paramGrad(bias), writeDx)
 		}
-		return y
+	} else {
+		rm, rv := runningMean.data, runningVar.data
+		fused.BatchNormEvalAct(p, x.data, wd, bd, rm, rv, y.data)
+		backward = func(dx backend.Buffer, writeDx bool) {
+			fused.BatchNormEvalBackwardAct(p, x.data, y.grad, wd, bd, rm, rv, dx, paramGrad(weight), paramGrad(bias), writeDx)
+		}
 	}
-	rm, rv := runningMean.data, runningVar.data
-	fused.BatchNormEvalAct(p, x.data, wd, bd, rm, rv, y.data)
 	if tp.wants(x, weight, bias) {
 		tp.push(func() {
-			dx, write := gradX()
-			fused.BatchNormEvalBackwardAct(p, x.data, y.grad, wd, bd, rm, rv, dx, paramGrad(weight), paramGrad(bias), write)
+			// The first writer of x's gradient writes it (a convolution's
+			// output has no other reader): no zero fill, no read of zeros.
+			var dx backend.Buffer
+			write := false
+			if needs(x) {
+				dx, write = x.gradForWrite(true)
+			}
+			backward(dx, write)
 		}, y)
 	}
 	return y
