@@ -42,6 +42,17 @@ func stubBackend(tb testing.TB) (*cuda.Backend, *cudastub.Stub) {
 	return be, st
 }
 
+// nModelOn returns a fresh YOLO26n-seg on be.
+func nModelOn(tb testing.TB, be *cuda.Backend) *model.Model {
+	tb.Helper()
+	m, err := model.New(model.Config{Variant: "n"})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	m.To(be)
+	return m
+}
+
 // hostIteration returns one training iteration of YOLO26n-seg on be as
 // the train loop runs it: a train-mode forward of a batch of b images of
 // sz px, the loss on the device with its result fetched and read one step
@@ -50,16 +61,7 @@ func stubBackend(tb testing.TB) (*cuda.Backend, *cudastub.Stub) {
 // copies are a fixed handful of calls, not what this measures.
 func hostIteration(tb testing.TB, be *cuda.Backend, b, sz int) func() {
 	tb.Helper()
-	m, err := model.New(model.Config{Variant: "n"})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	em, err := model.New(model.Config{Variant: "n"})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	m.To(be)
-	em.To(be)
+	m, em := nModelOn(tb, be), nModelOn(tb, be)
 	norm := map[string]bool{}
 	for _, bn := range m.BatchNorms() {
 		norm[bn.Prefix+".weight"] = true

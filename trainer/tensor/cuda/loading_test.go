@@ -171,12 +171,7 @@ func plannedModel(t *testing.T) (*cuda.Backend, *cudastub.Stub, *model.Model) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := model.New(model.Config{Variant: "n"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.To(be)
-	return be, st, m
+	return be, st, nModelOn(t, be)
 }
 
 // evalForward runs m's eval-mode forward (validation's) on a synthetic
