@@ -16,8 +16,9 @@ import (
 // image's rasterisation to the workers; the last rasterisation finishes
 // the job into a record that Next hands out in order.
 
-// assemble runs once every sample of j is built: it compacts skipped
-// samples away, sizes the batch's one mask buffer at sum_N·Hp·Wp, fills
+// assemble runs once every sample of j is built: it leaves out the
+// samples whose masks would exceed the batch's bound (trimMasks), compacts
+// skipped samples away, sizes the batch's one mask buffer at sum_N·Hp·Wp, fills
 // the small columns and hands each image's rasterisation to the workers,
 // which write straight into their slices of that buffer.
 func (l *Loader) assemble(j *job) {
@@ -25,6 +26,7 @@ func (l *Loader) assemble(j *job) {
 		return
 	}
 	t0 := time.Now()
+	l.trimMasks(j)
 	img := j.images.Bytes()
 	sumN := 0
 	for i := 0; i < j.n; i++ {

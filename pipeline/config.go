@@ -46,6 +46,17 @@ type Config struct {
 	// a configuration over it with an error wrapping ErrMemoryLimit,
 	// before allocating. Default DefaultMaxMemory(); negative: no limit.
 	MaxMemory int64
+	// MaxImagePixels bounds an image's width·height, read from its header
+	// (or a pre-decoded row's size) before any pixel buffer exists: an
+	// image over it is skipped and counted under imagehdr.ReasonTooLarge.
+	// Default (0 or negative) imagehdr.MaxPixels. Under a memory budget
+	// (MaxMemory > 0) an image whose decode (imagehdr.DecodeBytes) needs
+	// more than its share of the budget's headroom is skipped the same
+	// way, and a batch whose masks exceed its share leaves out its samples
+	// with the most instances (SkipMaskBudget): see the package doc,
+	// "Bad data". Rows with more than shard.MaxInstances instances are
+	// always skipped (shard.ReasonTooManyInstances).
+	MaxImagePixels int64
 
 	// Strict makes the loader fail on the first skipped sample instead of
 	// counting and logging it.
@@ -76,7 +87,7 @@ func (c *Config) defaults() Config {
 		d.Workers = runtime.GOMAXPROCS(0)
 	}
 	if d.Prefetch == 0 {
-		d.Prefetch = min(max(2*d.Workers, 2), 8)
+		d.Prefetch = min(max(2*d.Workers, 2), maxDefaultPrefetch)
 	}
 	if d.Epochs == 0 {
 		d.Epochs = d.Start.Epoch + 1

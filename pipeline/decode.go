@@ -10,6 +10,7 @@ import (
 	"image/png"
 	"sync"
 
+	"github.com/segpipe/segpipe/formats/imagehdr"
 	"github.com/segpipe/segpipe/formats/shard"
 	"github.com/segpipe/segpipe/pipeline/augment"
 	yccrow "github.com/segpipe/segpipe/pipeline/internal/ycc"
@@ -169,6 +170,8 @@ type cache struct {
 
 type entry struct {
 	row     int64
+	w, h    int // the image's size as checked before its decode
+	bpp     int // bytes a pixel of its decoder's own image
 	ready   chan struct{}
 	img     augment.Image
 	err     error
@@ -181,10 +184,29 @@ func newCache(maxBytes int64) *cache {
 	return &cache{max: maxBytes, entries: map[int64]*entry{}}
 }
 
+// size returns the size of row's image checked against lim (see
+// limits.imageSize), from the entry of a row already in the cache where
+// there is one: a cached image is judged by the same figures as a new
+// one, without reading its header again.
+func (c *cache) size(row int64, src *shard.Image, lim *limits) (w, h, bpp int, err error) {
+	c.mu.Lock()
+	e := c.entries[row]
+	if e != nil {
+		w, h, bpp = e.w, e.h, e.bpp
+	}
+	c.mu.Unlock()
+	if e == nil {
+		return lim.imageSize(src)
+	}
+	return w, h, bpp, imagehdr.Check(w, h, bpp, lim.maxPixels, lim.imageBytes)
+}
+
 // get returns the decoded image of row, decoding it (in the calling
-// goroutine) when absent. decoded reports whether this call decoded. The
-// caller must call put(e) when done with the pixels.
-func (c *cache) get(row int64, src *shard.Image) (e *entry, decoded bool) {
+// goroutine) when absent. w, h and bpp are its checked size (size): the
+// pixel buffer is sized by them, never by what the row states. decoded
+// reports whether this call decoded. The caller must call put(e) when
+// done with the pixels.
+func (c *cache) get(row int64, src *shard.Image, w, h, bpp int) (e *entry, decoded bool) {
 	c.mu.Lock()
 	if e = c.entries[row]; e != nil {
 		e.refs++
@@ -195,12 +217,16 @@ func (c *cache) get(row int64, src *shard.Image) (e *entry, decoded bool) {
 		<-e.ready
 		return e, false
 	}
-	e = &entry{row: row, ready: make(chan struct{}), refs: 1}
+	e = &entry{row: row, w: w, h: h, bpp: bpp, ready: make(chan struct{}), refs: 1}
 	c.entries[row] = e
-	buf := c.takeFree(3 * int64(src.Width) * int64(src.Height))
+	buf := c.takeFree(3 * int64(w) * int64(h))
 	c.mu.Unlock()
 
 	e.img, e.err = decodeRow(src, buf)
+	if e.err == nil && (e.img.W != w || e.img.H != h) {
+		// The checked header is not the one the decoder read.
+		e.err = fmt.Errorf("decoded %dx%d, header says %dx%d", e.img.W, e.img.H, w, h)
+	}
 
 	c.mu.Lock()
 	if e.err != nil {
@@ -256,8 +282,7 @@ const maxFree = 16
 // bytes, or nil. Images differ in size: handing out any buffer would drop
 // the ones too small for the next decode to the garbage collector, and
 // the heap would grow by a decode's pixels each time (a fifth of a
-// coco-tiny run's allocations). need is the row's stated size; a row that
-// lies about it only costs the decoder a new buffer.
+// coco-tiny run's allocations). need is the image's checked size.
 func (c *cache) takeFree(need int64) []byte {
 	best := -1
 	for i, b := range c.free {

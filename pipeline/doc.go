@@ -96,7 +96,30 @@
 // its batch; a batch that loses every sample is never returned (Next goes
 // on to the next batch, counted in Stats.Emptied), and an epoch of the run
 // that delivers no sample at all fails the stream with the skip counts and
-// the first causes, which name their shards. Stats.Summary is the
+// the first causes, which name their shards. A missing shard file is
+// skipped like a 0-byte one or a directory in its place (bad_shard); a set
+// with no rows at all fails OpenShards and New with ErrEmptySet.
+//
+// Bounds come before allocation. Before any pixel buffer exists an image's
+// size is read from its header (formats/imagehdr; a pre-decoded row's from
+// its width and height) and refused, counted as image_too_large, over
+// Config.MaxImagePixels (default imagehdr.MaxPixels) or, under a memory
+// budget, when its decode (imagehdr.DecodeBytes) needs more than
+// EstimateImageBytes plus half the headroom H. H is MaxMemory minus the
+// Budget of the estimate of the same settings with one worker and at most
+// two batches ahead, so that it does not change with the worker count and
+// batches stay identical at any; decodes larger than the estimate assumes
+// wait for one another within H/2 rather than add up. A row with more
+// than shard.MaxInstances instances is skipped whole (too_many_instances)
+// before any label work. Under a budget a batch's masks, boxes and classes
+// are bounded by the estimate's share (8 instances an image) plus the
+// other half of H split between the batches that can be in flight at once
+// (the default prefetch's or the configured one's, whichever is more):
+// when a batch would exceed it, the samples with the most instances are
+// left out first (mask_budget). An instance whose class index lies
+// outside the source's categories (a ShardSource's manifest) is left out
+// of its delivered sample and counted per instance (bad_class), like a
+// crowd mask that does not rasterise (bad_rle). Stats.Summary is the
 // end-of-run summary every command prints and writes into its run
 // directory (skipped.json). With Config.Strict the first such problem
 // fails the stream instead. Any other source error fails the

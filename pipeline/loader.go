@@ -17,6 +17,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/segpipe/segpipe/formats/batch"
+	"github.com/segpipe/segpipe/formats/imagehdr"
 	"github.com/segpipe/segpipe/formats/shard"
 	"github.com/segpipe/segpipe/internal/bufpool"
 	"github.com/segpipe/segpipe/pipeline/augment"
@@ -50,6 +51,8 @@ type Loader struct {
 	mem       *bufpool.Pool
 	cache     *cache
 	slotBytes int
+	lim       limits
+	gate      *decodeGate // nil without a memory budget
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -104,6 +107,7 @@ type job struct {
 
 type sample struct {
 	ok      bool
+	row     int64 // dataset row id, for skips decided at collation
 	imageID int64
 	origW   int32
 	origH   int32
@@ -156,6 +160,13 @@ func New(ctx context.Context, src Source, cfg Config) (*Loader, error) {
 	if err := c.checkMemory(src); err != nil {
 		return nil, err
 	}
+	var rows int
+	for _, n := range src.BlockRows() {
+		rows += n
+	}
+	if rows == 0 {
+		return nil, emptySet(src)
+	}
 	s := c.Augment.ImgSz
 	b, err := batch.NewBuilder(s, s, s/c.Stride, s/c.Stride)
 	if err != nil {
@@ -180,6 +191,10 @@ func New(ctx context.Context, src Source, cfg Config) (*Loader, error) {
 		finished: make(chan struct{}, 1),
 		state:    c.Start,
 		skipped:  map[string]int64{},
+		lim:      c.limits(src),
+	}
+	if l.lim.imageBytes > 0 {
+		l.gate = newDecodeGate(l.lim.imageBytes - EstimateImageBytes)
 	}
 	// Enough retained memory for every batch in flight plus the ones the
 	// consumer holds: the batch part of the memory estimate.
@@ -222,6 +237,7 @@ type worker struct {
 	rng   rand.PCG
 	tiles [4]augment.Tile
 	ents  [4]*entry
+	insts [4][]shard.Instance // a tile's instances when some were left out
 	parts []int64
 	rings [][]float32
 	z     raster.Rasterizer
@@ -277,14 +293,13 @@ func (l *Loader) build(w *worker, t task) {
 		l.skip(j, id, row.ImageID, true, SkipBadRow, errNoBytes)
 		return
 	}
-	e, err := l.decode(row, id)
+	e, reason, err := l.load(row, id)
 	if err != nil {
-		l.put(e)
-		l.skip(j, id, row.ImageID, true, "decode", err)
+		l.skip(j, id, row.ImageID, true, reason, err)
 		return
 	}
 	w.ents[0] = e
-	w.tiles[0] = augment.Tile{Img: &e.img, Instances: row.Instances}
+	w.tiles[0] = augment.Tile{Img: &e.img, Instances: l.instances(w, 0, j, id, row)}
 	nt := 1
 	if augment.WantMosaic(&l.cfg.Augment, j.mode, &w.rng) {
 		nt = 4
@@ -301,14 +316,13 @@ func (l *Loader) build(w *worker, t task) {
 				l.skip(j, pid, prow.ImageID, true, PartnerPrefix+SkipBadRow, errNoBytes)
 				continue
 			}
-			pe, err := l.decode(prow, pid)
+			pe, reason, err := l.load(prow, pid)
 			if err != nil {
-				l.put(pe)
-				l.skip(j, pid, prow.ImageID, true, PartnerPrefix+"decode", err)
+				l.skip(j, pid, prow.ImageID, true, PartnerPrefix+reason, err)
 				continue
 			}
 			w.ents[k+1] = pe
-			w.tiles[k+1].Img = &pe.img
+			w.tiles[k+1] = augment.Tile{Img: &pe.img, Instances: l.instances(w, k+1, j, pid, prow)}
 		}
 	}
 	t0 := time.Now()
@@ -328,6 +342,7 @@ func (l *Loader) build(w *worker, t task) {
 		return
 	}
 	s.ok = true
+	s.row = id
 	s.imageID = row.ImageID
 	s.origW, s.origH, s.xform = sourceFrame(row, &e.img, p.ToCanvas(0))
 	if n := s.labels.CrowdSkipped; n > 0 {
@@ -336,9 +351,55 @@ func (l *Loader) build(w *worker, t task) {
 	l.st.dropped.Add(int64(s.labels.Dropped))
 }
 
-func (l *Loader) decode(row *shard.Image, id int64) (*entry, error) {
+// load checks row and returns its decoded image, or why it is skipped:
+// a row over shard.MaxInstances, an image over the size bounds
+// (imagehdr.ReasonTooLarge) or one that does not decode ("decode"). The
+// checks come before any label work or pixel buffer.
+func (l *Loader) load(row *shard.Image, id int64) (*entry, string, error) {
+	if n := len(row.Instances); n > shard.MaxInstances {
+		return nil, shard.ReasonTooManyInstances, fmt.Errorf("%d instances, over the limit of %d an image", n, shard.MaxInstances)
+	}
+	w, h, bpp, err := l.cache.size(id, row, &l.lim)
+	if errors.Is(err, imagehdr.ErrTooLarge) {
+		return nil, imagehdr.ReasonTooLarge, err
+	}
+	if err != nil {
+		return nil, "decode", err
+	}
+	// Beyond its share of the estimate, a large decode waits for the
+	// budget's headroom rather than adding to the others'.
+	if extra := imagehdr.DecodeBytes(w, h, bpp) - EstimateImageBytes; l.gate != nil && extra > 0 {
+		if err := l.gate.acquire(l.ctx, extra); err != nil {
+			return nil, "decode", err
+		}
+		defer l.gate.release(extra)
+	}
+	e, err := l.decode(row, id, w, h, bpp)
+	if err != nil {
+		l.put(e)
+		return nil, "decode", err
+	}
+	return e, "", nil
+}
+
+// instances returns row's instances for tile k, leaving out (and counting
+// under SkipBadClass) those whose class is outside the set's categories.
+func (l *Loader) instances(w *worker, k int, j *job, id int64, row *shard.Image) []shard.Instance {
+	ins, bad := l.lim.validClasses(row.Instances, w.insts[k])
+	if bad == nil {
+		return ins
+	}
+	w.insts[k] = ins
+	for _, i := range bad {
+		l.skip(j, id, row.ImageID, true, SkipBadClass, fmt.Errorf("instance %d (ann %d): class %d outside [0,%d)",
+			i, row.Instances[i].AnnID, row.Instances[i].Class, l.lim.classes))
+	}
+	return ins
+}
+
+func (l *Loader) decode(row *shard.Image, id int64, w, h, bpp int) (*entry, error) {
 	t0 := time.Now()
-	e, decoded := l.cache.get(id, row)
+	e, decoded := l.cache.get(id, row, w, h, bpp)
 	if decoded {
 		l.st.decode.Add(int64(time.Since(t0)))
 		l.st.decodes.Add(1)

@@ -514,9 +514,9 @@ func TestTinyDatasetsAndLargeWorlds(t *testing.T) {
 	if total != 6 {
 		t.Fatalf("%d samples over 2 epochs of 3 rows", total)
 	}
-	empty := run(t, &SliceSource{}, cfg, -1)
-	if len(empty.recs) != 0 {
-		t.Fatal("batches from an empty source")
+	// An empty source is an error, not a run that succeeds with nothing.
+	if _, err := New(context.Background(), &SliceSource{}, cfg); !errors.Is(err, ErrEmptySet) {
+		t.Fatalf("empty source: %v, want ErrEmptySet", err)
 	}
 	if _, err := New(context.Background(), src, Config{Rank: 2, WorldSize: 2}); err == nil {
 		t.Fatal("rank 2 of 2 accepted")

@@ -19,8 +19,10 @@ import (
 // loader counts a skipped sample under its reason, and a skipped mosaic
 // partner under PartnerPrefix + reason (the sample is delivered with that
 // quarter filled); the loader's own reasons are "decode"
-// (the image bytes do not decode) and "bad_rle" (a crowd mask that does
-// not rasterise). They appear in Stats.Skipped and in skipped.json; never
+// (the image bytes do not decode), imagehdr.ReasonTooLarge,
+// shard.ReasonTooManyInstances, SkipMaskBudget, and, counted per
+// instance of a delivered sample, "bad_rle" (a crowd mask that does not
+// rasterise) and SkipBadClass. They appear in Stats.Skipped and in skipped.json; never
 // rename one.
 const (
 	SkipBadShard      = "bad_shard"      // the shard file cannot be opened (truncated, bad footer)

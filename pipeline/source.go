@@ -68,7 +68,8 @@ func (s *SliceSource) ReadBlock(_ context.Context, i int) ([]shard.Image, error)
 // (SkipBadRow) is skipped alone. Each is logged once with the shard and
 // row range and reported to the loader as a *Damage. A shard that the
 // manifest lists but that does not exist is not damage but an incomplete
-// set, and fails OpenShards.
+// set; it is skipped and counted as SkipBadShard like any other shard
+// that cannot be opened (a 0-byte file, a directory in its place).
 type ShardSource struct {
 	set    *shard.Set
 	blocks []shardBlock
@@ -90,7 +91,8 @@ type shardBlock struct {
 // azblob://, file://; see formats/storage), through its manifest and reads
 // every shard's footer to learn its row groups. Storage options (cache,
 // read-ahead, retries) are storage.DefaultOptions. Only a missing or
-// invalid manifest is an error.
+// invalid manifest, or one that lists no rows (an error wrapping
+// ErrEmptySet), is an error.
 func OpenShards(dir string) (*ShardSource, error) {
 	return OpenShardsContext(context.Background(), dir)
 }
@@ -109,13 +111,14 @@ func OpenShardsContext(ctx context.Context, dir string) (*ShardSource, error) {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("shard set %s: %w", dir, ctx.Err())
 		}
-		if errors.Is(err, fs.ErrNotExist) {
-			// Not damage but an incomplete set (a wrong prefix, a deleted
-			// object): a manifest is written only after all its shards, so
-			// skipping would silently train on part of the data.
-			return nil, fmt.Errorf("shard set %s: shard %s listed in its manifest is missing: %w", dir, info.File, err)
-		}
 		if err != nil {
+			// A missing file is damage like a 0-byte one or a directory in
+			// its place: one rule for every shard that cannot be opened,
+			// each skipped and counted, and a set where none opens fails
+			// at its first epoch with the shards named.
+			if errors.Is(err, fs.ErrNotExist) {
+				err = fmt.Errorf("shard %s listed in the manifest is missing: %w", info.File, err)
+			}
 			slog.Warn("skipping unreadable shard", "shard", info.File, "rows", fmt.Sprintf("0-%d", info.Rows-1),
 				"reason", SkipBadShard, "err", err)
 			s.broken[i] = err
@@ -136,11 +139,22 @@ func OpenShardsContext(ctx context.Context, dir string) (*ShardSource, error) {
 		}
 		r.Close()
 	}
+	var rows int
+	for _, n := range s.rows {
+		rows += n
+	}
+	if rows == 0 {
+		// A run over it would succeed with nothing.
+		return nil, fmt.Errorf("shard set %s: %w", dir, ErrEmptySet)
+	}
 	return s, nil
 }
 
 // Manifest returns the shard set's manifest.
 func (s *ShardSource) Manifest() *shard.Manifest { return s.set.Manifest }
+
+// Location returns the shard set's path or URL, as opened.
+func (s *ShardSource) Location() string { return s.set.Dir }
 
 // BlockRows implements Source.
 func (s *ShardSource) BlockRows() []int { return s.rows }
@@ -276,6 +290,15 @@ func (r *repeatSource) BlockRows() []int {
 		out = append(out, b...)
 	}
 	return out
+}
+
+// Manifest is the repeated source's manifest, nil when it has none: the
+// copies share its categories.
+func (r *repeatSource) Manifest() *shard.Manifest {
+	if ms, ok := r.src.(interface{ Manifest() *shard.Manifest }); ok {
+		return ms.Manifest()
+	}
+	return nil
 }
 
 // ReadBlock implements Source by reading the block's original.
