@@ -9,32 +9,37 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/segpipe/segpipe/formats/imagehdr"
+	"github.com/segpipe/segpipe/formats/shard"
 )
 
 // Stable reasons for skipped items. They appear in logs, in Report.Counts
 // and in converted shards' manifests; never rename one.
 const (
-	ReasonMalformedJSON       = "malformed_json"         // document cannot be parsed (always an error)
-	ReasonInvalidField        = "invalid_field"          // a field has the wrong JSON type or an impossible value
-	ReasonMissingField        = "missing_field"          // a required field is absent
-	ReasonDuplicateImageID    = "duplicate_image_id"     // later image entry with an id already seen; skipped
-	ReasonDuplicateAnnID      = "duplicate_ann_id"       // later annotation with an id already seen; skipped
-	ReasonDuplicateCategoryID = "duplicate_category_id"  // later category with an id already seen; skipped
-	ReasonInvalidFileName     = "invalid_file_name"      // absolute or escaping (..) image path
-	ReasonMissingImageFile    = "missing_image_file"     // image file does not exist or cannot be read
-	ReasonCorruptImage        = "corrupt_image"          // header is not a decodable JPEG or PNG
-	ReasonImageSizeMismatch   = "image_size_mismatch"    // header size disagrees with the annotation file
-	ReasonUnknownImageID      = "unknown_image_id"       // annotation refers to an image that is not listed
-	ReasonUnknownCategoryID   = "unknown_category_id"    // annotation or label refers to an unlisted category
-	ReasonPolygonOddLength    = "polygon_odd_length"     // ring with an odd number of values; annotation skipped
-	ReasonPolygonTooFewPoints = "polygon_too_few_points" // ring with fewer than 3 points (other than 4 numbers); ring dropped
-	ReasonPolygonFourNumbers  = "polygon_four_numbers"   // ring of exactly 4 numbers (pycocotools: a box); ring dropped
-	ReasonNoValidPolygon      = "no_valid_polygon"       // every ring of an instance was dropped; annotation skipped
-	ReasonEmptySegmentation   = "empty_segmentation"     // segmentation absent or []; annotation skipped
-	ReasonNonFinite           = "non_finite_number"      // NaN or ±Inf in coordinates, bbox or area; annotation skipped
-	ReasonInvalidBBox         = "invalid_bbox"           // bbox not 4 numbers or negative width/height
-	ReasonInvalidRLE          = "invalid_rle"            // RLE size/counts malformed, counts not summing to h*w, or size not the image's
-	ReasonInvalidLabelLine    = "invalid_label_line"     // YOLO label line that is not numbers in a known layout
+	ReasonMalformedJSON       = "malformed_json"             // document cannot be parsed (always an error)
+	ReasonInvalidField        = "invalid_field"              // a field has the wrong JSON type or an impossible value
+	ReasonMissingField        = "missing_field"              // a required field is absent
+	ReasonDuplicateImageID    = "duplicate_image_id"         // later image entry with an id already seen; skipped
+	ReasonDuplicateAnnID      = "duplicate_ann_id"           // later annotation with an id already seen; skipped
+	ReasonDuplicateCategoryID = "duplicate_category_id"      // later category with an id already seen; skipped
+	ReasonInvalidFileName     = "invalid_file_name"          // absolute or escaping (..) image path
+	ReasonMissingImageFile    = "missing_image_file"         // image file does not exist or cannot be read
+	ReasonCorruptImage        = "corrupt_image"              // header is not a decodable JPEG or PNG, or the data is truncated or its structure broken
+	ReasonImageTooLarge       = imagehdr.ReasonTooLarge      // header's width·height over the pixel bound (imagehdr.MaxPixels by default)
+	ReasonImageSizeMismatch   = "image_size_mismatch"        // header size disagrees with the annotation file
+	ReasonUnknownImageID      = "unknown_image_id"           // annotation refers to an image that is not listed
+	ReasonUnknownCategoryID   = "unknown_category_id"        // annotation or label refers to an unlisted category
+	ReasonPolygonOddLength    = "polygon_odd_length"         // ring with an odd number of values; annotation skipped
+	ReasonPolygonTooFewPoints = "polygon_too_few_points"     // ring with fewer than 3 points (other than 4 numbers); ring dropped
+	ReasonPolygonFourNumbers  = "polygon_four_numbers"       // ring of exactly 4 numbers (pycocotools: a box); ring dropped
+	ReasonNoValidPolygon      = "no_valid_polygon"           // every ring of an instance was dropped; annotation skipped
+	ReasonEmptySegmentation   = "empty_segmentation"         // segmentation absent or []; annotation skipped
+	ReasonNonFinite           = "non_finite_number"          // NaN or ±Inf in coordinates, bbox or area; annotation skipped
+	ReasonInvalidBBox         = "invalid_bbox"               // bbox not 4 numbers or negative width/height
+	ReasonInvalidRLE          = "invalid_rle"                // RLE size/counts malformed, counts not summing to h*w, or size not the image's
+	ReasonInvalidLabelLine    = "invalid_label_line"         // YOLO label line that is not numbers in a known layout
+	ReasonTooManyInstances    = shard.ReasonTooManyInstances // image with more than shard.MaxInstances instances; skipped whole, never truncated
 )
 
 // ErrBadInput is wrapped by every *Problem, so callers can tell a dataset

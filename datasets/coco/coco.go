@@ -36,6 +36,10 @@ type Options struct {
 	// encoded by the reading goroutines, its instances in the stored
 	// frame. Nil emits the files' bytes as they are.
 	Pixels *shard.Pixels
+	// MaxPixels bounds an image's width·height, read from its header:
+	// a larger image is skipped and counted under
+	// datasets.ReasonImageTooLarge. <= 0 means imagehdr.MaxPixels.
+	MaxPixels int64
 }
 
 // Dataset is an opened COCO annotation file with its image directory. All
@@ -78,7 +82,7 @@ func Open(annotationsPath, imagesDir string, opts Options) (*Dataset, error) {
 	}
 	d := &Dataset{file: annotationsPath, Dataset: arena.Dataset{Rep: rep}, stats: p.stats}
 	d.stats.Bytes = p.s.offset()
-	if err := p.finish(imagesDir, opts.Workers, d); err != nil {
+	if err := p.finish(imagesDir, opts.Workers, arena.Limits{MaxPixels: opts.MaxPixels}, d); err != nil {
 		return nil, err
 	}
 	d.Src.Pixels = opts.Pixels
@@ -1005,7 +1009,7 @@ func (p *parser) rle(where string, a *arena.Ann) (*note, error) {
 
 // finish checks what needs the whole file (ids across sections, image
 // headers), drops what fails and lays the rest out in emission order.
-func (p *parser) finish(imagesDir string, workers int, d *Dataset) error {
+func (p *parser) finish(imagesDir string, workers int, lim arena.Limits, d *Dataset) error {
 	// Categories: contiguous index by ascending original id.
 	slices.SortFunc(p.cats, func(a, b catEntry) int { return cmp.Compare(a.ID, b.ID) })
 	classOf := make(map[int32]int32, len(p.cats))
@@ -1062,7 +1066,7 @@ func (p *parser) finish(imagesDir string, workers int, d *Dataset) error {
 	for k, i := range order {
 		paths[k] = filepath.Join(imagesDir, filepath.FromSlash(p.images[i].fileName))
 	}
-	hdrs, herrs, err := arena.ScanHeaders(context.Background(), paths, workers)
+	hdrs, herrs, err := arena.ScanHeaders(context.Background(), paths, workers, lim)
 	if err != nil {
 		return err
 	}
@@ -1078,8 +1082,10 @@ func (p *parser) finish(imagesDir string, workers int, d *Dataset) error {
 		if herr := herrs[k]; herr != nil {
 			var he *arena.HeaderError
 			reason = datasets.ReasonCorruptImage
-			if errors.As(herr, &he) && he.Missing {
-				reason = datasets.ReasonMissingImageFile
+			if errors.As(herr, &he) {
+				reason = he.Reason()
+			}
+			if reason == datasets.ReasonMissingImageFile {
 				if missing++; len(firstMissing) < 3 {
 					firstMissing = append(firstMissing, paths[k])
 				}
@@ -1088,9 +1094,14 @@ func (p *parser) finish(imagesDir string, workers int, d *Dataset) error {
 		} else if h.Width != im.w || h.Height != im.h {
 			reason = datasets.ReasonImageSizeMismatch
 			detail = fmt.Sprintf("file is %dx%d, annotations say %dx%d", h.Width, h.Height, im.w, im.h)
+		} else if perImage[i] > shard.MaxInstances {
+			// Skipped whole: a partial label set would teach the model
+			// that the rest is background.
+			reason = datasets.ReasonTooManyInstances
+			detail = fmt.Sprintf("%d instances, over the limit of %d an image", perImage[i], shard.MaxInstances)
 		}
 		if reason != "" {
-			if perImage[i] > 0 {
+			if perImage[i] > 0 && reason != datasets.ReasonTooManyInstances {
 				detail += fmt.Sprintf(" (%d annotations refer to it)", perImage[i])
 			}
 			pr := &datasets.Problem{File: paths[k], Offset: -1, Where: fmt.Sprintf("images[%d] in %s", im.idx, p.file),

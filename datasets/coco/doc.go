@@ -50,12 +50,25 @@
 //     for its own defects are then counted as unknown_image_id; those of an
 //     image skipped for its file (missing, corrupt header, size mismatch)
 //     go with it, and the image's Problem says how many.
+//   - An image the loader could not decode is skipped when the set is
+//     opened, never emitted: one whose header says more than
+//     Options.MaxPixels pixels (image_too_large; imagehdr.MaxPixels by
+//     default, so a 74-byte PNG claiming 65,535² never reaches a decoder),
+//     and one whose data is cut short or structurally broken (corrupt_image:
+//     no EOI after a JPEG's scan, a PNG chunk out of the file, a bad chunk
+//     CRC or no IEND).
+//   - An image with more than shard.MaxInstances annotations is skipped
+//     whole (too_many_instances), never truncated: a partial label set
+//     would teach the model that the rest is background.
 //
 // See package datasets for the skip-and-count policy and Strict mode.
 //
 // # Cost
 //
-// Open reads every image header (a few KB per file, in parallel) so Len is
-// exact before any row is emitted and start in Images refers to stable
-// row numbers; Images reads each file once more, whole.
+// Open reads every image header (a few KB per file, in parallel), and the
+// end of each JPEG (8 KiB) or every chunk of each PNG, so Len is exact
+// before any row is emitted and start in Images refers to stable row
+// numbers; Images reads each file once more, whole. The structural check
+// costs about 3-7 µs of CPU a coco-tiny image, against 7-16 ms for the
+// full decode it stands in for.
 package coco

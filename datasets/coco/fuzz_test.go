@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/segpipe/segpipe/datasets"
+	"github.com/segpipe/segpipe/formats/shard"
 )
 
 // FuzzParse feeds arbitrary documents to the streaming parser: it must
@@ -25,6 +26,18 @@ func FuzzParse(f *testing.F) {
 		}
 	}
 	f.Add([]byte(`{"images":[{"id":1,"file_name":"a.png","width":4,"height":4}],"annotations":[{"id":1,"image_id":1,"category_id":1,"segmentation":{"size":[4,4],"counts":"04L4"},"area":1,"bbox":[0,0,1,1],"iscrowd":1}],"categories":[{"id":1,"name":"x"}]}`), uint8(3))
+	// Issue 35: one image with more instances than shard.MaxInstances (Open
+	// skips it whole when it judges the images; the parser keeps them).
+	var dense bytes.Buffer
+	dense.WriteString(`{"images":[{"id":1,"file_name":"a.png","width":4,"height":4}],"categories":[{"id":1,"name":"x"}],"annotations":[`)
+	for k := 0; k <= shard.MaxInstances; k++ {
+		if k > 0 {
+			dense.WriteByte(',')
+		}
+		dense.WriteString(`{"id":` + itoa(k+1) + `,"image_id":1,"category_id":1,"segmentation":[[0,0,1,0,1,1]],"area":1,"bbox":[0,0,1,1],"iscrowd":0}`)
+	}
+	dense.WriteString("]}")
+	f.Add(dense.Bytes(), uint8(0))
 	f.Fuzz(func(t *testing.T, raw []byte, buf uint8) {
 		for _, strict := range []bool{false, true} {
 			p, err := parseBytes(raw, strict)

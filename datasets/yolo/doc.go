@@ -47,4 +47,10 @@
 //     (invalid_label_line), NaN/Inf (non_finite_number), a class missing
 //     from names (unknown_category_id), a box of negative size
 //     (invalid_bbox). The image keeps its other lines.
+//   - Skipped, by image: more than shard.MaxInstances instances
+//     (too_many_instances; parsing stops at the first one over, and what
+//     was stored of the image is rolled back), a label file over
+//     MaxLabelBytes (label_file_too_large, not read), and, as in package
+//     coco, an image over Options.MaxPixels (image_too_large) or cut short
+//     (corrupt_image).
 package yolo

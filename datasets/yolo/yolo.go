@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"math"
@@ -35,6 +36,10 @@ type Options struct {
 	// encoded by the reading goroutines, its instances in the stored
 	// frame. Nil emits the files' bytes as they are.
 	Pixels *shard.Pixels
+	// MaxPixels bounds an image's width·height, read from its header:
+	// a larger image is skipped and counted under
+	// datasets.ReasonImageTooLarge. <= 0 means imagehdr.MaxPixels.
+	MaxPixels int64
 }
 
 // Dataset is one split of an Ultralytics YOLO segmentation dataset, its
@@ -63,6 +68,16 @@ var otherImageExts = map[string]bool{".bmp": true, ".dng": true, ".mpo": true, "
 // ReasonUnsupportedImageFormat counts image files of a format a shard
 // cannot hold (only JPEG and PNG are stored untouched).
 const ReasonUnsupportedImageFormat = "unsupported_image_format"
+
+// ReasonLabelFileTooLarge counts images whose label file is over
+// MaxLabelBytes; the file is not read.
+const ReasonLabelFileTooLarge = "label_file_too_large"
+
+// MaxLabelBytes bounds a label file's size, checked before it is read
+// whole. shard.MaxInstances polygons of 800 points each, at about 20 bytes
+// a point, fit in it; a larger file holds more instances than an image may
+// keep, or lines no annotation tool writes.
+const MaxLabelBytes = 32 << 20
 
 // Open reads dataYAMLPath and the given split ("train", "val" or any other
 // key of data.yaml naming image directories or list files), checks every
@@ -98,7 +113,7 @@ func Open(dataYAMLPath string, split string, opts Options) (*Dataset, error) {
 	}
 	rep := &datasets.Report{Logger: opts.Logger}
 	d := &Dataset{root: root, Dataset: arena.Dataset{Cats: cats, Rep: rep}}
-	l := &loader{root: root, strict: opts.Strict, rep: rep, classOf: map[int32]int32{}}
+	l := &loader{root: root, strict: opts.Strict, rep: rep, classOf: map[int32]int32{}, lim: arena.Limits{MaxPixels: opts.MaxPixels}}
 	for _, c := range cats {
 		l.classOf[c.ID] = c.Index
 	}
@@ -176,6 +191,7 @@ type loader struct {
 	rep     *datasets.Report
 	classOf map[int32]int32
 	store   arena.Store
+	lim     arena.Limits
 }
 
 // list expands the split's sources (directories searched recursively, or
@@ -277,7 +293,8 @@ type fileInfo struct {
 	labelPath string
 	label     []byte
 	lerr      error
-	noImages  bool // the path has no "images" directory
+	labelSize int64 // when over MaxLabelBytes (label unread), else 0
+	noImages  bool  // the path has no "images" directory
 }
 
 // load reads headers and label files in parallel and parses the labels in
@@ -294,7 +311,7 @@ func (l *loader) load(rels []string, workers int, d *Dataset) error {
 		if otherImageExts[strings.ToLower(filepath.Ext(rels[i]))] {
 			return fi
 		}
-		fi.hdr, fi.herr = arena.ReadHeader(filepath.Join(l.root, filepath.FromSlash(rels[i])))
+		fi.hdr, fi.herr = arena.ReadHeader(filepath.Join(l.root, filepath.FromSlash(rels[i])), l.lim)
 		if fi.herr != nil {
 			return fi
 		}
@@ -304,10 +321,7 @@ func (l *loader) load(rels []string, workers int, d *Dataset) error {
 			return fi
 		}
 		fi.labelPath = lp
-		fi.label, fi.lerr = os.ReadFile(lp)
-		if errors.Is(fi.lerr, fs.ErrNotExist) {
-			fi.label, fi.lerr = nil, nil // a background image
-		}
+		fi.label, fi.labelSize, fi.lerr = readLabel(lp)
 		return fi
 	}
 	err := arena.Ordered(context.Background(), len(rels), workers, read, func(i int, fi fileInfo) error {
@@ -320,12 +334,17 @@ func (l *loader) load(rels []string, workers int, d *Dataset) error {
 		} else if fi.herr != nil {
 			var he *arena.HeaderError
 			pr.Reason, pr.Detail = datasets.ReasonCorruptImage, fi.herr.Error()
-			if errors.As(fi.herr, &he) && he.Missing {
-				pr.Reason = datasets.ReasonMissingImageFile
+			if errors.As(fi.herr, &he) {
+				pr.Reason = he.Reason()
+			}
+			if pr.Reason == datasets.ReasonMissingImageFile {
 				if missing++; len(firstMissing) < 3 {
 					firstMissing = append(firstMissing, path)
 				}
 			}
+		} else if fi.labelSize > 0 {
+			pr.File, pr.Reason = fi.labelPath, ReasonLabelFileTooLarge
+			pr.Detail = fmt.Sprintf("%d bytes, over the limit of %d", fi.labelSize, MaxLabelBytes)
 		}
 		if pr.Reason != "" {
 			return l.problem(pr)
@@ -336,8 +355,16 @@ func (l *loader) load(rels []string, workers int, d *Dataset) error {
 		if fi.lerr != nil {
 			return fmt.Errorf("yolo: %w", fi.lerr)
 		}
-		lo := uint32(len(st.Anns))
+		lo, mark := uint32(len(st.Anns)), st.Mark()
 		lines, err := parseLabels(fi.labelPath, fi.label, fi.hdr.Width, fi.hdr.Height, id, l.classOf, st, l.problem)
+		if errors.Is(err, errTooManyInstances) {
+			// Nothing of the image is kept: its instances so far are
+			// rolled back, and it is skipped whole.
+			st.Anns = st.Anns[:lo]
+			st.Rollback(mark)
+			return l.problem(&datasets.Problem{File: fi.labelPath, Offset: -1, ImageID: id, AnnID: -1,
+				Reason: datasets.ReasonTooManyInstances, Detail: err.Error()})
+		}
 		if err != nil {
 			return err
 		}
@@ -368,16 +395,49 @@ func (l *loader) load(rels []string, workers int, d *Dataset) error {
 	return nil
 }
 
+// readLabel reads a label file, refusing one over MaxLabelBytes before
+// reading it (its size is returned, the data nil). A missing file is a
+// background image: nil data, no error.
+func readLabel(path string) ([]byte, int64, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, 0, err
+	}
+	if st.Size() > MaxLabelBytes {
+		return nil, st.Size(), nil
+	}
+	// A file that grew since Stat is still read no further than the bound.
+	data, err := io.ReadAll(io.LimitReader(f, MaxLabelBytes+1))
+	if err == nil && len(data) > MaxLabelBytes {
+		return nil, int64(len(data)), nil
+	}
+	return data, 0, err
+}
+
+// errTooManyInstances stops parseLabels at the instance past
+// shard.MaxInstances: the image is skipped whole.
+var errTooManyInstances = errors.New("too many instances")
+
 // parseLabels parses one label file of an image of w×h pixels, appending
 // its instances to st and reporting bad lines through problem. It returns
-// the number of non-blank lines.
+// the number of non-blank lines. At the instance past shard.MaxInstances it
+// stops with an error wrapping errTooManyInstances, so no more than that
+// many are ever stored for one image; the caller rolls back what was.
 //
 // A line is "cls x1 y1 x2 y2 …" (a polygon of at least 3 points) or
 // "cls cx cy w h" (a box), all coordinates normalised to [0, 1] by the
 // image size. Coordinates become float32(v·size) pixels, as in COCO.
 func parseLabels(file string, data []byte, w, h int32, imageID int64, classOf map[int32]int32,
 	st *arena.Store, problem func(*datasets.Problem) error) (int, error) {
-	lines := 0
+	lines, kept := 0, 0
 	var vals []float64
 	for ln := 1; len(data) > 0; ln++ {
 		var line []byte
@@ -471,6 +531,9 @@ func parseLabels(file string, data []byte, w, h int32, imageID int64, classOf ma
 			a.Area = float32(st.PolygonArea(a.RingLo, a.RingHi))
 		}
 		a.RingHi = uint32(len(st.RingEnd))
+		if kept++; kept > shard.MaxInstances {
+			return lines, fmt.Errorf("%w: line %d is instance %d, over the limit of %d an image", errTooManyInstances, ln, kept, shard.MaxInstances)
+		}
 		st.Anns = append(st.Anns, a)
 	}
 	return lines, nil

@@ -46,7 +46,7 @@ func TestDecodeHeader(t *testing.T) {
 	if _, err := DecodeHeader(bytes.NewReader([]byte("GIF89a"))); err == nil {
 		t.Error("accepted a non-image")
 	}
-	if _, err := ReadHeader("/nonexistent/x.png"); err == nil || !err.(*HeaderError).Missing {
+	if _, err := ReadHeader("/nonexistent/x.png", Limits{}); err == nil || !err.(*HeaderError).Missing {
 		t.Errorf("missing file: %v", err)
 	}
 }

@@ -3,16 +3,16 @@ package arena
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
-	"image"
-	_ "image/jpeg" // register the formats DecodeConfig recognises
-	_ "image/png"
 	"io"
 	"os"
 	"runtime"
 	"sync"
 
+	"github.com/segpipe/segpipe/datasets"
 	"github.com/segpipe/segpipe/datasets/internal/predecode"
+	"github.com/segpipe/segpipe/formats/imagehdr"
 	"github.com/segpipe/segpipe/formats/shard"
 )
 
@@ -29,17 +29,21 @@ type Entry struct {
 	AnnHi    uint32
 }
 
-// Header is what DecodeConfig found in an image file.
+// Header is what an image file's header says.
 type Header struct {
 	Width, Height int32
 	Format        string
 	Size          int64 // file size; set by ReadHeader, 0 from DecodeHeader
 }
 
-// HeaderError tells why an image header could not be read.
+// HeaderError tells why an image file was refused when the dataset was
+// opened.
 type HeaderError struct {
 	Missing bool // the file could not be opened or read
-	Err     error
+	// TooLarge: the header is sound but its size is over the pixel bound
+	// (wraps imagehdr.ErrTooLarge).
+	TooLarge bool
+	Err      error
 }
 
 // Error is the underlying error's message.
@@ -48,25 +52,41 @@ func (e *HeaderError) Error() string { return e.Err.Error() }
 // Unwrap returns the underlying error.
 func (e *HeaderError) Unwrap() error { return e.Err }
 
+// Reason is the skip reason the image is counted under.
+func (e *HeaderError) Reason() string {
+	switch {
+	case e.Missing:
+		return datasets.ReasonMissingImageFile
+	case e.TooLarge:
+		return datasets.ReasonImageTooLarge
+	}
+	return datasets.ReasonCorruptImage
+}
+
 // DecodeHeader reads the width, height and format of a JPEG or PNG.
 func DecodeHeader(r io.Reader) (Header, error) {
-	cfg, format, err := image.DecodeConfig(r)
+	h, err := imagehdr.ReadFrom(r)
 	if err != nil {
 		return Header{}, &HeaderError{Err: err}
 	}
-	if format != "jpeg" && format != "png" {
-		return Header{}, &HeaderError{Err: fmt.Errorf("unsupported image format %q (want jpeg or png)", format)}
+	if h.Width > math32 || h.Height > math32 {
+		return Header{}, &HeaderError{Err: fmt.Errorf("impossible image size %dx%d", h.Width, h.Height)}
 	}
-	if cfg.Width <= 0 || cfg.Height <= 0 || cfg.Width > math32 || cfg.Height > math32 {
-		return Header{}, &HeaderError{Err: fmt.Errorf("impossible image size %dx%d", cfg.Width, cfg.Height)}
-	}
-	return Header{Width: int32(cfg.Width), Height: int32(cfg.Height), Format: format}, nil
+	return Header{Width: int32(h.Width), Height: int32(h.Height), Format: h.Format}, nil
 }
 
 const math32 = 1<<31 - 1
 
-// ReadHeader opens path and decodes only as much of it as the header needs.
-func ReadHeader(path string) (Header, error) {
+// Limits bound what ReadHeader accepts. The zero value is the default.
+type Limits struct {
+	// MaxPixels bounds an image's width·height (<= 0: imagehdr.MaxPixels).
+	MaxPixels int64
+}
+
+// ReadHeader opens path, reads its header and refuses an image over
+// lim.MaxPixels or whose data is incomplete (CheckComplete), so that
+// every image a dataset emits is one the loader can decode.
+func ReadHeader(path string, lim Limits) (Header, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return Header{}, &HeaderError{Missing: true, Err: err}
@@ -79,14 +99,24 @@ func ReadHeader(path string) (Header, error) {
 	if !st.Mode().IsRegular() {
 		return Header{}, &HeaderError{Missing: true, Err: fmt.Errorf("%s is not a regular file", path)}
 	}
-	h, err := DecodeHeader(f)
-	h.Size = st.Size()
-	return h, err
+	hr, err := imagehdr.ReadFrom(f)
+	if err != nil {
+		return Header{}, &HeaderError{Err: err}
+	}
+	// Size before completeness: a header claiming 16,000² over a few
+	// bytes of data is too large, whatever else is wrong with it.
+	if err := hr.Check(lim.MaxPixels, 0); err != nil {
+		return Header{}, &HeaderError{TooLarge: errors.Is(err, imagehdr.ErrTooLarge), Err: err}
+	}
+	if err := CheckComplete(f, st.Size(), hr.Format); err != nil {
+		return Header{}, &HeaderError{Err: err}
+	}
+	return Header{Width: int32(hr.Width), Height: int32(hr.Height), Format: hr.Format, Size: st.Size()}, nil
 }
 
 // ScanHeaders reads the header of every path with workers goroutines. The
 // result at i belongs to paths[i]; err[i] is a *HeaderError or nil.
-func ScanHeaders(ctx context.Context, paths []string, workers int) ([]Header, []error, error) {
+func ScanHeaders(ctx context.Context, paths []string, workers int, lim Limits) ([]Header, []error, error) {
 	hs := make([]Header, len(paths))
 	errs := make([]error, len(paths))
 	next := make(chan int)
@@ -96,7 +126,7 @@ func ScanHeaders(ctx context.Context, paths []string, workers int) ([]Header, []
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				hs[i], errs[i] = ReadHeader(paths[i])
+				hs[i], errs[i] = ReadHeader(paths[i], lim)
 			}
 		}()
 	}
