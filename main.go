@@ -25,5 +25,8 @@ func main() {
 	if _, set := os.LookupEnv("GOGC"); !set {
 		debug.SetGCPercent(gcPercent)
 	}
+	// A runtime fatal error (out of memory) exits 2 before Run returns,
+	// like a usage error; package cli's doc says why nothing here can
+	// change that.
 	os.Exit(cli.Run(context.Background(), os.Args, os.Stdout, os.Stderr))
 }

@@ -70,8 +70,11 @@ func benchCommand() *ucli.Command {
 				Val: c.Bool("val"), Augment: a, CacheBytes: cache, WindowRows: int(c.Int("window")),
 				Strict: c.Bool("strict"),
 			}
-			if c.Int("repeat") < 1 || cfg.BatchSize < 1 || cfg.Epochs < 1 {
-				return usagef("--repeat, --batch and --epochs must be at least 1")
+			// --workers is the loader's to check (it names the count);
+			// --imgsz 0 and --window 0 would silently take its defaults.
+			if err := checkRanges(c, atLeast("repeat", 1), atLeast("batch", 1), atLeast("epochs", 1),
+				atLeast("imgsz", 1), atLeast("window", 1)); err != nil {
+				return err
 			}
 			var err error
 			if cfg.MaxMemory, err = memoryBudget(c); err != nil {

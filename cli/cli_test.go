@@ -135,7 +135,8 @@ func TestExitCodes(t *testing.T) {
 		{"bad shard size", []string{"convert", "coco", "--annotations", ann, "--images", imgs, "--out", tmp + "/x", "--shard-size", "lots"}, ExitUsage, "--shard-size"},
 		{"negative workers", []string{"convert", "coco", "--annotations", ann, "--images", imgs, "--out", tmp + "/x", "--workers", "-2"}, ExitUsage, "--workers"},
 		{"stray argument", []string{"convert", "coco", "--annotations", ann, "--images", imgs, "--out", tmp + "/x", "extra"}, ExitUsage, "extra"},
-		{"inspect missing dir", []string{"inspect", filepath.Join(tmp, "nope")}, ExitFailure, "not a finished shard directory"},
+		{"inspect missing dir", []string{"inspect", filepath.Join(tmp, "nope")}, ExitUsage, "does not exist"},
+		{"inspect directory without a manifest", []string{"inspect", emptyDir}, ExitFailure, "not a finished shard directory"},
 		{"annotations missing", []string{"convert", "coco", "--annotations", tmp + "/none.json", "--images", imgs, "--out", tmp + "/y"}, ExitUsage, "none.json"},
 		// Issue 16: these exited 0 with "wrote 0 images" (or 1 with
 		// "byte 0: reading"); they are usage errors that say what to pass.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/segpipe/segpipe/datasets"
 	"github.com/segpipe/segpipe/datasets/coco"
 	"github.com/segpipe/segpipe/datasets/yolo"
+	"github.com/segpipe/segpipe/formats/imagehdr"
 	"github.com/segpipe/segpipe/formats/shard"
 	"github.com/segpipe/segpipe/internal/bytesize"
 )
@@ -55,6 +57,9 @@ func convertFlags() []ucli.Flag {
 			"(exact area averaging, never upscaled; boxes, polygons, areas and crowd masks scaled with them, the source " +
 			"size kept so predictions map back to it); 0 keeps every size. The training --imgsz is the natural N: " +
 			"bytes and decode time fall with the pixel count"},
+		&ucli.IntFlag{Name: "max-image-pixels", Value: imagehdr.MaxPixels, Usage: "skip (or with --strict refuse) an image whose " +
+			"header says more than `N` pixels (width·height), counted as " + datasets.ReasonImageTooLarge + ", before any of it is " +
+			"decoded; the default, 8192², bounds one decode to about half a GiB"},
 		partFlag(),
 	}
 }
@@ -89,8 +94,9 @@ func convertCocoCommand() *ucli.Command {
 			}
 			src := shard.Source{Kind: "coco", Args: map[string]string{
 				"annotations": filepath.Clean(ann), "images": filepath.Clean(imgs)}}
+			opts.record(&src)
 			return convert(ctx, c, src, opts, func() (imageSource, error) {
-				return coco.Open(ann, imgs, coco.Options{Strict: opts.strict, Workers: opts.workers, Pixels: opts.pixels})
+				return coco.Open(ann, imgs, coco.Options{Strict: opts.strict, Workers: opts.workers, Pixels: opts.pixels, MaxPixels: opts.maxPixels})
 			})
 		},
 	}
@@ -118,9 +124,13 @@ func convertYoloCommand() *ucli.Command {
 				return err
 			}
 			data, split := c.String("data"), c.String("split")
+			if err := checkInputPath("--data", data, false); err != nil {
+				return err
+			}
 			src := shard.Source{Kind: "yolo", Args: map[string]string{"data": filepath.Clean(data), "split": split}}
+			opts.record(&src)
 			return convert(ctx, c, src, opts, func() (imageSource, error) {
-				return yolo.Open(data, split, yolo.Options{Strict: opts.strict, Workers: opts.workers, Pixels: opts.pixels})
+				return yolo.Open(data, split, yolo.Options{Strict: opts.strict, Workers: opts.workers, Pixels: opts.pixels, MaxPixels: opts.maxPixels})
 			})
 		},
 	}
@@ -145,19 +155,29 @@ type convertOpts struct {
 	pixels    *shard.Pixels     // --pixels raw|zstd; nil for jpeg (the files as they are)
 	part      *shard.Part       // --part: one slice of a distributed conversion
 	layout    *shard.PartLayout // the part's shards, planned once the source is open
+	maxPixels int64             // --max-image-pixels
+}
+
+// record notes in the manifest's source the flags that change which images
+// are kept, when not at their defaults (so a default conversion's manifest
+// is what it always was, and --resume refuses a changed one).
+func (o convertOpts) record(src *shard.Source) {
+	if o.maxPixels != imagehdr.MaxPixels {
+		src.Args["max_image_pixels"] = strconv.FormatInt(o.maxPixels, 10)
+	}
 }
 
 func parseConvertFlags(c *ucli.Command) (convertOpts, error) {
 	o := convertOpts{out: c.String("out"), strict: c.Bool("strict"), resume: c.Bool("resume"), workers: int(c.Int("workers"))}
-	if c.NArg() > 0 {
-		return o, usagef("unexpected argument %q (all inputs are flags)", c.Args().First())
-	}
 	var err error
 	if o.shardSize, err = bytesize.Parse(c.String("shard-size")); err != nil {
 		return o, usagef("--shard-size: %v", err)
 	}
 	if o.workers < 0 {
 		return o, usagef("--workers %d: want 0 (one per CPU) or more", o.workers)
+	}
+	if o.maxPixels = int64(c.Int("max-image-pixels")); o.maxPixels <= 0 {
+		return o, usagef("--max-image-pixels %d: want a positive pixel count (default %d)", o.maxPixels, int64(imagehdr.MaxPixels))
 	}
 	if o.part, err = parsePartFlag(c); err != nil {
 		return o, err

@@ -79,8 +79,8 @@ func batchConfig(c *ucli.Command) (pipeline.Config, error) {
 		BatchSize: int(c.Int("batch")), Workers: int(c.Int("workers")), Val: c.Bool("val"), Augment: a,
 		Start: order.State{Seed: c.Uint64("seed"), Epoch: int(c.Int("epoch"))}, Strict: c.Bool("strict"),
 	}
-	if cfg.BatchSize < 1 || a.ImgSz < 1 || cfg.Start.Epoch < 0 || cfg.Workers < 0 {
-		return cfg, usagef("--batch and --imgsz must be at least 1, --epoch and --workers not negative")
+	if err := checkRanges(c, atLeast("batch", 1), atLeast("imgsz", 1), atLeast("epoch", 0), atLeast("workers", 0)); err != nil {
+		return cfg, err
 	}
 	if err := a.Validate(); err != nil {
 		return cfg, usagef("%v", err)
@@ -99,7 +99,9 @@ func dumpCommand() *ucli.Command {
 			"JavaScript). Images and masks are arrow.fixed_shape_tensor columns. --summary\n" +
 			"writes a JSON file of counts and one probed mask value for cross-checking readers.\n" +
 			"Damaged shard data and undecodable images are skipped and counted (the summary is\n" +
-			"printed at the end and stored with --run-dir) unless --strict.\n\n" +
+			"printed at the end and stored with --run-dir) unless --strict. The file holds exactly\n" +
+			"N batches: when an epoch ends first (a small set, or skipped samples), the next\n" +
+			"epochs follow, as in a longer run; a set that yields no batch fails (exit 1).\n\n" +
 			"Example:\n  segpipe dump --shards shards/val2017 --batches 4 --out batches.arrows",
 		Flags: append(batchFlags(32),
 			&ucli.IntFlag{Name: "batches", Value: 1, Usage: "number of batches"},
@@ -113,8 +115,8 @@ func dumpCommand() *ucli.Command {
 			if err != nil {
 				return err
 			}
-			if c.Int("batches") < 1 {
-				return usagef("--batches must be at least 1")
+			if err := checkRanges(c, atLeast("batches", 1)); err != nil {
+				return err
 			}
 			if cfg.MaxMemory, err = memoryBudget(c); err != nil {
 				return err
@@ -172,81 +174,119 @@ func (p *maskProbe) MarshalJSON() ([]byte, error) {
 	return json.Marshal(map[string]int{"batch": p.Batch, "instance": p.Instance, "row": p.Row, "col": p.Col, "value": int(p.Value)})
 }
 
+// dump writes the first n batches of the loader over the shards at dir to
+// out. An epoch yields fewer batches than its rows fill when samples are
+// skipped (a damaged shard, an undecodable image), so the dump continues
+// into the following epochs, as a run of more epochs would, until it has
+// n: a fixture of N batches holds N. It fails only when an epoch yields
+// none.
 func dump(ctx context.Context, dir string, cfg pipeline.Config, n int, out string) (*dumpSummary, pipeline.SkipSummary, error) {
-	var skips pipeline.SkipSummary
+	skips := pipeline.SkipSummary{Skipped: map[string]int64{}}
 	src, err := openShards(ctx, "--shards", dir)
 	if err != nil {
 		return nil, skips, err
 	}
 	defer src.Close()
-	// Exactly the epochs that hold n batches, so that the loader builds
-	// (and its skip summary counts) no epoch the dump does not read.
+	if m, err := cfg.MemoryOf(src); err == nil {
+		logEstimate("dump", m, cfg.MaxMemory)
+	}
 	rows := 0
 	for _, r := range src.BlockRows() {
 		rows += r
 	}
-	cfg = withEpochs(cfg, n)
-	if perEpoch := (rows + cfg.BatchSize - 1) / cfg.BatchSize; perEpoch > 0 {
-		cfg.Epochs = cfg.Start.Epoch + (n+perEpoch-1)/perEpoch
-	}
-	l, err := pipeline.New(ctx, src, cfg)
+	perEpoch := (rows + cfg.BatchSize - 1) / cfg.BatchSize
+	f, err := os.Create(out)
 	if err != nil {
 		return nil, skips, err
 	}
-	defer l.Close()
-	if m, err := cfg.MemoryOf(src); err == nil {
-		logEstimate("dump", m, cfg.MaxMemory)
+	defer f.Close()
+	d := &dumpWriter{out: out, f: f, sum: &dumpSummary{}}
+	for epoch := cfg.Start.Epoch; len(d.sum.Batches) < n; {
+		// Each pass runs exactly the epochs that hold the batches still
+		// wanted if nothing is skipped, so that the loader builds (and its
+		// skip summary counts) no epoch the dump does not read.
+		need := n - len(d.sum.Batches)
+		pass := cfg
+		pass.Start = order.State{Seed: cfg.Start.Seed, Epoch: epoch}
+		pass.Epochs = epoch + max((need+perEpoch-1)/max(perEpoch, 1), 1)
+		got, err := d.pass(ctx, src, pass, need, &skips)
+		if err != nil {
+			return nil, skips, err
+		}
+		if got == 0 {
+			if len(d.sum.Batches) == 0 {
+				return nil, skips, fmt.Errorf("dump: the loader made no batch from %s (%s)", dir, skips)
+			}
+			return nil, skips, fmt.Errorf("dump: wrote %d of the %d batches asked to %s: epochs %d to %d of %s made none (%s)",
+				len(d.sum.Batches), n, out, epoch, pass.Epochs-1, dir, skips)
+		}
+		epoch = pass.Epochs
 	}
-	sum, err := writeDump(ctx, l, n, out)
-	skips = l.Stats().Summary()
-	if err == nil && sum == nil {
-		err = fmt.Errorf("dump: the loader made no batch from %s (%s)", dir, skips)
+	if err := d.close(); err != nil {
+		return nil, skips, err
 	}
-	return sum, skips, err
+	return d.sum, skips, nil
 }
 
-// writeDump writes the first n batches of l to out; nil when there were
-// none.
-func writeDump(ctx context.Context, l *pipeline.Loader, n int, out string) (*dumpSummary, error) {
-	f, err := os.Create(out)
+// dumpWriter writes the batches of one or more loader passes to one Arrow
+// IPC stream.
+type dumpWriter struct {
+	out string
+	f   *os.File
+	w   *ipc.Writer
+	sum *dumpSummary
+}
+
+// pass writes up to n batches of a loader over src with cfg, adds the
+// loader's skips to skips and returns how many it wrote.
+func (d *dumpWriter) pass(ctx context.Context, src pipeline.Source, cfg pipeline.Config, n int, skips *pipeline.SkipSummary) (int, error) {
+	l, err := pipeline.New(ctx, src, cfg)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	defer f.Close()
-	var w *ipc.Writer
-	sum := &dumpSummary{}
+	defer l.Close()
+	defer func() {
+		s := l.Stats().Summary()
+		skips.Images += s.Images
+		for k, v := range s.Skipped {
+			skips.Skipped[k] += v
+		}
+	}()
+	got := 0
 	for rec, err := range l.All(ctx) {
 		if err != nil {
-			return nil, err
+			return got, err
 		}
-		if w == nil {
-			w = ipc.NewWriter(f, ipc.WithSchema(rec.Schema()))
+		if d.w == nil {
+			d.w = ipc.NewWriter(d.f, ipc.WithSchema(rec.Schema()))
 		}
-		err = summarise(sum, rec)
+		err = summarise(d.sum, rec)
 		if err == nil {
-			err = w.Write(rec)
+			err = d.w.Write(rec)
 		}
 		rec.Release()
 		if err != nil {
-			return nil, fmt.Errorf("dump %s batch %d: %w", out, len(sum.Batches)-1, err)
+			return got, fmt.Errorf("dump %s batch %d: %w", d.out, len(d.sum.Batches)-1, err)
 		}
-		if len(sum.Batches) == n {
+		if got++; got == n {
 			break
 		}
 	}
-	if w == nil {
-		return nil, nil
+	return got, nil
+}
+
+// close ends the stream and records the file's size.
+func (d *dumpWriter) close() error {
+	if err := d.w.Close(); err != nil {
+		return err
 	}
-	if err := w.Close(); err != nil {
-		return nil, err
+	if err := d.f.Close(); err != nil {
+		return err
 	}
-	if err := f.Close(); err != nil {
-		return nil, err
+	if st, err := os.Stat(d.out); err == nil {
+		d.sum.Bytes = st.Size()
 	}
-	if st, err := os.Stat(out); err == nil {
-		sum.Bytes = st.Size()
-	}
-	return sum, nil
+	return nil
 }
 
 // withEpochs runs the loader long enough for n batches.

@@ -33,6 +33,11 @@ func evalCommand() *ucli.Command {
 			&ucli.BoolFlag{Name: "per-category", Usage: "also print AP, AP50, AP75 and AR100 per category"},
 		},
 		Action: func(ctx context.Context, c *ucli.Command) error {
+			for _, flag := range []string{"annotations", "detections"} {
+				if err := checkInputPath("--"+flag, c.String(flag), false); err != nil {
+					return err
+				}
+			}
 			var types []metrics.IoUType
 			switch t := c.String("iou-type"); t {
 			case "bbox":

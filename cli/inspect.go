@@ -17,6 +17,7 @@ import (
 
 	"github.com/segpipe/segpipe/formats/shard"
 	"github.com/segpipe/segpipe/internal/bytesize"
+	"github.com/segpipe/segpipe/pipeline"
 )
 
 func inspectCommand() *ucli.Command {
@@ -24,14 +25,17 @@ func inspectCommand() *ucli.Command {
 		Name:      "inspect",
 		Usage:     "summarise a shard directory and optionally verify it",
 		UsageText: "segpipe inspect PATH|URL [--verify] [--json]",
+		ArgsUsage: "PATH|URL",
 		Description: "Reads PATH/manifest.json and scans the annotation columns of every shard (image\n" +
 			"bytes are not read) to print the manifest summary, the schema, instances per\n" +
 			"category and histograms of instances per image, points per polygon ring and\n" +
 			"instance size. --verify also re-reads every shard whole and checks its size,\n" +
-			"sha256 and row and instance counts against the manifest, each image's crc32c and,\n" +
-			"in pre-decoded shards (convert --pixels raw|zstd), that every row holds exactly\n" +
-			"width×height×3 pixels (zstd frames are decompressed) (exit code 1 on any\n" +
-			"mismatch). --json prints the same report as one JSON object.\n\n" +
+			"sha256 and row and instance counts against the manifest, then every row even of a\n" +
+			"shard whose sha256 is stale: each image's crc32c, that it is within the pixel\n" +
+			"bound, and that it decodes (JPEG and PNG with the loader's decoders, after their\n" +
+			"header; pre-decoded shards: exactly width×height×3 pixels, zstd frames\n" +
+			"decompressed). Every bad image is listed with its shard, row, image id and\n" +
+			"reason (exit code 1 on any). --json prints the same report as one JSON object.\n\n" +
 			"Example:\n  segpipe inspect shards/val2017 --verify",
 		Flags: []ucli.Flag{
 			&ucli.BoolFlag{Name: "verify", Usage: "re-read every shard and check it against the manifest"},
@@ -40,6 +44,9 @@ func inspectCommand() *ucli.Command {
 		Action: func(ctx context.Context, c *ucli.Command) error {
 			if c.NArg() != 1 {
 				return usagef("inspect wants exactly one PATH (a shard directory), got %d arguments", c.NArg())
+			}
+			if err := checkShardDir("inspect", c.Args().First()); err != nil {
+				return err
 			}
 			rep, err := inspect(ctx, c.Args().First(), c.Bool("verify"))
 			if err != nil {
@@ -90,8 +97,16 @@ type categoryCount struct {
 }
 
 type verifyReport struct {
-	OK       bool     `json:"ok"`
+	OK bool `json:"ok"`
+	// Problems are the problems' messages, one each, in the order of Bad.
 	Problems []string `json:"problems"`
+	// Bad is every problem located: shard, row (-1: the whole shard),
+	// image id (-1: unknown), reason and message.
+	Bad     []*shard.VerifyProblem `json:"bad"`
+	Shards  int                    `json:"shards"`
+	Rows    int64                  `json:"rows_checked"`
+	Decodes bool                   `json:"decodes"`
+	Decoded int64                  `json:"images_decoded"`
 	// StatsSkipped: the statistics were not computed (they would read the
 	// damaged shards), so the report leaves them out.
 	StatsSkipped bool `json:"statistics_skipped,omitempty"`
@@ -144,13 +159,14 @@ func inspect(ctx context.Context, dir string, verify bool) (*inspectReport, erro
 	if verify {
 		// Verify first: a damaged shard must be reported as such, not
 		// as a failure of the statistics scan below.
-		r.Verify = &verifyReport{OK: true, Problems: []string{}}
-		if err := set.Verify(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil, err
-			}
-			r.Verify.OK = false
-			r.Verify.Problems = append(r.Verify.Problems, strings.Split(err.Error(), "\n")...)
+		vr, err := set.VerifyWith(ctx, shard.VerifyOptions{Decode: verifyDecode()})
+		if err != nil {
+			return nil, err
+		}
+		r.Verify = &verifyReport{OK: len(vr.Problems) == 0, Problems: []string{}, Bad: vr.Problems,
+			Shards: vr.Shards, Rows: vr.Rows, Decodes: vr.Decodes, Decoded: vr.Decoded}
+		for _, p := range vr.Problems {
+			r.Verify.Problems = append(r.Verify.Problems, p.Error())
 		}
 	}
 	perCat := make([]int64, len(m.Categories))
@@ -305,14 +321,16 @@ func (r *inspectReport) printVerify(w io.Writer) {
 	m := r.Manifest
 	if r.Verify != nil {
 		fmt.Fprintln(w)
+		v := r.Verify
+		decoded := fmt.Sprintf("%d of %d images decoded", v.Decoded, v.Rows)
 		if r.Verify.OK {
-			what := "sizes, sha256, rows and instances match the manifest"
+			what := "sizes, sha256, rows, instances and crc32c match the manifest; every image decodes"
 			if m.Pixels != nil {
-				what = "sizes, sha256, rows and instances match the manifest; every row's pixels decode to width×height×3"
+				what = "sizes, sha256, rows, instances and crc32c match the manifest; every row's pixels decode to width×height×3"
 			}
-			fmt.Fprintf(w, "verify: ok (%d shards: %s)\n", len(m.Shards), what)
+			fmt.Fprintf(w, "verify: ok (%d shards, %s: %s)\n", v.Shards, decoded, what)
 		} else {
-			fmt.Fprintf(w, "verify: FAILED\n")
+			fmt.Fprintf(w, "verify: FAILED (%d shards, %d rows checked, %s)\n", v.Shards, v.Rows, decoded)
 			for _, p := range r.Verify.Problems {
 				fmt.Fprintf(w, "  %s\n", p)
 			}
@@ -359,4 +377,24 @@ func indent(s, pre string) string {
 		}
 	}
 	return b.String()
+}
+
+// verifyDecode returns the decoder inspect --verify checks images with:
+// the loader's own (pipeline.DecodeImage). shard.VerifyWith calls it only
+// for an image whose header is within the pixel bound, so it never
+// allocates more than that bound allows. It is called on one goroutine:
+// the pixel buffer is reused.
+func verifyDecode() func(format string, data []byte, w, h int32) error {
+	var buf []byte
+	return func(format string, data []byte, w, h int32) error {
+		gw, gh, pix, err := pipeline.DecodeImage(format, data, buf)
+		if err != nil {
+			return err
+		}
+		buf = pix
+		if gw != int(w) || gh != int(h) {
+			return fmt.Errorf("decoded %dx%d, the row says %dx%d", gw, gh, w, h)
+		}
+		return nil
+	}
 }

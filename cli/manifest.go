@@ -30,6 +30,7 @@ func manifestMergeCommand() *ucli.Command {
 		Name:      "merge",
 		Usage:     "join the parts of a distributed conversion into manifest.json",
 		UsageText: "segpipe manifest merge DIR [--verify] [--wait DURATION]",
+		ArgsUsage: "DIR",
 		Description: "After every 'segpipe convert ... --part I/N --out DIR' has finished, DIR (a path or\n" +
 			"a bucket URL such as s3://bucket/prefix, as given to --out) holds the shards and N\n" +
 			"part manifests (manifest.part-IIIII-of-NNNNN.json). merge checks that the parts\n" +
@@ -54,6 +55,13 @@ func manifestMergeCommand() *ucli.Command {
 				return usagef("manifest merge wants exactly one DIR (the --out of the parts), got %d arguments", c.NArg())
 			}
 			dir := c.Args().First()
+			// With --wait the directory may not exist yet: the parts,
+			// started beside the merge, create it.
+			if c.Duration("wait") <= 0 {
+				if err := checkShardDir("manifest merge DIR", dir); err != nil {
+					return err
+				}
+			}
 			d, err := storage.Open(ctx, dir, nil)
 			if err != nil {
 				return usagef("manifest merge %s: %v", dir, err)

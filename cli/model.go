@@ -35,8 +35,8 @@ func modelCommand() *ucli.Command {
 					if _, err := model.LookupScale(c.String("variant")); err != nil {
 						return usagef("--variant %q: want n, s, m, l or x", c.String("variant"))
 					}
-					if k := c.Int("classes"); k < 1 {
-						return usagef("--classes %d: want at least 1", k)
+					if err := checkRanges(c, atLeast("classes", 1)); err != nil {
+						return err
 					}
 					if s := c.Int("imgsz"); s <= 0 || s%32 != 0 {
 						return usagef("--imgsz %d: want a positive multiple of 32", s)

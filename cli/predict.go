@@ -44,12 +44,23 @@ func predictCommand() *ucli.Command {
 			&ucli.StringFlag{Name: "device", Value: "cpu", Usage: "backend `D`: cpu, emu (emulated device, same numbers) or cuda (GPU 0; TF32 only with SEGPIPE_TF32=1)"},
 		},
 		Action: func(ctx context.Context, c *ucli.Command) error {
-			if c.NArg() > 0 {
-				return usagef("predict takes no arguments, got %q", c.Args().Slice())
+			if err := checkRanges(c, atLeast("imgsz", 0), atLeast("max-det", 1), atLeast("batch", 1), atLeast("workers", 0)); err != nil {
+				return err
 			}
 			be, err := device.Open(c.String("device"))
 			if err != nil {
 				return err
+			}
+			// After the device: a host without it is told so first.
+			for _, in := range []struct {
+				flag  string
+				dirOK bool
+			}{{"weights", false}, {"source", true}, {"annotations", false}} {
+				if p := c.String(in.flag); p != "" {
+					if err := checkInputPath("--"+in.flag, p, in.dirOK); err != nil {
+						return err
+					}
+				}
 			}
 			m, meta, err := model.OpenCheckpoint(c.String("weights"))
 			if err != nil {

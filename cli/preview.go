@@ -35,8 +35,8 @@ func previewCommand() *ucli.Command {
 			if err != nil {
 				return err
 			}
-			if c.Int("skip") < 0 || c.Int("tile") < 16 || c.Int("columns") < 0 {
-				return usagef("--skip and --columns must not be negative, --tile at least 16")
+			if err := checkRanges(c, atLeast("skip", 0), atLeast("tile", 16), atLeast("columns", 0)); err != nil {
+				return err
 			}
 			src, err := openShards(ctx, "--shards", c.String("shards"))
 			if err != nil {

@@ -49,17 +49,10 @@ func quickstartCommand() *ucli.Command {
 			&ucli.IntFlag{Name: "epochs", Value: quickstartEpochs, Usage: "training epochs `E` (0: stop after converting)"},
 		},
 		Action: func(ctx context.Context, c *ucli.Command) error {
-			if c.NArg() > 0 {
-				return usagef("quickstart takes no arguments, got %q", c.Args().Slice())
+			if err := checkRanges(c, intRange{"images", 1, 100000}, intRange{"epochs", 0, 1000}); err != nil {
+				return err
 			}
-			n := int(c.Int("images"))
-			if n < 1 || n > 100000 {
-				return usagef("--images %d: want 1..100000", n)
-			}
-			epochs := int(c.Int("epochs"))
-			if epochs < 0 || epochs > 1000 {
-				return usagef("--epochs %d: want 0..1000", epochs)
-			}
+			n, epochs := int(c.Int("images")), int(c.Int("epochs"))
 			return quickstart(ctx, c.Root().Writer, c.Root().ErrWriter, c.String("dir"), n, epochs)
 		},
 	}

@@ -1,8 +1,23 @@
 // Package cli wires segpipe's libraries into the segpipe command line.
 //
 // Each sub-command lives in its own file and is listed once in commands
-// below. Exit codes: 0 success, 1 failure, 2 usage error (bad flags, inputs
-// wrong as a whole, settings whose memory estimate is over the limit).
+// below. Exit codes: 0 success, 1 failure, 2 usage error (bad flags, a flag
+// value out of its range, an argument a command does not take, a group
+// such as convert run without its sub-command, an input path that does not
+// exist, inputs wrong as a whole, settings whose memory estimate is over
+// the limit). Every usage error is a usageError (usagef) or one of the
+// library errors Run maps to it; a command without ArgsUsage takes no
+// positional argument (refuseArgs), and integer flags are checked against
+// their range by checkRanges.
+//
+// A Go runtime fatal error (out of memory, a concurrent map write) also
+// exits 2: the runtime prints "fatal error:" and exits itself, past any
+// deferred function or recover, so no code in this process can give it
+// another code. The remedy is not to reach it: image sizes and instance
+// counts are checked against their limits and the memory budget before
+// anything is allocated for them. A supervisor that must tell the two
+// apart reads stderr: "fatal error:" (the runtime) against "segpipe:"
+// (Run).
 package cli
 
 import (
@@ -116,6 +131,7 @@ func newRoot(stdout, stderr io.Writer) *ucli.Command {
 			return usageError{err}
 		},
 		ExitErrHandler: func(context.Context, *ucli.Command, error) {},
+		ArgValidator:   refuseArgs,
 		Commands:       cmds,
 	}
 	setGroupActions(root)
@@ -133,24 +149,75 @@ func setGroupActions(c *ucli.Command) {
 	}
 }
 
-// groupAction shows a group's help when it is run alone, and refuses an
-// argument that names none of its sub-commands as a usage error that lists
-// them.
+// groupAction refuses a group run without a sub-command, after printing
+// its help to stderr (a script that forgot the sub-command must not pass),
+// and an argument that names none of its sub-commands; both are usage
+// errors that list the sub-commands. --help still prints the help and
+// exits 0.
 func groupAction(_ context.Context, c *ucli.Command) error {
+	names := strings.Join(subcommandNames(c), ", ")
 	if !c.Args().Present() {
 		if c.Root() == c {
-			return ucli.ShowRootCommandHelp(c)
+			ucli.HelpPrinter(c.Root().ErrWriter, ucli.RootCommandHelpTemplate, c)
+		} else {
+			ucli.HelpPrinter(c.Root().ErrWriter, ucli.SubcommandHelpTemplate, c)
 		}
-		return ucli.ShowSubcommandHelp(c)
+		return usagef("%s needs a command: %s", c.FullName(), names)
 	}
+	return usagef("unknown command %q: the commands of %s are %s (%s --help describes them)",
+		c.Args().First(), c.FullName(), names, c.FullName())
+}
+
+// subcommandNames lists c's sub-commands but help; none for a leaf.
+func subcommandNames(c *ucli.Command) []string {
 	var names []string
 	for _, sub := range c.VisibleCommands() {
 		if sub.Name != "help" {
 			names = append(names, sub.Name)
 		}
 	}
-	return usagef("unknown command %q: the commands of %s are %s (%s --help describes them)",
-		c.Args().First(), c.FullName(), strings.Join(names, ", "), c.FullName())
+	return names
+}
+
+// refuseArgs is the argument check of every command (the root's
+// ArgValidator, which urfave/cli applies to each descendant that sets
+// none): a command that declares no ArgsUsage takes no positional
+// argument, so a stray word (a flag value missing its flag, a typo'd
+// sub-command) is a usage error instead of being ignored. A command with
+// ArgsUsage checks its own count; a group's arguments are its
+// sub-commands (groupAction).
+func refuseArgs(_ context.Context, c *ucli.Command) error {
+	if c.NArg() == 0 || c.ArgsUsage != "" || len(subcommandNames(c)) > 0 {
+		return nil
+	}
+	return usagef("%s takes no arguments, got %q (every input is a flag: %s --help lists them)",
+		c.FullName(), c.Args().Slice(), c.FullName())
+}
+
+// intRange is the accepted range of an integer flag, for checkRanges.
+// A zero hi means no upper bound.
+type intRange struct {
+	flag   string
+	lo, hi int64
+}
+
+// atLeast is the range of a flag with a lower bound only.
+func atLeast(flag string, lo int64) intRange { return intRange{flag: flag, lo: lo} }
+
+// checkRanges checks c's integer flags against their ranges: a value out of
+// range is a usage error naming the flag, the value and the range, before
+// a default (the loader's for 0, say) could silently replace it.
+func checkRanges(c *ucli.Command, ranges ...intRange) error {
+	for _, r := range ranges {
+		v := int64(c.Int(r.flag))
+		switch {
+		case r.hi != 0 && (v < r.lo || v > r.hi):
+			return usagef("--%s %d: want %d to %d", r.flag, v, r.lo, r.hi)
+		case v < r.lo:
+			return usagef("--%s %d: want at least %d", r.flag, v, r.lo)
+		}
+	}
+	return nil
 }
 
 func setupLogging(c *ucli.Command, stderr io.Writer) error {

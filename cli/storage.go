@@ -84,6 +84,22 @@ func checkShardDir(flag, location string) error {
 	return nil
 }
 
+// checkInputPath accepts an existing local path a command reads (a file,
+// or a directory where dirOK): a path that does not exist, or a directory
+// where a file is wanted, is a usage error that says which, naming flag.
+func checkInputPath(flag, path string, dirOK bool) error {
+	st, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return usagef("%s %q does not exist", flag, path)
+	case err != nil:
+		return usagef("%s %q: %v", flag, path, err)
+	case st.IsDir() && !dirOK:
+		return usagef("%s %q is a directory, not a file", flag, path)
+	}
+	return nil
+}
+
 // openShards opens the shard set a command's flag names, after
 // checkShardDir; ctx (the command's: Ctrl-C) bounds reading its manifest
 // and footers.

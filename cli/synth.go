@@ -38,8 +38,8 @@ func synthCommand() *ucli.Command {
 			&ucli.IntFlag{Name: "workers", Usage: "goroutines encoding images (0: one per CPU)"},
 		},
 		Action: func(ctx context.Context, c *ucli.Command) error {
-			if c.NArg() > 0 {
-				return usagef("synth takes no arguments, got %q", c.Args().Slice())
+			if err := checkRanges(c, atLeast("images", 1), atLeast("max-side", 16), atLeast("workers", 0)); err != nil {
+				return err
 			}
 			cfg := synth.Config{
 				Images:          c.Int("images"),
@@ -48,12 +48,6 @@ func synthCommand() *ucli.Command {
 				AnnotationsOnly: c.Bool("annotations-only"),
 				MaxSide:         c.Int("max-side"),
 				Workers:         c.Int("workers"),
-			}
-			if cfg.Images <= 0 {
-				return usagef("--images %d: want at least 1", cfg.Images)
-			}
-			if cfg.MaxSide < 16 {
-				return usagef("--max-side %d: want at least 16", cfg.MaxSide)
 			}
 			out := c.String("out")
 			start := time.Now()

@@ -127,9 +127,6 @@ func trainCommand() *ucli.Command {
 			"  segpipe train --resume runs/n --device cuda   # continue a CPU run on the GPU",
 		Flags: flags,
 		Action: func(ctx context.Context, c *ucli.Command) error {
-			if c.NArg() > 0 {
-				return usagef("train takes no arguments, got %q", c.Args().Slice())
-			}
 			return runTrain(ctx, c)
 		},
 	}

@@ -16,6 +16,16 @@ import (
 	yccrow "github.com/segpipe/segpipe/pipeline/internal/ycc"
 )
 
+// DecodeImage decodes an encoded JPEG or PNG as the loader does (this
+// build's JPEGDecoder, image/png) into w×h RGB pixels, in buf's memory when
+// it is large enough (else a new slice). It reads the whole image as its
+// header says: a caller bounds the size with formats/imagehdr first, as the
+// loader and inspect --verify do.
+func DecodeImage(format string, data, buf []byte) (w, h int, pix []byte, err error) {
+	img, err := decodeImage(format, data, buf)
+	return img.W, img.H, img.Pix, err
+}
+
 // decodeImage decodes an encoded JPEG or PNG into RGB pixels taken from
 // buf when it is large enough (else a new slice).
 func decodeImage(format string, data []byte, buf []byte) (augment.Image, error) {
