@@ -6,8 +6,9 @@ import (
 	"github.com/segpipe/segpipe/internal/shared"
 )
 
-// sharedDir returns ../shared relative to the repository root (the
-// directory holding go.mod), skipping the test when it is absent.
+// sharedDir returns ../shared, or on a clone alone the module's copy of
+// the mask goldens and coco-tiny annotations this package reads
+// (internal/shared).
 func sharedDir(t testing.TB) string {
 	t.Helper()
 	return shared.Dir(t)

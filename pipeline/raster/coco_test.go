@@ -10,8 +10,8 @@ import (
 	"github.com/segpipe/segpipe/internal/shared"
 )
 
-// sharedPath locates ../shared/<rel> relative to the repository root (the
-// directory holding go.mod), skipping the test when it is absent.
+// sharedPath locates ../shared/<rel>, or the module's copy of it
+// (internal/shared), skipping the test when neither has it.
 func sharedPath(tb testing.TB, rel string) string {
 	tb.Helper()
 	return shared.Path(tb, rel)

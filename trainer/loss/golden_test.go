@@ -13,8 +13,8 @@ import (
 	"github.com/segpipe/segpipe/trainer/loss/internal/lossgolden"
 )
 
-// goldenDir locates ../shared/goldens/loss relative to the repository root
-// (the directory holding go.mod) and skips the test when it is absent.
+// goldenDir locates goldens/loss: ../shared's, or the module's copy
+// (internal/shared) on a clone alone.
 func goldenDir(t testing.TB) string {
 	t.Helper()
 	return shared.Path(t, "goldens/loss")

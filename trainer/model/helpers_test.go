@@ -12,8 +12,8 @@ import (
 	"github.com/segpipe/segpipe/trainer/tensor"
 )
 
-// sharedPath returns ../shared/<rel> relative to the repository root, or
-// skips the test when it is absent.
+// sharedPath returns ../shared/<rel>, or the module's copy of it
+// (internal/shared), skipping the test when neither has it.
 func sharedPath(t testing.TB, rel string) string {
 	t.Helper()
 	return shared.Path(t, rel)

@@ -14,8 +14,8 @@ import (
 	"github.com/segpipe/segpipe/formats/safetensors"
 )
 
-// goldenDir locates ../shared/goldens/loss relative to the repository root
-// and skips when it is absent.
+// goldenDir locates goldens/loss: ../shared's, or the module's copy
+// (internal/shared) on a clone alone.
 func goldenDir(t testing.TB) string {
 	t.Helper()
 	return shared.Path(t, "goldens/loss")

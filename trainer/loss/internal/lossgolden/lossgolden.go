@@ -1,6 +1,7 @@
-// Package lossgolden reads the loss goldens (../shared/goldens/loss:
-// batch.safetensors and outputs.safetensors; yolo26n-seg at 128 px, batch
-// 2, 80 classes, 32 coefficients) as plain arrays, for the tests of the
+// Package lossgolden reads the loss goldens (goldens/loss, from ../shared
+// or its copy in internal/shared/testdata: batch.safetensors and
+// outputs.safetensors; yolo26n-seg at 128 px, batch 2, 80 classes, 32
+// coefficients) as plain arrays, for the tests of the
 // loss and of its device kernels. It returns no trainer/loss types, so
 // that the loss's own in-package tests can import it; each test turns the
 // arrays into the loss's types itself.
