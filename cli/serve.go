@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -24,7 +25,7 @@ func serveCommand() *ucli.Command {
 	return &ucli.Command{
 		Name:      "serve",
 		Usage:     "serve training batches to remote trainers over Arrow Flight",
-		UsageText: "segpipe serve --shards DIR [--addr 127.0.0.1:8815] [--token T] [--tls-cert F --tls-key F] [--metrics-addr 127.0.0.1:9815] [--max-memory SIZE] [--max-streams N]",
+		UsageText: "segpipe serve --shards DIR [--addr 127.0.0.1:8815] [--token T] [--tls-cert F --tls-key F] [--metrics-addr 127.0.0.1:9815] [--max-memory SIZE] [--max-streams N] [--stall-timeout 2m]",
 		Description: "Runs an Arrow Flight server whose DoGet streams training batches: the ticket is a\n" +
 			"JSON loader request (shard set below --shards, seed, epoch, rank/world, resume\n" +
 			"state, batch size, imgsz, augmentation, masks dense|windowed). Each stream has its\n" +
@@ -42,6 +43,9 @@ func serveCommand() *ucli.Command {
 			"/metrics, /healthz (liveness) and /readyz (503 when a new stream would be refused).\n" +
 			"Damaged shard data is skipped and counted per stream (segpipe_serve_skipped_samples_total)\n" +
 			"unless --strict; the summary is printed on shutdown and stored with --run-dir.\n" +
+			"A stream whose client takes no data for --stall-timeout (a batch ready, the\n" +
+			"client's window full) is ended with Unavailable and its slot freed; segpipe\n" +
+			"clients resume it from their last batch when they read again.\n" +
 			"Stops on SIGINT/SIGTERM, letting streams in progress finish for --grace.\n\n" +
 			"Example:\n  segpipe serve --shards shards --addr 127.0.0.1:8815 --metrics-addr 127.0.0.1:9815",
 		Flags: []ucli.Flag{
@@ -62,6 +66,8 @@ func serveCommand() *ucli.Command {
 			strictFlag(),
 			runDirFlag(),
 			&ucli.DurationFlag{Name: "grace", Value: 10 * time.Second, Usage: "time streams get to finish on shutdown"},
+			&ucli.DurationFlag{Name: "stall-timeout", Value: remote.DefaultStallTimeout,
+				Usage: "end a stream whose client takes no data for this long, freeing its slot (0: never)"},
 		},
 		Action: func(ctx context.Context, c *ucli.Command) error {
 			cache, err := bytesize.Parse(c.String("cache"))
@@ -90,6 +96,9 @@ func serveCommand() *ucli.Command {
 			if (cert == "") != (key == "") {
 				return usagef("--tls-cert and --tls-key go together")
 			}
+			if c.Duration("stall-timeout") < 0 {
+				return usagef("--stall-timeout %v is negative (0 turns it off)", c.Duration("stall-timeout"))
+			}
 			if err := checkShardRoot(c.String("shards")); err != nil {
 				return err
 			}
@@ -102,12 +111,13 @@ func serveCommand() *ucli.Command {
 				MaxMemory:  budget,
 				MaxStreams: int(c.Int("max-streams")),
 			}
+			if cfg.StallTimeout = c.Duration("stall-timeout"); cfg.StallTimeout == 0 {
+				cfg.StallTimeout = -1 // the server's "never"
+			}
 			if cert != "" {
-				pair, err := tls.LoadX509KeyPair(cert, key)
-				if err != nil {
-					return fmt.Errorf("serve: TLS key pair: %w", err)
+				if cfg.TLS, err = loadTLS(cert, key); err != nil {
+					return err
 				}
-				cfg.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
 			}
 			if cfg.PeerSource, err = peerSource(c, cfg.TLS != nil); err != nil {
 				return err
@@ -115,6 +125,32 @@ func serveCommand() *ucli.Command {
 			return serve(ctx, c, cfg)
 		},
 	}
+}
+
+// loadTLS reads the server's key pair. A file that does not exist or is
+// not a file, or a pair that does not parse or match, is a usage error:
+// the command line names files that cannot serve; a file that exists but
+// cannot be read is a failure.
+func loadTLS(cert, key string) (*tls.Config, error) {
+	for _, f := range []struct{ flag, path string }{{"--tls-cert", cert}, {"--tls-key", key}} {
+		st, err := os.Stat(f.path)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return nil, usagef("%s %q does not exist", f.flag, f.path)
+		case err != nil:
+			return nil, fmt.Errorf("serve: %s: %w", f.flag, err)
+		case st.IsDir():
+			return nil, usagef("%s %q is a directory, not a PEM file", f.flag, f.path)
+		}
+	}
+	pair, err := tls.LoadX509KeyPair(cert, key)
+	if err != nil {
+		if errors.Is(err, fs.ErrPermission) {
+			return nil, fmt.Errorf("serve: TLS key pair: %w", err)
+		}
+		return nil, usagef("--tls-cert %q and --tls-key %q: not a usable key pair: %v", cert, key, err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, nil
 }
 
 func serve(ctx context.Context, c *ucli.Command, cfg remote.ServerConfig) error {

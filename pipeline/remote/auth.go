@@ -16,10 +16,17 @@ import (
 // checkToken compares the request's "authorization: Bearer T" header with
 // the token in constant time (the length is not secret). The scheme is
 // case-insensitive and may be followed by several spaces (RFC 7235); the
-// token is exact.
+// token is exact. A call carrying more than one authorization value is
+// refused whatever they hold: with several, "one of them matches" would let
+// a caller probe tokens in batches, and a proxy that adds its own header
+// would decide access by accident.
 func checkToken(ctx context.Context, token string) error {
 	md, _ := metadata.FromIncomingContext(ctx)
-	for _, v := range md.Get("authorization") {
+	vals := md.Get("authorization")
+	if len(vals) > 1 {
+		return status.Errorf(codes.Unauthenticated, "segpipe serve: %d authorization headers; send exactly one, \"authorization: Bearer <token>\"", len(vals))
+	}
+	for _, v := range vals {
 		scheme, got, ok := strings.Cut(v, " ")
 		got = strings.TrimLeft(got, " ")
 		if ok && strings.EqualFold(scheme, "Bearer") && got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1 {

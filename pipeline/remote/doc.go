@@ -91,6 +91,24 @@
 // fail over to another server of a fleet. When the last stream ends the
 // set's cache is dropped and the freed memory is returned to the OS.
 //
+// A stream whose client takes no data for ServerConfig.StallTimeout
+// (DefaultStallTimeout, 2 minutes: a batch is ready and the client's
+// flow-control window stays full all that time) is ended: its loader,
+// memory reservation and stream slot are freed, it is counted in
+// segpipe_serve_stalled_streams_total, and the client receives Unavailable
+// ("no progress for …") after the batches already in its window. [Client]
+// and the Python FlightBatches treat that as a dropped stream and resume
+// from the last batch delivered, so a trainer that pauses longer than the
+// timeout pays a reconnect, while clients that stop reading can no longer
+// hold every slot. gRPC drops the message it had queued for such a stream
+// only when the client reads it or the connection closes.
+//
+// A shard set with no rows is refused (FailedPrecondition, wrapping
+// pipeline.ErrEmptySet) by GetFlightInfo and DoGet rather than streamed as
+// an empty epoch. A set is named by a clean relative path of at most
+// MaxShardsLen bytes; FlightInfo echoes the normalised request, never the
+// client's bytes.
+//
 // [Server.HealthHandler] serves two probes (segpipe serve mounts them on
 // --metrics-addr beside /metrics): GET /healthz answers 200 "ok" while the
 // process serves; GET /readyz answers 200 when a stream like the last
@@ -100,8 +118,9 @@
 //
 // # Security
 //
-// With a token every call needs "authorization: Bearer <token>" (compared
-// in constant time); with TLS the server presents ServerConfig.TLS. [Listen]
+// With a token every call needs exactly one "authorization: Bearer
+// <token>" header (compared in constant time; a call with several is
+// refused); with TLS the server presents ServerConfig.TLS. [Listen]
 // refuses non-loopback addresses when no token is set unless allowed
 // explicitly.
 package remote

@@ -17,7 +17,8 @@ import (
 )
 
 // FuzzParseRequest: any bytes give a request or an ErrBadRequest of bounded
-// size, never a panic; an accepted request survives Marshal unchanged. The
+// size, never a panic; an accepted request names its shard set in clean
+// form within MaxShardsLen and survives Marshal unchanged. The
 // same holds for ParseLocalRequest (the in-process library's), which must
 // also accept every ticket ParseRequest accepts with a non-empty shards.
 func FuzzParseRequest(f *testing.F) {
@@ -25,6 +26,12 @@ func FuzzParseRequest(f *testing.F) {
 	f.Add([]byte(`{"version":1,"masks":"windowed","augment":{"mosaic":0.5,"fill":3}}`))
 	f.Add([]byte(`{"version":1,"shards":"../x"}`))
 	f.Add([]byte(`{"version":1,"masks":"` + strings.Repeat("é", 2000) + `"}`))
+	f.Add([]byte(`{"version":1,"shards":"val` + strings.Repeat("/.", 50_000) + `"}`))
+	f.Add([]byte(`{"version":1,"shards":"val/"}`))
+	f.Add([]byte(`{"version":1,"shards":"./a//b/."}`))
+	f.Add([]byte(`{"version":1,"shards":"` + strings.Repeat("a", MaxShardsLen) + `"}`))
+	f.Add([]byte(`{"version":1,"shards":"s3://bucket/set"}`))
+	f.Add([]byte(`{"version":1,"shards":"synth","max_memory":-5}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := ParseRequest(b)
 		if err != nil {
@@ -35,6 +42,9 @@ func FuzzParseRequest(f *testing.F) {
 				t.Fatalf("error of %d bytes for a %d-byte ticket", len(err.Error()), len(b))
 			}
 			return
+		}
+		if len(r.Shards) > MaxShardsLen {
+			t.Fatalf("accepted shards %.80q (%d bytes): over MaxShardsLen", r.Shards, len(r.Shards))
 		}
 		r2, err := ParseRequest(r.Marshal())
 		if err != nil || !bytes.Equal(r.Marshal(), r2.Marshal()) {

@@ -13,6 +13,7 @@ type metrics struct {
 	bytes      prometheus.Counter
 	stall      prometheus.Counter
 	peerStall  *prometheus.CounterVec
+	stalled    prometheus.Counter
 	loaderWait prometheus.Counter
 	active     prometheus.Gauge
 	held       prometheus.Gauge
@@ -38,6 +39,9 @@ func newMetrics() *metrics {
 		peerStall: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "segpipe_serve_client_stall_seconds_total",
 			Help: "Time the server waited for a client address to take data (flow control), while it has streams running."}, []string{"client"}),
+		stalled: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "segpipe_serve_stalled_streams_total",
+			Help: "Streams ended because their client took no data for the stall timeout (--stall-timeout)."}),
 		loaderWait: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "segpipe_serve_loader_wait_seconds_total",
 			Help: "Time streams waited for their loader: a server that cannot keep up."}),
@@ -51,7 +55,7 @@ func newMetrics() *metrics {
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "segpipe_serve_skipped_samples_total", Help: "Samples the loaders of ended streams skipped (damaged shard data, undecodable images), by reason."}, []string{"reason"}),
 	}
-	m.reg.MustRegister(m.batches, m.images, m.bytes, m.stall, m.peerStall, m.loaderWait, m.active, m.held, m.refused, m.skipped,
+	m.reg.MustRegister(m.batches, m.images, m.bytes, m.stall, m.peerStall, m.stalled, m.loaderWait, m.active, m.held, m.refused, m.skipped,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

@@ -655,7 +655,7 @@ func (l *lastThenSilence) Close() error { return nil }
 func TestDropAfterTheLastBatchEndsTheStream(t *testing.T) {
 	rec := preparedBatch(t, 4, 64, 2)
 	defer rec.Release()
-	srv := startServer(t, nil, ServerConfig{newBatches: func(context.Context, pipeline.Source, pipeline.Config) (pipeline.Batches, error) {
+	srv := startServer(t, synthRows(t, 8), ServerConfig{newBatches: func(context.Context, pipeline.Source, pipeline.Config) (pipeline.Batches, error) {
 		return &lastThenSilence{rec: rec, n: 3}, nil
 	}})
 	px := newProxy(t, srv.addr)

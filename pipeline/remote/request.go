@@ -88,7 +88,8 @@ func prefix(s string, n int) string {
 type Request struct {
 	Version int `json:"version"`
 	// Shards names the shard set: a directory relative to the server's
-	// shard root ("" or "." for the root itself).
+	// shard root ("" or "." for the root itself), at most MaxShardsLen
+	// bytes; the server cleans it ("./val/" names "val").
 	Shards string `json:"shards"`
 	// Start is the resume state (seed, epoch, consumed); a fresh run has
 	// consumed 0.
@@ -232,20 +233,32 @@ func datasetInfo(src pipeline.Source) DatasetInfo {
 	return d
 }
 
-// cleanSet maps a shard set name to a clean relative path that cannot leave
-// the shard root.
+// MaxShardsLen is the longest shard set name a server accepts, in bytes: a
+// few path components below the shard root, with room to spare (Linux
+// limits one component to 255 bytes). A longer name is refused rather than
+// carried into tickets, logs and FlightInfo answers.
+const MaxShardsLen = 1024
+
+// cleanSet checks a shard set name and returns the clean relative path it
+// names ("." for the root itself, named "" or "."), the one spelling the
+// server echoes in its FlightInfo tickets and names the set by in logs and
+// metrics. A name over MaxShardsLen is refused before it is cleaned, so
+// that "val/././…" is never carried at its own size.
 func cleanSet(name string) (string, error) {
+	if len(name) > MaxShardsLen {
+		return "", fmt.Errorf("%w: shards %s: over the limit of %d bytes", ErrBadRequest, quote(name), MaxShardsLen)
+	}
 	if strings.ContainsRune(name, '\\') || strings.HasPrefix(name, "/") {
 		return "", fmt.Errorf("%w: shards %s: want a path relative to the shard root, with forward slashes", ErrBadRequest, quote(name))
+	}
+	for part := range strings.SplitSeq(name, "/") {
+		if part == ".." {
+			return "", fmt.Errorf("%w: shards %s leaves the shard root", ErrBadRequest, quote(name))
+		}
 	}
 	c := path.Clean("/" + name)[1:]
 	if c == "" {
 		c = "."
-	}
-	for _, part := range strings.Split(name, "/") {
-		if part == ".." {
-			return "", fmt.Errorf("%w: shards %s leaves the shard root", ErrBadRequest, quote(name))
-		}
 	}
 	return c, nil
 }

@@ -44,6 +44,15 @@ import (
 // the package doc.
 const DefaultWindowBytes = 64 << 20
 
+// DefaultStallTimeout is ServerConfig.StallTimeout's default. The clock
+// runs only while a batch is ready and the client's window is full, that is
+// while the trainer already has a batch or more in hand that it has not
+// asked for: a training step, however slow, takes seconds, and a checkpoint
+// save well under this. A trainer that pauses longer (a long validation
+// pass between epochs) only pays a reconnect: segpipe clients resume from
+// the state of the last batch they delivered.
+const DefaultStallTimeout = 2 * time.Minute
+
 // ServerConfig configures a Server. Zero values take the documented
 // defaults.
 type ServerConfig struct {
@@ -86,7 +95,14 @@ type ServerConfig struct {
 	// WindowBytes is the HTTP/2 stream and connection window, default
 	// DefaultWindowBytes.
 	WindowBytes int32
-	Logger      *slog.Logger // default slog.Default()
+	// StallTimeout ends a stream whose client takes no data for this long:
+	// a batch is ready and the send waits on the client's flow-control
+	// window all that time. The stream's slot and memory reservation are
+	// freed and the client gets Unavailable ("no progress for …"), which
+	// segpipe clients answer by resuming from the last batch they
+	// delivered. Default DefaultStallTimeout; negative: never.
+	StallTimeout time.Duration
+	Logger       *slog.Logger // default slog.Default()
 
 	// newBatches replaces pipeline.New (benchmarks serve prepared batches).
 	newBatches func(ctx context.Context, src pipeline.Source, cfg pipeline.Config) (pipeline.Batches, error)
@@ -162,6 +178,9 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	}
 	if cfg.MaxStreams < 0 {
 		return nil, fmt.Errorf("remote: max streams %d", cfg.MaxStreams)
+	}
+	if cfg.StallTimeout == 0 {
+		cfg.StallTimeout = DefaultStallTimeout
 	}
 	// The budget is admission's to hold (a stream's estimate is judged
 	// with its shard set's own row sizes, which the request alone does
@@ -273,8 +292,28 @@ func (s *Server) ActiveStreams() int64 { return s.active.Load() }
 // bounds the batch memory of the server.
 func (s *Server) TransportBatches() int64 { return s.held.Load() }
 
-// open returns the source of a shard set.
+// open returns the source of a shard set. A set without rows is refused
+// (pipeline.ErrEmptySet, answered FailedPrecondition, naming the set as the
+// client did rather than by its place on the server): its stream would end
+// at once with nothing, which a trainer takes for a finished epoch rather
+// than a mistake. Sources of an Open function that do not refuse it
+// themselves are counted here.
 func (s *Server) open(ctx context.Context, name string) (pipeline.Source, error) {
+	src, err := s.openSet(ctx, name)
+	if err == nil && datasetInfo(src).Images == 0 {
+		if c, ok := src.(io.Closer); ok {
+			c.Close()
+		}
+		err = pipeline.ErrEmptySet
+	}
+	if errors.Is(err, pipeline.ErrEmptySet) {
+		return nil, fmt.Errorf("shard set %s: nothing to stream (convert data into it, or name another set): %w", quote(name), pipeline.ErrEmptySet)
+	}
+	return src, err
+}
+
+// openSet returns the source of a shard set, as it is.
+func (s *Server) openSet(ctx context.Context, name string) (pipeline.Source, error) {
 	clean, err := cleanSet(name)
 	if err != nil {
 		return nil, err
@@ -313,7 +352,7 @@ func schemaOf(cfg pipeline.Config, transport string) (*arrow.Schema, error) {
 func grpcError(err error) error {
 	msg := clip(err.Error(), maxErrorMessage)
 	switch {
-	case errors.Is(err, ErrOverBudget):
+	case errors.Is(err, ErrOverBudget), errors.Is(err, pipeline.ErrEmptySet):
 		return status.Error(codes.FailedPrecondition, msg)
 	case errors.Is(err, pipeline.ErrMemoryLimit):
 		return status.Error(codes.ResourceExhausted, msg)
@@ -337,18 +376,82 @@ type streamState struct {
 }
 
 // DoGet implements flight.FlightServer.
+//
+// The stream runs in its own goroutine so that DoGet can end it when its
+// client stalls (ServerConfig.StallTimeout): a send blocked on the
+// client's flow-control window returns only once gRPC cancels the stream,
+// which it does when the handler returns. The stream's goroutine then sees
+// its send fail and frees the loader and the reservation.
 func (s *Server) DoGet(t *flight.Ticket, stream flight.FlightService_DoGetServer) error {
-	held := &streamHeld{s: s}
-	err := s.doGet(t, stream, held)
-	// A stream that did not finish may leave batches queued in a transport
-	// that will never write or free them: when the connection dies, gRPC
-	// fails the send (its done channel closes) before it cancels the
-	// stream's context, so an error return is enough to settle the count,
-	// whichever of the two DoGet saw first.
-	if err != nil || stream.Context().Err() != nil {
-		held.abandon()
+	g := newStallGuard(stream, s.cfg.StallTimeout)
+	defer g.cancel(nil)
+	ended := make(chan error, 1)
+	go func() {
+		held := &streamHeld{s: s}
+		err := s.doGet(t, g, held)
+		// A stream that did not finish may leave batches queued in a
+		// transport that will never write or free them: when the
+		// connection dies, gRPC fails the send (its done channel closes)
+		// before it cancels the stream's context, so an error return is
+		// enough to settle the count, whichever of the two DoGet saw
+		// first.
+		if err != nil || g.ctx.Err() != nil {
+			held.abandon()
+		}
+		ended <- err
+	}()
+	select {
+	case err := <-ended:
+		return err
+	case <-g.stalled:
+		// The stream's goroutine logs it, with the client's details.
+		s.m.stalled.Inc()
+		return status.Error(codes.Unavailable, context.Cause(g.ctx).Error())
 	}
-	return err
+}
+
+// errStalled is the cause of a stream context that the stall guard ended.
+var errStalled = errors.New("segpipe serve: no progress")
+
+// stallGuard is a DoGet stream whose sends are timed: one that waits on the
+// client longer than timeout cancels the stream's own context (stopping
+// its loader) and closes stalled, and no later send is attempted.
+type stallGuard struct {
+	flight.FlightService_DoGetServer
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	timeout time.Duration // ≤ 0: never
+	stalled chan struct{}
+	once    sync.Once
+}
+
+func newStallGuard(stream flight.FlightService_DoGetServer, timeout time.Duration) *stallGuard {
+	ctx, cancel := context.WithCancelCause(stream.Context())
+	return &stallGuard{FlightService_DoGetServer: stream, ctx: ctx, cancel: cancel, timeout: timeout, stalled: make(chan struct{})}
+}
+
+// Context is the stream's context, cancelled also by a stall.
+func (g *stallGuard) Context() context.Context { return g.ctx }
+
+func (g *stallGuard) SendMsg(m any) error {
+	if err := g.ctx.Err(); err != nil {
+		return context.Cause(g.ctx)
+	}
+	if g.timeout <= 0 {
+		return g.FlightService_DoGetServer.SendMsg(m)
+	}
+	t := time.AfterFunc(g.timeout, g.stall)
+	defer t.Stop()
+	return g.FlightService_DoGetServer.SendMsg(m)
+}
+
+// stall ends the stream; the context is cancelled before stalled closes,
+// so that no send starts once DoGet may have returned.
+func (g *stallGuard) stall() {
+	g.once.Do(func() {
+		g.cancel(fmt.Errorf("%w for %s: the client took no data (--stall-timeout), so the stream was ended and its slot freed; resume from the last batch delivered", errStalled, g.timeout))
+		close(g.stalled)
+	})
 }
 
 func (s *Server) doGet(t *flight.Ticket, stream flight.FlightService_DoGetServer, held *streamHeld) error {
@@ -410,6 +513,9 @@ func (s *Server) doGet(t *flight.Ticket, stream flight.FlightService_DoGetServer
 
 	ps := &payloadSender{send: func(m *outMsg) error { return stream.SendMsg(m) }}
 	if err := ps.sendSchema(plan.Schema, s.mem); err != nil {
+		if ctx.Err() != nil {
+			return ended(log, ctx, 0)
+		}
 		return status.Error(codes.Unavailable, fmt.Sprintf("send schema: %v", err))
 	}
 	w := ipc.NewWriterWithPayloadWriter(ps, ipc.WithSchema(plan.Schema), ipc.WithAllocator(s.mem))
@@ -428,8 +534,7 @@ func (s *Server) doGet(t *flight.Ticket, stream flight.FlightService_DoGetServer
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				log.Info("stream ended by the client", "batches", n, "reason", context.Cause(ctx))
-				return status.FromContextError(ctx.Err()).Err()
+				return ended(log, ctx, n)
 			}
 			log.Error("loader failed", "batches", n, "err", err)
 			return grpcError(err)
@@ -456,8 +561,7 @@ func (s *Server) doGet(t *flight.Ticket, stream flight.FlightService_DoGetServer
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				log.Info("stream ended by the client", "batches", n, "reason", context.Cause(ctx))
-				return status.FromContextError(ctx.Err()).Err()
+				return ended(log, ctx, n)
 			}
 			return status.Error(codes.Unavailable, fmt.Sprintf("send batch %d: %v", n, err))
 		}
@@ -474,11 +578,23 @@ func (s *Server) doGet(t *flight.Ticket, stream flight.FlightService_DoGetServer
 	return nil
 }
 
+// ended logs a stream whose context ended after n batches and returns its
+// status: the client went away, or stalled (DoGet answers that one).
+func ended(log *slog.Logger, ctx context.Context, n int64) error {
+	cause := context.Cause(ctx)
+	if errors.Is(cause, errStalled) {
+		log.Warn("stream ended: the client stalled", "batches", n, "reason", cause)
+		return status.Error(codes.Unavailable, cause.Error())
+	}
+	log.Info("stream ended by the client", "batches", n, "reason", cause)
+	return status.FromContextError(ctx.Err()).Err()
+}
+
 // GetFlightInfo implements flight.FlightServer: the descriptor's command is
 // a Request; the answer holds its schema, one endpoint whose ticket is the
 // normalised request, located at every peer (the one that serves its rank
 // first, then the failover order), and the shard set's DatasetInfo as JSON
-// app metadata.
+// app metadata. Its descriptor is the normalised request too.
 func (s *Server) GetFlightInfo(ctx context.Context, d *flight.FlightDescriptor) (*flight.FlightInfo, error) {
 	if d.GetType() != flight.DescriptorCMD {
 		return nil, status.Error(codes.InvalidArgument, "segpipe serve: the descriptor must be a command holding a loader request")
@@ -505,13 +621,18 @@ func (s *Server) GetFlightInfo(ctx context.Context, d *flight.FlightDescriptor) 
 		return nil, grpcError(err)
 	}
 	req.Version = RequestVersion
-	ep := &flight.FlightEndpoint{Ticket: &flight.Ticket{Ticket: req.Marshal()}}
+	req.Shards, _ = cleanSet(req.Shards) // checked by ParseRequest
+	ticket := req.Marshal()
+	ep := &flight.FlightEndpoint{Ticket: &flight.Ticket{Ticket: ticket}}
 	if ep.Location, err = s.locations(ctx, req.Rank); err != nil {
 		return nil, err
 	}
+	// The descriptor echoed is the normalised request, not the client's
+	// bytes: every field of it is bounded (Shards by MaxShardsLen), so the
+	// answer is never the size of what a client chose to send.
 	return &flight.FlightInfo{
 		Schema:           flight.SerializeSchema(plan.Schema, s.mem),
-		FlightDescriptor: d,
+		FlightDescriptor: &flight.FlightDescriptor{Type: flight.DescriptorCMD, Cmd: ticket},
 		Endpoint:         []*flight.FlightEndpoint{ep},
 		TotalRecords:     -1,
 		TotalBytes:       -1,

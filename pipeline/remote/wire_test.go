@@ -21,7 +21,7 @@ import (
 func TestLargeBatchesInPlaceAndStockReader(t *testing.T) {
 	rec := preparedBatch(t, 4, 256, 4) // ~0.9 MB of Arrow buffers
 	defer rec.Release()
-	srv := startServer(t, nil, ServerConfig{newBatches: func(context.Context, pipeline.Source, pipeline.Config) (pipeline.Batches, error) {
+	srv := startServer(t, synthRows(t, 8), ServerConfig{newBatches: func(context.Context, pipeline.Source, pipeline.Config) (pipeline.Batches, error) {
 		return &repeater{rec: rec}, nil
 	}})
 	const n = 6
