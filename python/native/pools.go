@@ -3,18 +3,106 @@
 package main
 
 import (
+	"runtime/debug"
 	"sync"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/segpipe/segpipe/internal/bufpool"
+	"github.com/segpipe/segpipe/pipeline"
 )
 
-// poolIdle is how long a batch pool outlives the last session using it.
-// A Python loader opens the library once per epoch pass and the next pass
-// opens a few milliseconds after the last one closed (validation between
-// epochs takes seconds); a pool idle for longer gives its buffers back.
+// poolIdle is how long a batch pool or a decoded-image cache outlives the
+// last session using it. A Python loader opens the library once per epoch
+// pass and the next pass opens a few milliseconds after the last one
+// closed (validation between epochs takes seconds); one idle for longer
+// is freed.
 var poolIdle = 10 * time.Second
+
+// shared is a registry of values that sessions with the same key share,
+// counted by the sessions open on them and closed poolIdle after the last
+// one ends, unless a session opens one again first.
+type shared[K comparable, V any] struct {
+	mu    sync.Mutex
+	m     map[K]*entry[K, V]
+	make  func(K) V
+	close func(V)
+}
+
+type entry[K comparable, V any] struct {
+	key   K
+	value V
+	open  int
+	timer *time.Timer
+}
+
+// acquire returns k's entry, made if need be, and counts a session on it.
+func (r *shared[K, V]) acquire(k K) *entry[K, V] {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = map[K]*entry[K, V]{}
+	}
+	e := r.m[k]
+	if e == nil {
+		e = &entry[K, V]{key: k, value: r.make(k)}
+		r.m[k] = e
+	}
+	if e.timer != nil {
+		e.timer.Stop()
+		e.timer = nil
+	}
+	e.open++
+	return e
+}
+
+// release ends a session on e: after the last one, e is closed poolIdle
+// later unless acquired again first.
+func (r *shared[K, V]) release(e *entry[K, V]) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e.open--; e.open == 0 {
+		e.timer = time.AfterFunc(poolIdle, func() { r.closeIdle(e) })
+	}
+}
+
+func (r *shared[K, V]) closeIdle(e *entry[K, V]) {
+	r.mu.Lock()
+	if r.m[e.key] != e || e.open > 0 {
+		r.mu.Unlock()
+		return
+	}
+	delete(r.m, e.key)
+	r.mu.Unlock()
+	r.close(e.value)
+}
+
+// closeAllIdle closes every entry no session uses now, without waiting
+// for poolIdle (tests that count every byte back).
+func (r *shared[K, V]) closeAllIdle() {
+	r.mu.Lock()
+	var idle []*entry[K, V]
+	for k, e := range r.m {
+		if e.open == 0 {
+			if e.timer != nil {
+				e.timer.Stop()
+			}
+			delete(r.m, k)
+			idle = append(idle, e)
+		}
+	}
+	r.mu.Unlock()
+	for _, e := range idle {
+		r.close(e.value)
+	}
+}
+
+// len is the number of entries, idle ones included.
+func (r *shared[K, V]) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.m)
+}
 
 // pools keeps the batch buffers of a finished pass for the next one. A
 // loader's own pool (pipeline, internal/bufpool) starts empty and, on
@@ -26,80 +114,40 @@ var poolIdle = 10 * time.Second
 // keyed by the backing allocator and the retention the loader's estimate
 // allows (its Memory().Batches), so a pass retains no more than a loader
 // of its settings would.
-var pools = struct {
-	sync.Mutex
-	m map[poolKey]*sharedPool
-}{m: map[poolKey]*sharedPool{}}
+var pools = shared[poolKey, *bufpool.Pool]{
+	make: func(k poolKey) *bufpool.Pool { return bufpool.NewOn(k.backing, k.retain) },
+	// Buffers still held by a consumer go back to backing when it frees them.
+	close: func(p *bufpool.Pool) { p.Close() },
+}
 
 type poolKey struct {
 	backing memory.Allocator
 	retain  int64
 }
 
-type sharedPool struct {
-	key   poolKey
-	pool  *bufpool.Pool
-	open  int
-	timer *time.Timer
+type sharedPool = entry[poolKey, *bufpool.Pool]
+
+// caches holds one decoded-image cache per shard set and bound while
+// sessions use it, and poolIdle after. A Python loader opens the library
+// once per epoch pass; like the epochs of one Go loader, and like the
+// streams of one shard set in a server, the passes share the set's decoded
+// images instead of decoding every image again each epoch. A cache no
+// session has used for poolIdle is dropped: its pixels are Go memory, so
+// its pages go back to the system with debug.FreeOSMemory, as a closed
+// Loader's should.
+var caches = shared[cacheKey, *pipeline.ImageCache]{
+	make: func(k cacheKey) *pipeline.ImageCache { return pipeline.NewImageCache(k.cacheBytes) },
+	close: func(*pipeline.ImageCache) {
+		// Off the registry's lock and the timer's goroutine: a full
+		// collection and scavenge take milliseconds per GB.
+		go debug.FreeOSMemory()
+	},
 }
 
-// acquirePool returns the pool for (backing, retain), made if need be, and
-// counts a session on it; releasePool ends that session.
-func acquirePool(backing memory.Allocator, retain int64) *sharedPool {
-	k := poolKey{backing, retain}
-	pools.Lock()
-	defer pools.Unlock()
-	p := pools.m[k]
-	if p == nil {
-		p = &sharedPool{key: k, pool: bufpool.NewOn(backing, retain)}
-		pools.m[k] = p
-	}
-	if p.timer != nil {
-		p.timer.Stop()
-		p.timer = nil
-	}
-	p.open++
-	return p
-}
+type sharedCache = entry[cacheKey, *pipeline.ImageCache]
 
-// releasePool ends a session on p: when it was the last one, the pool is
-// closed (its buffers freed) after poolIdle unless a session opens it
-// again first.
-func releasePool(p *sharedPool) {
-	pools.Lock()
-	defer pools.Unlock()
-	if p.open--; p.open == 0 {
-		p.timer = time.AfterFunc(poolIdle, func() { closeIdlePool(p) })
-	}
-}
-
-func closeIdlePool(p *sharedPool) {
-	pools.Lock()
-	if pools.m[p.key] != p || p.open > 0 {
-		pools.Unlock()
-		return
-	}
-	delete(pools.m, p.key)
-	pools.Unlock()
-	p.pool.Close() // buffers still held by a consumer go back to backing when it frees them
-}
-
-// closeIdlePools closes every pool no session uses now, without waiting
-// for poolIdle (tests that count every byte back).
+// closeIdlePools closes every pool and cache no session uses now.
 func closeIdlePools() {
-	pools.Lock()
-	var idle []*sharedPool
-	for k, p := range pools.m {
-		if p.open == 0 {
-			if p.timer != nil {
-				p.timer.Stop()
-			}
-			delete(pools.m, k)
-			idle = append(idle, p)
-		}
-	}
-	pools.Unlock()
-	for _, p := range idle {
-		p.pool.Close()
-	}
+	pools.closeAllIdle()
+	caches.closeAllIdle()
 }

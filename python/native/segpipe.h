@@ -8,6 +8,13 @@
  * consumer calls each record's release callback, whatever happens to the
  * handle.
  *
+ * Fork: the library's Go runtime lives in the process that loaded it. A
+ * child made by fork must call none of these functions (they would wait
+ * forever for the runtime's threads, which a fork does not copy); the
+ * stream's and the batches' callbacks check the process and, in a child,
+ * return at once: a release there leaks what it would free (the child's
+ * exit frees it), get_next and get_schema return ECHILD.
+ *
  * Threads: every function may be called from any thread. A stream is
  * read from one thread at a time (the Arrow C stream rule); segpipe_state
  * reports the batch the stream's get_next handed out last.
@@ -91,11 +98,13 @@ struct ArrowArrayStream {
  * options_json (NULL or "{}" for the defaults) holds the resources the
  * server would decide: {"workers": N (default the CPU count), "prefetch":
  * N, "cache_bytes": N (decoded-image cache, default 512 MiB; one per shard
- * set and cache_bytes for the life of the process, shared by every open of
- * that set, so that the epochs a caller opens one by one reuse its decoded
- * images as one loader's epochs do),
- * "max_memory": N (bytes the loader's estimate may reach: default half the
- * machine's or container's memory, as the CLI; negative: no limit),
+ * set and cache_bytes, shared by every open of that set by any path to it,
+ * so that the epochs a caller opens one by one reuse its decoded images as
+ * one loader's epochs do; freed ten seconds after the last open of it is
+ * closed),
+ * "max_memory": N (bytes the loader's estimate may reach: 0 or absent for
+ * the default, half the machine's or container's memory, as the CLI; -1:
+ * no limit; any other negative value is refused),
  * "strict": bool (fail on the first damaged sample instead of skipping and
  * counting it)}. Unknown keys are refused.
  *

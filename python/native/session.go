@@ -11,7 +11,9 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -49,8 +51,17 @@ func parseOptions(b []byte) (options, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return o, errors.New("segpipe: options: trailing data after the options object")
 	}
+	// -1 is the one way to ask for no budget: another negative number is
+	// more likely a mistake (a subtraction gone wrong) than a wish to run
+	// unbounded.
+	if o.MaxMemory < NoMemoryLimit {
+		return o, fmt.Errorf("segpipe: options: max_memory %d: want bytes > 0, 0 for the default budget or %d for none", o.MaxMemory, NoMemoryLimit)
+	}
 	return o, nil
 }
+
+// NoMemoryLimit is the max_memory option that lifts the budget.
+const NoMemoryLimit = -1
 
 // errClosed ends a stream whose handle was closed.
 var errClosed = errors.New("segpipe: the loader was closed (segpipe_close or the stream's release)")
@@ -58,7 +69,8 @@ var errClosed = errors.New("segpipe: the loader was closed (segpipe_close or the
 // session is one open loader and its stream.
 type session struct {
 	plan   *remote.Plan
-	pool   *sharedPool // every buffer of its records, over the caller's allocator, shared with the passes before and after (pools.go)
+	pool   *sharedPool  // every buffer of its records, over the caller's allocator, shared with the passes before and after (pools.go)
+	cache  *sharedCache // the shard set's decoded images, shared likewise
 	src    *pipeline.ShardSource
 	loader *pipeline.Loader
 	cancel context.CancelFunc
@@ -107,39 +119,35 @@ func open(request, opts []byte, mem memory.Allocator) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	plan.Config.ImageCache = sharedCache(req.Shards, src, o.CacheBytes)
+	cache := caches.acquire(cacheKeyOf(req.Shards, src, o.CacheBytes))
+	plan.Config.ImageCache = cache.value
 	est, err := plan.Config.MemoryOf(src)
 	if err != nil {
 		src.Close()
+		caches.release(cache)
 		return nil, err
 	}
-	pool := acquirePool(mem, est.Batches)
-	plan.Config.Allocator = pool.pool
+	pool := pools.acquire(poolKey{mem, est.Batches})
+	plan.Config.Allocator = pool.value
 	ctx, cancel := context.WithCancel(context.Background())
 	l, err := plan.Open(ctx, src)
 	if err != nil {
 		cancel()
 		src.Close()
-		releasePool(pool)
+		pools.release(pool)
+		caches.release(cache)
 		return nil, err
 	}
-	return &session{plan: plan, pool: pool, src: src, loader: l.(*pipeline.Loader), ctx: ctx, cancel: cancel,
+	return &session{plan: plan, pool: pool, cache: cache, src: src, loader: l.(*pipeline.Loader), ctx: ctx, cancel: cancel,
 		state: req.Start}, nil
 }
 
-// caches holds one decoded-image cache per shard set for the life of the
-// process. A Python loader opens the library once per epoch pass; like the
-// epochs of one Go loader, and like the streams of one shard set in a
-// server, the passes share the set's decoded images instead of decoding
-// every image again each epoch. Each cache is bounded by its cache_bytes.
-var caches = struct {
-	sync.Mutex
-	m map[cacheKey]*pipeline.ImageCache
-}{m: map[cacheKey]*pipeline.ImageCache{}}
-
-// cacheKey names a shard set as opened: its location, its manifest's size
-// and row count (a set converted again in place is another set: cached
-// rows are keyed by their index), and the cache bound asked for.
+// cacheKey names a shard set as opened: where it is (a local directory
+// absolute, cleaned and with its symbolic links resolved, so that "dir",
+// "dir/", "./dir", a link to it and its absolute path share one cache), its
+// manifest's size and row count (a set converted again in place is
+// another set: cached rows are keyed by their index), and the cache bound
+// asked for.
 type cacheKey struct {
 	location   string
 	bytes      int64
@@ -147,7 +155,7 @@ type cacheKey struct {
 	cacheBytes int64
 }
 
-func sharedCache(location string, src *pipeline.ShardSource, cacheBytes int64) *pipeline.ImageCache {
+func cacheKeyOf(location string, src *pipeline.ShardSource, cacheBytes int64) cacheKey {
 	if cacheBytes == 0 {
 		cacheBytes = pipeline.DefaultCacheBytes
 	}
@@ -155,15 +163,26 @@ func sharedCache(location string, src *pipeline.ShardSource, cacheBytes int64) *
 	for _, n := range src.BlockRows() {
 		rows += int64(n)
 	}
-	k := cacheKey{location, src.EncodedBytes(), rows, cacheBytes}
-	caches.Lock()
-	defer caches.Unlock()
-	c := caches.m[k]
-	if c == nil {
-		c = pipeline.NewImageCache(cacheBytes)
-		caches.m[k] = c
+	return cacheKey{canonicalLocation(location), src.EncodedBytes(), rows, cacheBytes}
+}
+
+// canonicalLocation is one name for the set at location: a bucket URL as
+// given, less trailing slashes; a local directory as its real path (the
+// cleaned absolute path when it cannot be resolved, which only costs a
+// cache shared less).
+func canonicalLocation(location string) string {
+	loc, err := storage.ParseLocation(location)
+	if err != nil || loc.IsBucket() {
+		return strings.TrimRight(location, "/")
 	}
-	return c
+	dir, err := filepath.Abs(loc.Dir)
+	if err != nil {
+		return filepath.Clean(loc.Dir)
+	}
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		return real
+	}
+	return dir
 }
 
 // openShards opens a shard directory or bucket URL, saying which when a
@@ -216,7 +235,7 @@ func (s *session) next() (arrow.RecordBatch, error) {
 		return nil, s.fail(fmt.Errorf("segpipe: batch %d: %w", n, err))
 	}
 	st := s.loader.State()
-	out, err := s.plan.Encode(rec, s.pool.pool)
+	out, err := s.plan.Encode(rec, s.pool.value)
 	if err != nil {
 		return nil, s.fail(fmt.Errorf("segpipe: batch %d: %w", n, err))
 	}
@@ -248,7 +267,8 @@ func (s *session) stop() {
 	s.stopped = true
 	s.loader.Close()
 	s.src.Close()
-	releasePool(s.pool)
+	pools.release(s.pool)
+	caches.release(s.cache)
 }
 
 // stateJSON is segpipe_state's text.
@@ -393,6 +413,9 @@ func openHandle(request, opts []byte, out *cdata.CArrowArrayStream, mem memory.A
 	rdr := newReader(s)
 	cdata.ExportRecordReader(rdr, out) // takes its own reference
 	rdr.Release()
+	if err := guardStream(out); err != nil {
+		return 0, err // the release stopped the session
+	}
 	sessions.Lock()
 	defer sessions.Unlock()
 	sessions.next++

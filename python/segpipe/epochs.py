@@ -12,6 +12,18 @@ next epoch's pass, so that a loader's start-up overlaps the last steps of
 the epoch before (``ahead``; the pass is dropped if the next iteration asks
 for another epoch).
 
+Even batches: with ``even_batches`` (the default for training) at world size
+above one, every rank is promised the same count, ``len()``, the count of the
+rank with the fewest samples, so that DDP's collectives stay in step. Damaged
+or undecodable samples are skipped where they are met, so a rank can run out
+before its promise: its pass is then padded to the promised count by
+repeating the last batch it delivered in the pass (the first batch of the
+epoch when it delivered none), and a pass that would give more is cut at the
+count. Padded batches are counted (``padded``) and logged; they carry the
+state of the next epoch's start, as the end of a pass does, so a checkpoint
+taken at a padded step resumes at the next epoch (every rank resuming from
+one saved state is promised one count again).
+
 A transport implements ``images()`` (the set's image count, for lengths and
 even rank splits) and ``_open_pass(request, stop)`` (an iterator of
 (record, resume state) for one pass's request), and ``_interrupt()`` (stop a
@@ -20,6 +32,8 @@ read in progress from another thread).
 
 from __future__ import annotations
 
+import logging
+import os
 import queue
 import threading
 import warnings
@@ -34,6 +48,8 @@ from .request import MASKS_WINDOWED, Request, RequestError, ResumeState, even_ba
 from .stream import StreamError
 
 _END = object()
+
+log = logging.getLogger("segpipe")
 
 
 @dataclass(eq=False)
@@ -103,6 +119,10 @@ class EpochStream(torch.utils.data.IterableDataset):
         self._delivered = 0
         #: Bytes of the Arrow records delivered so far (all buffers).
         self.bytes_received = 0
+        #: Batches repeated to keep a rank's promised count (even batches)
+        #: when damaged samples made its pass end early, all passes together.
+        self.padded = 0
+        self._pid = os.getpid()
 
     # -- what a transport provides -------------------------------------------
 
@@ -232,6 +252,11 @@ class EpochStream(torch.utils.data.IterableDataset):
                 f"{type(self).__name__} in a DataLoader with num_workers > 1 would read the stream once per worker: "
                 "use num_workers=0 (or 1) and batch_size=None; segpipe does the loading in its own threads"
             )
+        if self._pid != os.getpid():
+            # A fork's copy: the producer threads of the parent's passes did
+            # not survive the fork, so a pass started ahead would never end.
+            self._ahead = None
+            self._pid = os.getpid()
         return self._pass()
 
     def _start(self, req: Request, adopted: bool = False) -> _Producer:
@@ -293,7 +318,10 @@ class EpochStream(torch.utils.data.IterableDataset):
             self._state = next_epoch
             return
         pr = self._take_ahead(req) or self._start(req, adopted=True)
+        # The count every rank is promised (len()), kept whatever is skipped.
+        promised = req.limit if self.even_batches and self.world_size > 1 else None
         whole = False
+        last: dict | None = None
         try:
             index = 0
             while True:
@@ -309,22 +337,66 @@ class EpochStream(torch.utils.data.IterableDataset):
                     break
                 if isinstance(item, BaseException):
                     raise item
+                if promised is not None and index >= promised:
+                    # More than promised (a transport ignoring the limit):
+                    # cut, or this rank steps once more than the others.
+                    log.warning("%s: rank %d: epoch %d gave more than the %d batches promised; cut there",
+                                self.where, self.rank, start.epoch, promised)
+                    self._stop(pr)
+                    break
                 batch, st, nbytes = item
                 self._state = st
                 self._delivered += 1
                 self.bytes_received += nbytes
                 batch["state"], batch["batch"] = st, index
                 index += 1
+                last = batch
                 yield batch
             # A whole pass: the next one is the next epoch, also when even
             # batches left this rank's last samples unread.
             self._state = next_epoch
+            if promised is not None and index < promised:
+                if last is None:
+                    last = self._first_batch(start)
+                pad = promised - index
+                self.padded += pad
+                log.warning("%s: rank %d: epoch %d ended after %d of the %d batches promised to every rank "
+                            "(samples skipped); repeating its last batch %d times",
+                            self.where, self.rank, start.epoch, index, promised, pad)
+                for _ in range(pad):
+                    batch = dict(last)
+                    batch["state"], batch["batch"] = next_epoch, index
+                    index += 1
+                    self._delivered += 1
+                    yield batch
         finally:
             if whole:
                 if pr.thread is not None:
                     pr.thread.join()
             else:
                 self._stop(pr)
+
+    def _first_batch(self, start: ResumeState) -> dict:
+        """The first batch of start's epoch for this rank, to pad a pass that
+        delivered none (a resumed pass whose samples were all skipped)."""
+        self._drop_ahead()  # one pass live at a time
+        req = self._request_at(ResumeState(seed=start.seed, epoch=start.epoch))
+        if req is not None:
+            pr = self._start(replace(req, limit=1))
+            try:
+                item = pr.queue.get(timeout=self.timeout)
+            except queue.Empty:
+                item = None
+            finally:
+                self._stop(pr)
+            if isinstance(item, tuple):
+                return item[0]
+            if isinstance(item, BaseException):
+                raise item
+        raise StreamError(
+            f"{self.where}: rank {self.rank} has no batch of epoch {start.epoch} to give: every sample of "
+            "this rank was skipped, and the other ranks would wait for it (even_batches)"
+        )
 
     def _drop_ahead(self) -> None:
         pr, self._ahead = getattr(self, "_ahead", None), None

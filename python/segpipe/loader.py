@@ -13,6 +13,14 @@ The library starts the Go runtime and its threads in this process: a child
 made by fork (a DataLoader worker with the "fork" start method) cannot use
 it, and is refused with a clear error. Use ``num_workers=0``: the loader
 runs its own threads.
+
+A forked child never calls into the library, not even to clean up: a call
+there waits forever for Go threads that fork does not copy. Closing,
+finishing a pass and collecting an inherited Loader or pass do nothing in
+a child, and the batches' and streams' release callbacks (which pyarrow
+calls when it frees an imported batch) check the process in C and return
+at once (python/native forkguard.go): what an inherited batch holds is
+leaked in the child, freed when it exits, as os._exit would leave it.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ import torch
 
 from .dist import rank_and_world
 from .epochs import EpochStream
-from .request import Request, RequestError, ResumeState
+from .request import Request, RequestError, ResumeState, check_max_memory
 from .stream import StreamError
 
 #: Environment variable naming a libsegpipe.so to use instead of the one
@@ -62,17 +70,27 @@ def library_path() -> str:
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "_native", "libsegpipe.so")
 
 
+def forked() -> bool:
+    """Whether this process is a fork of the one that loaded the library
+    (which must then never call into it)."""
+    return _lib_pid is not None and _lib_pid != os.getpid()
+
+
+def _forked_error() -> RuntimeError:
+    return RuntimeError(
+        f"segpipe.Loader: the Go runtime was started in process {_lib_pid}; this process ({os.getpid()}) "
+        "is a fork of it and cannot use it. Use num_workers=0 with a DataLoader (the loader runs its own "
+        "threads), or the 'spawn' start method"
+    )
+
+
 def native() -> ctypes.CDLL:
     """The loaded library (loaded once per process)."""
     global _lib, _lib_pid
     with _lib_lock:
         if _lib is not None:
-            if _lib_pid != os.getpid():
-                raise RuntimeError(
-                    f"segpipe.Loader: the Go runtime was started in process {_lib_pid}; this process ({os.getpid()}) "
-                    "is a fork of it and cannot use it. Use num_workers=0 with a DataLoader (the loader runs its own "
-                    "threads), or the 'spawn' start method"
-                )
+            if forked():
+                raise _forked_error()
             return _lib
         path = library_path()
         if not os.path.exists(path):
@@ -100,6 +118,8 @@ def version() -> str:
 
 
 def _json_call(fn, h: int) -> dict:
+    if forked():
+        raise _forked_error()
     cap = 4096
     while True:
         buf = ctypes.create_string_buffer(cap)
@@ -125,6 +145,9 @@ class _Pass:
         self.handle = h
         try:
             self.reader = pa.RecordBatchReader._import_from_c(ctypes.addressof(stream))
+        except (pa.ArrowException, OSError) as e:
+            lib.segpipe_close(h)
+            raise StreamError(f"segpipe library: importing the batch stream: {e}") from e
         except BaseException:
             lib.segpipe_close(h)
             raise
@@ -138,15 +161,18 @@ class _Pass:
         return _json_call(self.lib.segpipe_summary, self.handle)
 
     def stop(self) -> None:
-        """Stop the loader (any thread): a read in progress returns."""
+        """Stop the loader (any thread): a read in progress returns. Nothing
+        in a forked child (see the module doc)."""
         with self._lock:
             if not self._closed:
                 self._closed = True
-                self.lib.segpipe_close(self.handle)
+                if not forked():
+                    self.lib.segpipe_close(self.handle)
 
     def close(self) -> None:
         self.stop()
-        self.reader.close()
+        if not forked():
+            self.reader.close()
 
 
 class Loader(EpochStream):
@@ -161,7 +187,8 @@ class Loader(EpochStream):
     ``shards`` is one converted shard set (a folder with manifest.json, or
     a bucket URL). ``workers`` (0: one per core), ``prefetch`` (batches the
     Go side builds ahead), ``cache_bytes`` and ``max_memory`` (bytes; None:
-    the default budget, half the machine's or container's memory) are the
+    the default budget, half the machine's or container's memory; -1: no
+    budget, NO_MEMORY_LIMIT) are the
     loader's settings, as the CLI's flags; a configuration over the budget
     is refused with the figures. Damaged shard data is skipped and counted
     (``skipped``) unless ``strict``. ``record_batches()`` gives the Arrow
@@ -222,7 +249,7 @@ class Loader(EpochStream):
         self.shards = shards
         self.options: dict[str, Any] = {"workers": workers, "prefetch": loader_prefetch, "cache_bytes": cache_bytes, "strict": bool(strict)}
         if max_memory is not None:
-            self.options["max_memory"] = int(max_memory)
+            self.options["max_memory"] = check_max_memory(max_memory)
         self._images: int | None = None
         self._live: _Pass | None = None
         #: Skip counts of the passes so far, by reason (as bench reports them).
@@ -244,6 +271,12 @@ class Loader(EpochStream):
         return p
 
     def _finish(self, p: _Pass) -> None:
+        if forked():
+            # A pass inherited from the parent, finished by the child's exit
+            # or collector: nothing to count, nothing to call.
+            if self._live is p:
+                self._live = None
+            return
         try:
             for k, v in (p.summary().get("skipped") or {}).items():
                 self.skipped[k] = self.skipped.get(k, 0) + int(v)
@@ -261,7 +294,9 @@ class Loader(EpochStream):
                     rb = p.reader.read_next_batch()
                 except StopIteration:
                     return
-                except pa.ArrowException as e:
+                except (pa.ArrowException, OSError) as e:
+                    # pyarrow raises a stream's error as a bare OSError when
+                    # it carries an errno, which the C stream's always do.
                     if stop.is_set():
                         return
                     raise StreamError(f"loader over {self.shards}: {e}") from e
@@ -291,7 +326,13 @@ class Loader(EpochStream):
 
         def gen() -> Iterator[pa.RecordBatch]:
             try:
-                for rb in p.reader:
+                while True:
+                    try:
+                        rb = p.reader.read_next_batch()
+                    except StopIteration:
+                        break
+                    except (pa.ArrowException, OSError) as e:
+                        raise StreamError(f"loader over {self.shards}: {e}") from e
                     self._state = p.state()
                     self._delivered += 1
                     yield rb

@@ -130,11 +130,18 @@ def parse_app_metadata(raw: bytes | bytearray | memoryview | None, index: int) -
     return st, b
 
 
+#: The longest shard set name a server accepts, in bytes (remote.MaxShardsLen).
+MAX_SHARDS_LEN = 1024
+
+
 def check_shards(name: str) -> str:
     """The shard set name as the server cleans it, or RequestError for a name
-    that could leave the server's shard root (remote.cleanSet)."""
+    that could leave the server's shard root or is over MAX_SHARDS_LEN bytes
+    (remote.cleanSet)."""
     if not isinstance(name, str):
         raise RequestError(f"shards {name!r}: want a string")
+    if len(name.encode()) > MAX_SHARDS_LEN:
+        raise RequestError(f"shards {name[:64]!r}… ({len(name.encode())} bytes): over the limit of {MAX_SHARDS_LEN} bytes")
     if "\\" in name or name.startswith("/"):
         raise RequestError(f"shards {name!r}: want a path relative to the shard root, with forward slashes")
     if ".." in name.split("/"):
@@ -280,6 +287,22 @@ class Request:
         kw.setdefault("version", 0)
         return cls(**kw).validate()
 
+
+
+#: The max_memory that lifts a loader's memory budget (the library's
+#: NoMemoryLimit, the CLI's --max-memory none).
+NO_MEMORY_LIMIT = -1
+
+
+def check_max_memory(v: Any) -> int:
+    """A loader's max_memory in bytes as the library accepts it: at least 1,
+    or NO_MEMORY_LIMIT for no budget. Other negative values, which the
+    library refuses too, are more likely a mistake than a wish to run
+    unbounded; None (the default budget) is the caller's to handle."""
+    n = _int("max_memory", v)
+    if n != NO_MEMORY_LIMIT and n < 1:
+        raise RequestError(f"max_memory {n}: want bytes >= 1, None for the default budget or {NO_MEMORY_LIMIT} for none")
+    return n
 
 
 def rank_batches(images: int, batch_size: int, rank: int, world_size: int, consumed: int = 0) -> int:

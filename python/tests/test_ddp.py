@@ -51,6 +51,73 @@ def _rank_main(rank: int, init: str, addr: str, out: str, sys_path: list) -> Non
         json.dump(res, f)
 
 
+def _loader_rank_main(rank: int, init: str, shards: str, out: str, sys_path: list) -> None:
+    # segpipe.Loader on a damaged set: ranks skip different samples, and
+    # must still step together (even batches pad the rank that runs out).
+    sys.path[:0] = [p for p in sys_path if p not in sys.path]
+    import torch
+    import torch.distributed as dist
+
+    from segpipe import Loader
+
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=60))
+    try:
+        ld = Loader(shards, batch_size=2, imgsz=64, seed=3, workers=2)
+        n, steps = len(ld), 0
+        for _ in ld:
+            t = torch.ones(1)
+            dist.all_reduce(t)
+            steps += 1
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    with open(out, "w") as f:
+        json.dump({"len": n, "steps": steps, "padded": ld.padded}, f)
+
+
+def _run_ranks(test: unittest.TestCase, target, arg: str) -> list:
+    ctx = multiprocessing.get_context("spawn")
+    with tempfile.TemporaryDirectory() as d:
+        init = "file://" + os.path.join(d, "pg")
+        outs = [os.path.join(d, f"rank{r}.json") for r in range(WORLD)]
+        procs = [ctx.Process(target=target, args=(r, init, arg, outs[r], list(sys.path))) for r in range(WORLD)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(240)
+        for r, p in enumerate(procs):
+            if p.is_alive():
+                p.kill()
+                test.fail(f"rank {r} did not finish in 240 s (unequal batch counts hang DDP)")
+            test.assertEqual(p.exitcode, 0, f"rank {r} failed")
+        res = []
+        for o in outs:
+            with open(o) as f:
+                res.append(json.load(f))
+    return res
+
+
+class LoaderDDPTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        harness.require("torch", "torch.distributed", "pyarrow")
+        import torch.distributed as dist
+
+        if not dist.is_gloo_available():
+            raise unittest.SkipTest("torch was built without gloo")
+        from test_loader import _require_library
+        from test_loader_even import damaged_set
+
+        _require_library()
+        cls.bad = damaged_set()
+
+    def test_damaged_set_ranks_step_together(self):
+        res = _run_ranks(self, _loader_rank_main, self.bad)
+        self.assertEqual([r["steps"] for r in res], [r["len"] for r in res])
+        self.assertEqual(len({r["steps"] for r in res}), 1)
+        self.assertGreater(sum(r["padded"] for r in res), 0, "no rank was padded: the set does not test this")
+
+
 class DDPTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

@@ -24,6 +24,9 @@ def raw_cases():
     yield dict(BASE, augment={"min_side": 1e9, "max_aspect": 1e9, "min_area": 1})
     yield dict(BASE, shards="a//b/./c")
     yield dict(BASE, shards="")
+    yield dict(BASE, shards="v" + "/." * 50_000)
+    yield dict(BASE, shards="a" * 1024)
+    yield dict(BASE, shards="a" * 1025)
     yield dict(BASE, imgsz=16384, batch_size=1 << 16)
     for bad in [
         {"masks": "rle"},
