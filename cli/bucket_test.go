@@ -15,7 +15,7 @@ import (
 
 	"github.com/segpipe/segpipe/datasets/coco"
 	"github.com/segpipe/segpipe/formats/shard"
-	"github.com/segpipe/segpipe/internal/s3test"
+	"github.com/segpipe/segpipe/internal/testenv/s3test"
 )
 
 // objectFiles reads the objects below a bucket prefix from the server's

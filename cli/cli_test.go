@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segpipe/segpipe/internal/shared"
+	"github.com/segpipe/segpipe/internal/testenv/shared"
 
 	"github.com/segpipe/segpipe/formats/shard"
 )

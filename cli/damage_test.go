@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/segpipe/segpipe/formats/shard"
-	"github.com/segpipe/segpipe/internal/shardfault"
+	"github.com/segpipe/segpipe/internal/testenv/shardfault"
 	"github.com/segpipe/segpipe/pipeline/remote"
 )
 

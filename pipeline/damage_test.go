@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	"github.com/segpipe/segpipe/formats/shard"
-	"github.com/segpipe/segpipe/internal/shardfault"
+	"github.com/segpipe/segpipe/internal/testenv/shardfault"
 )
 
 // damagedSet writes rows as several shards of several row groups each and

@@ -12,7 +12,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/segpipe/segpipe/formats/batch"
-	"github.com/segpipe/segpipe/internal/exampledata"
+	"github.com/segpipe/segpipe/internal/testenv/exampledata"
 	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/pipeline/augment"
 	"github.com/segpipe/segpipe/pipeline/order"

@@ -116,10 +116,10 @@ mkdir -p "$work"
 work="$(cd "$work" && pwd)"
 if [[ -z "$bin" ]]; then
   say "building segpipe and scalegen into $work"
-  (cd "$repo" && CGO_ENABLED=0 go build -o "$work/segpipe" . && CGO_ENABLED=0 go build -o "$work/scalegen" ./internal/scalegen)
+  (cd "$repo" && CGO_ENABLED=0 go build -o "$work/segpipe" . && CGO_ENABLED=0 go build -o "$work/scalegen" ./cmd/scalegen)
   bin="$work/segpipe"
 else
-  (cd "$repo" && CGO_ENABLED=0 go build -o "$work/scalegen" ./internal/scalegen)
+  (cd "$repo" && CGO_ENABLED=0 go build -o "$work/scalegen" ./cmd/scalegen)
 fi
 sg="$work/scalegen"
 [[ -x "$bin" ]] || die "$bin is not an executable segpipe binary"

@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # sync-goldens.sh [--check]: copy the shared test material the module's tests
-# read (the paths in internal/shared/testdata/copies.txt: the goldens, two
+# read (the paths in internal/testenv/shared/testdata/copies.txt: the goldens, two
 # state-dict specs, the coco-tiny annotations) from ../shared, or from
-# $SEGPIPE_SHARED, into internal/shared/testdata, so that those tests run on a
-# clone alone (internal/shared serves them from there when ../shared is absent).
+# $SEGPIPE_SHARED, into internal/testenv/shared/testdata, so that those tests run on a
+# clone alone (internal/testenv/shared serves them from there when ../shared is absent).
 #
 # --check copies nothing: it exits 1 when a copy is missing, differs from its
-# source, or is not listed in copies.txt (what `go test ./internal/shared`
+# source, or is not listed in copies.txt (what `go test ./internal/testenv/shared`
 # also checks), and 2 when the shared material itself is absent.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 src=${SEGPIPE_SHARED:-../shared}
-# A relative SEGPIPE_SHARED is relative to the module root, as in internal/shared.
+# A relative SEGPIPE_SHARED is relative to the module root, as in internal/testenv/shared.
 [[ $src == /* ]] || src=$here/$src
-dst=$here/internal/shared/testdata
+dst=$here/internal/testenv/shared/testdata
 check=0
 case ${1-} in
   --check) check=1 ;;

@@ -7,7 +7,7 @@ import (
 	"os"
 
 	"github.com/segpipe/segpipe/formats/batch"
-	"github.com/segpipe/segpipe/internal/exampledata"
+	"github.com/segpipe/segpipe/internal/testenv/exampledata"
 	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/pipeline/augment"
 	"github.com/segpipe/segpipe/pipeline/order"

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/segpipe/segpipe/internal/shared"
+	"github.com/segpipe/segpipe/internal/testenv/shared"
 )
 
 func mustF32(t *testing.T, d DType, shape []int, v []float32) Tensor {
@@ -274,7 +274,7 @@ func TestBFloat16Rounding(t *testing.T) {
 }
 
 // sharedDir returns ../shared, or on a clone alone the module's copy of
-// the loss goldens this package reads (internal/shared).
+// the loss goldens this package reads (internal/testenv/shared).
 func sharedDir(t *testing.T) string {
 	t.Helper()
 	return shared.Dir(t)

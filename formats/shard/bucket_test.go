@@ -11,7 +11,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/array"
 
-	"github.com/segpipe/segpipe/internal/s3test"
+	"github.com/segpipe/segpipe/internal/testenv/s3test"
 )
 
 // TestBucketReadsRowGroupsByRange: a shard set written to a bucket holds

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segpipe/segpipe/internal/s3test"
+	"github.com/segpipe/segpipe/internal/testenv/s3test"
 )
 
 func openTestDir(t *testing.T, loc string, o Options) *Dir {

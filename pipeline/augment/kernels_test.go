@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/segpipe/segpipe/internal/shared"
+	"github.com/segpipe/segpipe/internal/testenv/shared"
 
 	"github.com/segpipe/segpipe/pipeline/order"
 )

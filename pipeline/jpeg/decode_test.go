@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/segpipe/segpipe/internal/cputime"
-	"github.com/segpipe/segpipe/internal/shared"
+	"github.com/segpipe/segpipe/internal/testenv/shared"
 )
 
 // stdRGB decodes with image/jpeg and converts as the loader's reference

@@ -7,11 +7,11 @@ import (
 	"sort"
 	"testing"
 
-	"github.com/segpipe/segpipe/internal/shared"
+	"github.com/segpipe/segpipe/internal/testenv/shared"
 )
 
 // sharedPath locates ../shared/<rel>, or the module's copy of it
-// (internal/shared), skipping the test when neither has it.
+// (internal/testenv/shared), skipping the test when neither has it.
 func sharedPath(tb testing.TB, rel string) string {
 	tb.Helper()
 	return shared.Path(tb, rel)

@@ -7,7 +7,7 @@ import (
 	"sort"
 	"testing"
 
-	"github.com/segpipe/segpipe/internal/shared"
+	"github.com/segpipe/segpipe/internal/testenv/shared"
 
 	"github.com/segpipe/segpipe/formats/shard"
 )

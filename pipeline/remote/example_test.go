@@ -9,7 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/segpipe/segpipe/internal/exampledata"
+	"github.com/segpipe/segpipe/internal/testenv/exampledata"
 	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/pipeline/augment"
 	"github.com/segpipe/segpipe/pipeline/order"

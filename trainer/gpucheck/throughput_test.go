@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segpipe/segpipe/internal/torchbench"
+	"github.com/segpipe/segpipe/internal/testenv/torchbench"
 	"github.com/segpipe/segpipe/trainer/model"
 	"github.com/segpipe/segpipe/trainer/tensor"
 	"github.com/segpipe/segpipe/trainer/tensor/backend"

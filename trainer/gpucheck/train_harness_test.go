@@ -10,7 +10,7 @@ import (
 
 	"github.com/segpipe/segpipe/datasets/synth"
 	"github.com/segpipe/segpipe/formats/safetensors"
-	"github.com/segpipe/segpipe/internal/synthshards"
+	"github.com/segpipe/segpipe/internal/testenv/synthshards"
 	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/trainer/model"
 	"github.com/segpipe/segpipe/trainer/tensor/backend"

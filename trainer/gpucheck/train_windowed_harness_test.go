@@ -13,14 +13,14 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/segpipe/segpipe/internal/batchfault"
+	"github.com/segpipe/segpipe/internal/testenv/batchfault"
 
 	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/segpipe/segpipe/datasets/synth"
 	"github.com/segpipe/segpipe/formats/batch"
 	"github.com/segpipe/segpipe/formats/safetensors"
-	"github.com/segpipe/segpipe/internal/synthshards"
+	"github.com/segpipe/segpipe/internal/testenv/synthshards"
 	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/pipeline/remote"
 	"github.com/segpipe/segpipe/trainer/tensor"

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/segpipe/segpipe/internal/torchbench"
+	"github.com/segpipe/segpipe/internal/testenv/torchbench"
 	"github.com/segpipe/segpipe/trainer/tensor"
 )
 

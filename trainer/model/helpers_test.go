@@ -6,14 +6,14 @@ import (
 	"os"
 	"testing"
 
-	"github.com/segpipe/segpipe/internal/shared"
+	"github.com/segpipe/segpipe/internal/testenv/shared"
 
 	"github.com/segpipe/segpipe/formats/safetensors"
 	"github.com/segpipe/segpipe/trainer/tensor"
 )
 
 // sharedPath returns ../shared/<rel>, or the module's copy of it
-// (internal/shared), skipping the test when neither has it.
+// (internal/testenv/shared), skipping the test when neither has it.
 func sharedPath(t testing.TB, rel string) string {
 	t.Helper()
 	return shared.Path(t, rel)

@@ -9,13 +9,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/segpipe/segpipe/internal/shared"
+	"github.com/segpipe/segpipe/internal/testenv/shared"
 
 	"github.com/segpipe/segpipe/formats/safetensors"
 )
 
 // goldenDir locates goldens/loss: ../shared's, or the module's copy
-// (internal/shared) on a clone alone.
+// (internal/testenv/shared) on a clone alone.
 func goldenDir(t testing.TB) string {
 	t.Helper()
 	return shared.Path(t, "goldens/loss")

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/segpipe/segpipe/datasets/synth"
-	"github.com/segpipe/segpipe/internal/synthshards"
+	"github.com/segpipe/segpipe/internal/testenv/synthshards"
 	"github.com/segpipe/segpipe/pipeline/augment"
 )
 

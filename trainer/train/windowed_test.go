@@ -8,7 +8,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/segpipe/segpipe/formats/batch"
-	"github.com/segpipe/segpipe/internal/batchfault"
+	"github.com/segpipe/segpipe/internal/testenv/batchfault"
 	"github.com/segpipe/segpipe/pipeline/raster"
 	"github.com/segpipe/segpipe/trainer/loss"
 	"github.com/segpipe/segpipe/trainer/tensor"

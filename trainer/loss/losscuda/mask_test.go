@@ -8,7 +8,7 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/segpipe/segpipe/internal/shared"
+	"github.com/segpipe/segpipe/internal/testenv/shared"
 	"github.com/segpipe/segpipe/trainer/loss"
 	"github.com/segpipe/segpipe/trainer/loss/internal/lossgolden"
 	"github.com/segpipe/segpipe/trainer/tensor"

@@ -1,5 +1,5 @@
 // Package lossgolden reads the loss goldens (goldens/loss, from ../shared
-// or its copy in internal/shared/testdata: batch.safetensors and
+// or its copy in internal/testenv/shared/testdata: batch.safetensors and
 // outputs.safetensors; yolo26n-seg at 128 px, batch 2, 80 classes, 32
 // coefficients) as plain arrays, for the tests of the
 // loss and of its device kernels. It returns no trainer/loss types, so

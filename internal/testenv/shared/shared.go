@@ -27,7 +27,7 @@ import (
 )
 
 // copyDir is where the module's copy lives, relative to the module root.
-const copyDir = "internal/shared/testdata"
+const copyDir = "internal/testenv/shared/testdata"
 
 // Dir returns the shared directory: ../shared when present, else the
 // module's copy, which holds only the paths in testdata/copies.txt (a test
