@@ -36,6 +36,7 @@ import logging
 import os
 import queue
 import threading
+import time
 import warnings
 from dataclasses import dataclass, replace
 from typing import Any, Iterator
@@ -299,7 +300,15 @@ class EpochStream(torch.utils.data.IterableDataset):
         with pr.gate:
             pr.stop.set()
         self._interrupt()
+        # Bounded: a read blocked in the transport past its own timeout
+        # (a server that accepted the call and then hangs) must not hang the
+        # caller; the daemon thread is left behind, with a warning.
+        deadline = time.monotonic() + self.timeout
         while pr.thread is not None and pr.thread.is_alive():
+            if time.monotonic() > deadline:
+                warnings.warn(f"segpipe: read-ahead of {self.where} still blocked after {self.timeout:g} s; left behind",
+                              RuntimeWarning, stacklevel=2)
+                break
             try:  # unblock a producer waiting for room
                 pr.queue.get_nowait()
             except queue.Empty:
@@ -372,7 +381,7 @@ class EpochStream(torch.utils.data.IterableDataset):
         finally:
             if whole:
                 if pr.thread is not None:
-                    pr.thread.join()
+                    pr.thread.join(self.timeout)
             else:
                 self._stop(pr)
 

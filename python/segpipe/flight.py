@@ -6,12 +6,27 @@ windowed form); the tensors handed out are views of the record's buffers
 windowed masks, which are expanded into a fresh stack (segpipe.batch). Treat
 them as read-only: they alias memory that pyarrow received from gRPC; clone
 before editing in place.
+
+Fork: gRPC supports a forked child only where the parent had not used gRPC
+before the fork (grpc/grpc doc/fork_support.md, "use after fork"; its
+fork support for pre-fork use is Python-binding-only and does not reach
+the gRPC inside pyarrow). A child of a process that made a Flight client
+hangs on its first call, on the inherited channel and on a new one alike.
+So a forked child (a DataLoader worker with the "fork" start method) of a
+process that used FlightBatches is refused with a StreamError saying what
+to do; its inherited clients, streams and read-ahead are set aside at the
+fork without a call into them (their destructors call into gRPC too) and
+kept for the child's lifetime. A child of a process that never connected
+connects by itself.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
+import os
 import threading
+import weakref
 from typing import Any, Iterator
 
 import pyarrow as pa
@@ -32,6 +47,37 @@ from .dist import rank_and_world
 from .epochs import EpochStream
 from .request import MASKS_WINDOWED, Request, ResumeState
 from .stream import Resumable, StreamError
+
+#: The process that made this module's first Flight client: gRPC is
+#: initialised there, and in no process forked from it can it be used.
+_grpc_pid: int | None = None
+#: Every FlightBatches, for the fork handler.
+_streams: "weakref.WeakSet[FlightBatches]" = weakref.WeakSet()
+
+
+def _keep_forever(obj: Any) -> None:
+    # One reference nobody holds: the object outlives the child's
+    # interpreter, whose shutdown would otherwise run its destructor (a
+    # call into the parent's gRPC state, which may block for good).
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+
+
+def _after_fork_in_child() -> None:
+    for fb in list(_streams):
+        fb._set_aside()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _forked_error(what: str) -> StreamError:
+    return StreamError(
+        f"FlightBatches: {what} in process {os.getpid()}, a fork of process {_grpc_pid}, which used gRPC "
+        "(a Flight client) before the fork; gRPC cannot be used in such a child, with the parent's connection or "
+        "a new one. With a DataLoader use multiprocessing_context='spawn' (or 'forkserver'), or num_workers=0 "
+        "(the stream reads ahead in its own thread)"
+    )
+
 
 def _app_metadata(chunk: Any) -> bytes | None:
     return chunk.app_metadata.to_pybytes() if chunk.app_metadata is not None else None
@@ -103,14 +149,23 @@ class FlightBatches(EpochStream):
     backoff, 2*backoff, ... up to max_backoff, ``retries`` times in a row;
     answers (bad request, unknown shard set, authentication) fail at once.
     No batch within ``timeout`` seconds ends the pass with StreamError (a
-    hung server never hangs the trainer). ``device`` moves each batch there
+    hung server never hangs the trainer); ``timeout`` also bounds a
+    connection attempt and each row of failed attempts as a whole
+    (backoffs included), so a stopped server fails within about
+    ``timeout`` seconds, not after gRPC's 20 s connect limit per attempt.
+    Every read failure, and iterating after ``close()``, raises
+    StreamError. ``device`` moves each batch there
     (``pin_memory`` first copies it into page-locked memory, so that the
     copy to a CUDA device is asynchronous).
 
     With a DataLoader use ``batch_size=None`` and at most one worker: the
     server does the loading. With one worker the stream runs in the
     worker's copy: call ``set_epoch`` before each epoch, and save each
-    batch's ``state`` rather than this object's ``state_dict()``.
+    batch's ``state`` rather than this object's ``state_dict()``. Give that
+    DataLoader ``multiprocessing_context="spawn"`` (or "forkserver"): a
+    worker forked from a process that already connected (``len()``,
+    ``dataset_info()``, an iteration) is refused, as gRPC requires (see
+    the module doc).
     """
 
     def __init__(
@@ -165,7 +220,7 @@ class FlightBatches(EpochStream):
             where=addr,
         )
         # Checked here, not on the first read: a bad setting fails at once.
-        Resumable(request, self._open, _app_metadata, retries=retries, backoff=backoff, max_backoff=max_backoff)
+        Resumable(request, self._open, _app_metadata, retries=retries, backoff=backoff, max_backoff=max_backoff, timeout=self.timeout)
         self.retries, self.backoff, self.max_backoff = retries, backoff, max_backoff
         self.addr = addr
         self._location = location(addr, tls)
@@ -174,6 +229,8 @@ class FlightBatches(EpochStream):
         self._client: flight.FlightClient | None = None
         self._info: dict | None = None
         self._live: Resumable | None = None
+        self._closed = False
+        _streams.add(self)
 
     # -- connection ---------------------------------------------------------
 
@@ -182,7 +239,12 @@ class FlightBatches(EpochStream):
 
     def client(self) -> flight.FlightClient:
         """The Flight client, connected on first use."""
+        global _grpc_pid
+        if self._closed:
+            raise StreamError(f"FlightBatches from {self.addr} is closed")
         if self._client is None:
+            if _grpc_pid is not None and _grpc_pid != os.getpid():
+                raise _forked_error("connecting")
             kw = {}
             if isinstance(self._tls, (str, bytes)):
                 pem = self._tls
@@ -191,7 +253,18 @@ class FlightBatches(EpochStream):
                         pem = f.read()
                 kw["tls_root_certs"] = pem
             self._client = flight.FlightClient(self._location, **kw)
+            if _grpc_pid is None:
+                _grpc_pid = os.getpid()
         return self._client
+
+    def _set_aside(self) -> None:
+        """In a forked child: forget the parent's client, stream and
+        read-ahead without calling into them (see the module doc)."""
+        for name in ("_client", "_live", "_ahead"):
+            obj = self.__dict__.get(name)
+            if obj is not None:
+                _keep_forever(obj)
+                self.__dict__[name] = None
 
     def dataset_info(self) -> dict:
         """GetFlightInfo's description of the shard set: {"images": N,
@@ -219,8 +292,28 @@ class FlightBatches(EpochStream):
     def images(self) -> int:
         return int(self.dataset_info()["images"])
 
-    def _open(self, req: Request):
-        reader = self.client().do_get(flight.Ticket(req.ticket()), self._options())
+    def _probe(self, client: flight.FlightClient, timeout: float) -> None:
+        """Connect within timeout seconds. A stream cannot have a deadline
+        (it would end the stream), and DoGet waits for its schema without
+        one, for gRPC's 20 s connect limit on a stopped host or forever on
+        a hung server; an RPC with a deadline connects first. Any answer,
+        ListActions unimplemented or a refused token included, proves the
+        server is there (DoGet then gives the answer that counts)."""
+        try:
+            for _ in client.list_actions(self._options(timeout)):
+                pass
+        except flight.FlightTimedOutError as e:
+            raise StreamError(f"no answer from {self.addr} within {timeout:.3g} s (timeout): {e}") from e
+        except flight.FlightUnavailableError:
+            raise  # retried, as a DoGet's would be
+        except (pa.ArrowException, flight.FlightError):
+            pass
+
+    def _open(self, req: Request, timeout: float | None = None):
+        client = self.client()
+        if timeout is not None:
+            self._probe(client, timeout)
+        reader = client.do_get(flight.Ticket(req.ticket()), self._options())
         names = tuple(reader.schema.names)
         want = WINDOWED_COLUMNS if req.transport == MASKS_WINDOWED else DENSE_COLUMNS
         if names != want:
@@ -240,6 +333,7 @@ class FlightBatches(EpochStream):
             max_backoff=self.max_backoff,
             where=self.addr,
             sleep=stop.wait,
+            timeout=self.timeout,
         )
         self._live = rs
         try:
@@ -247,6 +341,10 @@ class FlightBatches(EpochStream):
                 try:
                     chunk = rs.next()
                 except StopIteration:
+                    if self._closed and not stop.is_set():
+                        # Not a whole pass: the consumer must not move on
+                        # to the next epoch as if it were.
+                        raise StreamError(f"FlightBatches from {self.addr} was closed during the pass") from None
                     return
                 yield chunk.data, rs.commit()
         finally:
@@ -258,9 +356,20 @@ class FlightBatches(EpochStream):
         if rs is not None:
             rs.close()
 
+    def __iter__(self) -> Iterator[Batch]:
+        # Refused here, at the first step, not one timeout later from the
+        # read-ahead thread.
+        it = super().__iter__()  # its refusals (DataLoader workers) first; nothing runs yet
+        if self._closed:
+            raise StreamError(f"FlightBatches from {self.addr} is closed: make a new one to read again")
+        if _grpc_pid is not None and _grpc_pid != os.getpid():
+            raise _forked_error("iterating")
+        return it
+
     def close(self) -> None:
         """End a stream in progress (the server stops its loader) and the
-        connection."""
+        connection. Iterating afterwards raises StreamError."""
+        self._closed = True
         super().close()
         if self._client is not None:
             self._client.close()
@@ -270,3 +379,7 @@ class FlightBatches(EpochStream):
         d = super().__getstate__()
         d["_client"] = None
         return d
+
+    def __setstate__(self, d: dict) -> None:
+        self.__dict__.update(d)
+        _streams.add(self)

@@ -9,6 +9,13 @@ backoff, 2*backoff, ... up to max_backoff, and fails after ``retries``
 attempts in a row; any other failure ends the stream at once, and a limit
 already reached, or a schedule whose last epoch was delivered, is never
 reopened (limit 0 would mean "no limit").
+
+A ``timeout`` also bounds a row of failed attempts as a whole: the row
+starts when the first of them began (the open that failed, or the moment a
+stream that was delivering dropped), each open is given the seconds left
+of it, and no backoff or attempt starts past it. Without it a stopped
+server costs the sum of the backoffs plus each connection attempt's own
+wait, which gRPC bounds only at 20 s.
 """
 
 from __future__ import annotations
@@ -27,8 +34,10 @@ class StreamError(RuntimeError):
 class Resumable:
     """Chunks of one request's stream, each with the resume state after it.
 
-    open_reader(request) returns a reader whose read_chunk() returns the next
-    chunk (raising StopIteration at the end) and whose cancel() ends it;
+    open_reader(request, timeout) returns a reader whose read_chunk() returns
+    the next chunk (raising StopIteration at the end) and whose cancel() ends
+    it; timeout is the seconds left of the row's ``timeout`` (None without
+    one), which the transport's connection attempt must not outlast;
     app_metadata(chunk) returns the chunk's app metadata bytes (or None).
     retryable is a tuple of exception types that mean "connection lost", or
     a predicate on an exception; failures are the transport's other
@@ -48,9 +57,13 @@ class Resumable:
         max_backoff: float = 5.0,
         where: str = "the server",
         sleep: Callable[[float], None] = time.sleep,
+        timeout: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ):
         if retries < 0 or backoff < 0 or max_backoff < backoff:
             raise RequestError(f"retries {retries}, backoff {backoff}, max_backoff {max_backoff}: want retries >= 0 and 0 <= backoff <= max_backoff")
+        if timeout is not None and not timeout > 0:
+            raise RequestError(f"timeout {timeout!r}: want seconds > 0")
         self.request = request.validate()
         self._open_reader, self._app_metadata = open_reader, app_metadata
         # retryable: exception types, or a predicate for transports whose
@@ -64,6 +77,7 @@ class Resumable:
         self._failures = tuple(failures)
         self.retries, self.backoff, self.max_backoff = retries, backoff, max_backoff
         self.where, self._sleep = where, sleep
+        self.timeout, self._clock = timeout, clock
         self.state: ResumeState = request.start
         self.delivered = 0
         self.done = False
@@ -97,7 +111,9 @@ class Resumable:
             self.close()
             raise StopIteration
         wait, attempts = self.backoff, 0
+        row: float | None = None  # when this row of failed attempts began
         while True:
+            opening: float | None = None
             try:
                 if self._reader is None:
                     if self.request.schedule_done(self.state, self.delivered):
@@ -105,13 +121,24 @@ class Resumable:
                         # nothing is left to reopen for (the server would
                         # refuse the request as empty).
                         raise StopIteration
-                    self._reader = self._open_reader(self.request.resumed(self.state, self.delivered))
+                    opening = self._clock()
+                    left = None
+                    if self.timeout is not None:
+                        # at least a moment: a zero timeout may mean "none"
+                        left = max(self.timeout - (0.0 if row is None else opening - row), 1e-3)
+                    self._reader = self._open_reader(self.request.resumed(self.state, self.delivered), left)
+                    opening = None
                 chunk = self._reader.read_chunk()
                 break
             except StopIteration:
                 self.close()
                 raise
             except Exception as e:
+                if self.done:
+                    # close() from another thread, whose cancel this is: the
+                    # end it asked for, not a failure of the stream.
+                    self._drop()
+                    raise StopIteration from None
                 if not self._is_retryable(e):
                     if isinstance(e, self._failures + (RequestError, StreamError)):
                         self.close()
@@ -120,12 +147,18 @@ class Resumable:
                 self._drop()
                 if self.request.schedule_done(self.state, self.delivered):
                     continue  # to the end of the stream, without waiting
-                if attempts >= self.retries:
+                if row is None:
+                    # An open's own wait counts; a read's does not (the
+                    # batch it waited for may have been slow, not lost).
+                    row = opening if opening is not None else self._clock()
+                late = self.timeout is not None and self._clock() + wait > row + self.timeout
+                if attempts >= self.retries or late:
                     self.done = True
-                    raise StreamError(
-                        f"stream from {self.where} lost after {self.delivered} batches; "
-                        f"{attempts} reconnect attempts failed, last: {e}"
-                    ) from e
+                    if late:
+                        why = f"{attempts + 1} attempts failed within the {self.timeout:g} s timeout"
+                    else:
+                        why = f"{attempts} reconnect attempts failed"
+                    raise StreamError(f"stream from {self.where} lost after {self.delivered} batches; {why}, last: {e}") from e
                 attempts += 1
                 self._sleep(wait)
                 wait = min(2 * wait, self.max_backoff)

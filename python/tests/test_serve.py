@@ -370,6 +370,84 @@ class FaultsTest(_Case):
             finally:
                 srv.resume()
 
+    def test_stopped_server_fails_within_the_timeout(self):
+        # Nothing listens on the port: every connection is refused at once,
+        # and retries that would outlast timeout= are not made. The time is
+        # held loosely (3x): the exact deadline is test_stream's, with a clock.
+        import pyarrow.flight as flight
+
+        from segpipe import FlightBatches, StreamError
+
+        addr = f"127.0.0.1:{harness.free_port()}"
+        fb = FlightBatches(addr, "synth", rank=0, world_size=1, batch_size=B, imgsz=S, timeout=1.0, retries=1000, backoff=0.05, max_backoff=0.2)
+        t = time.monotonic()
+        with self.assertRaisesRegex(StreamError, "attempts failed within the 1 s timeout") as cm:
+            for _ in fb:  # not list(): that asks len() first
+                pass
+        self.assertLess(time.monotonic() - t, 3.0)
+        self.assertIsInstance(cm.exception.__cause__, flight.FlightUnavailableError)
+        with self.assertRaisesRegex(StreamError, "flight info"):
+            len(fb)
+
+    def test_hung_server_before_the_first_batch_fails_within_the_timeout(self):
+        # SIGSTOP before any connection: gRPC's own connect limit is 20 s,
+        # and a DoGet waits for its schema with no limit at all.
+        from segpipe import StreamError
+
+        with harness.Server() as srv:
+            srv.pause()
+            try:
+                fb = stream(srv, timeout=2.0)
+                t = time.monotonic()
+                with self.assertRaisesRegex(StreamError, r"(in|within) 2 s"):
+                    for _ in fb:
+                        pass
+                self.assertLess(time.monotonic() - t, 6.0)
+            finally:
+                srv.resume()
+
+    def test_read_failures_raise_stream_error(self):
+        import pyarrow as pa
+
+        from segpipe import StreamError
+
+        srv = harness.Server().start()
+        try:
+            fb = stream(srv, retries=0, prefetch=1)
+            it = iter(fb)
+            next(it)
+            srv.kill()
+            with self.assertRaises(Exception) as cm:
+                for _ in it:
+                    pass
+        finally:
+            srv.stop()
+        e = cm.exception
+        self.assertIsInstance(e, StreamError, repr(e))
+        self.assertNotIsInstance(e, (OSError, pa.ArrowException))
+        self.assertIsInstance(e.__cause__, pa.ArrowException, "the transport's error is kept as the cause")
+
+    def test_closed_stream_raises_stream_error(self):
+        from segpipe import StreamError
+
+        fb = stream(self.server)
+        fb.close()
+        with self.assertRaisesRegex(StreamError, "closed"):
+            for _ in fb:
+                pass
+        # closed during a pass: an error, not a short pass taken for whole
+        fb = stream(self.server, prefetch=1)
+        it = iter(fb)
+        first = next(it)
+        fb.close()
+        with self.assertRaisesRegex(StreamError, "closed"):
+            for _ in it:
+                pass
+        self.assertEqual(fb.epoch, 0, "a pass cut by close() must not move to the next epoch")
+        assert_same(self, first, self.ref[0], "batch 0")
+        with self.assertRaisesRegex(StreamError, "closed"):
+            iter(fb)
+
 
 if __name__ == "__main__":
     unittest.main()
