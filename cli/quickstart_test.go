@@ -61,16 +61,19 @@ func TestQuickstartRunsAndReruns(t *testing.T) {
 	}
 }
 
-// TestQuickstartConfigMatchesFile keeps trainer/configs/quickstart.json,
-// the schedule documented for `segpipe train --config`, equal to the one
-// quickstart runs.
-func TestQuickstartConfigMatchesFile(t *testing.T) {
-	got := train.DefaultConfig()
-	if err := got.LoadConfig(filepath.Join("..", "trainer", "configs", "quickstart.json")); err != nil {
+// TestQuickstartScheduleReadsAsTrainDoes holds the embedded schedule's
+// parse to what `segpipe train --config trainer/configs/quickstart.json`
+// reads, so the two cannot drift if the config loader changes.
+func TestQuickstartScheduleReadsAsTrainDoes(t *testing.T) {
+	want := train.DefaultConfig()
+	if err := want.LoadConfig(filepath.Join("..", "trainer", "configs", "quickstart.json")); err != nil {
 		t.Fatal(err)
 	}
-	if want := quickstartTrainConfig(); got != want {
-		t.Fatalf("trainer/configs/quickstart.json gives\n%+v\nquickstart runs\n%+v", got, want)
+	if got := quickstartTrainConfig(); got != want {
+		t.Fatalf("quickstart trains with\n%+v\ntrain --config trainer/configs/quickstart.json reads\n%+v", got, want)
+	}
+	if quickstartEpochs != want.Epochs {
+		t.Fatalf("--epochs defaults to %d, the file has %d", quickstartEpochs, want.Epochs)
 	}
 }
 

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -9,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/segpipe/segpipe/pipeline"
+	"github.com/segpipe/segpipe/trainer/configs"
 	"github.com/segpipe/segpipe/trainer/model"
 	"github.com/segpipe/segpipe/trainer/predict"
 	"github.com/segpipe/segpipe/trainer/train"
@@ -17,24 +19,37 @@ import (
 // quickstartClasses is the category count of the quickstart's dataset.
 const quickstartClasses = 2
 
-// quickstartEpochs is the default --epochs: on the easy set, mask mAP50
-// is near 0 for two or three epochs and above 0.9 by the sixth, about a
-// minute of 2 CPU cores.
-const quickstartEpochs = 6
+// quickstartSchedule is trainer/configs/quickstart.json, the file a user
+// reads and can pass to `segpipe train --config`: a schedule that learns
+// from random weights in minutes. The reference recipe does not: its
+// warmup lasts at least 100 iterations and accumulates to a batch of 64,
+// so a few hundred iterations are nearly all warmup at a tiny lr with a
+// handful of optimiser steps. There every batch of 8 is a step (nbs 8),
+// AdamW starts at its full lr, and mosaic is off because the shapes are
+// already centred and whole.
+var quickstartSchedule = mustQuickstartSchedule()
 
-// quickstartTrainConfig is trainer/configs/quickstart.json (a test keeps
-// them equal): a schedule that learns from random weights in minutes.
-// The reference recipe does not: its warmup lasts at least 100
-// iterations and accumulates to a batch of 64, so a few hundred
-// iterations are nearly all warmup at a tiny lr with a handful of
-// optimiser steps. Here every batch of 8 is a step (nbs 8), AdamW starts
-// at its full lr, and mosaic is off because the shapes are already
-// centred and whole.
-func quickstartTrainConfig() train.Config {
+// quickstartEpochs is the default --epochs, the file's: on the easy set,
+// mask mAP50 is near 0 for two or three epochs and above 0.9 by the
+// sixth, about a minute of 2 CPU cores.
+var quickstartEpochs = quickstartSchedule.Epochs
+
+// quickstartTrainConfig returns a copy of the quickstart's schedule.
+func quickstartTrainConfig() train.Config { return quickstartSchedule }
+
+// mustQuickstartSchedule parses the embedded schedule as
+// train.Config.LoadConfig reads a file: over the defaults, unknown keys
+// refused. The bytes are compiled in, not read from a user, and a test
+// parses them, so a failure is a defect of the build itself: it stops the
+// program at once (as regexp.MustCompile does) rather than letting
+// quickstart train with some other schedule.
+func mustQuickstartSchedule() train.Config {
 	c := train.DefaultConfig()
-	c.Variant, c.Epochs, c.Batch, c.Imgsz = "n", quickstartEpochs, 8, 128
-	c.Optimizer, c.LR0, c.LRF, c.Momentum = "adamw", 0.002, 0.1, 0.9
-	c.WarmupEpochs, c.NBS, c.Mosaic, c.CloseMosaic = 0, 8, 0, 0
+	dec := json.NewDecoder(strings.NewReader(configs.Quickstart))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		panic(fmt.Sprintf("embedded trainer/configs/quickstart.json: %v", err))
+	}
 	return c
 }
 

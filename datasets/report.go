@@ -109,8 +109,9 @@ func (p *Problem) Error() string {
 func (p *Problem) Unwrap() error { return ErrBadInput }
 
 // LogPerReason is how many problems of one reason a Report logs at Warn
-// before it logs the rest at Debug.
-const LogPerReason = 10
+// before it logs the rest at Debug: shard.LogPerReason, the loader's
+// bound for its skips too.
+const LogPerReason = shard.LogPerReason
 
 // Report counts skipped items by reason. The zero value is ready to use and
 // safe for concurrent use.

@@ -91,7 +91,7 @@
 // range once. The loader skips such samples, and images that fail to
 // decode (decode), counting each by reason in Stats().Skipped (a failed
 // mosaic partner counts as "partner_" + reason and leaves its quarter
-// filled) and logging the first datasets.LogPerReason of each reason at Warn (keys
+// filled) and logging the first shard.LogPerReason of each reason at Warn (keys
 // row, image_id when known, epoch, reason, err). A skipped sample shortens
 // its batch; a batch that loses every sample is never returned (Next goes
 // on to the next batch, counted in Stats.Emptied), and an epoch of the run

@@ -11,7 +11,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/segpipe/segpipe/datasets"
+	"github.com/segpipe/segpipe/formats/shard"
 	"github.com/segpipe/segpipe/internal/atomicfile"
 )
 
@@ -168,11 +168,6 @@ func (s SkipSummary) WriteFile(dir string) error {
 	return atomicfile.WriteFile(filepath.Join(dir, SkipSummaryName), append(b, '\n'), 0o644)
 }
 
-// logPerReason is how many skips of one reason a loader logs at Warn, as
-// many as a conversion logs problems of one reason; the rest go to Debug
-// (a damaged row group is hundreds of skips an epoch).
-const logPerReason = datasets.LogPerReason
-
 // skip counts and logs a sample (or a mosaic partner) that cannot be used.
 // id is the row's image id when known is true; otherwise the message and
 // the log line leave it out rather than give 0.
@@ -193,8 +188,10 @@ func (l *Loader) skip(j *job, row int64, id int64, known bool, reason string, er
 		l.fail(fmt.Errorf("pipeline: %s: %s: %w", where, reason, err))
 		return
 	}
+	// A damaged row group is hundreds of skips an epoch: past the first
+	// few of a reason, the rest go to Debug.
 	level := slog.LevelWarn
-	if n > logPerReason {
+	if n > shard.LogPerReason {
 		level = slog.LevelDebug
 	}
 	attrs := []slog.Attr{slog.Int64("row", row)}

@@ -398,23 +398,116 @@ func TestMismatchedCountsTerminate(t *testing.T) {
 	}
 }
 
+// FuzzIoUCounts holds IoU, Merge and Intersect to their definitions on
+// arbitrary runs: as given (which need not cover the same pixels), padded
+// to one valid h×w image, and in canonical form against dense masks.
 func FuzzIoUCounts(f *testing.F) {
-	f.Add([]byte{0, 3, 2, 1}, []byte{1, 1, 4})
-	f.Fuzz(func(t *testing.T, x, y []byte) {
+	f.Add([]byte{0, 3, 2, 1}, []byte{1, 1, 4}, byte(0))
+	f.Add([]byte{0, 0, 3, 2}, []byte{2, 5}, byte(2))
+	f.Add([]byte{5, 7, 1, 3}, []byte{5, 7, 1, 3}, byte(3))
+	f.Fuzz(func(t *testing.T, x, y []byte, hb byte) {
 		if len(x) > 64 || len(y) > 64 {
 			return
 		}
-		toRLE := func(b []byte) RLE {
-			c := make([]uint32, len(b))
+		counts := func(b []byte, total int) []uint32 {
+			c := make([]uint32, len(b), len(b)+1)
+			sum := 0
 			for i, v := range b {
 				c[i] = uint32(v)
+				sum += int(v)
 			}
-			return RLE{H: 1, W: 1 << 16, Counts: c}
+			if sum < total {
+				c = append(c, uint32(total-sum))
+			}
+			return c
 		}
-		a, b := toRLE(x), toRLE(y)
-		_ = IoU(a, b, false)
-		_ = IoU(a, b, true)
+		for _, crowd := range []bool{false, true} {
+			a, b := RLE{H: 1, W: 1 << 16, Counts: counts(x, 0)}, RLE{H: 1, W: 1 << 16, Counts: counts(y, 0)}
+			if v := IoU(a, b, crowd); v != -1 && !(v >= 0 && v <= 1) {
+				t.Fatalf("IoU(%v, %v, crowd=%v) = %v: neither -1 nor in [0,1]", a.Counts, b.Counts, crowd, v)
+			}
+			_, _ = Merge([]RLE{a, b})
+			_, _ = Intersect([]RLE{a, b})
+		}
+
+		h := 1 + int(hb%16)
+		n := 0
+		for _, b := range [][]byte{x, y} {
+			s := 0
+			for _, v := range b {
+				s += int(v)
+			}
+			n = max(n, s)
+		}
+		w := max(1, (n+h-1)/h)
+		a, b := RLE{H: h, W: w, Counts: counts(x, h*w)}, RLE{H: h, W: w, Counts: counts(y, h*w)}
+		for _, r := range []RLE{a, b} {
+			if err := r.Validate(); err != nil {
+				t.Fatalf("padded runs %v: %v", r.Counts, err)
+			}
+		}
+		ma, err := a.Mask(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mb, err := b.Mask(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, crowd := range []bool{false, true} {
+			if v := IoU(a, b, crowd); !(v >= 0 && v <= 1) {
+				t.Fatalf("IoU(%v, %v, crowd=%v) on one %dx%d image = %v, not in [0,1]", a.Counts, b.Counts, crowd, h, w, v)
+			}
+		}
+		// Interior zero runs end rleMerge's loop early, in pycocotools
+		// too, so on these runs Merge and Intersect are only held to not
+		// panic; their exact results are checked on canonical runs below.
 		_, _ = Merge([]RLE{a, b})
 		_, _ = Intersect([]RLE{a, b})
+
+		// Canonical runs, as FromMask and the evaluator's masks have them.
+		// (Non-canonical ones inherit rleToBbox's quirks, which can zero a
+		// box, so the exact equalities below are for canonical runs.)
+		ca, cb := mustFromMask(ma, h, w), mustFromMask(mb, h, w)
+		u, err := Merge([]RLE{ca, cb})
+		if err != nil {
+			t.Fatalf("Merge: %v", err)
+		}
+		in, err := Intersect([]RLE{ca, cb})
+		if err != nil {
+			t.Fatalf("Intersect: %v", err)
+		}
+		um, err := u.Mask(nil)
+		if err != nil {
+			t.Fatalf("Merge result: %v", err)
+		}
+		im, err := in.Mask(nil)
+		if err != nil {
+			t.Fatalf("Intersect result: %v", err)
+		}
+		for k := range ma {
+			if um[k] != ma[k]|mb[k] || im[k] != ma[k]&mb[k] {
+				t.Fatalf("Merge/Intersect of %v and %v wrong at pixel %d", ca.Counts, cb.Counts, k)
+			}
+		}
+
+		for _, crowd := range []bool{false, true} {
+			if got, want := IoU(ca, cb, crowd), denseIoU(ma, mb, crowd); got != want {
+				t.Fatalf("IoU(%v, %v, crowd=%v) = %v, dense %v", ca.Counts, cb.Counts, crowd, got, want)
+			}
+			if ca.Area() > 0 {
+				if v := IoU(ca, ca, crowd); v != 1 {
+					t.Fatalf("IoU(r, r, crowd=%v) = %v for non-empty r %v", crowd, v, ca.Counts)
+				}
+			}
+		}
+		if ab, ba := IoU(ca, cb, false), IoU(cb, ca, false); ab != ba {
+			t.Fatalf("IoU not symmetric: %v vs %v", ab, ba)
+		}
+		if in.Area() > 0 {
+			if got, want := IoU(ca, cb, false), float64(in.Area())/float64(u.Area()); got != want {
+				t.Fatalf("IoU %v, Intersect/Merge areas give %v", got, want)
+			}
+		}
 	})
 }

@@ -15,35 +15,11 @@ import (
 const (
 	ColMaskWindows = batch.ColMaskWindows
 	ColMaskData    = batch.ColMaskData
-	MetaTransport  = batch.MetaMaskTransport
-	MetaGrid       = batch.MetaMaskGrid
 )
 
 // nDense is the number of batch columns before masks: both transports send
 // them unchanged.
 const nDense = 9
-
-// windowedSchema derives the windowed schema from a batch schema.
-func windowedSchema(dense *arrow.Schema, hp, wp int) *arrow.Schema {
-	return batch.WindowedSchema(dense, hp, wp)
-}
-
-// windower converts dense batch records into windowed ones. Not safe for
-// concurrent use: one per stream.
-type windower struct {
-	mem    memory.Allocator
-	schema *arrow.Schema
-}
-
-func newWindower(dense *arrow.Schema, hp, wp int, mem memory.Allocator) *windower {
-	return &windower{mem: mem, schema: windowedSchema(dense, hp, wp)}
-}
-
-// encode returns the windowed form of rec (batch.Windowed); the caller
-// still owns rec and owns one reference to the result.
-func (w *windower) encode(rec arrow.RecordBatch) (arrow.RecordBatch, error) {
-	return batch.Windowed(w.schema, rec, w.mem)
-}
 
 // expander turns windowed records back into batch records, or checks and
 // rebuilds them as windowed records for a consumer that expands them

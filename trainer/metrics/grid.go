@@ -5,7 +5,6 @@ import (
 	"math"
 
 	"github.com/segpipe/segpipe/formats/rle"
-	"github.com/segpipe/segpipe/pipeline/geom"
 )
 
 // GridConfig configures an EpochMetric. The zero value is usable.
@@ -50,9 +49,10 @@ type GridPredictions struct {
 
 // GridImage is one validation image.
 type GridImage struct {
-	// Affine maps original-image pixels to canvas pixels (the batch
-	// row's transform).
-	Affine geom.Affine
+	// Affine maps original-image pixels to canvas pixels: the batch
+	// row's transform (batch.View.Transform), [a b c; d e f] mapping
+	// (x, y) to (a·x + b·y + c, d·x + e·y + f).
+	Affine [6]float64
 	// GridH and GridW are Hp and Wp, the grid's rows and columns.
 	GridH, GridW int
 	Truth        GridTruth
@@ -148,7 +148,7 @@ func (m *EpochMetric) Add(img *GridImage) error {
 	t, p := &img.Truth, &img.Pred
 	hp, wp := img.GridH, img.GridW
 	cells := hp * wp
-	det := math.Abs(img.Affine.Det())
+	det := math.Abs(affineDet(img.Affine))
 	if !(det > 0) || math.IsInf(det, 0) {
 		return fmt.Errorf("image %d: affine %v has determinant %v", m.images, img.Affine, det)
 	}
@@ -255,6 +255,11 @@ func (m *EpochMetric) Add(img *GridImage) error {
 	m.images++
 	return nil
 }
+
+// affineDet returns a·e − b·d, the factor by which the affine scales
+// areas, with each product rounded on its own as geom.Affine.Det rounds
+// them (no fused multiply-add), so areas are the loader's to the bit.
+func affineDet(a [6]float64) float64 { return float64(a[0]*a[4]) - float64(a[1]*a[3]) }
 
 func xywh(b []float32) [4]float64 {
 	x1, y1, x2, y2 := float64(b[0]), float64(b[1]), float64(b[2]), float64(b[3])
