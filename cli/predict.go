@@ -47,7 +47,7 @@ func predictCommand() *ucli.Command {
 			if err := checkRanges(c, atLeast("imgsz", 0), atLeast("max-det", 1), atLeast("batch", 1), atLeast("workers", 0)); err != nil {
 				return err
 			}
-			be, err := device.Open(c.String("device"))
+			dev, err := device.Open(c.String("device"))
 			if err != nil {
 				return err
 			}
@@ -66,7 +66,7 @@ func predictCommand() *ucli.Command {
 			if err != nil {
 				return err
 			}
-			m.To(be)
+			m.To(dev.Backend)
 			cats, err := train.CheckpointCategories(meta)
 			if err != nil {
 				return err

@@ -2,6 +2,12 @@
 // "cpu" (the reference kernels on host memory), "emu" (the same kernels on
 // memory the host cannot see, every crossing counted) and "cuda" (the
 // first GPU through the run-time CUDA binding of trainer/tensor/cuda).
+//
+// What a device can do is decided here, once: Open hands back a Device
+// whose parts — the backend, the loss's and the optimiser's kernels, the
+// batch's way up and the loss's way down — are already chosen, host
+// versions for cpu and emu, device versions for cuda. Training code calls
+// those parts and never asks the backend what it can do.
 package device
 
 import (
@@ -11,11 +17,58 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/segpipe/segpipe/trainer/loss"
+	"github.com/segpipe/segpipe/trainer/loss/losscuda"
+	"github.com/segpipe/segpipe/trainer/optim"
 	"github.com/segpipe/segpipe/trainer/tensor"
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 	"github.com/segpipe/segpipe/trainer/tensor/cpu"
 	"github.com/segpipe/segpipe/trainer/tensor/cuda"
 )
+
+// Device is an opened device: its backend and the parts of a training
+// step that depend on what it can do, chosen when it opened.
+type Device struct {
+	// Backend holds the tensors and runs the ops.
+	Backend backend.Backend
+	// Loss is where the fused loss runs (loss.Criterion.ForwardOn).
+	Loss loss.On
+	// Optim is where the optimiser, clipping and the EMA run.
+	Optim optim.Kernels
+	// Stager takes a batch up: the backend's double-buffered staging on a
+	// copy stream (cuda), or UploadBytes into two reused slots (cpu, emu;
+	// HostStager). Either way each part is one counted upload.
+	Stager backend.Stager
+	// Windows expands windowed mask stacks on the device (cuda); nil where
+	// the host expands them and the batch goes up dense.
+	Windows backend.WindowExpander
+	// Fetcher brings a step's loss down while the next step is queued
+	// (cuda); nil where the loss is read as soon as it is computed.
+	Fetcher backend.Fetcher
+	// Host says the kernels run on host memory (cpu, emu): the weights,
+	// gradients and activations are the host's to hold.
+	Host bool
+}
+
+// Name is the backend's name.
+func (d *Device) Name() string { return d.Backend.Name() }
+
+// Host is the Device of a backend whose kernels run on host memory (cpu,
+// emu, or a test's wrapper of one): the loss and the optimiser run their
+// Go code through RunHost, batches go up through a HostStager, and the
+// loss is read at once.
+func Host(be backend.HostBackend) *Device {
+	return &Device{Backend: be, Loss: loss.OnHost(be), Optim: optim.HostKernels(be),
+		Stager: NewHostStager(be), Host: true}
+}
+
+// CUDA is the Device of a cuda backend (NewBackend, or the CPU harness's
+// NewHarnessBackend): the loss's twins from trainer/loss/losscuda, the
+// backend's optimiser kernels, staging, window expansion and fetches.
+func CUDA(be *cuda.Backend) *Device {
+	return &Device{Backend: be, Loss: loss.OnDevice(be, losscuda.New(be)), Optim: optim.TwinKernels(be),
+		Stager: be, Windows: be, Fetcher: be}
+}
 
 // Names lists the devices Open knows, for flag help.
 var Names = []string{"cpu", "emu", "cuda"}
@@ -52,7 +105,7 @@ func TF32() (bool, error) {
 // before the run) returns the same backend.
 var cudaBackends struct {
 	sync.Mutex
-	be map[cuda.Options]*cuda.Backend
+	dev map[cuda.Options]*Device
 }
 
 // cudaOptions are the backend options of a precision name (see
@@ -68,15 +121,15 @@ func cudaOptions(precision string) (cuda.Options, error) {
 	return cuda.Precision(precision)
 }
 
-func openCUDA(precision string) (backend.Backend, error) {
+func openCUDA(precision string) (*Device, error) {
 	opts, err := cudaOptions(precision)
 	if err != nil {
 		return nil, fmt.Errorf("device cuda: %w", err)
 	}
 	cudaBackends.Lock()
 	defer cudaBackends.Unlock()
-	if be := cudaBackends.be[opts]; be != nil {
-		return be, nil
+	if d := cudaBackends.dev[opts]; d != nil {
+		return d, nil
 	}
 	be, err := cuda.NewBackend(0, opts)
 	if err != nil {
@@ -85,21 +138,22 @@ func openCUDA(precision string) (backend.Backend, error) {
 		}
 		return nil, fmt.Errorf("device cuda: %w", err)
 	}
-	if cudaBackends.be == nil {
-		cudaBackends.be = map[cuda.Options]*cuda.Backend{}
+	if cudaBackends.dev == nil {
+		cudaBackends.dev = map[cuda.Options]*Device{}
 	}
-	cudaBackends.be[opts] = be
-	return be, nil
+	d := CUDA(be)
+	cudaBackends.dev[opts] = d
+	return d, nil
 }
 
-// Open returns the backend for name at its default precision
-// (OpenPrecision with ""). "cpu" is the process-wide CPU backend (the one
-// tensor.New and freshly built models use); each "emu" is a fresh
+// Open returns the device name at its default precision (OpenPrecision
+// with ""). "cpu" is the process-wide CPU backend (the one tensor.New and
+// freshly built models use), a fresh Device on it each call; each "emu" is a fresh
 // emulated device with its own transfer counters; "cuda" is GPU 0, opened
 // once per process and precision, or an error wrapping ErrUnavailable
 // that says what is missing: the driver or a library (with the paths
 // tried), or a device.
-func Open(name string) (backend.Backend, error) { return OpenPrecision(name, "") }
+func Open(name string) (*Device, error) { return OpenPrecision(name, "") }
 
 // Precisions are the names OpenPrecision takes, for flag help.
 var Precisions = cuda.Precisions
@@ -110,16 +164,16 @@ var Precisions = cuda.Precisions
 // .allow_tf32 off); "fp32" is strict fp32 everywhere, to compare with the
 // CPU reference. TF32Env, when set, decides instead (1: TF32 GEMMs and
 // convolutions, 0: strict). cpu and emu compute in fp32 whatever it says.
-func OpenPrecision(name, precision string) (backend.Backend, error) {
+func OpenPrecision(name, precision string) (*Device, error) {
 	switch name {
 	case "cpu", "", "emu":
 		if _, err := cuda.Precision(precision); err != nil {
 			return nil, fmt.Errorf("device %s: %w", name, err)
 		}
 		if name == "emu" {
-			return cpu.NewEmulated(), nil
+			return Host(cpu.NewEmulated()), nil
 		}
-		return tensor.CPU(), nil
+		return Host(tensor.CPU()), nil
 	case "cuda":
 		return openCUDA(precision)
 	}

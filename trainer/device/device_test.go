@@ -25,7 +25,7 @@ func TestTF32FromEnvironment(t *testing.T) {
 // Without a GPU, cuda fails with an error that is ErrUnavailable and says
 // what is missing; with one it opens, once per process.
 func TestOpenCUDA(t *testing.T) {
-	be, err := Open("cuda")
+	d, err := Open("cuda")
 	if err != nil {
 		if !errors.Is(err, ErrUnavailable) || !errors.Is(err, cuda.ErrUnavailable) {
 			t.Fatalf("Open(cuda): %v, want ErrUnavailable and cuda.ErrUnavailable", err)
@@ -35,11 +35,12 @@ func TestOpenCUDA(t *testing.T) {
 		}
 		t.Skipf("no GPU here: %v", err)
 	}
-	if be.Name() != "cuda" || be.Host(be.Alloc(1)) != nil {
+	be := d.Backend
+	if be.Name() != "cuda" || be.Host(be.Alloc(1)) != nil || d.Host {
 		t.Errorf("Open(cuda) = %s backend with host-addressable memory", be.Name())
 	}
 	again, err := Open("cuda")
-	if err != nil || again != be {
+	if err != nil || again != d {
 		t.Errorf("second Open(cuda) = %v, %v; want the same backend", again, err)
 	}
 }

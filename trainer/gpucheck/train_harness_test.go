@@ -12,8 +12,8 @@ import (
 	"github.com/segpipe/segpipe/formats/safetensors"
 	"github.com/segpipe/segpipe/internal/testenv/synthshards"
 	"github.com/segpipe/segpipe/pipeline"
+	"github.com/segpipe/segpipe/trainer/device"
 	"github.com/segpipe/segpipe/trainer/model"
-	"github.com/segpipe/segpipe/trainer/tensor/backend"
 	"github.com/segpipe/segpipe/trainer/tensor/cuda/cudatest"
 	"github.com/segpipe/segpipe/trainer/train"
 )
@@ -75,9 +75,9 @@ func TestTrainOnHarness(t *testing.T) {
 	}{{"cpu then cuda", "cpu", "cuda"}, {"cuda then cpu", "cuda", "cpu"}, {"cuda then cuda", "cuda", "cuda"}} {
 		t.Run(route.name, func(t *testing.T) {
 			// The harness Backend for cuda; nil lets the run open the CPU.
-			on := func(dev string) backend.Backend {
+			on := func(dev string) *device.Device {
 				if dev == "cuda" {
-					return be
+					return device.CUDA(be)
 				}
 				return nil
 			}

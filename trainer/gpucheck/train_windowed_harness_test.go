@@ -23,8 +23,8 @@ import (
 	"github.com/segpipe/segpipe/internal/testenv/synthshards"
 	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/pipeline/remote"
+	"github.com/segpipe/segpipe/trainer/device"
 	"github.com/segpipe/segpipe/trainer/tensor"
-	"github.com/segpipe/segpipe/trainer/tensor/backend"
 	"github.com/segpipe/segpipe/trainer/tensor/cpu"
 	"github.com/segpipe/segpipe/trainer/tensor/cuda"
 	"github.com/segpipe/segpipe/trainer/tensor/cuda/cudatest"
@@ -174,7 +174,7 @@ func TestWindowedTrainingOnHarness(t *testing.T) {
 	cats := info.Categories
 	cfg := harnessConfig()
 	cfg.Device = "cuda"
-	be := cudatest.Harness(t)
+	be := device.CUDA(cudatest.Harness(t))
 	if !train.ExpandsWindows(be) {
 		t.Fatal("the cuda Backend does not expand windows")
 	}
@@ -295,14 +295,14 @@ func TestWindowedRecordRefusedOnEveryBackend(t *testing.T) {
 	cfg := harnessConfig()
 	harness := cudatest.Harness(t)
 	for _, dev := range []string{"cpu", "emu", "cuda"} {
-		var be backend.Backend
+		var be *device.Device
 		switch dev {
 		case "cpu":
-			be = tensor.CPU()
+			be = device.Host(tensor.CPU())
 		case "emu":
-			be = cpu.NewEmulated()
+			be = device.Host(cpu.NewEmulated())
 		case "cuda":
-			be = harness
+			be = device.CUDA(harness)
 		}
 		for _, bad := range []struct{ name, want string }{{"window", "outside grid"}, {"data", "bytes"}} {
 			t.Run(fmt.Sprintf("%s/%s", dev, bad.name), func(t *testing.T) {

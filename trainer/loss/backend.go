@@ -143,17 +143,17 @@ func (d *DeviceTargets) Free() {
 // items and the total, which ReadResult brings to the host in one
 // download. Errors are Forward's (bad sizes, empty boxes).
 //
-// On a backend implementing backend.HostKernels (cpu, emu) the kernel is
-// Forward itself, run through RunHost on views of the backend's memory:
-// one definition of the loss, no copy of the outputs, nothing crossing,
-// results bit-identical to Forward on host slices. A backend implementing
-// DeviceKernels instead (cuda) runs the device twin: the host checks what
-// Forward checks (sizes, and the targets through the record Upload kept)
-// and queues the seven kernels; nothing crosses. Any other backend takes
-// the host round trip — the eight outputs and the five target arrays
-// downloaded, the loss run on the host, the eight gradients and the
-// result uploaded — which HostRoundTrips counts.
-func (c *Criterion) ForwardOn(be backend.Backend, g Geometry, out, grads [NumOutputs]backend.Buffer, t *DeviceTargets, res backend.Buffer) error {
+// Where it runs was chosen when the device opened (on, the device's
+// Loss). With host kernels (cpu, emu) the kernel is Forward itself, run
+// through RunHost on views of the backend's memory: one definition of the
+// loss, no copy of the outputs, nothing crossing, results bit-identical
+// to Forward on host slices. With DeviceKernels (cuda) it runs the device
+// twin: the host checks what Forward checks (sizes, and the targets
+// through the record Upload kept) and queues the seven kernels; nothing
+// crosses. With neither it takes the host round trip — the eight outputs
+// and the five target arrays downloaded, the loss run on the host, the
+// eight gradients and the result uploaded — which HostRoundTrips counts.
+func (c *Criterion) ForwardOn(on On, g Geometry, out, grads [NumOutputs]backend.Buffer, t *DeviceTargets, res backend.Buffer) error {
 	if res.Len < ResultLen {
 		return fmt.Errorf("loss: result buffer holds %d elements, want %d", res.Len, ResultLen)
 	}
@@ -167,7 +167,8 @@ func (c *Criterion) ForwardOn(be backend.Backend, g Geometry, out, grads [NumOut
 		return fmt.Errorf("loss: device targets: crowd and mask buffers hold %d and %d bytes, not the %d and %d their counts say",
 			4*t.IsCrowd.Len, 4*t.Masks.Len, t.CrowdBytes, t.MaskBytes)
 	}
-	if hk, ok := be.(backend.HostKernels); ok {
+	be := on.Backend
+	if hk := on.Host; hk != nil {
 		var err error
 		hk.RunHost(func(v backend.View) {
 			var o [NumOutputs][]float32
@@ -186,7 +187,7 @@ func (c *Criterion) ForwardOn(be backend.Backend, g Geometry, out, grads [NumOut
 		})
 		return err
 	}
-	if dk, ok := twin(be); ok {
+	if dk := on.Device; dk != nil {
 		return c.forwardTwin(be, dk, g, out, grads, t, res, withGrads)
 	}
 	return c.roundTrip(be, g, out, grads, t, res, withGrads)
@@ -229,8 +230,9 @@ func (c *Criterion) roundTrip(be backend.Backend, g Geometry, out, grads [NumOut
 }
 
 // HostRoundTrips counts the ForwardOn calls that ran on the host because
-// their backend has neither host kernels nor the loss's device twin (each one downloaded the outputs and
-// targets and uploaded the gradients).
+// their device opened with neither host kernels nor the loss's device
+// twins (each one downloaded the outputs and targets and uploaded the
+// gradients).
 func (c *Criterion) HostRoundTrips() int { return c.roundTrips }
 
 // forwardSlices runs Forward on the eight output and gradient slices and

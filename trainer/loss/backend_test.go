@@ -65,7 +65,7 @@ func (d *onBackend) run(c *Criterion, g Geometry, tg *Targets, grads bool) ([Num
 	if !grads {
 		gb = [NumOutputs]backend.Buffer{}
 	}
-	if err := c.ForwardOn(d.be, g, d.out, gb, &d.tg, d.res); err != nil {
+	if err := c.ForwardOn(onOf(d.be), g, d.out, gb, &d.tg, d.res); err != nil {
 		return [NumComponents]float64{}, 0, nil, err
 	}
 	items, total := ReadResult(d.be, d.res)
@@ -172,7 +172,7 @@ func TestForwardOnTransfers(t *testing.T) {
 			if up := t1.Uploads - t0.Uploads; up != 5 || t1.UploadBytes-t0.UploadBytes != targetBytes || t1.Downloads != t0.Downloads {
 				t.Errorf("target upload: %d calls of %d bytes, want 5 of %d", up, t1.UploadBytes-t0.UploadBytes, targetBytes)
 			}
-			if err := c.ForwardOn(nb.be, out.Geometry, d.out, d.grads, &d.tg, d.res); err != nil {
+			if err := c.ForwardOn(onOf(nb.be), out.Geometry, d.out, d.grads, &d.tg, d.res); err != nil {
 				t.Fatal(err)
 			}
 			t2 := nb.be.Transfers()
@@ -214,27 +214,40 @@ func rejectsBadBuffers(t *testing.T, be backend.Backend) {
 	d := newOnBackend(be, out)
 	d.tg.Upload(be, tg)
 	c, _ := NewCriterion(DefaultConfig(10))
-	if err := c.ForwardOn(be, out.Geometry, d.out, d.grads, &d.tg, d.res.Slice(0, 3)); err == nil || !strings.Contains(err.Error(), "result") {
+	if err := c.ForwardOn(onOf(be), out.Geometry, d.out, d.grads, &d.tg, d.res.Slice(0, 3)); err == nil || !strings.Contains(err.Error(), "result") {
 		t.Errorf("short result buffer: %v", err)
 	}
 	g := d.grads
 	g[3] = backend.Buffer{}
-	if err := c.ForwardOn(be, out.Geometry, d.out, g, &d.tg, d.res); err == nil || !strings.Contains(err.Error(), "absent") {
+	if err := c.ForwardOn(onOf(be), out.Geometry, d.out, g, &d.tg, d.res); err == nil || !strings.Contains(err.Error(), "absent") {
 		t.Errorf("one gradient buffer absent: %v", err)
 	}
 	g = d.grads
 	g[6] = g[6].Slice(0, 5)
-	if err := c.ForwardOn(be, out.Geometry, d.out, g, &d.tg, d.res); err == nil || !strings.Contains(err.Error(), "gradient") {
+	if err := c.ForwardOn(onOf(be), out.Geometry, d.out, g, &d.tg, d.res); err == nil || !strings.Contains(err.Error(), "gradient") {
 		t.Errorf("short gradient buffer: %v", err)
 	}
 	o := d.out
 	o[1] = o[1].Slice(0, 5)
-	if err := c.ForwardOn(be, out.Geometry, o, d.grads, &d.tg, d.res); err == nil || !strings.Contains(err.Error(), "one2many") {
+	if err := c.ForwardOn(onOf(be), out.Geometry, o, d.grads, &d.tg, d.res); err == nil || !strings.Contains(err.Error(), "one2many") {
 		t.Errorf("short output buffer: %v", err)
 	}
 	bad := d.tg
 	bad.MaskBytes = 4*bad.Masks.Len + 1
-	if err := c.ForwardOn(be, out.Geometry, d.out, d.grads, &bad, d.res); err == nil || !strings.Contains(err.Error(), "mask") {
+	if err := c.ForwardOn(onOf(be), out.Geometry, d.out, d.grads, &bad, d.res); err == nil || !strings.Contains(err.Error(), "mask") {
 		t.Errorf("mask stack longer than its buffer: %v", err)
 	}
+}
+
+// onOf is the On trainer/device hands the loss for a test backend: the
+// Go twins of a goTwin, RunHost of cpu and emu, neither (the round trip)
+// for a backend that hides them.
+func onOf(be backend.Backend) On {
+	switch b := be.(type) {
+	case *goTwin:
+		return OnDevice(b, b)
+	case backend.HostBackend:
+		return OnHost(b)
+	}
+	return On{Backend: be}
 }

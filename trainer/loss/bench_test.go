@@ -107,7 +107,7 @@ func benchLossOnBackend(b *testing.B, B, imgsz, nGT int) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		d.tg.Upload(d.be, tg)
-		if err := c.ForwardOn(d.be, out.Geometry, d.out, d.grads, &d.tg, d.res); err != nil {
+		if err := c.ForwardOn(onOf(d.be), out.Geometry, d.out, d.grads, &d.tg, d.res); err != nil {
 			b.Fatal(err)
 		}
 		ReadResult(d.be, d.res)

@@ -2,14 +2,13 @@ package loss
 
 import (
 	"errors"
-	"sync"
 
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
 
 // DeviceKernels is what runs ForwardOn on the memory of a backend without
-// host kernels — the backend itself, or a lookup registered with
-// RegisterDeviceKernels (trainer/loss/losscuda for the CUDA backend): the loss then
+// host kernels (trainer/loss/losscuda's for the CUDA backend, handed to
+// the loss in an On when the device opens): the loss then
 // reads the head outputs and the targets where they are and nothing but
 // the result crosses to the host. Each method is the device twin of one
 // step of Forward, with the same formulas, checked against it; every
@@ -92,43 +91,23 @@ type DeviceAssignment struct {
 	NumFG, ScoreSum                      backend.Buffer
 }
 
-// deviceKernels holds the lookups RegisterDeviceKernels was given.
-var deviceKernels struct {
-	sync.RWMutex
-	find []func(backend.Backend) (DeviceKernels, bool)
+// On is where ForwardOn runs: a backend and the loss's kernels on its
+// memory, chosen once when the device opens (trainer/device's Loss).
+// Host, a backend that runs Go kernels on its own memory (cpu, emu), runs
+// Forward itself; Device, the loss's device twins (trainer/loss/losscuda
+// for cuda), run it where the outputs are. Neither is the counted host
+// round trip.
+type On struct {
+	Backend backend.Backend
+	Host    backend.HostKernels
+	Device  DeviceKernels
 }
 
-// RegisterDeviceKernels adds a lookup of the DeviceKernels that run the
-// loss on a backend's memory, for a backend that does not implement them
-// itself: the twins of a tensor backend that knows nothing of the loss
-// live in a package beside the loss (trainer/loss/losscuda for cuda),
-// which registers here when imported. find reports false for a backend
-// it does not serve. Lookups run in the order registered.
-func RegisterDeviceKernels(find func(backend.Backend) (DeviceKernels, bool)) {
-	deviceKernels.Lock()
-	defer deviceKernels.Unlock()
-	deviceKernels.find = append(deviceKernels.find, find)
-}
+// OnHost is the On of a backend whose kernels run on host memory.
+func OnHost(be backend.HostBackend) On { return On{Backend: be, Host: be} }
 
-// twin returns be's loss twins: be itself when it implements them, else
-// a registered lookup's. A backend with host kernels runs Forward itself
-// (bit for bit the reference), so that takes precedence.
-func twin(be backend.Backend) (DeviceKernels, bool) {
-	if _, host := be.(backend.HostKernels); host {
-		return nil, false
-	}
-	if dk, ok := be.(DeviceKernels); ok {
-		return dk, true
-	}
-	deviceKernels.RLock()
-	defer deviceKernels.RUnlock()
-	for _, find := range deviceKernels.find {
-		if dk, ok := find(be); ok {
-			return dk, true
-		}
-	}
-	return nil, false
-}
+// OnDevice is the On of a backend with the loss's device twins dk.
+func OnDevice(be backend.Backend, dk DeviceKernels) On { return On{Backend: be, Device: dk} }
 
 // Words of the terms buffer: per branch LossClsBox's 6 and LossMask's 2,
 // then LossSemseg's 2.

@@ -12,8 +12,8 @@
 //     prototypes and semantic logits) and the loader's targets (Targets:
 //     xyxy boxes in canvas pixels, classes, boxes_per_image, and the {0,1}
 //     mask stack at prototype resolution, i.e. canvas stride 4; other mask
-//     sizes are refused). TargetsFromRecord views a formats/batch record as
-//     Targets without copying. Instances flagged iscrowd (present only when
+//     sizes are refused). Targets is formats/batch's Instances: a record's
+//     instances (batch.InstancesOf) are the loss's targets, without a copy. Instances flagged iscrowd (present only when
 //     the loader keeps crowd regions) are left out of the loss, as the
 //     reference's loader drops them.
 //   - Overlapping masks: the reference trains on an overlap index map that
@@ -86,8 +86,9 @@
 // backend once and reused. The device path is checked end to end against
 // Forward, bit for bit, through twins written over the emulated device
 // with this package's Go functions; the CUDA kernels are checked against
-// Forward on the CPU harness (trainer/tensor/cuda). A backend with
-// neither interface takes the host round trip: ForwardOn downloads the
+// Forward on the CPU harness (trainer/tensor/cuda). Which path runs is
+// the On the device chose when it opened (trainer/device); an On with
+// neither kernel takes the host round trip: ForwardOn downloads the
 // outputs and targets, runs Forward on the host and uploads the gradients
 // and the result, and HostRoundTrips counts those calls.
 //

@@ -17,10 +17,11 @@ func bufOf[T any](v []T) *memory.Buffer {
 	return memory.NewBufferBytes(unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), len(v)*int(unsafe.Sizeof(v[0]))))
 }
 
-// TestTargetsFromRecordIsTheLoadersBatch builds a record through the
-// batch contract from a random case and checks that the loss sees the same
-// targets (aliasing the record's buffers) and computes the same loss.
-func TestTargetsFromRecordIsTheLoadersBatch(t *testing.T) {
+// TestRecordInstancesAreTheLossTargets builds a record through the batch
+// contract from a random case and checks that the loss sees the same
+// targets in its instances (Targets is batch.Instances, aliasing the
+// record's buffers) and computes the same loss.
+func TestRecordInstancesAreTheLossTargets(t *testing.T) {
 	rng := rand.New(rand.NewPCG(51, 52))
 	out, tg := randomCase(rng, []int{2, 0, 3})
 	g := out.Geometry
@@ -50,7 +51,7 @@ func TestTargetsFromRecordIsTheLoadersBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rec.Release()
-	got, err := TargetsFromRecord(rec)
+	got, err := batch.InstancesOf(rec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ func (d *DeviceTargets) Adopt(be backend.Memory, bufs [5]backend.Buffer, t *Targ
 }
 
 // AdoptExpanded is Adopt for targets whose masks did not come with t
-// (TargetsWithoutMasks): bufs[4] is the dense {0,1} stack already in be's
+// (batch.InstancesWithoutMasks): bufs[4] is the dense {0,1} stack already in be's
 // memory — expanded there from the batch's windows — and maskBytes its
 // length in bytes; t.Masks is not read. ForwardOn checks maskBytes
 // against the instances and the prototype grid as it checks an uploaded

@@ -259,19 +259,19 @@ func TestForwardOnTwinRefusesUnrecordedTargets(t *testing.T) {
 	c, _ := NewCriterion(DefaultConfig(10))
 	bare := DeviceTargets{BoxesPerImage: d.tg.BoxesPerImage, Classes: d.tg.Classes, Boxes: d.tg.Boxes,
 		IsCrowd: d.tg.IsCrowd, Masks: d.tg.Masks, CrowdBytes: d.tg.CrowdBytes, MaskBytes: d.tg.MaskBytes}
-	if err := c.ForwardOn(be, out.Geometry, d.out, d.grads, &bare, d.res); err == nil || !strings.Contains(err.Error(), "Upload") {
+	if err := c.ForwardOn(onOf(be), out.Geometry, d.out, d.grads, &bare, d.res); err == nil || !strings.Contains(err.Error(), "Upload") {
 		t.Errorf("targets not uploaded through Upload: %v", err)
 	}
 	changed := d.tg
 	changed.Classes = changed.Classes.Slice(0, 1)
-	if err := c.ForwardOn(be, out.Geometry, d.out, d.grads, &changed, d.res); err == nil || !strings.Contains(err.Error(), "changed") {
+	if err := c.ForwardOn(onOf(be), out.Geometry, d.out, d.grads, &changed, d.res); err == nil || !strings.Contains(err.Error(), "changed") {
 		t.Errorf("targets changed since Upload: %v", err)
 	}
 	bad := *tg
 	bad.Boxes = slices.Clone(tg.Boxes)
 	bad.Boxes[2] = bad.Boxes[0] // empty box
 	d.tg.Upload(be, &bad)
-	if err := c.ForwardOn(be, out.Geometry, d.out, d.grads, &d.tg, d.res); err == nil || !strings.Contains(err.Error(), "empty") {
+	if err := c.ForwardOn(onOf(be), out.Geometry, d.out, d.grads, &d.tg, d.res); err == nil || !strings.Contains(err.Error(), "empty") {
 		t.Errorf("empty box: %v", err)
 	}
 	if len(be.calls) != 0 {

@@ -61,16 +61,6 @@ func (l *stepList) add(p *Param, a, b backend.Buffer, first bool) {
 	l.a, l.b, l.first = append(l.a, a), append(l.b, b), append(l.first, first)
 }
 
-// twin returns be's device twins. A backend with host kernels runs the
-// Go code itself (bit for bit the reference), so that takes precedence.
-func twin(be backend.Backend) (DeviceKernels, bool) {
-	if _, host := be.(backend.HostKernels); host {
-		return nil, false
-	}
-	dk, ok := be.(DeviceKernels)
-	return dk, ok
-}
-
 func gradients(params []*Param) []backend.Buffer {
 	g := make([]backend.Buffer, len(params))
 	for i, p := range params {

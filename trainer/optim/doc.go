@@ -50,9 +50,9 @@
 // GlobalNorm, ScaleGrads and the EMA update is one fused kernel over all
 // the tensors it touches, on the parameters' backend; ZeroGrad is the
 // backend's Fill. The Go loops in this package are those kernels' CPU
-// implementation (Newton–Schulz included), written once: on backends that
-// run Go kernels on their own memory (backend.HostKernels: cpu and emu)
-// they run through RunHost on the buffers in place, so nothing crosses
+// implementation (Newton–Schulz included), written once: on devices that
+// run Go kernels on their own memory (Kernels.Host, which trainer/device
+// chooses for cpu and emu when it opens them) they run through RunHost on the buffers in place, so nothing crosses
 // during training and emu equals cpu bit for bit. The optimisers' own
 // buffers (momentum, Adam moments, the Newton–Schulz scratch) and the EMA's
 // average are allocated on that backend too; State/LoadState and
@@ -61,15 +61,14 @@
 //
 // They are fused kernels rather than compositions of tensor ops because a
 // composition would change the rounding that the golden tests and the
-// bit-identical resume hold. A backend without host kernels runs them
-// through their device twins when it implements DeviceKernels (the CUDA
-// backend does: every optimiser step, Muon's Newton–Schulz included,
+// bit-identical resume hold. A device without host kernels runs them
+// through their device twins (Kernels.Device, DeviceKernels; the CUDA
+// backend implements them: every optimiser step, Muon's Newton–Schulz included,
 // ClipGradNorm/ClipGrads with the coefficient applied on the device,
 // GlobalNorm, ScaleGrads, ZeroGrad and the EMA update; the steps take a
 // group's parameters as one list, so that a device can update them in one
 // launch), checked against this code;
 // then nothing crosses but the one norm ClipGradNorm and GlobalNorm
-// return (ClipGrads returns none). A backend with neither falls back to a
-// host round trip: each buffer a kernel reads is downloaded and uploaded
-// back afterwards, counted by the backend.
+// return (ClipGrads returns none). Which of the two runs is decided once,
+// when the device opens, and travels with each Param (Param.Kernels).
 package optim

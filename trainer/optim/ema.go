@@ -19,6 +19,7 @@ type EMA struct {
 	// Updates counts Update calls (restore it on resume).
 	Updates int
 	be      backend.Backend
+	k       Kernels
 	avg     []backend.Buffer
 }
 
@@ -29,23 +30,27 @@ func NewEMA(state [][]float32) *EMA {
 	for i, s := range state {
 		avg[i] = hostCPU.Wrap(append([]float32(nil), s...))
 	}
-	return newEMA(hostCPU, avg)
+	return newEMA(hostCPU, HostKernels(hostCPU), avg)
 }
 
 // NewEMAOn starts an average in avg, buffers on be that the EMA updates
-// from now on, from a copy of state (made on be: nothing crosses).
-func NewEMAOn(be backend.Backend, avg, state []backend.Buffer) (*EMA, error) {
+// from now on with k (the device's Optim), from a copy of state (made on
+// be: nothing crosses).
+func NewEMAOn(be backend.Backend, k Kernels, avg, state []backend.Buffer) (*EMA, error) {
+	if !k.set() {
+		return nil, fmt.Errorf("optim: ema on %s without kernels", be.Name())
+	}
 	if err := checkState(avg, state); err != nil {
 		return nil, err
 	}
 	for i, s := range state {
 		be.Copy(backend.Strided{Shape: []int{s.Len}, Src: []int{1}, Dst: []int{1}}, s, avg[i])
 	}
-	return newEMA(be, avg), nil
+	return newEMA(be, k, avg), nil
 }
 
-func newEMA(be backend.Backend, avg []backend.Buffer) *EMA {
-	return &EMA{Decay: 0.9999, Tau: 2000, be: be, avg: avg}
+func newEMA(be backend.Backend, k Kernels, avg []backend.Buffer) *EMA {
+	return &EMA{Decay: 0.9999, Tau: 2000, be: be, k: k, avg: avg}
 }
 
 func checkState(avg, state []backend.Buffer) error {
@@ -81,12 +86,12 @@ func (e *EMA) UpdateOn(state []backend.Buffer) error {
 	}
 	e.Updates++
 	d := float32(e.D(e.Updates))
-	if dk, ok := twin(e.be); ok {
+	if dk := e.k.Device; dk != nil {
 		dk.EMAUpdate(e.avg, state, d)
 		return nil
 	}
 	w := 1 - d
-	launch(e.be, func(vw backend.View) {
+	e.k.Host.RunHost(func(vw backend.View) {
 		for i, s := range state {
 			v := vw.Float32(e.avg[i])
 			for j, x := range vw.Float32(s) {

@@ -9,54 +9,26 @@ import (
 // NewEMA's host state are wrapped on, without a copy.
 var hostCPU = cpu.New()
 
-// launch runs k as one fused kernel on be. Where be runs Go kernels on its
-// own memory (backend.HostKernels: cpu, emu) that is RunHost, and nothing
-// crosses. Elsewhere (a device without its twin of k yet) k runs on host
-// copies: every buffer k resolves is downloaded on first use and uploaded
-// back when k returns, each crossing counted by the backend. That round
-// trip is what a device twin of the kernel replaces.
-func launch(be backend.Backend, k func(backend.View)) {
-	if h, ok := be.(backend.HostKernels); ok {
-		h.RunHost(k)
-		return
-	}
-	rt := &roundTrip{be: be, host: map[backend.Buffer][]float32{}}
-	k(rt)
-	for _, b := range rt.order {
-		be.Upload(b, rt.host[b])
-	}
+// Kernels are where this package's fused kernels run on a backend's
+// memory, chosen once when the device opens (trainer/device's Optim):
+// Host, a backend that runs Go kernels on its own memory (cpu, emu),
+// runs the Go code here through RunHost, and nothing crosses; Device is
+// the backend's twins of them (cuda). Exactly one is set.
+type Kernels struct {
+	Host   backend.HostKernels
+	Device DeviceKernels
 }
 
-// roundTrip is the View of a backend without host kernels: host copies of
-// the buffers a kernel touches. Kernels resolve whole buffers, never two
-// overlapping ones, so one copy per buffer is coherent.
-type roundTrip struct {
-	be    backend.Backend
-	host  map[backend.Buffer][]float32
-	order []backend.Buffer
-}
+// HostKernels are the Kernels of a backend that runs Go kernels on its
+// own memory.
+func HostKernels(hk backend.HostKernels) Kernels { return Kernels{Host: hk} }
 
-func (r *roundTrip) Float32(b backend.Buffer) []float32 {
-	if !b.Present() {
-		return nil
-	}
-	if h, ok := r.host[b]; ok {
-		return h
-	}
-	h := make([]float32, b.Len)
-	r.be.Download(h, b)
-	r.host[b] = h
-	r.order = append(r.order, b)
-	return h
-}
+// TwinKernels are the Kernels of a backend with this package's device
+// twins.
+func TwinKernels(dk DeviceKernels) Kernels { return Kernels{Device: dk} }
 
-func (r *roundTrip) Int32(b backend.Buffer) []int32 {
-	return backend.Int32s(r.Float32(b))
-}
-
-func (r *roundTrip) Bytes(b backend.Buffer) []byte {
-	return backend.Bytes(r.Float32(b))
-}
+// set reports whether k names somewhere to run.
+func (k Kernels) set() bool { return k.Host != nil || k.Device != nil }
 
 // zeroed allocates n elements on be, set to zero (a fresh moment buffer).
 func zeroed(be backend.Backend, n int) backend.Buffer {

@@ -38,12 +38,14 @@ func sgdNesterov(data, grad, buf []float32, first bool, lr, mu, wd, w float64) {
 type SGD struct {
 	groups []*Group
 	be     backend.Backend
+	k      Kernels
 	buf    map[*Param]backend.Buffer
 }
 
 // NewSGD returns an SGD over groups, on their parameters' backend.
 func NewSGD(groups []*Group) *SGD {
-	return &SGD{groups: groups, be: groupsBackend(groups), buf: map[*Param]backend.Buffer{}}
+	be, k := groupsBackend(groups)
+	return &SGD{groups: groups, be: be, k: k, buf: map[*Param]backend.Buffer{}}
 }
 
 // Groups implements Optimizer.
@@ -63,11 +65,11 @@ func (o *SGD) Step() {
 			}
 		}
 	}
-	if dk, ok := twin(o.be); ok {
+	if dk := o.k.Device; dk != nil {
 		o.stepOn(dk, first)
 		return
 	}
-	launch(o.be, func(v backend.View) {
+	o.k.Host.RunHost(func(v backend.View) {
 		for _, g := range o.groups {
 			for _, p := range g.Params {
 				sgdNesterov(v.Float32(p.Value), v.Float32(p.Gradient), v.Float32(o.buf[p]), first[p], g.LR, g.Momentum, g.WeightDecay, 1)
@@ -86,6 +88,7 @@ type MuSGD struct {
 	groups                []*Group
 	MuonWeight, SGDWeight float64
 	be                    backend.Backend
+	k                     Kernels
 	state                 map[*Param]*musgdState
 	// scratch on the backend: the Muon input and output (u, o) and the
 	// Newton–Schulz matrices (x, t as large as a parameter, a, b square in
@@ -103,7 +106,8 @@ type musgdState struct {
 // (0.5/0.5 above 10,000 iterations, 0.1/1.0 otherwise: see Auto), on
 // their parameters' backend.
 func NewMuSGD(groups []*Group, muonWeight, sgdWeight float64) *MuSGD {
-	return &MuSGD{groups: groups, MuonWeight: muonWeight, SGDWeight: sgdWeight, be: groupsBackend(groups), state: map[*Param]*musgdState{}}
+	be, k := groupsBackend(groups)
+	return &MuSGD{groups: groups, MuonWeight: muonWeight, SGDWeight: sgdWeight, be: be, k: k, state: map[*Param]*musgdState{}}
 }
 
 // Groups implements Optimizer.
@@ -136,7 +140,7 @@ func (o *MuSGD) prepare() {
 			*b = o.be.Alloc(n)
 		}
 	}
-	if _, ok := twin(o.be); ok {
+	if o.k.Device != nil {
 		return // the device twin keeps its own Muon and Newton–Schulz workspace
 	}
 	grow(&o.u, n)
@@ -153,11 +157,11 @@ func (o *MuSGD) Step() {
 		return
 	}
 	o.prepare()
-	if dk, ok := twin(o.be); ok {
+	if dk := o.k.Device; dk != nil {
 		o.stepOn(dk)
 		return
 	}
-	launch(o.be, func(v backend.View) {
+	o.k.Host.RunHost(func(v backend.View) {
 		o.ns = newtonSchulz{x: v.Float32(o.x), a: v.Float32(o.a), b: v.Float32(o.b), t: v.Float32(o.t)}
 		u, out := v.Float32(o.u), v.Float32(o.o)
 		for _, g := range o.groups {
@@ -223,6 +227,7 @@ type AdamW struct {
 	Beta1, Beta2 float64
 	Eps          float64
 	be           backend.Backend
+	k            Kernels
 	state        map[*Param]*adamState
 }
 
@@ -234,7 +239,8 @@ type adamState struct {
 // NewAdamW returns an AdamW over groups with betas (beta1, 0.999), eps
 // 1e-8, on their parameters' backend.
 func NewAdamW(groups []*Group, beta1 float64) *AdamW {
-	return &AdamW{groups: groups, Beta1: beta1, Beta2: 0.999, Eps: 1e-8, be: groupsBackend(groups), state: map[*Param]*adamState{}}
+	be, k := groupsBackend(groups)
+	return &AdamW{groups: groups, Beta1: beta1, Beta2: 0.999, Eps: 1e-8, be: be, k: k, state: map[*Param]*adamState{}}
 }
 
 // Groups implements Optimizer.
@@ -252,12 +258,12 @@ func (o *AdamW) Step() {
 			}
 		}
 	}
-	if dk, ok := twin(o.be); ok {
+	if dk := o.k.Device; dk != nil {
 		o.stepOn(dk)
 		return
 	}
 	b1, b2 := float32(o.Beta1), float32(o.Beta2)
-	launch(o.be, func(v backend.View) {
+	o.k.Host.RunHost(func(v backend.View) {
 		for _, g := range o.groups {
 			for _, p := range g.Params {
 				st := o.state[p]

@@ -20,7 +20,11 @@ type Param struct {
 	// Shape decides the Muon group (ndim ≥ 2) and the Newton–Schulz matrix.
 	Shape []int
 	// Backend owns Value and Gradient (the model tensors' buffers).
-	Backend         backend.Backend
+	Backend backend.Backend
+	// Kernels are where the fused kernels run on Backend's memory, as the
+	// device chose them when it opened (trainer/device's Optim); every
+	// parameter of an optimiser shares them.
+	Kernels         Kernels
 	Value, Gradient backend.Buffer
 	// Data and Grad are the host form (see above).
 	Data, Grad []float32
@@ -33,27 +37,33 @@ type Param struct {
 func (p *Param) bind() {
 	if p.Backend == nil {
 		p.Backend, p.Value, p.Gradient = hostCPU, hostCPU.Wrap(p.Data), hostCPU.Wrap(p.Grad)
+		p.Kernels = HostKernels(hostCPU)
 	}
 }
 
-// backendOf binds params and returns the one backend they share (nil for
-// none); parameters on different backends are an error.
-func backendOf(params []*Param) (backend.Backend, error) {
+// backendOf binds params and returns the one backend they share and its
+// kernels (nil for none); parameters on different backends, or without
+// kernels, are an error.
+func backendOf(params []*Param) (backend.Backend, Kernels, error) {
 	var be backend.Backend
+	var k Kernels
 	for _, p := range params {
 		p.bind()
+		if !p.Kernels.set() {
+			return nil, Kernels{}, fmt.Errorf("optim: parameter %q has no kernels (Param.Kernels: the device's Optim)", p.Name)
+		}
 		if be == nil {
-			be = p.Backend
+			be, k = p.Backend, p.Kernels
 		} else if p.Backend != be {
-			return nil, fmt.Errorf("optim: parameter %q is on the %s backend, others on %s", p.Name, p.Backend.Name(), be.Name())
+			return nil, Kernels{}, fmt.Errorf("optim: parameter %q is on the %s backend, others on %s", p.Name, p.Backend.Name(), be.Name())
 		}
 	}
-	return be, nil
+	return be, k, nil
 }
 
 // groupsBackend is mustBackend over every group's parameters: an
 // optimiser runs on one backend.
-func groupsBackend(groups []*Group) backend.Backend {
+func groupsBackend(groups []*Group) (backend.Backend, Kernels) {
 	var all []*Param
 	for _, g := range groups {
 		all = append(all, g.Params...)
@@ -147,7 +157,7 @@ func BuildGroups(params []*Param, cfg GroupConfig) ([]*Group, error) {
 		g.UseMuon = k == KindMuon
 		groups[i] = g
 	}
-	if _, err := backendOf(params); err != nil {
+	if _, _, err := backendOf(params); err != nil {
 		return nil, err
 	}
 	seen := make(map[*Param]bool, len(params))
@@ -175,15 +185,15 @@ func BuildGroups(params []*Param, cfg GroupConfig) ([]*Group, error) {
 // GlobalNorm is the L2 norm of all gradients together, computed in one
 // kernel on their backend.
 func GlobalNorm(params []*Param) float64 {
-	be := mustBackend(params)
+	be, k := mustBackend(params)
 	if be == nil {
 		return 0
 	}
-	if dk, ok := twin(be); ok {
+	if dk := k.Device; dk != nil {
 		return readScalar(be, func(norm backend.Buffer) { dk.GradNorm(gradients(params), norm) })
 	}
 	var n float64
-	launch(be, func(v backend.View) { n = globalNorm(v, params) })
+	k.Host.RunHost(func(v backend.View) { n = globalNorm(v, params) })
 	return n
 }
 
@@ -206,17 +216,17 @@ func ClipCoef(norm, maxNorm float64) float64 {
 // ScaleGrads multiplies every gradient by c (in float32, as the
 // reference), in one kernel on their backend.
 func ScaleGrads(params []*Param, c float64) {
-	be := mustBackend(params)
+	be, k := mustBackend(params)
 	if c == 1 || be == nil {
 		return
 	}
-	if _, ok := twin(be); ok {
+	if k.Device != nil {
 		for _, p := range params {
 			be.Axpby(float32(c), p.Gradient, 0, p.Gradient) // y = c·x: scaleGrads's g *= c
 		}
 		return
 	}
-	launch(be, func(v backend.View) { scaleGrads(v, params, c) })
+	k.Host.RunHost(func(v backend.View) { scaleGrads(v, params, c) })
 }
 
 func scaleGrads(v backend.View, params []*Param, c float64) {
@@ -238,15 +248,15 @@ func scaleGrads(v backend.View, params []*Param, c float64) {
 // the gradients' backend; ClipGrads is the same kernel for a caller that
 // does not read the norm, so that a device never has to send it back.
 func ClipGradNorm(params []*Param, maxNorm float64) float64 {
-	be := mustBackend(params)
+	be, k := mustBackend(params)
 	if be == nil {
 		return 0
 	}
-	if dk, ok := twin(be); ok {
+	if dk := k.Device; dk != nil {
 		return readScalar(be, func(norm backend.Buffer) { dk.ClipGrads(gradients(params), maxNorm, norm) })
 	}
 	var n float64
-	launch(be, func(v backend.View) {
+	k.Host.RunHost(func(v backend.View) {
 		n = globalNorm(v, params)
 		scaleGrads(v, params, ClipCoef(n, maxNorm))
 	})
@@ -255,8 +265,8 @@ func ClipGradNorm(params []*Param, maxNorm float64) float64 {
 
 // ClipGrads is ClipGradNorm without reading the norm back.
 func ClipGrads(params []*Param, maxNorm float64) {
-	if be := mustBackend(params); be != nil {
-		if dk, ok := twin(be); ok {
+	if be, k := mustBackend(params); be != nil {
+		if dk := k.Device; dk != nil {
 			dk.ClipGrads(gradients(params), maxNorm, backend.Buffer{})
 			return
 		}
@@ -266,8 +276,8 @@ func ClipGrads(params []*Param, maxNorm float64) {
 
 // ZeroGrad clears every gradient in place, on its backend.
 func ZeroGrad(params []*Param) {
-	if be, err := backendOf(params); err == nil && be != nil {
-		if dk, ok := twin(be); ok {
+	if be, k, err := backendOf(params); err == nil && be != nil {
+		if dk := k.Device; dk != nil {
 			dk.ZeroGrads(gradients(params))
 			return
 		}
@@ -280,12 +290,12 @@ func ZeroGrad(params []*Param) {
 
 // mustBackend is backendOf for the package's free functions, whose
 // parameters come from one model: a mix of backends is a programming error.
-func mustBackend(params []*Param) backend.Backend {
-	be, err := backendOf(params)
+func mustBackend(params []*Param) (backend.Backend, Kernels) {
+	be, k, err := backendOf(params)
 	if err != nil {
 		panic(err)
 	}
-	return be
+	return be, k
 }
 
 // Optimizer updates parameters from their gradients.

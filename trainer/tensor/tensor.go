@@ -44,7 +44,7 @@ var hostBackend = cpu.New()
 
 // CPU returns the CPU backend that New, Zeros and the model's initial
 // weights live on: the run's backend for --device cpu.
-func CPU() backend.Backend { return hostBackend }
+func CPU() backend.HostBackend { return hostBackend }
 
 // New wraps data (not copied) as a tensor of the given shape on the CPU
 // backend. It panics when len(data) differs from the shape's element count.

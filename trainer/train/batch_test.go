@@ -23,7 +23,7 @@ func firstBatch(t *testing.T, src *pipeline.ShardSource, cats []shard.Category, 
 	t.Helper()
 	cfg := tinyConfig(1)
 	cfg.Device, cfg.Batch = dev, 2
-	tr := &trainer{opt: Options{Config: cfg, Train: Local(src), Categories: cats, Out: t.TempDir(), Backend: be}, log: discardLogger()}
+	tr := &trainer{opt: Options{Config: cfg, Train: Local(src), Categories: cats, Out: t.TempDir(), Backend: deviceOf(be)}, log: discardLogger()}
 	if err := tr.setup(); err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestLossWithoutLossKernel(t *testing.T) {
 	tr, rec := firstBatch(t, src, cats, "emu", nil)
 	defer rec.Release()
 	var db deviceBatch
-	x, tg, err := db.upload(tr.be, rec)
+	x, tg, err := db.upload(tr.dev, rec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestLossWithoutLossKernel(t *testing.T) {
 		warn := func(string, ...any) { runs[k].warns++ }
 		for range 2 {
 			t0 := be.Transfers()
-			sl, err := dl.run(be, crit, geometry(mo, tr.cfg.Classes), outs, tg, warn)
+			sl, err := dl.run(deviceOf(be), crit, geometry(mo, tr.cfg.Classes), outs, tg, warn)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -74,11 +74,11 @@ func TestDeferredLossReadsLikeDownload(t *testing.T) {
 		t.Fatal(err)
 	}
 	fe := &fetchingEmu{Backend: cpu.NewEmulated(), t: t}
-	_, err := Run(context.Background(), Options{Config: cfg, Train: Local(src), Categories: cats, Out: b, Backend: fe, StopAfterIterations: 2})
+	_, err := Run(context.Background(), Options{Config: cfg, Train: Local(src), Categories: cats, Out: b, Backend: deviceOf(fe), StopAfterIterations: 2})
 	if !errors.Is(err, ErrInterrupted) {
 		t.Fatalf("split run: %v, want ErrInterrupted", err)
 	}
-	if _, err := Run(context.Background(), Options{Train: Local(src), Out: b, Resume: true, Backend: fe}); err != nil {
+	if _, err := Run(context.Background(), Options{Train: Local(src), Out: b, Resume: true, Backend: deviceOf(fe)}); err != nil {
 		t.Fatal(err)
 	}
 	sameRun(t, a, b)
@@ -118,6 +118,6 @@ func TestDeferredLossRefusesNonFinite(t *testing.T) {
 			t.Errorf("%d steps with NaN weights: %v, want iteration 0's NaN loss refused", iters, err)
 		}
 		gs.drop()
-		gs.batch.release(tr.be)
+		gs.batch.release(tr.dev)
 	}
 }

@@ -19,7 +19,6 @@ import (
 	"github.com/segpipe/segpipe/internal/atomicfile"
 	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/pipeline/order"
-	"github.com/segpipe/segpipe/trainer/loss"
 	"github.com/segpipe/segpipe/trainer/model"
 	"github.com/segpipe/segpipe/trainer/predict"
 	"github.com/segpipe/segpipe/trainer/tensor"
@@ -134,7 +133,7 @@ func batchDigest(t *testing.T, r arrow.RecordBatch) string {
 		t.Fatal(err)
 	}
 	h.Write(img.Data)
-	tg, err := loss.TargetsFromRecord(r)
+	tg, err := batch.InstancesOf(r)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,23 +3,23 @@ package train
 import (
 	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/pipeline/order"
+	"github.com/segpipe/segpipe/trainer/device"
 	"github.com/segpipe/segpipe/trainer/model"
-	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
 
 // HostMemory estimates the host memory the model of a run holds while it
-// trains on be, beside its loaders (model.TrainingBytes): on a backend
+// trains on d, beside its loaders (model.TrainingBytes): on a device
 // whose kernels run on the host (cpu, emu) the weights with their
 // gradients and optimiser state and a batch's activations; on a device
 // (cuda) these live in device memory and the host keeps two fp32 copies
 // of the weights (the EMA and a checkpoint being written). classes is the
 // run's class count (Config.Classes, or the shard set's).
-func HostMemory(cfg Config, be backend.Backend, classes int) (int64, error) {
+func HostMemory(cfg Config, d *device.Device, classes int) (int64, error) {
 	m, err := model.Describe(model.Config{Variant: cfg.Variant, Classes: classes})
 	if err != nil {
 		return 0, err
 	}
-	if _, host := be.(backend.HostKernels); !host {
+	if !d.Host {
 		return 8 * m.NumParams(), nil
 	}
 	return m.TrainingBytes(cfg.Batch, cfg.Imgsz)

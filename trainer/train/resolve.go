@@ -145,7 +145,7 @@ func Resolve(inv Invocation) (Resolved, error) {
 			return Resolved{}, err
 		}
 	}
-	be, err := device.OpenPrecision(cfg.Device, cfg.Precision)
+	dev, err := device.OpenPrecision(cfg.Device, cfg.Precision)
 	if err != nil {
 		if !r.Options.Resume {
 			// A fresh run names its device: one this host lacks is
@@ -164,6 +164,6 @@ func Resolve(inv Invocation) (Resolved, error) {
 		r.Options.Out = inv.Out
 	}
 	cfg.Shards, cfg.ValShards, cfg.Remote = r.Shards, r.ValShards, r.Remote
-	r.Options.Config, r.Options.Backend = cfg, be
+	r.Options.Config, r.Options.Backend = cfg, dev
 	return r, nil
 }

@@ -87,7 +87,7 @@ func trainSteps(t *testing.T, src *pipeline.ShardSource, cats []shard.Category, 
 	t.Helper()
 	cfg := tinyConfig(1)
 	cfg.Device, cfg.Batch, cfg.NBS = "emu", 2, 4
-	tr := &trainer{opt: Options{Config: cfg, Train: Local(src), Categories: cats, Out: t.TempDir()}, log: discardLogger(), be: be}
+	tr := &trainer{opt: Options{Config: cfg, Train: Local(src), Categories: cats, Out: t.TempDir()}, log: discardLogger(), dev: deviceOf(be)}
 	if err := tr.setup(); err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func trainSteps(t *testing.T, src *pipeline.ShardSource, cats []shard.Category, 
 			after(&gs)
 		}
 	}
-	gs.batch.release(tr.be)
+	gs.batch.release(tr.dev)
 	return losses, moved, &gs
 }
 
@@ -143,12 +143,12 @@ func TestStagedStepsLikeUploaded(t *testing.T) {
 		image := func(i int, tr *trainer, rec arrow.RecordBatch) arrow.RecordBatch {
 			if i == 0 {
 				var db deviceBatch
-				x, _, err := db.upload(tr.be, rec)
+				x, _, err := db.upload(tr.dev, rec)
 				if err != nil {
 					t.Fatal(err)
 				}
 				runs[k].image = x.ToHost(nil)
-				db.release(tr.be)
+				db.release(tr.dev)
 			}
 			return rec
 		}

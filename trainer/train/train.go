@@ -54,10 +54,12 @@ type Options struct {
 	// later resumes stay there. Checkpoints and state have one format on
 	// every backend. Empty keeps the run's device.
 	Device string
-	// Backend, when set, is the device to train on instead of opening the
-	// one the config names, which must be its kind (Backend.Name()): for
-	// a caller that holds a device already. The run does not close it.
-	Backend backend.Backend
+	// Backend, when set, is the opened device to train on instead of
+	// opening the one the config names, which must be its kind
+	// (Backend.Name()): for a caller that holds a device already
+	// (Resolve's, or a test's device.Host of a wrapper). The run does not
+	// close it.
+	Backend *device.Device
 	// NewProgress starts an epoch's progress display (nil: none).
 	NewProgress func(what string, total int) Progress
 	Logger      *slog.Logger
@@ -105,7 +107,8 @@ type trainer struct {
 	cfg    Config
 	log    *slog.Logger
 	m, em  *model.Model
-	be     backend.Backend
+	dev    *device.Device
+	be     backend.Backend // dev.Backend
 	host   *hostState
 	params []*optim.Param
 	state  []backend.Buffer // the model's state tensors, which the EMA averages
@@ -183,9 +186,10 @@ func Run(ctx context.Context, opt Options) (*Summary, error) {
 			args := []any{"device", t.be.Name(),
 				"uploads", x.Uploads / int64(n), "upload_bytes", x.UploadBytes / int64(n),
 				"downloads", x.Downloads / int64(n), "download_bytes", x.DownloadBytes / int64(n)}
-			if _, ok := t.be.(backend.Stager); ok {
-				// The device's own wait for data: its idle time between
-				// one batch's step and the next's, copies included.
+			if t.dev.Fetcher != nil {
+				// A device running beside the host: its own wait for
+				// data, its idle time between one batch's step and the
+				// next's, copies included.
 				args = append(args, "device_wait_ms", r4(t.waited.Seconds()*1e3/float64(n)))
 			}
 			t.log.Info("device traffic per iteration", args...)
@@ -237,14 +241,15 @@ func (t *trainer) setup() error {
 	if t.em, err = model.New(mcfg); err != nil {
 		return err
 	}
-	if t.be == nil { // tests bring their own wrappers of a device
-		t.be = opt.Backend
+	if t.dev == nil { // tests bring their own wrappers of a device
+		t.dev = opt.Backend
 	}
-	if t.be == nil {
-		if t.be, err = device.OpenPrecision(t.cfg.Device, t.cfg.Precision); err != nil {
+	if t.dev == nil {
+		if t.dev, err = device.OpenPrecision(t.cfg.Device, t.cfg.Precision); err != nil {
 			return fmt.Errorf("train: %w", err)
 		}
 	}
+	t.be = t.dev.Backend
 	t.m.To(t.be)
 	t.em.To(t.be)
 	if t.cfg.Weights != "" && !opt.Resume {
@@ -260,7 +265,7 @@ func (t *trainer) setup() error {
 		norm[bn.Prefix+".weight"] = true
 	}
 	for _, p := range t.m.Params() {
-		t.params = append(t.params, &optim.Param{Name: p.Name, Shape: p.Shape, Backend: t.be,
+		t.params = append(t.params, &optim.Param{Name: p.Name, Shape: p.Shape, Backend: t.be, Kernels: t.dev.Optim,
 			Value: p.Value.Buffer(), Gradient: p.Value.GradBuffer(), Norm: norm[p.Name]})
 	}
 	var avg []backend.Buffer
@@ -273,7 +278,7 @@ func (t *trainer) setup() error {
 	if err := t.buildOptimizer(); err != nil {
 		return err
 	}
-	if t.ema, err = optim.NewEMAOn(t.be, avg, t.state); err != nil {
+	if t.ema, err = optim.NewEMAOn(t.be, t.dev.Optim, avg, t.state); err != nil {
 		return err
 	}
 	t.ema.Tau = t.cfg.EMATau
@@ -364,7 +369,7 @@ func (t *trainer) epoch(ctx context.Context, ld pipeline.Batches, e int) (Epoch,
 	}
 	tp := tensor.NewTape(t.be)
 	var gs gradSet
-	defer gs.batch.release(t.be)
+	defer gs.batch.release(t.dev)
 	defer gs.drop()
 	// stop saves the partial epoch once the latest loss is in it.
 	stop := func(cause error) error {
@@ -373,7 +378,7 @@ func (t *trainer) epoch(ctx context.Context, ld pipeline.Batches, e int) (Epoch,
 		}
 		return t.interrupt(&p, &ep, elapsed, cause)
 	}
-	x0, i0, w0 := t.be.Transfers(), t.iters, stageIdle(t.be)
+	x0, i0, w0 := t.be.Transfers(), t.iters, t.dev.Stager.StageIdle()
 	for {
 		if err := ctx.Err(); err != nil {
 			return ep, stop(err)
@@ -428,8 +433,8 @@ func (t *trainer) epoch(ctx context.Context, ld pipeline.Batches, e int) (Epoch,
 		return ep, err
 	}
 	t.crossed, t.crossedIters = x0.Since(t.be.Transfers()), t.iters-i0
-	gs.batch.release(t.be) // validation may want the staging memory
-	t.waited = stageIdle(t.be) - w0
+	gs.batch.release(t.dev) // validation may want the staging memory
+	t.waited = t.dev.Stager.StageIdle() - w0
 	if prog != nil {
 		prog.Finish()
 	}
@@ -468,7 +473,7 @@ func (t *trainer) epoch(ctx context.Context, ld pipeline.Batches, e int) (Epoch,
 func (t *trainer) step(tp *tensor.Tape, r arrow.RecordBatch, e int, gs *gradSet, ep *Epoch) (int, error) {
 	// The one upload of the batch: images as uint8, widened on the
 	// backend, and the loss targets.
-	x, tg, err := gs.batch.upload(t.be, r)
+	x, tg, err := gs.batch.upload(t.dev, r)
 	if err != nil {
 		return 0, err
 	}
@@ -486,7 +491,7 @@ func (t *trainer) step(tp *tensor.Tape, r arrow.RecordBatch, e int, gs *gradSet,
 		mo.One2One.Boxes, mo.One2One.Scores, mo.One2One.MaskCoefficients, mo.Proto, mo.Semseg}
 	// The loss runs on the backend as one fused kernel; its gradients
 	// are the backward seeds and only its items and total come down.
-	sl, err := gs.loss.run(t.be, t.crit, geometry(mo, t.cfg.Classes), outs, tg, t.log.Warn)
+	sl, err := gs.loss.run(t.dev, t.crit, geometry(mo, t.cfg.Classes), outs, tg, t.log.Warn)
 	if err != nil {
 		tp.Reset()
 		return 0, err

@@ -10,9 +10,9 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 
+	"github.com/segpipe/segpipe/formats/batch"
 	"github.com/segpipe/segpipe/formats/shard"
 	"github.com/segpipe/segpipe/pipeline"
-	"github.com/segpipe/segpipe/trainer/loss"
 	"github.com/segpipe/segpipe/trainer/model"
 	"github.com/segpipe/segpipe/trainer/predict"
 )
@@ -65,7 +65,7 @@ func TestValidateIgnoresCrowdRegions(t *testing.T) {
 	vc := ValConfig{Imgsz: 64, Batch: 4, Workers: 1, Conf: 0.001, MaxDet: 300}
 	crowdSeen := 0
 	infer := func(rec arrow.RecordBatch) ([][]model.Detection, [][]float32, error) {
-		tg, err := loss.TargetsFromRecord(rec)
+		tg, err := batch.InstancesOf(rec)
 		if err != nil {
 			return nil, nil, err
 		}

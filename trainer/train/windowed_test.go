@@ -96,7 +96,7 @@ func TestWindowedStepsLikeDense(t *testing.T) {
 	var extra []int64 // per step: table + window bytes − stack bytes
 	var grown, withInstances int
 	we := &windowingEmu{stagingEmu: stagingEmu{Backend: cpu.NewEmulated(), t: t}}
-	if !ExpandsWindows(we) {
+	if !ExpandsWindows(deviceOf(we)) {
 		t.Fatal("ExpandsWindows is false for a staging window expander")
 	}
 	var stack backend.Buffer
@@ -188,14 +188,15 @@ func TestWindowedBatchRefused(t *testing.T) {
 				be = &windowingEmu{stagingEmu: stagingEmu{Backend: cpu.NewEmulated(), t: t}}
 			}
 			var db deviceBatch
-			_, _, err := db.upload(be, win)
+			d := deviceOf(be)
+			_, _, err := db.upload(d, win)
 			if err == nil || !strings.Contains(err.Error(), bad.want) {
 				t.Errorf("%s, bad %s: upload error %v, want one saying %q", dev, bad.name, err, bad.want)
 			}
 			if we, ok := be.(*windowingEmu); ok && (we.expands != 0 || we.stages != 0) {
 				t.Errorf("%s, bad %s: %d stages and %d expansions queued for a refused batch", dev, bad.name, we.stages, we.expands)
 			}
-			db.release(be)
+			db.release(d)
 		}
 		win.Release()
 	}

@@ -453,7 +453,7 @@ func checkForwardOn(t *testing.T, be *cuda.Backend, tol float64) {
 			}
 			res := be.Alloc(loss.ResultLen)
 			before := be.Transfers()
-			if err := crit.ForwardOn(be, c.out.Geometry, d.out, grads, &d.tg, res); err != nil {
+			if err := crit.ForwardOn(loss.OnDevice(be, New(be)), c.out.Geometry, d.out, grads, &d.tg, res); err != nil {
 				t.Fatal(err)
 			}
 			if tr := before.Since(be.Transfers()); tr.Uploads != 0 || tr.Downloads != 0 || crit.HostRoundTrips() != 0 {

@@ -9,9 +9,8 @@
 // launch API (cuda.Backend.Launch, Addr, Scratch), so the backend knows
 // tensors and launches and nothing of the loss's types.
 //
-// Importing the package registers For with loss.RegisterDeviceKernels, so
-// that loss.ForwardOn on a *cuda.Backend runs on the device; package
-// trainer/device imports it wherever the cuda backend can be opened.
+// trainer/device hands the loss these kernels (loss.OnDevice(be, New(be)))
+// when it opens a cuda device; nothing registers itself.
 package losscuda
 
 import (
@@ -21,8 +20,6 @@ import (
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 	"github.com/segpipe/segpipe/trainer/tensor/cuda"
 )
-
-func init() { loss.RegisterDeviceKernels(For) }
 
 // Kernels is loss.DeviceKernels on one cuda Backend. Its methods queue
 // their kernels on the Backend's compute stream and return; like the
@@ -35,16 +32,6 @@ var _ loss.DeviceKernels = Kernels{}
 
 // New returns the loss kernels on be.
 func New(be *cuda.Backend) Kernels { return Kernels{be: be} }
-
-// For returns the loss kernels of be when it is a *cuda.Backend: the
-// lookup loss.ForwardOn makes through loss.RegisterDeviceKernels.
-func For(be backend.Backend) (loss.DeviceKernels, bool) {
-	cb, ok := be.(*cuda.Backend)
-	if !ok {
-		return nil, false
-	}
-	return New(cb), true
-}
 
 // orPanic turns a launch error into the panic of a failed device call.
 func orPanic(op string, err error) {

@@ -384,3 +384,11 @@ type BatchNormActivator interface {
 	// written as by BatchNormBackwardAct.
 	BatchNormEvalBackwardAct(p BN, x, dy, gamma, beta, mean, variance, dx, dgamma, dbeta Buffer, writeDx bool)
 }
+
+// HostBackend is a backend whose kernels run on host memory it can view
+// (cpu, emu): what trainer/device hands the loss and the optimiser as
+// their host kernels when such a device opens.
+type HostBackend interface {
+	Backend
+	HostKernels
+}

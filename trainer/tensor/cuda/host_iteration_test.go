@@ -12,7 +12,7 @@ import (
 
 	"github.com/segpipe/segpipe/trainer/internal/modelcase"
 	"github.com/segpipe/segpipe/trainer/loss"
-	_ "github.com/segpipe/segpipe/trainer/loss/losscuda" // the loss's device kernels
+	"github.com/segpipe/segpipe/trainer/loss/losscuda"
 	"github.com/segpipe/segpipe/trainer/model"
 	"github.com/segpipe/segpipe/trainer/optim"
 	"github.com/segpipe/segpipe/trainer/tensor"
@@ -68,7 +68,7 @@ func hostIteration(tb testing.TB, be *cuda.Backend, b, sz int) func() {
 	}
 	var params []*optim.Param
 	for _, p := range m.Params() {
-		params = append(params, &optim.Param{Name: p.Name, Shape: p.Shape, Backend: be,
+		params = append(params, &optim.Param{Name: p.Name, Shape: p.Shape, Backend: be, Kernels: optim.TwinKernels(be),
 			Value: p.Value.Buffer(), Gradient: p.Value.GradBuffer(), Norm: norm[p.Name]})
 	}
 	var state, avg []backend.Buffer
@@ -83,7 +83,7 @@ func hostIteration(tb testing.TB, be *cuda.Backend, b, sz int) func() {
 		tb.Fatal(err)
 	}
 	opt := optim.NewMuSGD(groups, 0.5, 0.5)
-	ema, err := optim.NewEMAOn(be, avg, state)
+	ema, err := optim.NewEMAOn(be, optim.TwinKernels(be), avg, state)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func hostIteration(tb testing.TB, be *cuda.Backend, b, sz int) func() {
 		for i, f := range mo.Feats {
 			geo.Levels = append(geo.Levels, loss.Level{H: f.Shape[2], W: f.Shape[3], Stride: float32(model.Strides[i])})
 		}
-		if err := crit.ForwardOn(be, geo, ob, gb, &dt, res); err != nil {
+		if err := crit.ForwardOn(loss.OnDevice(be, losscuda.New(be)), geo, ob, gb, &dt, res); err != nil {
 			tb.Fatal(err)
 		}
 		f, err := be.Fetch(res.Slice(0, loss.ResultLen))

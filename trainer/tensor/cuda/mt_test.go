@@ -178,7 +178,7 @@ func TestOptimLaunchesOnHarness(t *testing.T) {
 		for _, p := range r.params {
 			avg, state = append(avg, be.Alloc(p.Value.Len)), append(state, p.Value)
 		}
-		ema, err := optim.NewEMAOn(be, avg, state)
+		ema, err := optim.NewEMAOn(be, optimKernels(be), avg, state)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -86,7 +86,7 @@ func newOptimRun(be backend.Backend, shapes []optimShape) *optimRun {
 		for _, d := range s.shape {
 			n *= d
 		}
-		p := &optim.Param{Name: s.name, Shape: s.shape, Backend: be, Value: be.Alloc(n), Gradient: be.Alloc(n), Norm: s.norm}
+		p := &optim.Param{Name: s.name, Shape: s.shape, Backend: be, Kernels: optimKernels(be), Value: be.Alloc(n), Gradient: be.Alloc(n), Norm: s.norm}
 		be.Upload(p.Value, r.normal(n, 1))
 		r.params = append(r.params, p)
 	}
@@ -327,7 +327,7 @@ func compareOptim(t *testing.T, be backend.Backend) {
 		for _, p := range r.params {
 			avg, state = append(avg, be.Alloc(p.Value.Len)), append(state, p.Value)
 		}
-		ema, err := optim.NewEMAOn(be, avg, state)
+		ema, err := optim.NewEMAOn(be, optimKernels(be), avg, state)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -365,14 +365,9 @@ func TestOptimOnGPU(t *testing.T) {
 	compareOptim(t, openGPUBackend(t))
 }
 
-// hostOnly hides the Backend's device twins: trainer/optim then takes its
-// host round trip, as on a backend without them.
-type hostOnly struct{ backend.Backend }
-
 // TestOptimCrossingsOnHarness counts what one step of each optimiser and
-// one clip move across the host boundary on the harness Backend: nothing
-// through the device twins, the touched state both ways through the host
-// round trip they replace (logged).
+// one clip move across the host boundary on the harness Backend through
+// its device twins: nothing.
 func TestOptimCrossingsOnHarness(t *testing.T) {
 	be, _ := newHarnessBackend(t)
 	shapes := optimShapes(t)
@@ -384,26 +379,29 @@ func TestOptimCrossingsOnHarness(t *testing.T) {
 			UploadBytes: t1.UploadBytes - t0.UploadBytes, DownloadBytes: t1.DownloadBytes - t0.DownloadBytes, Syncs: t1.Syncs - t0.Syncs}
 	}
 	for _, oc := range optimCases {
-		var got [2]backend.Transfers
-		for i, b := range []backend.Backend{be, hostOnly{be}} {
-			r := newOptimRun(b, shapes)
-			groups, err := optim.BuildGroups(r.params, optim.GroupConfig{LR: 0.05, Momentum: 0.9, WeightDecay: 5e-4, Muon: oc.muon})
-			if err != nil {
-				t.Fatal(err)
-			}
-			o := oc.new(groups)
-			r.grads(1)
-			got[i] = count(func() {
-				optim.ClipGrads(r.params, 10)
-				o.Step()
-			})
+		r := newOptimRun(be, shapes)
+		groups, err := optim.BuildGroups(r.params, optim.GroupConfig{LR: 0.05, Momentum: 0.9, WeightDecay: 5e-4, Muon: oc.muon})
+		if err != nil {
+			t.Fatal(err)
 		}
-		t.Logf("%s clip + step over %d parameters: device twins %+v; host round trip %+v", oc.name, len(shapes), got[0], got[1])
-		if got[0] != (backend.Transfers{}) {
-			t.Errorf("%s: the device twins crossed: %+v", oc.name, got[0])
-		}
-		if got[1].Uploads == 0 || got[1].Downloads == 0 {
-			t.Errorf("%s: the host round trip crossed nothing (%+v): is the fallback still taken?", oc.name, got[1])
+		o := oc.new(groups)
+		r.grads(1)
+		got := count(func() {
+			optim.ClipGrads(r.params, 10)
+			o.Step()
+		})
+		t.Logf("%s clip + step over %d parameters: device twins %+v", oc.name, len(shapes), got)
+		if got != (backend.Transfers{}) {
+			t.Errorf("%s: the device twins crossed: %+v", oc.name, got)
 		}
 	}
+}
+
+// optimKernels are the optimiser's kernels trainer/device chooses for be:
+// the Backend's twins, or the CPU reference's Go code through RunHost.
+func optimKernels(be backend.Backend) optim.Kernels {
+	if b, ok := be.(*Backend); ok {
+		return optim.TwinKernels(b)
+	}
+	return optim.HostKernels(be.(backend.HostKernels))
 }
