@@ -33,14 +33,13 @@ func benchCommand() *ucli.Command {
 			"decodes per output image, allocations per batch and peak RSS. --repeat lengthens a\n" +
 			"small dataset (the copies are distinct rows, decoded separately).\n\n" +
 			"Example:\n  segpipe bench --shards shards/coco-tiny --repeat 8 --batch 32 --imgsz 640",
-		Flags: []ucli.Flag{
+		Flags: append([]ucli.Flag{
 			&ucli.StringFlag{Name: "shards", Usage: "shard `DIR` or URL (with manifest.json; s3://, gs://, azblob://, file://)", Required: true},
 			&ucli.IntFlag{Name: "batch", Value: 32, Usage: "images per batch"},
 			&ucli.IntFlag{Name: "imgsz", Value: augment.DefaultImgSz, Usage: "output image side"},
 			&ucli.IntFlag{Name: "workers", Usage: "worker goroutines (0: GOMAXPROCS)"},
 			&ucli.IntFlag{Name: "repeat", Value: 1, Usage: "repeat the dataset R times"},
 			&ucli.IntFlag{Name: "epochs", Value: 1, Usage: "epochs to stream"},
-			augmentFlag("mosaic"),
 			&ucli.BoolFlag{Name: "val", Usage: "validation mode (letterbox only)"},
 			&ucli.Uint64Flag{Name: "seed", Value: 0, Usage: "shuffle and augmentation seed"},
 			&ucli.StringFlag{Name: "cache", Usage: "decoded-image cache `SIZE` (default 512MiB, at most a quarter of --max-memory)"},
@@ -51,7 +50,7 @@ func benchCommand() *ucli.Command {
 			&ucli.StringFlag{Name: "memprofile", Usage: "write a heap profile to `FILE` after the last batch, before the loader closes"},
 			strictFlag(),
 			runDirFlag(),
-		},
+		}, augmentFlags()...),
 		Action: func(ctx context.Context, c *ucli.Command) error {
 			var cache int64
 			if c.IsSet("cache") {
@@ -63,7 +62,7 @@ func benchCommand() *ucli.Command {
 			}
 			a := augment.DefaultConfig()
 			a.ImgSz = int(c.Int("imgsz"))
-			a.Mosaic = c.Float("mosaic")
+			readAugment(c, &a)
 			cfg := pipeline.Config{
 				BatchSize: int(c.Int("batch")), Workers: int(c.Int("workers")),
 				Start: order.State{Seed: c.Uint64("seed")}, Epochs: int(c.Int("epochs")),

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"reflect"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
@@ -21,27 +20,17 @@ import (
 // batchFlags are the loader settings of the commands that make batches
 // locally (dump, preview).
 func batchFlags(batchSize int) []ucli.Flag {
-	return []ucli.Flag{
+	flags := []ucli.Flag{
 		&ucli.StringFlag{Name: "shards", Usage: "shard `DIR` or URL (with manifest.json; s3://, gs://, azblob://, file://)", Required: true},
 		&ucli.IntFlag{Name: "batch", Value: batchSize, Usage: "images per batch"},
 		&ucli.IntFlag{Name: "imgsz", Value: augment.DefaultImgSz, Usage: "output image side"},
 		&ucli.Uint64Flag{Name: "seed", Usage: "shuffle and augmentation seed"},
 		&ucli.IntFlag{Name: "epoch", Usage: "epoch to draw batches from"},
-		augmentFlag("mosaic"),
 		&ucli.BoolFlag{Name: "val", Usage: "validation mode (letterbox only)"},
 		&ucli.IntFlag{Name: "workers", Usage: "worker goroutines (0: GOMAXPROCS)"},
 		strictFlag(),
 	}
-}
-
-// augmentFlag is the flag of a float augmentation setting, with the
-// table's default and usage (augment.Config).
-func augmentFlag(name string) ucli.Flag {
-	s, ok := augment.Lookup(name)
-	if !ok || s.Kind != reflect.Float64 {
-		panic("augmentFlag: no float setting " + name) // a mistake in this file
-	}
-	return &ucli.FloatFlag{Name: name, Value: s.Default.(float64), Usage: s.Usage}
+	return append(flags, augmentFlags()...)
 }
 
 // strictFlag is --strict of the commands that run a loader.
@@ -74,7 +63,7 @@ func reportSkips(c *ucli.Command, w io.Writer, s pipeline.SkipSummary) error {
 func batchConfig(c *ucli.Command) (pipeline.Config, error) {
 	a := augment.DefaultConfig()
 	a.ImgSz = int(c.Int("imgsz"))
-	a.Mosaic = c.Float("mosaic")
+	readAugment(c, &a)
 	cfg := pipeline.Config{
 		BatchSize: int(c.Int("batch")), Workers: int(c.Int("workers")), Val: c.Bool("val"), Augment: a,
 		Start: order.State{Seed: c.Uint64("seed"), Epoch: int(c.Int("epoch"))}, Strict: c.Bool("strict"),

@@ -22,8 +22,8 @@ import (
 )
 
 // trainFlagUsage documents the flags derived from train.Config keys
-// (flag name = key with '-' for '_'); an augmentation setting's is the
-// augmentation table's (flagUsage).
+// (flag name = key with '-' for '_'); the augmentation settings' flags are
+// the table's (augmentFlags).
 var trainFlagUsage = map[string]string{
 	"variant":         "model scale n, s, m, l or x",
 	"classes":         "class count (0: from the shards' categories)",
@@ -54,14 +54,6 @@ var trainFlagUsage = map[string]string{
 }
 
 func flagOf(key string) string { return strings.ReplaceAll(key, "_", "-") }
-
-// flagUsage is the help of a config key's flag.
-func flagUsage(key string) string {
-	if s, ok := augment.Lookup(key); ok {
-		return s.Usage
-	}
-	return trainFlagUsage[flagOf(key)]
-}
 
 // valueKind names what a config key takes, for --help: the flags are read
 // as text and parsed by Config.Set (so that a flag overrides --config
@@ -102,9 +94,12 @@ func trainCommand() *ucli.Command {
 		maxMemoryFlag(),
 	}
 	for _, k := range train.Keys() {
-		f := flagOf(k)
-		flags = append(flags, &ucli.StringFlag{Name: f, Value: defJSON[k], Usage: flagUsage(k) + valueKind(def, k)})
+		if _, ok := augment.Lookup(k); !ok {
+			f := flagOf(k)
+			flags = append(flags, &ucli.StringFlag{Name: f, Value: defJSON[k], Usage: trainFlagUsage[f] + valueKind(def, k)})
+		}
 	}
+	flags = append(flags, augmentFlags()...)
 	return &ucli.Command{
 		Name:      "train",
 		Usage:     "train a YOLO26-seg model on shards (CPU, or a GPU with --device cuda)",
@@ -161,7 +156,10 @@ func runTrain(ctx context.Context, c *ucli.Command) error {
 		Settings: map[string]string{}}
 	for _, k := range append(train.Keys(), "shards", "val_shards", "remote") {
 		if f := flagOf(k); c.IsSet(f) {
-			inv.Settings[k] = c.String(f)
+			// As text, which Config.Set parses as a config file's value:
+			// an augmentation flag is typed (augmentFlags), and %v
+			// writes a float64 so that it parses back to itself.
+			inv.Settings[k] = fmt.Sprint(c.Value(f))
 		}
 	}
 	r, err := train.Resolve(inv)

@@ -16,12 +16,16 @@ import (
 //
 // Config is the one table of the augmentation settings. Every field but
 // ImgSz is a setting, and its tags say everything the rest of the project
-// needs to know about it, so that adding a setting is adding a field here:
+// needs to know about it, so that adding a setting is adding a field here
+// and the code that applies it (with its test), nothing else:
 //
 //   - json: its name, the same in a loader request's "augment" object
-//     (pipeline/remote), in `segpipe train`'s config and flags when the
-//     trainer exposes it (trainer/train), and in the Python package
-//     (python/segpipe/_augment.py, generated from this table);
+//     (pipeline/remote), in a training run's config and config.json
+//     (trainer/train's Config embeds this one), in the flags of every
+//     command that makes or trains on batches ('-' for '_': cli's
+//     augmentFlags), and in the Python package (python/segpipe/_augment.py,
+//     generated from this table; the Ultralytics adapter passes on each
+//     setting Ultralytics also has);
 //   - default: its value in DefaultConfig, as Go source would spell it;
 //   - max: for a float64 setting, the largest value Validate accepts (the
 //     smallest is 0; "inf" for no bound); uint8 and bool settings take

@@ -19,11 +19,15 @@ overlap_mask=False (which this trainer sets), ``sem_masks`` (N,Hp,Wp),
 
 Supported Ultralytics releases: ULTRALYTICS_REQUIREMENT (8.4.2, the floor, and
 the newest 8.4.x are tested; check_version tells whether the installed one is
-in the range). Augmentation runs in the server: mosaic, degrees, translate,
-scale, shear, perspective, hsv_h/s/v and fliplr are passed on; flipud, mixup,
-cutmix, copy_paste, bgr, rect, cache, fraction, classes, single_cls, cls_pw,
-augmentations and save_txt have no segpipe counterpart, and a non-default
-value is refused rather than silently ignored, as is batch < 1 (AutoBatch).
+in the range). Augmentation runs in the server: every setting of segpipe's
+augmentation table (segpipe._augment, generated from the Go table) that is
+also an Ultralytics hyper-parameter is passed on under its name (today mosaic,
+degrees, translate, scale, shear, perspective, hsv_h/s/v and fliplr:
+augment_settings); the other Ultralytics settings with no segpipe counterpart
+(flipud, mixup, cutmix, copy_paste, bgr, rect, cache, fraction, classes,
+single_cls, cls_pw, augmentations, save_txt: unsupported_settings) are refused
+at a non-default value rather than silently ignored, as is batch < 1
+(AutoBatch).
 
 Distributed training: each process streams its share of an epoch as global
 rank r of the world (torch.distributed's rank and size, else RANK and
@@ -46,10 +50,12 @@ from typing import Any, Callable, Iterator
 
 import torch
 from ultralytics import __version__ as _ul_version
+from ultralytics.cfg import DEFAULT_CFG_DICT
 from ultralytics.engine.validator import BaseValidator
 from ultralytics.models.yolo.segment import SegmentationTrainer, SegmentationValidator
 from ultralytics.utils import LOGGER
 
+from ._augment import AUGMENT_TYPES
 from .dist import rank_and_world
 from .request import Request, RequestError, ResumeState, Source, even_batches, rank_batches
 
@@ -61,11 +67,11 @@ ULTRALYTICS_BELOW = (8, 5)
 #: The range as a version specifier (kept under its old name for callers).
 ULTRALYTICS_VERSION = ">=8.4.2,<8.5"
 
-# Ultralytics hyper-parameters the server's augmenter implements, same names.
-_AUGMENT = ("mosaic", "degrees", "translate", "scale", "shear", "perspective", "hsv_h", "hsv_s", "hsv_v", "fliplr")
-# Settings with no segpipe counterpart, and the value that means "off" (a
-# setting this Ultralytics release does not have reads as off).
-_UNSUPPORTED = {
+# Ultralytics settings segpipe may have no counterpart for, and the value that
+# means "off" (a setting this Ultralytics release does not have reads as off).
+# Those the augmentation table (AUGMENT_TYPES) has are passed on instead
+# (unsupported_settings): a setting added to the table needs no change here.
+_NO_COUNTERPART = {
     "flipud": 0.0,
     "mixup": 0.0,
     "cutmix": 0.0,
@@ -80,6 +86,24 @@ _UNSUPPORTED = {
     "augmentations": None,  # albumentations transforms run in Ultralytics' dataset
     "save_txt": False,  # the validator names label files after image files, which a stream has none of
 }
+
+# The Python type of each kind of setting in AUGMENT_TYPES.
+_KIND_TYPES = {"float": float, "uint8": int, "bool": bool}
+
+
+def augment_settings(args: Any) -> dict:
+    """The server's augmentation settings for Ultralytics arguments ``args``:
+    each setting of segpipe's table (AUGMENT_TYPES) that is also a setting of
+    the installed Ultralytics (DEFAULT_CFG_DICT), same name, as the table's
+    type. The table's settings Ultralytics lacks (fill, the candidate rule,
+    keep_crowd) keep the server's defaults."""
+    return {k: _KIND_TYPES[kind](getattr(args, k)) for k, kind in AUGMENT_TYPES.items() if k in DEFAULT_CFG_DICT}
+
+
+def unsupported_settings() -> dict:
+    """The Ultralytics settings segpipe has no counterpart for, each with its
+    "off" value: the trainer refuses any other value."""
+    return {k: off for k, off in _NO_COUNTERPART.items() if k not in AUGMENT_TYPES}
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
@@ -491,7 +515,7 @@ class SegpipeSegmentationTrainer(SegmentationTrainer):
                 f"batch={b!r}: AutoBatch (batch -1 or a fraction of the GPU memory) sizes the batch on Ultralytics' "
                 "own dataset, which a segpipe source does not have; give a whole number of images (e.g. batch=16)"
             )
-        for k, off in _UNSUPPORTED.items():
+        for k, off in unsupported_settings().items():
             v = getattr(self.args, k, off)
             if v != off and not (k == "cache" and v in (None, "False", "false")):
                 raise RequestError(f"{k}={v!r} has no segpipe counterpart; leave it at {off!r}")
@@ -537,7 +561,7 @@ class SegpipeSegmentationTrainer(SegmentationTrainer):
                 )
         elif world > 1 and not validator_gathers():
             r, world, idle = 0, 1, r != 0
-        aug = {k: float(getattr(self.args, k)) for k in _AUGMENT}
+        aug = augment_settings(self.args)
         return self.loader_class(
             self.segpipe_source,
             dataset_path,

@@ -312,5 +312,62 @@ class LoaderCountsTest(unittest.TestCase):
         self.assertFalse(validator_gathers(BaseValidator))
 
 
+class AugmentSettingsTest(unittest.TestCase):
+    """The augmentation settings the trainer passes on come from segpipe's
+    table (segpipe._augment, generated from augment.Config): a setting added
+    there that Ultralytics also has is passed on, and no longer refused,
+    with no change to the adapter."""
+
+    @classmethod
+    def setUpClass(cls):
+        require_ultralytics()
+
+    def args(self, **overrides):
+        from ultralytics.cfg import DEFAULT_CFG, get_cfg
+
+        return get_cfg(DEFAULT_CFG, dict(overrides, batch=16))
+
+    def test_table_settings_ultralytics_has_are_passed_on(self):
+        from ultralytics.cfg import DEFAULT_CFG_DICT
+
+        from segpipe._augment import AUGMENT_TYPES
+        from segpipe.ultralytics import augment_settings
+
+        got = augment_settings(self.args(degrees=5, fliplr=0.0, hsv_h=0.1))
+        self.assertEqual(set(got), set(AUGMENT_TYPES) & set(DEFAULT_CFG_DICT))
+        today = {"mosaic", "degrees", "translate", "scale", "shear", "perspective", "hsv_h", "hsv_s", "hsv_v", "fliplr"}
+        self.assertLessEqual(today, set(got))
+        self.assertEqual((got["degrees"], got["fliplr"], got["hsv_h"]), (5.0, 0.0, 0.1))
+        self.assertIs(type(got["degrees"]), float, "an int argument goes to the server as the table's float")
+        for k in ("fill", "min_side", "min_area", "max_aspect", "keep_crowd"):
+            self.assertNotIn(k, got, "a setting Ultralytics lacks keeps the server's default")
+
+    def test_setting_added_to_the_table_is_passed_on_not_refused(self):
+        from unittest import mock
+
+        from segpipe.request import RequestError
+        from segpipe.ultralytics import SegpipeSegmentationTrainer, augment_settings, unsupported_settings
+
+        def check(args):
+            SegpipeSegmentationTrainer.check_settings(mock.Mock(args=args))
+
+        # Settings refused today (whichever are left once the table grows),
+        # one of each kind, and an Ultralytics integer setting the table lacks.
+        refused = unsupported_settings()
+        f = next((k for k, off in refused.items() if type(off) is float and off == 0.0), None)
+        b = next((k for k, off in refused.items() if off is False and k != "cache"), None)
+        if f is None or b is None:
+            self.skipTest("no float and bool setting left without a segpipe counterpart")
+        with self.assertRaisesRegex(RequestError, f):
+            check(self.args(**{f: 0.5}))
+        added = {f: "float", b: "bool", "nbs": "uint8"}
+        with mock.patch.dict("segpipe._augment.AUGMENT_TYPES", added):
+            check(self.args(**{f: 0.5, b: True}))
+            self.assertNotIn(f, unsupported_settings())
+            got = augment_settings(self.args(**{f: 0.5, b: True, "nbs": 64}))
+            self.assertEqual((got[f], got[b], got["nbs"]), (0.5, True, 64))
+            self.assertEqual((type(got[f]), type(got[b]), type(got["nbs"])), (float, bool, int))
+        self.assertNotIn(f, augment_settings(self.args()))
+
 if __name__ == "__main__":
     unittest.main()

@@ -60,19 +60,17 @@ type Config struct {
 	ClipNorm       float64 `json:"clip_norm"`
 	EMATau         float64 `json:"ema_tau"`
 
-	// Augmentation: the loader settings a run exposes. A field whose key
-	// is the name of an augment.Setting is that setting: its default is
-	// augment.DefaultConfig's and the loader gets its value (Augment), so
-	// exposing another setting is adding its field here. The settings
-	// not listed keep their defaults.
-	Mosaic      float64 `json:"mosaic"`
-	CloseMosaic int     `json:"close_mosaic"`
-	FlipLR      float64 `json:"fliplr"`
-	HSVH        float64 `json:"hsv_h"`
-	HSVS        float64 `json:"hsv_s"`
-	HSVV        float64 `json:"hsv_v"`
-	Scale       float64 `json:"scale"`
-	Translate   float64 `json:"translate"`
+	// The embedded augment.Config is the loader's augmentation settings
+	// (the one table of them), under their own keys: a setting added to
+	// the table is a key and a flag of every run. Imgsz above is the
+	// canvas side; the embedded ImgSz is not a key and Augment fills it.
+	augment.Config
+	// CloseMosaic turns mosaic off for the last CloseMosaic epochs.
+	CloseMosaic int `json:"close_mosaic"`
+	// noAugmentJSON keeps augment.Config.UnmarshalJSON, which reads a
+	// loader request's object, from being promoted: a config, and the run
+	// directory's config.json that embeds it, decode field by field.
+	noAugmentJSON
 
 	// Validation: score threshold and detections kept per image.
 	Conf   float64 `json:"conf"`
@@ -90,50 +88,31 @@ type Config struct {
 // variant-n run at 640; the augmentation settings are the loader's
 // (augment.DefaultConfig).
 func DefaultConfig() Config {
-	c := Config{
+	a := augment.DefaultConfig()
+	a.ImgSz = 0 // Imgsz is the run's
+	return Config{
 		Variant: "n", Epochs: 100, Batch: 16, Imgsz: augment.DefaultImgSz, Device: "cpu",
 		Optimizer: "auto", LR0: 0.01, LRF: 0.01, Momentum: 0.937, WeightDecay: 0.0005,
 		WarmupEpochs: 3, WarmupMomentum: 0.8, WarmupBiasLR: 0.1, NBS: 64, ClipNorm: 10, EMATau: 2000,
-		CloseMosaic: 10, Conf: 0.001, MaxDet: 300,
+		Config: a, CloseMosaic: 10, Conf: 0.001, MaxDet: 300,
 	}
-	a := augment.DefaultConfig()
-	v := reflect.ValueOf(&c).Elem()
-	for _, f := range augmentFields {
-		v.Field(f.index).Set(reflect.ValueOf(a.Value(f.Setting)).Elem())
-	}
-	return c
 }
 
 // Augment returns the loader's augmentation settings for this config: the
-// defaults, with Imgsz and every setting the config exposes.
+// run's settings at its Imgsz.
 func (c *Config) Augment() augment.Config {
-	a := augment.DefaultConfig()
+	a := c.Config
 	a.ImgSz = c.Imgsz
-	v := reflect.ValueOf(c).Elem()
-	for _, f := range augmentFields {
-		reflect.ValueOf(a.Value(f.Setting)).Elem().Set(v.Field(f.index))
-	}
 	return a
 }
 
-// augmentField is a field of Config that is an augmentation setting.
-type augmentField struct {
-	augment.Setting
-	index int
-}
+// noAugmentJSON has an UnmarshalJSON method at the depth of the embedded
+// augment.Config's, so that neither is in Config's method set (Go drops
+// an ambiguous promoted method) and encoding/json decodes Config's fields,
+// the settings among them, one by one. It is never called.
+type noAugmentJSON struct{}
 
-// augmentFields lists Config's augmentation settings, matched by key; a
-// test holds each field's type to its setting's.
-var augmentFields = func() []augmentField {
-	var out []augmentField
-	t := reflect.TypeFor[Config]()
-	for i := range t.NumField() {
-		if s, ok := augment.Lookup(jsonName(t.Field(i))); ok {
-			out = append(out, augmentField{s, i})
-		}
-	}
-	return out
-}()
+func (noAugmentJSON) UnmarshalJSON([]byte) error { return nil }
 
 // LoadConfig reads a JSON config over c: keys present in the file replace
 // c's values, absent keys keep them. Unknown keys are errors (a typo must
@@ -158,17 +137,29 @@ func (c *Config) LoadConfig(path string) error {
 }
 
 // Keys lists the keys that are also flags (JSON names, '-' for '_' in
-// flags), in field order; Set accepts these and the data paths.
+// flags), in field order, the augmentation settings among them; Set
+// accepts these and the data paths.
 func Keys() []string {
-	t := reflect.TypeFor[Config]()
-	out := make([]string, 0, t.NumField())
-	for i := range t.NumField() {
-		if t.Field(i).Tag.Get("cli") != "-" {
-			out = append(out, jsonName(t.Field(i)))
+	out := []string{}
+	for _, f := range keyFields {
+		if f.Tag.Get("cli") != "-" {
+			out = append(out, jsonName(f))
 		}
 	}
 	return out
 }
+
+// keyFields are Config's keyed fields, the embedded settings included, in
+// JSON order.
+var keyFields = func() []reflect.StructField {
+	var out []reflect.StructField
+	for _, f := range reflect.VisibleFields(reflect.TypeFor[Config]()) {
+		if f.IsExported() && !f.Anonymous && jsonName(f) != "-" {
+			out = append(out, f)
+		}
+	}
+	return out
+}()
 
 func jsonName(f reflect.StructField) string {
 	return strings.Split(f.Tag.Get("json"), ",")[0]
@@ -177,38 +168,42 @@ func jsonName(f reflect.StructField) string {
 // Set assigns one key from its text form; flags use it so that a flag
 // given on the command line overrides the config file.
 func (c *Config) Set(key, value string) error {
-	v := reflect.ValueOf(c).Elem()
-	t := v.Type()
-	for i := range t.NumField() {
-		if jsonName(t.Field(i)) != key {
-			continue
-		}
-		f := v.Field(i)
-		switch f.Kind() {
-		case reflect.String:
-			f.SetString(value)
-		case reflect.Int:
-			n, err := strconv.Atoi(value)
-			if err != nil {
-				return fmt.Errorf("config %s=%q: %w", key, value, err)
-			}
+	i := slices.IndexFunc(keyFields, func(f reflect.StructField) bool { return jsonName(f) == key })
+	if i < 0 {
+		return fmt.Errorf("config: unknown key %q (known: %s)", key, strings.Join(Keys(), ", "))
+	}
+	f := reflect.ValueOf(c).Elem().FieldByIndex(keyFields[i].Index)
+	var err error
+	switch f.Kind() {
+	case reflect.String:
+		f.SetString(value)
+	case reflect.Int:
+		var n int
+		if n, err = strconv.Atoi(value); err == nil {
 			f.SetInt(int64(n))
-		case reflect.Uint64:
-			n, err := strconv.ParseUint(value, 10, 64)
-			if err != nil {
-				return fmt.Errorf("config %s=%q: %w", key, value, err)
-			}
+		}
+	case reflect.Uint8, reflect.Uint64:
+		var n uint64
+		if n, err = strconv.ParseUint(value, 10, f.Type().Bits()); err == nil {
 			f.SetUint(n)
-		case reflect.Float64:
-			x, err := strconv.ParseFloat(value, 64)
-			if err != nil {
-				return fmt.Errorf("config %s=%q: %w", key, value, err)
-			}
+		}
+	case reflect.Float64:
+		var x float64
+		if x, err = strconv.ParseFloat(value, 64); err == nil {
 			f.SetFloat(x)
 		}
-		return nil
+	case reflect.Bool:
+		var b bool
+		if b, err = strconv.ParseBool(value); err == nil {
+			f.SetBool(b)
+		}
+	default:
+		err = fmt.Errorf("type %s has no text form", f.Type()) // a field this function does not know
 	}
-	return fmt.Errorf("config: unknown key %q (known: %s)", key, strings.Join(Keys(), ", "))
+	if err != nil {
+		return fmt.Errorf("config %s=%q: %w", key, value, err)
+	}
+	return nil
 }
 
 // ErrDevice is returned for a device this build cannot train on.
@@ -261,6 +256,9 @@ func (c *Config) validateSettings() error {
 		return fmt.Errorf("config: lr0 %v, lrf %v, clip_norm %v, ema_tau %v: want lr0, lrf ≥ 0 and clip_norm, ema_tau > 0", c.LR0, c.LRF, c.ClipNorm, c.EMATau)
 	case c.Workers < 0 || c.ValEvery < 0 || c.CloseMosaic < 0 || c.SaveEvery < 0:
 		return fmt.Errorf("config: workers %d, val_every %d, close_mosaic %d, save_every %d: want ≥ 0", c.Workers, c.ValEvery, c.CloseMosaic, c.SaveEvery)
+	}
+	if err := c.Augment().Validate(); err != nil {
+		return fmt.Errorf("config: %w", err)
 	}
 	return nil
 }
