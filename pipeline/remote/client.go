@@ -54,7 +54,13 @@ type ClientConfig struct {
 	AdmissionWait time.Duration
 	// Allocator serves the dense mask stacks of windowed batches; default
 	// the Go allocator.
-	Allocator   memory.Allocator
+	Allocator memory.Allocator
+	// Compression is the body compression Open and OpenWindowed ask for
+	// (Request.Compression: CompressionNone, the default, CompressionLZ4
+	// or CompressionZstd). The records delivered are the same either way:
+	// the stream's reader decompresses them. Stream takes it from its
+	// Request instead.
+	Compression string
 	WindowBytes int32        // HTTP/2 window, default DefaultWindowBytes
 	Logger      *slog.Logger // default slog.Default()
 
@@ -202,6 +208,7 @@ func (c *Client) open(ctx context.Context, shards string, cfg pipeline.Config, k
 		return nil, err
 	}
 	req.Masks = MasksWindowed
+	req.Compression = c.cfg.Compression
 	return c.stream(ctx, req, keepWindowed)
 }
 

@@ -19,6 +19,10 @@ type metrics struct {
 	held       prometheus.Gauge
 	refused    *prometheus.CounterVec
 	skipped    *prometheus.CounterVec
+	// Bytes and images sent by mask transport and compression: their
+	// ratio is the bytes an image costs on the wire with that option.
+	sentBytes  *prometheus.CounterVec
+	sentImages *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -54,8 +58,51 @@ func newMetrics() *metrics {
 			Name: "segpipe_serve_refused_total", Help: "Requests refused, by reason."}, []string{"reason"}),
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "segpipe_serve_skipped_samples_total", Help: "Samples the loaders of ended streams skipped (damaged shard data, undecodable images), by reason."}, []string{"reason"}),
+		// Labelled by the ticket's mask transport and compression, both
+		// checked against a closed list (Request.Validate): six series at
+		// most.
+		sentBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "segpipe_serve_transport_bytes_sent_total",
+			Help: "FlightData bytes of batches handed to the transport, by mask transport and body compression; divided by segpipe_serve_transport_images_sent_total, the bytes an image costs on the wire."}, []string{"masks", "compression"}),
+		sentImages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "segpipe_serve_transport_images_sent_total",
+			Help: "Images of the batches counted in segpipe_serve_transport_bytes_sent_total, by mask transport and body compression."}, []string{"masks", "compression"}),
 	}
-	m.reg.MustRegister(m.batches, m.images, m.bytes, m.stall, m.peerStall, m.stalled, m.loaderWait, m.active, m.held, m.refused, m.skipped,
+	m.reg.MustRegister(m.batches, m.images, m.bytes, m.stall, m.peerStall, m.stalled, m.loaderWait, m.active, m.held, m.refused, m.skipped, m.sentBytes, m.sentImages,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
+}
+
+// streamSent is what one stream has sent, counted into the series of its
+// mask transport and compression as it goes.
+type streamSent struct {
+	bytes, images   prometheus.Counter
+	nbytes, nimages int64
+}
+
+// sent returns the counter of a stream with the given mask transport and
+// compression (as named in logs: "none" for no compression).
+func (m *metrics) sent(masks, compression string) *streamSent {
+	return &streamSent{bytes: m.sentBytes.WithLabelValues(masks, compression), images: m.sentImages.WithLabelValues(masks, compression)}
+}
+
+// add counts one batch of images images sent in bytes bytes.
+func (s *streamSent) add(bytes, images int64) {
+	s.nbytes += bytes
+	s.nimages += images
+	s.bytes.Add(float64(bytes))
+	s.images.Add(float64(images))
+}
+
+// perImage is the stream's bytes per image so far (0 before any image).
+func (s *streamSent) perImage() int64 {
+	if s.nimages == 0 {
+		return 0
+	}
+	return s.nbytes / s.nimages
+}
+
+// attrs are the log attributes of what the stream sent.
+func (s *streamSent) attrs() []any {
+	return []any{"images", s.nimages, "bytes", s.nbytes, "bytes_per_image", s.perImage()}
 }

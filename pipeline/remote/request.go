@@ -11,6 +11,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+
 	"github.com/segpipe/segpipe/formats/shard"
 	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/pipeline/augment"
@@ -24,6 +26,15 @@ const RequestVersion = 1
 const (
 	MasksDense    = "dense"    // the batch schema as is: (sum_N, Hp, Wp) bytes
 	MasksWindowed = "windowed" // per instance its window on the grid and w·h bytes
+)
+
+// Body compressions of a stream: Arrow IPC buffer compression, which every
+// Arrow reader (arrow-go's ipc.Reader, pyarrow) undoes on read, so the
+// records a client gets are byte for byte those of an uncompressed stream.
+const (
+	CompressionNone = ""     // buffers as they are (default)
+	CompressionLZ4  = "lz4"  // LZ4 frame: cheap, a modest ratio
+	CompressionZstd = "zstd" // Zstandard: a better ratio for more CPU
 )
 
 // ErrBadRequest marks a ticket or descriptor the server cannot use: bad
@@ -111,6 +122,11 @@ type Request struct {
 	Masks string `json:"masks,omitempty"`
 	// Limit stops the stream after this many batches (0: no limit).
 	Limit int64 `json:"limit,omitempty"`
+	// Compression is the body compression of the stream's records:
+	// CompressionNone (default), CompressionLZ4 or CompressionZstd. It
+	// trades server and client CPU for bytes on the wire; a loader in
+	// this process (ParseLocalRequest) has no wire and ignores it.
+	Compression string `json:"compression,omitempty"`
 }
 
 // ParseRequest decodes and checks a ticket. Errors wrap ErrBadRequest and
@@ -179,6 +195,11 @@ func (r Request) validate(checkShards func(string) error) error {
 	case "", MasksDense, MasksWindowed:
 	default:
 		return fmt.Errorf("%w: masks %s: want %q or %q", ErrBadRequest, quote(r.Masks), MasksDense, MasksWindowed)
+	}
+	switch r.Compression {
+	case CompressionNone, CompressionLZ4, CompressionZstd:
+	default:
+		return fmt.Errorf("%w: compression %s: want %q, %q or %q (uncompressed)", ErrBadRequest, quote(r.Compression), CompressionLZ4, CompressionZstd, CompressionNone)
 	}
 	if r.Limit < 0 {
 		return fmt.Errorf("%w: limit %d is negative", ErrBadRequest, r.Limit)
@@ -269,6 +290,29 @@ func (r Request) transport() string {
 		return MasksDense
 	}
 	return r.Masks
+}
+
+// compression returns the compression with its default named, for logs and
+// metric labels.
+func (r Request) compression() string {
+	if r.Compression == CompressionNone {
+		return "none"
+	}
+	return r.Compression
+}
+
+// writerOptions are the IPC writer options of the request's compression.
+// The writer compresses each body buffer whole, one after the other, on the
+// stream's goroutine: streams run side by side, so a server's cores are
+// kept busy by its streams, not by one stream's buffers.
+func (r Request) writerOptions() []ipc.Option {
+	switch r.Compression {
+	case CompressionLZ4:
+		return []ipc.Option{ipc.WithLZ4()}
+	case CompressionZstd:
+		return []ipc.Option{ipc.WithZstd()}
+	}
+	return nil
 }
 
 // Config turns the request into a loader configuration. Resource settings

@@ -508,7 +508,7 @@ func (s *Server) doGet(t *flight.Ticket, stream flight.FlightService_DoGetServer
 	s.streams.Add(1)
 	s.m.active.Inc()
 	defer func() { s.active.Add(-1); s.m.active.Dec() }()
-	log.Info("stream started", "masks", req.transport(), "batch_size", cfg.BatchSize, "imgsz", cfg.Augment.ImgSz,
+	log.Info("stream started", "masks", req.transport(), "compression", req.compression(), "batch_size", cfg.BatchSize, "imgsz", cfg.Augment.ImgSz,
 		"estimate_bytes", s.adm.estimate())
 
 	ps := &payloadSender{send: func(m *outMsg) error { return stream.SendMsg(m) }}
@@ -518,11 +518,17 @@ func (s *Server) doGet(t *flight.Ticket, stream flight.FlightService_DoGetServer
 		}
 		return status.Error(codes.Unavailable, fmt.Sprintf("send schema: %v", err))
 	}
-	w := ipc.NewWriterWithPayloadWriter(ps, ipc.WithSchema(plan.Schema), ipc.WithAllocator(s.mem))
+	// With compression the writer replaces each body buffer by a
+	// compressed copy from s.mem and releases that copy once WritePayload
+	// returns, while gRPC may still be writing it: s.mem is the Go
+	// allocator, whose Free leaves the bytes to the garbage collector, so
+	// the message's reference keeps them alive.
+	opts := append([]ipc.Option{ipc.WithSchema(plan.Schema), ipc.WithAllocator(s.mem)}, req.writerOptions()...)
+	w := ipc.NewWriterWithPayloadWriter(ps, opts...)
+	sent := s.m.sent(req.transport(), req.compression())
 	peerStall, endPeer := s.peerStall(addr)
 	defer endPeer()
 	var n int64
-	var bytes int64
 	var stalled time.Duration
 	for req.Limit == 0 || n < req.Limit {
 		t0 := time.Now()
@@ -534,7 +540,7 @@ func (s *Server) doGet(t *flight.Ticket, stream flight.FlightService_DoGetServer
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return ended(log, ctx, n)
+				return ended(log, ctx, n, sent.attrs()...)
 			}
 			log.Error("loader failed", "batches", n, "err", err)
 			return grpcError(err)
@@ -561,32 +567,34 @@ func (s *Server) doGet(t *flight.Ticket, stream flight.FlightService_DoGetServer
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return ended(log, ctx, n)
+				return ended(log, ctx, n, sent.attrs()...)
 			}
 			return status.Error(codes.Unavailable, fmt.Sprintf("send batch %d: %v", n, err))
 		}
 		n++
-		bytes += ps.sent
 		s.m.batches.Inc()
 		s.m.images.Add(float64(rows))
 		s.m.bytes.Add(float64(ps.sent))
+		sent.add(ps.sent, rows)
 	}
 	if err := w.Close(); err != nil {
 		return status.Error(codes.Unavailable, err.Error())
 	}
-	log.Info("stream finished", "batches", n, "bytes", bytes, "stall_s", stalled.Seconds())
+	log.Info("stream finished", append([]any{"batches", n}, append(sent.attrs(), "stall_s", stalled.Seconds())...)...)
 	return nil
 }
 
-// ended logs a stream whose context ended after n batches and returns its
-// status: the client went away, or stalled (DoGet answers that one).
-func ended(log *slog.Logger, ctx context.Context, n int64) error {
+// ended logs a stream whose context ended after n batches, with attrs
+// (what it sent), and returns its status: the client went away, or stalled
+// (DoGet answers that one).
+func ended(log *slog.Logger, ctx context.Context, n int64, attrs ...any) error {
 	cause := context.Cause(ctx)
+	attrs = append([]any{"batches", n}, append(attrs, "reason", cause)...)
 	if errors.Is(cause, errStalled) {
-		log.Warn("stream ended: the client stalled", "batches", n, "reason", cause)
+		log.Warn("stream ended: the client stalled", attrs...)
 		return status.Error(codes.Unavailable, cause.Error())
 	}
-	log.Info("stream ended by the client", "batches", n, "reason", cause)
+	log.Info("stream ended by the client", attrs...)
 	return status.FromContextError(ctx.Err()).Err()
 }
 

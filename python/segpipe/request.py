@@ -22,6 +22,14 @@ REQUEST_VERSION = 1
 MASKS_DENSE = "dense"
 MASKS_WINDOWED = "windowed"
 
+#: Body compressions of a stream (remote.Compression*): Arrow IPC buffer
+#: compression, which pyarrow undoes on read, so the tensors are the same
+#: either way. "" (the default) sends the buffers as they are.
+COMPRESSION_NONE = ""
+COMPRESSION_LZ4 = "lz4"
+COMPRESSION_ZSTD = "zstd"
+COMPRESSIONS = (COMPRESSION_NONE, COMPRESSION_LZ4, COMPRESSION_ZSTD)
+
 #: Largest batch size a server loader accepts (pipeline.MaxBatchSize).
 MAX_BATCH_SIZE = 1 << 16
 #: The mask grid stride a server streams.
@@ -48,6 +56,7 @@ _REQUEST_KEYS = frozenset(
         "augment",
         "masks",
         "limit",
+        "compression",
     }
 )
 
@@ -197,6 +206,7 @@ class Request:
     augment: Mapping[str, Any] | None = None
     masks: str = ""
     limit: int = 0
+    compression: str = COMPRESSION_NONE
     version: int = REQUEST_VERSION
 
     def validate(self) -> "Request":
@@ -212,6 +222,10 @@ class Request:
             raise RequestError(f"val {self.val!r}: want true or false")
         if self.masks not in ("", MASKS_DENSE, MASKS_WINDOWED):
             raise RequestError(f"masks {self.masks!r}: want {MASKS_DENSE!r} or {MASKS_WINDOWED!r}")
+        if not isinstance(self.compression, str) or self.compression not in COMPRESSIONS:
+            raise RequestError(
+                f"compression {self.compression!r}: want {COMPRESSION_LZ4!r}, {COMPRESSION_ZSTD!r} or {COMPRESSION_NONE!r} (uncompressed)"
+            )
         bs = self.batch_size or 32
         if bs > MAX_BATCH_SIZE:
             raise RequestError(f"batch_size {bs}: want 1 to {MAX_BATCH_SIZE}")
@@ -244,6 +258,8 @@ class Request:
             d["augment"] = _check_augment(self.augment)
         if self.masks:
             d["masks"] = self.masks
+        if self.compression:
+            d["compression"] = self.compression
         return d
 
     def ticket(self) -> bytes:

@@ -28,8 +28,16 @@ def raw_cases():
     yield dict(BASE, shards="a" * 1024)
     yield dict(BASE, shards="a" * 1025)
     yield dict(BASE, imgsz=16384, batch_size=1 << 16)
+    for comp in ("", "lz4", "zstd"):
+        yield dict(BASE, compression=comp, masks="windowed")
     for bad in [
         {"masks": "rle"},
+        {"compression": "none"},
+        {"compression": "ZSTD"},
+        {"compression": "lz4_frame"},
+        {"compression": "gzip"},
+        {"compression": 1},
+        {"compression": True},
         {"rank": 2, "world_size": 2},
         {"rank": 1},
         {"rank": -1},
@@ -89,7 +97,9 @@ def main():
     # And what Request itself writes must parse there.
     r = Request(shards="x/y", start=ResumeState(5, 1, 7), batch_size=4, imgsz=64, masks="dense", augment={"fliplr": 0})
     print(json.dumps({"ticket": r.ticket().decode(), "ok": True, "why": ""}))
-    print(f"{n + 1} tickets", file=sys.stderr)
+    r = Request(shards="x", masks="windowed", compression="zstd")
+    print(json.dumps({"ticket": r.ticket().decode(), "ok": True, "why": ""}))
+    print(f"{n + 2} tickets", file=sys.stderr)
 
 
 if __name__ == "__main__":
