@@ -20,7 +20,6 @@ import (
 	"github.com/segpipe/segpipe/trainer/loss"
 	"github.com/segpipe/segpipe/trainer/loss/losscuda"
 	"github.com/segpipe/segpipe/trainer/optim"
-	"github.com/segpipe/segpipe/trainer/tensor"
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 	"github.com/segpipe/segpipe/trainer/tensor/cpu"
 	"github.com/segpipe/segpipe/trainer/tensor/cuda"
@@ -147,7 +146,7 @@ func openCUDA(precision string) (*Device, error) {
 }
 
 // Open returns the device name at its default precision (OpenPrecision
-// with ""). "cpu" is the process-wide CPU backend (the one tensor.New and
+// with ""). "cpu" is the process-wide CPU backend (cpu.Default, the one
 // freshly built models use), a fresh Device on it each call; each "emu" is a fresh
 // emulated device with its own transfer counters; "cuda" is GPU 0, opened
 // once per process and precision, or an error wrapping ErrUnavailable
@@ -173,7 +172,7 @@ func OpenPrecision(name, precision string) (*Device, error) {
 		if name == "emu" {
 			return Host(cpu.NewEmulated()), nil
 		}
-		return Host(tensor.CPU()), nil
+		return Host(cpu.Default()), nil
 	case "cuda":
 		return openCUDA(precision)
 	}

@@ -24,7 +24,6 @@ import (
 	"github.com/segpipe/segpipe/pipeline"
 	"github.com/segpipe/segpipe/pipeline/remote"
 	"github.com/segpipe/segpipe/trainer/device"
-	"github.com/segpipe/segpipe/trainer/tensor"
 	"github.com/segpipe/segpipe/trainer/tensor/cpu"
 	"github.com/segpipe/segpipe/trainer/tensor/cuda"
 	"github.com/segpipe/segpipe/trainer/tensor/cuda/cudatest"
@@ -298,7 +297,7 @@ func TestWindowedRecordRefusedOnEveryBackend(t *testing.T) {
 		var be *device.Device
 		switch dev {
 		case "cpu":
-			be = device.Host(tensor.CPU())
+			be = device.Host(cpu.Default())
 		case "emu":
 			be = device.Host(cpu.NewEmulated())
 		case "cuda":

@@ -12,6 +12,7 @@ import (
 	"github.com/segpipe/segpipe/trainer/model"
 	"github.com/segpipe/segpipe/trainer/optim"
 	"github.com/segpipe/segpipe/trainer/tensor"
+	"github.com/segpipe/segpipe/trainer/tensor/cpu"
 )
 
 // TestJoinedModelLossGolden joins the model and the loss on the golden
@@ -47,7 +48,7 @@ func TestJoinedModelLossGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	tp := tensor.NewTape(nil)
-	mo, err := m.Forward(tp, tensor.New(img, shape...), model.Train)
+	mo, err := m.Forward(tp, tensor.New(cpu.Default(), img, shape...), model.Train)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func TestJoinedModelLossGolden(t *testing.T) {
 	seeds := []*tensor.Tensor{}
 	for i, s := range [][]float32{g.One2Many.Boxes, g.One2Many.Scores, g.One2Many.Coef,
 		g.One2One.Boxes, g.One2One.Scores, g.One2One.Coef, g.Proto, g.Semseg} {
-		seeds = append(seeds, tensor.New(s, outs[i].Shape...))
+		seeds = append(seeds, tensor.New(cpu.Default(), s, outs[i].Shape...))
 	}
 	if err := tp.BackwardFrom(outs, seeds); err != nil {
 		t.Fatal(err)
@@ -144,7 +145,7 @@ func TestJoinedModelLossGolden(t *testing.T) {
 		if st.AbsMax > 1e3*eps {
 			worst = max(worst, maxErr/st.AbsMax)
 		}
-		params = append(params, &optim.Param{Name: p.Name, Shape: p.Shape, Data: v.Host(), Grad: grad, Norm: strings.Contains(p.Name, ".bn.")})
+		params = append(params, &optim.Param{Host: cpu.Default(), Name: p.Name, Shape: p.Shape, Data: v.Host(), Grad: grad, Norm: strings.Contains(p.Name, ".bn.")})
 		before[p.Name] = append([]float32(nil), v.Host()...)
 	}
 	t.Logf("%d parameter gradients: statistics all within 1e-4; stored elements outside 1e-4·absmax: %d; worst stored-element error %.3g·absmax",

@@ -8,6 +8,7 @@ import (
 
 	"github.com/segpipe/segpipe/internal/testenv/torchbench"
 	"github.com/segpipe/segpipe/trainer/tensor"
+	"github.com/segpipe/segpipe/trainer/tensor/cpu"
 )
 
 // BenchmarkTrainStep times one train-mode forward and backward (gradient 1
@@ -43,7 +44,7 @@ func BenchmarkTrainStep(b *testing.B) {
 			out.One2One.Boxes, out.One2One.Scores, out.One2One.MaskCoefficients}
 		if grads == nil {
 			for _, o := range outs {
-				grads = append(grads, tensor.Full(1, o.Shape...))
+				grads = append(grads, tensor.FullOn(cpu.Default(), 1, o.Shape...))
 			}
 		}
 		tp.RecycleOutputs() // as the trainer does: activations feed the next step

@@ -12,10 +12,11 @@ import (
 
 	"github.com/segpipe/segpipe/formats/safetensors"
 	"github.com/segpipe/segpipe/trainer/tensor"
+	"github.com/segpipe/segpipe/trainer/tensor/cpu"
 )
 
 func randomInput(seed uint64, shape ...int) *tensor.Tensor {
-	x := tensor.Zeros(shape...)
+	x := tensor.ZerosOn(cpu.Default(), shape...)
 	s := seed*6364136223846793005 + 1442695040888963407
 	for i := range x.Host() {
 		s = s*6364136223846793005 + 1442695040888963407

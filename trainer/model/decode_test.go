@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/segpipe/segpipe/trainer/tensor"
+	"github.com/segpipe/segpipe/trainer/tensor/cpu"
 )
 
 // TestDecodeAgainstBruteForce checks Decode against the reference rule
@@ -79,9 +80,9 @@ func TestDecodeBoxGeometry(t *testing.T) {
 	// (P3 cell x=1, y=1, stride 8) and on the first P5 anchor (stride 32).
 	na := 64 + 16 + 4
 	out := &Output{Feats: [3]*tensor.Tensor{shaped(1, 1, 8, 8), shaped(1, 1, 4, 4), shaped(1, 1, 2, 2)}}
-	out.One2One.Boxes = tensor.Zeros(1, 4, na)
-	out.One2One.Scores = tensor.Full(-10, 1, 2, na)
-	out.One2One.MaskCoefficients = tensor.Zeros(1, NumMasks, na)
+	out.One2One.Boxes = tensor.ZerosOn(cpu.Default(), 1, 4, na)
+	out.One2One.Scores = tensor.FullOn(cpu.Default(), -10, 1, 2, na)
+	out.One2One.MaskCoefficients = tensor.ZerosOn(cpu.Default(), 1, NumMasks, na)
 	set := func(a int, l, tp, r, b float32) {
 		for i, v := range []float32{l, tp, r, b} {
 			out.One2One.Boxes.Host()[i*na+a] = v

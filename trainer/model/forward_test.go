@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/segpipe/segpipe/trainer/tensor"
+	"github.com/segpipe/segpipe/trainer/tensor/cpu"
 )
 
 func TestForwardShapes(t *testing.T) {
@@ -15,7 +16,7 @@ func TestForwardShapes(t *testing.T) {
 	const a = 8*12 + 4*6 + 2*3
 	want := func(name string, got *tensor.Tensor, shape ...int) {
 		t.Helper()
-		if got == nil || !tensor.SameShape(got, tensor.Zeros(shape...)) {
+		if got == nil || !tensor.SameShape(got, tensor.ZerosOn(cpu.Default(), shape...)) {
 			t.Errorf("%s: got %v, want %v", name, got, shape)
 		}
 	}
@@ -45,23 +46,23 @@ func TestForwardShapes(t *testing.T) {
 
 func TestForwardRejectsBadInput(t *testing.T) {
 	m, _ := New(Config{Variant: "n"})
-	for _, x := range []*tensor.Tensor{nil, tensor.Zeros(1, 3, 60, 64), tensor.Zeros(1, 1, 64, 64), tensor.Zeros(3, 64, 64), {Shape: []int{1, 3, 64, 64}}} {
+	for _, x := range []*tensor.Tensor{nil, tensor.ZerosOn(cpu.Default(), 1, 3, 60, 64), tensor.ZerosOn(cpu.Default(), 1, 1, 64, 64), tensor.ZerosOn(cpu.Default(), 3, 64, 64), {Shape: []int{1, 3, 64, 64}}} {
 		if _, err := m.Forward(nil, x, Eval); err == nil {
 			t.Errorf("input %v accepted", shapeOrNil(x))
 		}
 	}
-	if _, err := m.Forward(nil, tensor.Zeros(1, 3, 32, 32), Train); err == nil {
+	if _, err := m.Forward(nil, tensor.ZerosOn(cpu.Default(), 1, 3, 32, 32), Train); err == nil {
 		t.Error("train mode accepted one value per channel at stride 32")
 	}
-	if _, err := m.Forward(nil, tensor.Zeros(2, 3, 32, 32), Train); err != nil {
+	if _, err := m.Forward(nil, tensor.ZerosOn(cpu.Default(), 2, 3, 32, 32), Train); err != nil {
 		t.Errorf("train mode with batch 2 at 32x32: %v", err)
 	}
 	d, _ := Describe(Config{Variant: "n"})
-	if _, err := d.Forward(nil, tensor.Zeros(1, 3, 64, 64), Eval); err != ErrNoWeights {
+	if _, err := d.Forward(nil, tensor.ZerosOn(cpu.Default(), 1, 3, 64, 64), Eval); err != ErrNoWeights {
 		t.Errorf("Describe model forward: %v", err)
 	}
 	f, _ := m.Deploy(true)
-	if _, err := f.Forward(nil, tensor.Zeros(1, 3, 64, 64), Train); err == nil {
+	if _, err := f.Forward(nil, tensor.ZerosOn(cpu.Default(), 1, 3, 64, 64), Train); err == nil {
 		t.Error("fused model accepted train mode")
 	}
 }

@@ -104,7 +104,7 @@ func compareGrad(t *testing.T, name string, got []float32, ref []float32, st []f
 // PyTorch from a checkpoint this package wrote (gen_goldens.py).
 // The model matches PyTorch on every backend of the conformance suite.
 func TestMatchesPyTorch(t *testing.T) {
-	for _, be := range []backend.Backend{tensor.CPU(), cpu.NewEmulated()} {
+	for _, be := range []backend.Backend{cpu.Default(), cpu.NewEmulated()} {
 		t.Run(be.Name(), func(t *testing.T) { matchesPyTorch(t, be) })
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/segpipe/segpipe/formats/safetensors"
 	"github.com/segpipe/segpipe/trainer/tensor"
+	"github.com/segpipe/segpipe/trainer/tensor/cpu"
 )
 
 // sharedPath returns ../shared/<rel>, or the module's copy of it
@@ -34,7 +35,7 @@ func tensorOf(t testing.TB, f *safetensors.File, name string) *tensor.Tensor {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return tensor.New(v, shape...)
+	return tensor.New(cpu.Default(), v, shape...)
 }
 
 // maxAbs returns max|a−b| and max|b|.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/segpipe/segpipe/trainer/tensor"
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
+	"github.com/segpipe/segpipe/trainer/tensor/cpu"
 )
 
 // ErrNoWeights is returned when an operation needs weights and the model
@@ -30,17 +31,20 @@ func New(cfg Config) (*Model, error) {
 	return m, nil
 }
 
-// allocate gives every Param a zeroed tensor; parameters require grad.
+// allocate gives every Param a zeroed tensor on the process-wide CPU
+// backend (the initialisation writes host views; To moves them);
+// parameters require grad.
 func (m *Model) allocate() {
+	host := cpu.Default()
 	for _, p := range m.State() {
 		if p.Value != nil {
 			continue
 		}
 		if p.Buffer {
-			p.Value = tensor.Zeros(p.Shape...)
+			p.Value = tensor.ZerosOn(host, p.Shape...)
 			p.Value.Name = p.Name
 		} else {
-			p.Value = tensor.Param(p.Name, p.Shape...)
+			p.Value = tensor.ParamOn(host, p.Name, p.Shape...)
 		}
 	}
 }

@@ -16,6 +16,10 @@ type testBackend struct {
 	new  func() backend.HostBackend
 }
 
+// hostCPU is the CPU backend the tests' host-form parameters and EMAs
+// run on (Param.Host, NewEMA).
+var hostCPU = cpu.New()
+
 var testBackends = []testBackend{
 	{"host", nil},
 	{"cpu", func() backend.HostBackend { return cpu.New() }},
@@ -39,7 +43,9 @@ func place(tb testBackend, ps []*Param) {
 // form).
 func push(ps []*Param) {
 	for _, p := range ps {
-		p.bind()
+		if err := p.bind(); err != nil {
+			panic(err)
+		}
 		if h := p.Backend.Host(p.Gradient); len(h) == 0 || &h[0] != &p.Grad[0] {
 			p.Backend.Upload(p.Gradient, p.Grad)
 		}
@@ -89,12 +95,12 @@ func sameBits(t *testing.T, what string, got, want []float32) {
 func randomParams(seed uint64) []*Param {
 	rng := rand.New(rand.NewPCG(seed, 99))
 	ps := []*Param{
-		{Name: "model.0.conv.weight", Shape: []int{8, 3, 3, 3}},
-		{Name: "model.1.conv.weight", Shape: []int{40, 6, 1, 1}},
-		{Name: "model.23.cv3.0.0.conv.weight", Shape: []int{6, 40}},
-		{Name: "model.0.bn.weight", Shape: []int{8}, Norm: true},
-		{Name: "model.0.bn.bias", Shape: []int{8}, Norm: true},
-		{Name: "model.23.cv3.0.2.bias", Shape: []int{5}},
+		{Host: hostCPU, Name: "model.0.conv.weight", Shape: []int{8, 3, 3, 3}},
+		{Host: hostCPU, Name: "model.1.conv.weight", Shape: []int{40, 6, 1, 1}},
+		{Host: hostCPU, Name: "model.23.cv3.0.0.conv.weight", Shape: []int{6, 40}},
+		{Host: hostCPU, Name: "model.0.bn.weight", Shape: []int{8}, Norm: true},
+		{Host: hostCPU, Name: "model.0.bn.bias", Shape: []int{8}, Norm: true},
+		{Host: hostCPU, Name: "model.23.cv3.0.2.bias", Shape: []int{5}},
 	}
 	for _, p := range ps {
 		n := 1

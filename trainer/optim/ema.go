@@ -21,16 +21,22 @@ type EMA struct {
 	be      backend.Backend
 	k       Kernels
 	avg     []backend.Buffer
+	// host is NewEMA's backend, on which Update wraps host state; nil
+	// for an average NewEMAOn made.
+	host backend.HostMemory
 }
 
-// NewEMA copies host state as the average's starting point, on the CPU
-// backend (the host form of NewEMAOn).
-func NewEMA(state [][]float32) *EMA {
+// NewEMA copies host state as the average's starting point, on host, a
+// backend whose memory is the host's (the CPU backend): the host form of
+// NewEMAOn.
+func NewEMA(host backend.HostMemory, state [][]float32) *EMA {
 	avg := make([]backend.Buffer, len(state))
 	for i, s := range state {
-		avg[i] = hostCPU.Wrap(append([]float32(nil), s...))
+		avg[i] = host.Wrap(append([]float32(nil), s...))
 	}
-	return newEMA(hostCPU, HostKernels(hostCPU), avg)
+	e := newEMA(host, HostKernels(host), avg)
+	e.host = host
+	return e
 }
 
 // NewEMAOn starts an average in avg, buffers on be that the EMA updates
@@ -71,9 +77,12 @@ func (e *EMA) D(u int) float64 { return e.Decay * (1 - math.Exp(-float64(u)/e.Ta
 // Update folds host state into an average NewEMA made (the host form of
 // UpdateOn); state must match NewEMA's in count and lengths.
 func (e *EMA) Update(state [][]float32) error {
+	if e.host == nil {
+		return fmt.Errorf("optim: host-form ema update on an average on %s (NewEMAOn: use UpdateOn)", e.be.Name())
+	}
 	bufs := make([]backend.Buffer, len(state))
 	for i, s := range state {
-		bufs[i] = hostCPU.Wrap(s)
+		bufs[i] = e.host.Wrap(s)
 	}
 	return e.UpdateOn(bufs)
 }

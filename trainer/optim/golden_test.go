@@ -100,7 +100,7 @@ func loadGolden(t testing.TB) *goldenModel {
 		if err != nil {
 			t.Fatalf("grads %s: %v", n, err)
 		}
-		p := &Param{Name: n, Shape: shape, Data: w, Grad: make([]float32, len(w)), Norm: strings.Contains(n, ".bn.")}
+		p := &Param{Host: hostCPU, Name: n, Shape: shape, Data: w, Grad: make([]float32, len(w)), Norm: strings.Contains(n, ".bn.")}
 		if st.Stored == "full" {
 			copy(p.Grad, g)
 			gm.full[n] = true

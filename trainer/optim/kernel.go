@@ -2,12 +2,7 @@ package optim
 
 import (
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
-	"github.com/segpipe/segpipe/trainer/tensor/cpu"
 )
-
-// hostCPU is the CPU backend that host-slice Params (Data, Grad) and
-// NewEMA's host state are wrapped on, without a copy.
-var hostCPU = cpu.New()
 
 // Kernels are where this package's fused kernels run on a backend's
 // memory, chosen once when the device opens (trainer/device's Optim):

@@ -107,7 +107,7 @@ func TestNewtonSchulzMatchesFloat64(t *testing.T) {
 // recurrence in float64.
 func TestSGDMatchesFormula(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	p := &Param{Name: "w", Shape: []int{6}, Data: make([]float32, 6), Grad: make([]float32, 6)}
+	p := &Param{Host: hostCPU, Name: "w", Shape: []int{6}, Data: make([]float32, 6), Grad: make([]float32, 6)}
 	for i := range p.Data {
 		p.Data[i] = float32(rng.NormFloat64())
 	}
@@ -142,7 +142,7 @@ func TestSGDMatchesFormula(t *testing.T) {
 // recurrence in float64.
 func TestAdamWMatchesFormula(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	p := &Param{Name: "w", Shape: []int{5}, Data: make([]float32, 5), Grad: make([]float32, 5)}
+	p := &Param{Host: hostCPU, Name: "w", Shape: []int{5}, Data: make([]float32, 5), Grad: make([]float32, 5)}
 	for i := range p.Data {
 		p.Data[i] = float32(rng.NormFloat64())
 	}
@@ -177,7 +177,7 @@ func TestMuSGDMuonPartUsesNesterovMomentum(t *testing.T) {
 	// With fresh buffers the Muon input is (1 − μ²)·g, and NS5 is scale
 	// invariant, so the Muon part equals NS5(g).
 	rng := rand.New(rand.NewPCG(7, 8))
-	p := &Param{Name: "model.0.conv.weight", Shape: []int{4, 2, 3, 3}, Data: make([]float32, 72), Grad: make([]float32, 72)}
+	p := &Param{Host: hostCPU, Name: "model.0.conv.weight", Shape: []int{4, 2, 3, 3}, Data: make([]float32, 72), Grad: make([]float32, 72)}
 	for i := range p.Grad {
 		p.Grad[i] = float32(rng.NormFloat64())
 	}
@@ -224,15 +224,15 @@ func TestKindAndFastRules(t *testing.T) {
 }
 
 func TestBuildGroupsRejectsBadParams(t *testing.T) {
-	p := &Param{Name: "a", Shape: []int{2, 2}, Data: make([]float32, 4), Grad: make([]float32, 3)}
+	p := &Param{Host: hostCPU, Name: "a", Shape: []int{2, 2}, Data: make([]float32, 4), Grad: make([]float32, 3)}
 	if _, err := BuildGroups([]*Param{p}, GroupConfig{}); err == nil {
 		t.Error("gradient of the wrong length accepted")
 	}
-	q := &Param{Name: "b", Shape: []int{2}, Data: make([]float32, 2), Grad: make([]float32, 2)}
+	q := &Param{Host: hostCPU, Name: "b", Shape: []int{2}, Data: make([]float32, 2), Grad: make([]float32, 2)}
 	if _, err := BuildGroups([]*Param{q, q}, GroupConfig{}); err == nil {
 		t.Error("duplicate parameter accepted")
 	}
-	r := &Param{Name: "c", Shape: []int{2}, Data: make([]float32, 2), Grad: make([]float32, 2)}
+	r := &Param{Host: hostCPU, Name: "c", Shape: []int{2}, Data: make([]float32, 2), Grad: make([]float32, 2)}
 	place(testBackends[2], []*Param{r})
 	if _, err := BuildGroups([]*Param{q, r}, GroupConfig{}); err == nil {
 		t.Error("parameters on two backends accepted")
@@ -328,7 +328,7 @@ func TestAutoSettings(t *testing.T) {
 }
 
 func TestClipGradNorm(t *testing.T) {
-	ps := []*Param{{Grad: []float32{3, 0}}, {Grad: []float32{0, 4}}}
+	ps := []*Param{{Host: hostCPU, Grad: []float32{3, 0}}, {Host: hostCPU, Grad: []float32{0, 4}}}
 	if n := ClipGradNorm(ps, 10); n != 5 || ps[0].Grad[0] != 3 {
 		t.Errorf("norm 5 under max 10: norm %v, grads %v", n, ps[0].Grad)
 	}
@@ -342,7 +342,7 @@ func TestClipGradNorm(t *testing.T) {
 
 func TestEMA(t *testing.T) {
 	state := [][]float32{{1, 2}, {3}}
-	e := NewEMA(state)
+	e := NewEMA(hostCPU, state)
 	ref := []float64{1, 2, 3}
 	for u := 1; u <= 5; u++ {
 		state[0][0] += 1

@@ -11,8 +11,9 @@ import (
 // Param is one trainable tensor: its value and gradient buffers on a
 // backend, which the optimiser updates and clips in place (allocate the
 // gradient before building the Param). A Param given instead as host
-// slices Data and Grad (a test, a reference computation) runs on the CPU
-// backend over those slices, without a copy: its Backend, Value and
+// slices Data and Grad (a test, a reference computation) runs over those
+// slices without a copy on Host, a backend whose memory is the host's that
+// the caller picks (the CPU backend): its Backend, Kernels, Value and
 // Gradient are filled in on first use.
 type Param struct {
 	// Name is the state-dict key; it decides the 3×-lr subgroup.
@@ -28,17 +29,24 @@ type Param struct {
 	Value, Gradient backend.Buffer
 	// Data and Grad are the host form (see above).
 	Data, Grad []float32
+	// Host is the backend the host form's slices are wrapped on.
+	Host backend.HostMemory
 	// Norm marks the weight of a normalisation layer (BatchNorm): it is
 	// never decayed.
 	Norm bool
 }
 
-// bind gives a host-form Param its CPU buffers.
-func (p *Param) bind() {
-	if p.Backend == nil {
-		p.Backend, p.Value, p.Gradient = hostCPU, hostCPU.Wrap(p.Data), hostCPU.Wrap(p.Grad)
-		p.Kernels = HostKernels(hostCPU)
+// bind gives a host-form Param its buffers on Host.
+func (p *Param) bind() error {
+	if p.Backend != nil {
+		return nil
 	}
+	if p.Host == nil {
+		return fmt.Errorf("optim: parameter %q has neither a backend nor host slices on a host backend (Param.Host)", p.Name)
+	}
+	p.Backend, p.Value, p.Gradient = p.Host, p.Host.Wrap(p.Data), p.Host.Wrap(p.Grad)
+	p.Kernels = HostKernels(p.Host)
+	return nil
 }
 
 // backendOf binds params and returns the one backend they share and its
@@ -48,7 +56,9 @@ func backendOf(params []*Param) (backend.Backend, Kernels, error) {
 	var be backend.Backend
 	var k Kernels
 	for _, p := range params {
-		p.bind()
+		if err := p.bind(); err != nil {
+			return nil, Kernels{}, err
+		}
 		if !p.Kernels.set() {
 			return nil, Kernels{}, fmt.Errorf("optim: parameter %q has no kernels (Param.Kernels: the device's Optim)", p.Name)
 		}
@@ -283,7 +293,9 @@ func ZeroGrad(params []*Param) {
 		}
 	}
 	for _, p := range params {
-		p.bind()
+		if err := p.bind(); err != nil {
+			panic(err) // as mustBackend: parameters come from one model
+		}
 		p.Backend.Fill(p.Gradient, 0)
 	}
 }

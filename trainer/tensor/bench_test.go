@@ -16,8 +16,8 @@ type convBN struct {
 
 func newConvBN(r *rand.Rand, cin, cout, k, stride, groups int, act bool) *convBN {
 	c := &convBN{
-		w: param(r, cout, cin/groups, k, k), g: Full(1, cout), b: Zeros(cout),
-		rm: Zeros(cout), rv: Full(1, cout),
+		w: param(r, cout, cin/groups, k, k), g: FullOn(hostBackend, 1, cout), b: ZerosOn(hostBackend, cout),
+		rm: ZerosOn(hostBackend, cout), rv: FullOn(hostBackend, 1, cout),
 		opt: ConvOptions{Stride: stride, Padding: k / 2, Groups: groups}, act: act,
 	}
 	c.g.RequiresGrad, c.b.RequiresGrad = true, true
@@ -39,7 +39,7 @@ func (c *convBN) forward(tp *Tape, x *Tensor) *Tensor {
 // with them recycled (Tape.RecycleOutputs).
 func BenchmarkC3k2Block(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 2))
-	x := Rand(r, -1, 1, 2, 64, 80, 80)
+	x := random(hostBackend, r, -1, 1, 2, 64, 80, 80)
 	cv1 := newConvBN(r, 64, 64, 1, 1, 1, true)
 	m1a, m1b := newConvBN(r, 32, 16, 3, 1, 1, true), newConvBN(r, 16, 32, 3, 1, 1, true)
 	m2a, m2b := newConvBN(r, 32, 16, 3, 1, 1, true), newConvBN(r, 16, 32, 3, 1, 1, true)

@@ -212,6 +212,6 @@ func TestEmulatedMemoryIsNotHostAddressable(t *testing.T) {
 				t.Error("a CPU tensor was accepted by an op on the emulated device")
 			}
 		}()
-		NewTape(be).Add(x, New([]float32{1, 1, 1}, 3))
+		NewTape(be).Add(x, New(hostBackend, []float32{1, 1, 1}, 3))
 	}()
 }

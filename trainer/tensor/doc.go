@@ -12,7 +12,10 @@
 // refuses (HostView picks the view where there is one and a copy
 // otherwise). Parameters are tensors with RequiresGrad set (see Param).
 //
-// A tensor's backend is where it was made; an op runs on its tape's
+// A tensor's backend is where it was made, and every constructor takes
+// it: this package defines tensors and the tape above the backends and
+// imports none of them (package cpu, the reference, is chosen by the
+// caller: trainer/device, a model's initial weights, a test). An op runs on its tape's
 // backend, or for a nil tape on its first input's, so a no-grad pass over
 // a model on the emulated device stays there. Mixing backends in one op
 // panics.

@@ -121,12 +121,12 @@ func TestConv2dMatchesDirectLoop(t *testing.T) {
 	for _, c := range cases {
 		name := fmt.Sprintf("%dx%dx%dx%d o%d k%d %+v", c.n, c.c, c.h, c.w, c.o, c.k, c.opt)
 		t.Run(name, func(t *testing.T) {
-			x := Rand(r, -1, 1, c.n, c.c, c.h, c.w)
+			x := random(hostBackend, r, -1, 1, c.n, c.c, c.h, c.w)
 			g := max(c.opt.Groups, 1)
-			w := Rand(r, -1, 1, c.o, c.c/g, c.k, c.k)
+			w := random(hostBackend, r, -1, 1, c.o, c.c/g, c.k, c.k)
 			var b *Tensor
 			if c.bias {
-				b = Rand(r, -1, 1, c.o)
+				b = random(hostBackend, r, -1, 1, c.o)
 			}
 			y := (*Tape)(nil).Conv2d(x, w, b, c.opt)
 			closeTo(t, "conv2d", y.Host(), refConv(x, w, b, c.opt), 1e-5)
@@ -147,10 +147,10 @@ func TestConvTranspose2dMatchesScatterDefinition(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	for _, c := range cases {
 		t.Run(fmt.Sprintf("%+v", c), func(t *testing.T) {
-			x := Rand(r, -1, 1, c.n, c.ci, c.h, c.w)
+			x := random(hostBackend, r, -1, 1, c.n, c.ci, c.h, c.w)
 			g := max(c.opt.Groups, 1)
-			w := Rand(r, -1, 1, c.ci, c.co/g, c.k, c.k)
-			b := Rand(r, -1, 1, c.co)
+			w := random(hostBackend, r, -1, 1, c.ci, c.co/g, c.k, c.k)
+			b := random(hostBackend, r, -1, 1, c.co)
 			y := (*Tape)(nil).ConvTranspose2d(x, w, b, c.opt)
 			closeTo(t, "convT", y.Host(), refConvT(x, w, b, c.opt), 1e-5)
 		})
@@ -160,9 +160,9 @@ func TestConvTranspose2dMatchesScatterDefinition(t *testing.T) {
 func TestBatchNormTrainAndRunningStats(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	n, c, hw := 3, 4, 5
-	x := Rand(r, -2, 3, n, c, 1, hw)
-	w, b := Rand(r, 0.5, 1.5, c), Rand(r, -1, 1, c)
-	rm, rv := Rand(r, -1, 1, c), Rand(r, 0.5, 2, c)
+	x := random(hostBackend, r, -2, 3, n, c, 1, hw)
+	w, b := random(hostBackend, r, 0.5, 1.5, c), random(hostBackend, r, -1, 1, c)
+	rm, rv := random(hostBackend, r, -1, 1, c), random(hostBackend, r, 0.5, 2, c)
 	rm0, rv0 := rm.Clone(), rv.Clone()
 	const mom, eps = 0.03, 1e-3
 	y := (*Tape)(nil).BatchNorm2d(x, w, b, rm, rv, BatchNormOptions{Training: true, Momentum: mom, Eps: eps})
@@ -209,7 +209,7 @@ func TestBatchNormTrainAndRunningStats(t *testing.T) {
 func TestMaxPoolMatchesWindowMax(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 10))
 	for _, c := range []struct{ h, w, k, s, p int }{{7, 6, 5, 1, 2}, {8, 8, 2, 2, 0}, {7, 5, 3, 2, 1}} {
-		x := Rand(r, -1, 1, 2, 3, c.h, c.w)
+		x := random(hostBackend, r, -1, 1, 2, 3, c.h, c.w)
 		y := (*Tape)(nil).MaxPool2d(x, c.k, c.s, c.p)
 		oh, ow := (c.h+2*c.p-c.k)/c.s+1, (c.w+2*c.p-c.k)/c.s+1
 		want := make([]float64, 0, len(y.Host()))
@@ -235,7 +235,7 @@ func TestMaxPoolMatchesWindowMax(t *testing.T) {
 
 func TestSoftmaxRowsSumToOneAndMatchDefinition(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
-	x := Rand(r, -30, 30, 2, 5, 3)
+	x := random(hostBackend, r, -30, 30, 2, 5, 3)
 	y := (*Tape)(nil).Softmax(x, 1)
 	want := make([]float64, len(x.Host()))
 	for o := 0; o < 2; o++ {
@@ -251,7 +251,7 @@ func TestSoftmaxRowsSumToOneAndMatchDefinition(t *testing.T) {
 		}
 	}
 	closeTo(t, "softmax", y.Host(), want, 1e-6)
-	big := (*Tape)(nil).Softmax(New([]float32{1000, 1001, 999}, 1, 3), -1)
+	big := (*Tape)(nil).Softmax(New(hostBackend, []float32{1000, 1001, 999}, 1, 3), -1)
 	for _, v := range big.Host() {
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
 			t.Fatalf("softmax overflowed on large logits: %v", big.Host())
@@ -273,7 +273,7 @@ func TestMatMulMatchesDotProducts(t *testing.T) {
 		if c.tb {
 			bsh = []int{c.batch, c.n, c.k}
 		}
-		a, b := Rand(r, -1, 1, ash...), Rand(r, -1, 1, bsh...)
+		a, b := random(hostBackend, r, -1, 1, ash...), random(hostBackend, r, -1, 1, bsh...)
 		y := (*Tape)(nil).MatMulT(a, b, c.ta, c.tb)
 		want := make([]float64, 0, len(y.Host()))
 		for bi := 0; bi < c.batch; bi++ {
@@ -300,7 +300,7 @@ func TestMatMulMatchesDotProducts(t *testing.T) {
 }
 
 func TestLayoutOps(t *testing.T) {
-	x := New([]float32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, 2, 3, 2)
+	x := New(hostBackend, []float32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, 2, 3, 2)
 	var tp *Tape
 	p := tp.Permute(x, 2, 0, 1)
 	want := []float64{0, 2, 4, 6, 8, 10, 1, 3, 5, 7, 9, 11}
@@ -313,19 +313,19 @@ func TestLayoutOps(t *testing.T) {
 	closeTo(t, "split 1", parts[1].Host(), []float64{2, 3, 4, 5, 8, 9, 10, 11}, 0)
 	back := tp.Concat(1, parts...)
 	closeTo(t, "concat(split)", back.Host(), []float64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, 0)
-	up := tp.UpsampleNearest(New([]float32{1, 2, 3, 4}, 1, 1, 2, 2), 2)
+	up := tp.UpsampleNearest(New(hostBackend, []float32{1, 2, 3, 4}, 1, 1, 2, 2), 2)
 	closeTo(t, "upsample", up.Host(), []float64{1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4}, 0)
 	sel := tp.IndexSelect(x, 1, []int{2, 0})
 	closeTo(t, "index select", sel.Host(), []float64{4, 5, 0, 1, 10, 11, 6, 7}, 0)
 	s := tp.SumAxis(x, 0, false)
 	closeTo(t, "sum axis", s.Host(), []float64{6, 8, 10, 12, 14, 16}, 0)
-	bc := tp.Add(x, New([]float32{100, 200, 300}, 3, 1))
+	bc := tp.Add(x, New(hostBackend, []float32{100, 200, 300}, 3, 1))
 	closeTo(t, "broadcast add", bc.Host(), []float64{100, 101, 202, 203, 304, 305, 106, 107, 208, 209, 310, 311}, 0)
 }
 
 func TestBCEWithLogitsIsStable(t *testing.T) {
-	x := New([]float32{-100, -2, 0, 3, 100}, 5)
-	tg := New([]float32{0, 1, 0.5, 0, 1}, 5)
+	x := New(hostBackend, []float32{-100, -2, 0, 3, 100}, 5)
+	tg := New(hostBackend, []float32{0, 1, 0.5, 0, 1}, 5)
 	y := (*Tape)(nil).BCEWithLogits(x, tg)
 	want := make([]float64, 5)
 	for i, v := range x.Host() {
@@ -339,7 +339,7 @@ func TestBCEWithLogitsIsStable(t *testing.T) {
 // pieces share x's memory (no copy) and hold its values; otherwise they
 // are copies.
 func TestSplitViews(t *testing.T) {
-	x := New([]float32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, 1, 6, 2)
+	x := New(hostBackend, []float32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, 1, 6, 2)
 	tp := NewTape(nil)
 	parts := tp.Split(x, 1, 2, 4)
 	for i, want := range [][]float32{{0, 1, 2, 3}, {4, 5, 6, 7, 8, 9, 10, 11}} {
@@ -350,7 +350,7 @@ func TestSplitViews(t *testing.T) {
 			t.Errorf("piece %d of an outermost split is a copy, want a view", i)
 		}
 	}
-	y := New(make([]float32, 12), 2, 3, 2)
+	y := New(hostBackend, make([]float32, 12), 2, 3, 2)
 	if p := tp.Split(y, 1, 1, 2); p[0].data.Mem == y.data.Mem {
 		t.Error("a piece of a split with an outer axis of 2 shares its input's memory")
 	}

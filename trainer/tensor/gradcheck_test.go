@@ -127,7 +127,7 @@ func onBackend(be backend.Backend, in []*Tensor) []*Tensor {
 
 // param returns a uniform [-1,1) tensor that requires grad.
 func param(r *rand.Rand, shape ...int) *Tensor {
-	t := Rand(r, -1, 1, shape...)
+	t := random(hostBackend, r, -1, 1, shape...)
 	t.RequiresGrad = true
 	return t
 }
@@ -136,7 +136,7 @@ func param(r *rand.Rand, shape ...int) *Tensor {
 // kink (0 for ReLU/Abs, lo/hi for Clamp) and from each other, so a ±eps
 // probe never crosses a non-differentiable point or reorders a max.
 func spaced(r *rand.Rand, shape ...int) *Tensor {
-	t := Zeros(shape...)
+	t := ZerosOn(hostBackend, shape...)
 	perm := r.Perm(t.Numel())
 	for i, p := range perm {
 		t.Host()[i] = float32(p-t.Numel()/2)*0.1 + 0.05
@@ -183,7 +183,7 @@ func gradCases() []gradCase {
 		}
 	}
 	positive := func(r *rand.Rand, shape ...int) *Tensor {
-		t := Rand(r, 0.5, 2, shape...)
+		t := random(hostBackend, r, 0.5, 2, shape...)
 		t.RequiresGrad = true
 		return t
 	}
@@ -216,8 +216,8 @@ func gradCases() []gradCase {
 	bnInputs := func(shape ...int) func(r *rand.Rand) []*Tensor {
 		return func(r *rand.Rand) []*Tensor {
 			c := shape[1]
-			rm := Rand(r, -0.5, 0.5, c)
-			rv := Rand(r, 0.5, 1.5, c)
+			rm := random(hostBackend, r, -0.5, 0.5, c)
+			rv := random(hostBackend, r, 0.5, 1.5, c)
 			return []*Tensor{param(r, shape...), param(r, c), param(r, c), rm, rv}
 		}
 	}
@@ -287,7 +287,7 @@ func gradCases() []gradCase {
 		binary("minimum", []int{4, 3}, []int{3}, onGrid, (*Tape).Minimum),
 		{name: "bce-with-logits",
 			inputs: func(r *rand.Rand) []*Tensor {
-				x := Rand(r, -4, 4, 3, 5)
+				x := random(hostBackend, r, -4, 4, 3, 5)
 				x.RequiresGrad = true
 				return []*Tensor{x, param(r, 3, 5)}
 			},
@@ -310,8 +310,10 @@ func gradCases() []gradCase {
 			},
 			f: one(func(tp *Tape, in []*Tensor) *Tensor { return tp.Concat(1, in...) })},
 		{name: "concat axis-1 with constant",
-			inputs: func(r *rand.Rand) []*Tensor { return []*Tensor{param(r, 2, 3, 2), Rand(r, -1, 1, 2, 3, 1)} },
-			f:      one(func(tp *Tape, in []*Tensor) *Tensor { return tp.Concat(-1, in...) })},
+			inputs: func(r *rand.Rand) []*Tensor {
+				return []*Tensor{param(r, 2, 3, 2), random(hostBackend, r, -1, 1, 2, 3, 1)}
+			},
+			f: one(func(tp *Tape, in []*Tensor) *Tensor { return tp.Concat(-1, in...) })},
 		// The first writer of a gradient copies where it covers it and later
 		// ones add: an input concatenated twice, or also read by another op.
 		{name: "concat of one input twice, and another op",
@@ -439,7 +441,7 @@ func TestGradientsMatchFiniteDifferences(t *testing.T) {
 func TestGradCheckRejectsWrongGradient(t *testing.T) {
 	wrong := map[string]func(tp *Tape, x *Tensor) *Tensor{
 		"silu with sigmoid derivative": func(tp *Tape, x *Tensor) *Tensor {
-			y := Zeros(x.Shape...)
+			y := ZerosOn(hostBackend, x.Shape...)
 			for i, v := range x.Host() {
 				y.Host()[i] = v * sigmoid(v)
 			}
@@ -485,8 +487,7 @@ func TestGradCheckRejectsWrongGradient(t *testing.T) {
 func TestGradientsOnParallelPaths(t *testing.T) {
 	saved := hostBackend
 	hostBackend = &cpu.Backend{Kernels: cpu.Kernels{MinParallel: 1}}
-	defaultBackend = hostBackend
-	defer func() { hostBackend, defaultBackend = saved, saved }()
+	defer func() { hostBackend = saved }()
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
 	for _, c := range gradCases() {
 		if err := checkGrad(c, 5); err != nil {

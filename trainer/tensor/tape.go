@@ -7,16 +7,11 @@ import (
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
 
-// defaultBackend serves ops on a nil tape, or a tape made without a
-// backend, whose input has no backend of its own (never in practice: every
-// tensor has one).
-var defaultBackend backend.Backend = hostBackend
-
 // Tape records differentiable ops for reverse-mode autodiff and carries the
 // backend ops run on.
 //
 // Every op is a method on *Tape. A nil *Tape is valid and means no_grad on
-// the default CPU backend: ops compute their outputs and record nothing, so
+// the inputs' backend: ops compute their outputs and record nothing, so
 // no intermediate is kept alive. A tape made by NewTape records an op
 // whenever one of its inputs requires grad; NoGrad returns a non-recording
 // tape on the same backend.
@@ -47,11 +42,12 @@ func (tp *Tape) NoGrad() *Tape {
 	return &Tape{be: tp.Backend()}
 }
 
-// Backend returns the backend ops on this tape dispatch through (the CPU
-// backend for a nil tape or one made without a backend).
+// Backend returns the backend ops on this tape dispatch through: nil for
+// a nil tape or one made without a backend, whose ops run on their first
+// input's.
 func (tp *Tape) Backend() backend.Backend {
-	if tp == nil || tp.be == nil {
-		return defaultBackend
+	if tp == nil {
+		return nil
 	}
 	return tp.be
 }
@@ -60,13 +56,10 @@ func (tp *Tape) Backend() backend.Backend {
 // or for a nil tape or one made without a backend x's own, so that a
 // no-grad pass over tensors on the emulated device stays on it.
 func (tp *Tape) on(x *Tensor) backend.Backend {
-	switch {
-	case tp != nil && tp.be != nil:
+	if tp != nil && tp.be != nil {
 		return tp.be
-	case x != nil && x.be != nil:
-		return x.be
 	}
-	return defaultBackend
+	return x.be
 }
 
 // Recording reports whether ops on this tape are recorded.

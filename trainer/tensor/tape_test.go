@@ -9,7 +9,7 @@ import (
 func TestNoGradRecordsNothing(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 1))
 	w := param(r, 4, 3, 3, 3)
-	x := Rand(r, -1, 1, 1, 3, 5, 5)
+	x := random(hostBackend, r, -1, 1, 1, 3, 5, 5)
 	for name, tp := range map[string]*Tape{"nil": nil, "NoGrad": NewTape(nil).NoGrad()} {
 		y := tp.SiLU(tp.Conv2d(x, w, nil, ConvOptions{Padding: 1}))
 		if tp.Len() != 0 || y.RequiresGrad {
@@ -46,7 +46,7 @@ func TestDetachBlocksGradient(t *testing.T) {
 }
 
 func TestGradientsAccumulateUntilZeroGrad(t *testing.T) {
-	a := New([]float32{1, 2, 3}, 3)
+	a := New(hostBackend, []float32{1, 2, 3}, 3)
 	a.RequiresGrad = true
 	step := func() {
 		tp := NewTape(nil)
@@ -67,12 +67,12 @@ func TestGradientsAccumulateUntilZeroGrad(t *testing.T) {
 }
 
 func TestBackwardFromSeveralOutputs(t *testing.T) {
-	a := New([]float32{1, 2}, 2)
+	a := New(hostBackend, []float32{1, 2}, 2)
 	a.RequiresGrad = true
 	tp := NewTape(nil)
 	y1 := tp.Scale(a, 3)
 	y2 := tp.Square(a)
-	err := tp.BackwardFrom([]*Tensor{y1, y2}, []*Tensor{New([]float32{1, 10}, 2), New([]float32{100, 1000}, 2)})
+	err := tp.BackwardFrom([]*Tensor{y1, y2}, []*Tensor{New(hostBackend, []float32{1, 10}, 2), New(hostBackend, []float32{100, 1000}, 2)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,27 +86,27 @@ func TestBackwardFromSeveralOutputs(t *testing.T) {
 }
 
 func TestBackwardErrors(t *testing.T) {
-	a := New([]float32{1, 2}, 2)
+	a := New(hostBackend, []float32{1, 2}, 2)
 	a.RequiresGrad = true
 	tp := NewTape(nil)
 	y := tp.Square(a)
 	if err := tp.Backward(y); err == nil {
 		t.Error("Backward accepted a 2-element loss")
 	}
-	if err := tp.BackwardFrom([]*Tensor{y}, []*Tensor{Zeros(3)}); err == nil {
+	if err := tp.BackwardFrom([]*Tensor{y}, []*Tensor{ZerosOn(hostBackend, 3)}); err == nil {
 		t.Error("BackwardFrom accepted a gradient of the wrong shape")
 	}
 	if err := tp.BackwardFrom([]*Tensor{y}, nil); err == nil {
 		t.Error("BackwardFrom accepted mismatched list lengths")
 	}
 	var none *Tape
-	if err := none.Backward(Scalar(1)); err == nil {
+	if err := none.Backward(FullOn(hostBackend, 1)); err == nil {
 		t.Error("Backward on a nil tape succeeded")
 	}
 }
 
 func TestOnlyLeavesKeepGradients(t *testing.T) {
-	a := New([]float32{1, 2, 3}, 3)
+	a := New(hostBackend, []float32{1, 2, 3}, 3)
 	a.RequiresGrad = true
 	tp := NewTape(nil)
 	h := tp.Square(a)
@@ -130,7 +130,7 @@ func TestOnlyLeavesKeepGradients(t *testing.T) {
 func TestBackwardIsReproducible(t *testing.T) {
 	run := func() [][]float32 {
 		r := rand.New(rand.NewPCG(8, 8))
-		x := Rand(r, -1, 1, 4, 8, 20, 20)
+		x := random(hostBackend, r, -1, 1, 4, 8, 20, 20)
 		a := newConvBN(r, 8, 16, 3, 1, 1, true)
 		d := newConvBN(r, 16, 16, 3, 2, 16, true)
 		tp := NewTape(nil)
@@ -157,7 +157,7 @@ func TestBatchNormTrainRefusesSingleValueChannels(t *testing.T) {
 		}
 	}()
 	var tp *Tape
-	tp.BatchNorm2d(Zeros(1, 3, 1, 1), nil, nil, Zeros(3), Full(1, 3), BatchNormOptions{Training: true, Momentum: 0.1, Eps: 1e-5})
+	tp.BatchNorm2d(ZerosOn(hostBackend, 1, 3, 1, 1), nil, nil, ZerosOn(hostBackend, 3), FullOn(hostBackend, 1, 3), BatchNormOptions{Training: true, Momentum: 0.1, Eps: 1e-5})
 }
 
 // TestRecycleOutputs checks that recycling changes no gradient, keeps the
@@ -166,7 +166,7 @@ func TestBatchNormTrainRefusesSingleValueChannels(t *testing.T) {
 func TestRecycleOutputs(t *testing.T) {
 	step := func(recycle bool) (grads [][]float32, kept, view, inter, pview *Tensor, param []float32) {
 		r := rand.New(rand.NewPCG(9, 9))
-		x := Rand(r, -1, 1, 2, 4, 9, 9)
+		x := random(hostBackend, r, -1, 1, 2, 4, 9, 9)
 		a := newConvBN(r, 4, 8, 3, 1, 1, true)
 		d := newConvBN(r, 8, 8, 3, 2, 8, true)
 		tp := NewTape(nil)

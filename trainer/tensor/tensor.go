@@ -3,11 +3,9 @@ package tensor
 import (
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"slices"
 
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
-	"github.com/segpipe/segpipe/trainer/tensor/cpu"
 )
 
 // Tensor is a contiguous row-major float32 array in a backend's memory.
@@ -39,24 +37,18 @@ type Tensor struct {
 	owned      bool // data was allocated by an op (not a view of other memory)
 }
 
-// hostBackend is the CPU backend New wraps host slices on.
-var hostBackend = cpu.New()
-
-// CPU returns the CPU backend that New, Zeros and the model's initial
-// weights live on: the run's backend for --device cpu.
-func CPU() backend.HostBackend { return hostBackend }
-
-// New wraps data (not copied) as a tensor of the given shape on the CPU
-// backend. It panics when len(data) differs from the shape's element count.
-func New(data []float32, shape ...int) *Tensor {
+// New wraps data (not copied) as a tensor of the given shape on be, a
+// backend whose memory is the host's (the CPU backend: this package
+// defines tensors, the caller picks where they live). It panics when
+// len(data) differs from the shape's element count.
+func New(be backend.HostMemory, data []float32, shape ...int) *Tensor {
 	if n := numel(shape); n != len(data) {
 		panic(fmt.Sprintf("tensor.New: shape %v needs %d values, got %d", shape, n, len(data)))
 	}
-	return &Tensor{Shape: slices.Clone(shape), be: hostBackend, data: hostBackend.Wrap(data)}
+	return &Tensor{Shape: slices.Clone(shape), be: be, data: be.Wrap(data)}
 }
 
-// Upload copies data into a new tensor of the given shape on be (nil means
-// the CPU backend).
+// Upload copies data into a new tensor of the given shape on be.
 func Upload(be backend.Backend, data []float32, shape ...int) *Tensor {
 	if n := numel(shape); n != len(data) {
 		panic(fmt.Sprintf("tensor.Upload: shape %v needs %d values, got %d", shape, n, len(data)))
@@ -72,9 +64,6 @@ func Upload(be backend.Backend, data []float32, shape ...int) *Tensor {
 func UploadBytes(be backend.Backend, px []byte, scale float32, shape ...int) *Tensor {
 	if n := numel(shape); n != len(px) {
 		panic(fmt.Sprintf("tensor.UploadBytes: shape %v needs %d values, got %d", shape, n, len(px)))
-	}
-	if be == nil {
-		be = hostBackend
 	}
 	raw := be.Alloc((len(px) + 3) / 4)
 	be.UploadBytes(raw, px)
@@ -96,33 +85,20 @@ func WidenBytes(be backend.Backend, raw backend.Buffer, scale float32, shape ...
 	return t
 }
 
-// ZerosOn returns a zero-filled tensor on be (nil means the CPU backend).
+// ZerosOn returns a zero-filled tensor on be.
 func ZerosOn(be backend.Backend, shape ...int) *Tensor {
 	t := empty(be, shape)
 	t.be.Fill(t.data, 0)
 	return t
 }
 
-// empty allocates a tensor with unspecified contents on be.
+// empty allocates a tensor with unspecified contents on be. Every tensor
+// has a backend, chosen by whoever makes it: there is no default.
 func empty(be backend.Backend, shape []int) *Tensor {
 	if be == nil {
-		be = hostBackend
+		panic(fmt.Sprintf("tensor: a tensor of shape %v made without a backend", shape))
 	}
 	return &Tensor{Shape: slices.Clone(shape), be: be, data: be.Alloc(numel(shape))}
-}
-
-// Borrow returns data as a tensor of the given shape on be: on the CPU
-// backend without a copy (the tensor aliases data, as New), elsewhere as
-// an uploaded copy. It is how a step hands host arrays (an input batch,
-// loss gradients) to the backend at the cost the backend needs.
-func Borrow(be backend.Backend, data []float32, shape ...int) *Tensor {
-	if c, ok := be.(*cpu.Backend); ok && !c.Emulated() {
-		if n := numel(shape); n != len(data) {
-			panic(fmt.Sprintf("tensor.Borrow: shape %v needs %d values, got %d", shape, n, len(data)))
-		}
-		return &Tensor{Shape: slices.Clone(shape), be: be, data: c.Wrap(data)}
-	}
-	return Upload(be, data, shape...)
 }
 
 // HostView returns t's data as host values: the tensor's own memory where
@@ -144,37 +120,20 @@ func (t *Tensor) GradHostView(dst []float32) []float32 {
 	return t.GradToHost(dst)
 }
 
-// Zeros returns a zero-filled tensor on the CPU backend.
-func Zeros(shape ...int) *Tensor { return ZerosOn(nil, shape...) }
-
-// Full returns a tensor on the CPU backend filled with v.
-func Full(v float32, shape ...int) *Tensor {
-	t := empty(nil, shape)
+// FullOn returns a tensor on be filled with v (a 0-d one, a scalar, with
+// no shape).
+func FullOn(be backend.Backend, v float32, shape ...int) *Tensor {
+	t := empty(be, shape)
 	t.be.Fill(t.data, v)
 	return t
 }
 
-// Scalar returns a 0-d tensor on the CPU backend holding v.
-func Scalar(v float32) *Tensor { return New([]float32{v}) }
-
-// Param returns a zero-filled CPU tensor that requires grad, named name.
-func Param(name string, shape ...int) *Tensor { return ParamOn(nil, name, shape...) }
-
-// ParamOn is Param on be (nil means the CPU backend).
+// ParamOn returns a zero-filled tensor on be that requires grad, named
+// name.
 func ParamOn(be backend.Backend, name string, shape ...int) *Tensor {
 	t := ZerosOn(be, shape...)
 	t.Name, t.RequiresGrad = name, true
 	return t
-}
-
-// Rand returns a tensor on the CPU backend of uniform values in [lo, hi)
-// drawn from r.
-func Rand(r *rand.Rand, lo, hi float32, shape ...int) *Tensor {
-	d := make([]float32, numel(shape))
-	for i := range d {
-		d[i] = lo + (hi-lo)*r.Float32()
-	}
-	return New(d, shape...)
 }
 
 // Backend returns the backend that owns t's memory.

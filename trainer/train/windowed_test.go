@@ -11,7 +11,6 @@ import (
 	"github.com/segpipe/segpipe/internal/testenv/batchfault"
 	"github.com/segpipe/segpipe/pipeline/raster"
 	"github.com/segpipe/segpipe/trainer/loss"
-	"github.com/segpipe/segpipe/trainer/tensor"
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 	"github.com/segpipe/segpipe/trainer/tensor/cpu"
 )
@@ -181,7 +180,7 @@ func TestWindowedBatchRefused(t *testing.T) {
 			var be backend.Backend
 			switch dev {
 			case "cpu":
-				be = tensor.CPU()
+				be = cpu.Default()
 			case "emu":
 				be = cpu.NewEmulated()
 			case "expander":

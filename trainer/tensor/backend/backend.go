@@ -392,3 +392,13 @@ type HostBackend interface {
 	Backend
 	HostKernels
 }
+
+// HostMemory is a host backend whose memory is the host's own (the CPU
+// backend): Wrap returns host values as one of its buffers without a
+// copy, so that a caller's slices (a test's inputs, a reference
+// computation's parameters) are used in place. The emulated device has the
+// method but hides its memory, and panics.
+type HostMemory interface {
+	HostBackend
+	Wrap(data []float32) Buffer
+}

@@ -28,6 +28,15 @@ var _ backend.Backend = (*Backend)(nil)
 // New returns the CPU backend using GOMAXPROCS workers.
 func New() *Backend { return &Backend{} }
 
+// shared is the process-wide CPU backend (Default).
+var shared = New()
+
+// Default returns the process-wide CPU backend: the one a model's initial
+// weights are made on and trainer/device opens for "cpu", so that a model
+// built on the host and a run on the cpu device share one backend (a model checks that
+// its input is on its own) and one set of transfer counters.
+func Default() *Backend { return shared }
+
 // NewEmulated returns the emulated device: CPU kernels on memory whose Host
 // view is unavailable.
 func NewEmulated() *Backend { return &Backend{emulated: true} }

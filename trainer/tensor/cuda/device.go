@@ -38,7 +38,10 @@ type Device struct {
 	kernelsOnce sync.Once
 	kernelsErr  error
 	modules     []uintptr
-	functions   [numKernels]uintptr
+	moduleNames []string // modules[i] is kernels/<moduleNames[i]>.ptx
+	// functions[k] is kernel k's handle: this package's own resolved when
+	// the modules load, another package's at its first launch.
+	functions []uintptr
 
 	// ws is the convolutions' workspace (see withWorkspace).
 	ws      Ptr

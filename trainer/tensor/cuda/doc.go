@@ -52,9 +52,10 @@
 //
 // The loss runs on the device too, without this package knowing it:
 // trainer/loss/losscuda, beside the loss, implements the loss's
-// DeviceKernels on a Backend through its launch API (Launch by kernel
-// name with plain arguments, Addr, Scratch, ElementBlocks; launch.go),
-// and registers them with the loss, so ForwardOn queues the padded
+// DeviceKernels on a Backend through its launch API (Module, whose
+// kernels it names and launches by name with plain arguments, Addr,
+// Scratch, ElementBlocks; launch.go), and trainer/device hands them to
+// the loss, so ForwardOn queues the padded
 // targets, the task-aligned assigner, the class and box terms and their
 // combination (kernels/loss_assign.cu, compiled without multiply-add
 // contraction so that each operation rounds as Go's), and the owner map,

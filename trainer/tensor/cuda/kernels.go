@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
@@ -79,13 +80,13 @@ const (
 	kMtAxpby
 )
 
-// numKernels counts every kernel of the embedded modules: the ones above,
-// which this package launches, and the ones after them in kernelNames,
-// which it only loads — their packages launch them by name
-// (Backend.Launch) and hold what their arguments mean.
+// numKernels counts this package's own kernels, the ones above. A kernel
+// another package owns and launches by name (a Module's) is numbered after
+// them, when its module is loaded (see owned).
 const numKernels = kernel(len(kernelNames))
 
-// kernelNames names each kernel, the constants' in their order first.
+// kernelNames names each of this package's kernels, in the constants'
+// order.
 var kernelNames = [...]string{
 	"unary_forward", "unary_backward", "binary_forward", "binary_backward", "scale",
 	"add_scalar", "clamp_forward", "clamp_backward", "fill", "bce_logits_forward",
@@ -100,19 +101,63 @@ var kernelNames = [...]string{
 	"bn_tiles_partial", "bn_tiles_finish", "bn_tiles_apply",
 	"batch_normalize",
 	"mt_muon_momentum", "mt_axpby",
-	// Launched by name: the loss's kernels (loss_assign.cu, loss_mask.cu),
-	// whose Go side is trainer/loss/losscuda. They stay in this directory
-	// because the CPU harness compiles every .cu into one program and the
-	// PTX build and its freshness check cover this folder.
-	"loss_targets", "loss_assign_metric", "loss_assign_topk", "loss_assign_resolve", "loss_assign_max",
-	"loss_assign_targets", "loss_assign_count", "loss_cls_rows", "loss_box", "loss_clsbox_finish",
-	"loss_combine", "loss_zero_without_fg",
-	// loss_mask.cu
-	"loss_owner_area", "loss_owner_map", "loss_semantic", "loss_mask_gather", "loss_mask_rows",
-	"loss_mask_proto_grad", "loss_mask_finish", "loss_sem_channel", "loss_sem_finish",
 }
 
-func (k kernel) String() string { return kernelNames[k] }
+// owned numbers the kernels other packages own, process-wide, from
+// numKernels on, as their modules are loaded (Backend.Module): every
+// launcher (a device, the CPU harness, a test's recorder) then knows a
+// kernel by one small number and its name, whoever owns it.
+var owned struct {
+	sync.RWMutex
+	names   []string // kernel numKernels+i is names[i]
+	modules []string // ... of the module modules[i]
+	index   map[string]kernel
+}
+
+// ownedKernel returns the number of module's kernel name, numbering it on
+// first use; a name already numbered under another module is an error.
+func ownedKernel(module, name string) (kernel, error) {
+	owned.Lock()
+	defer owned.Unlock()
+	if k, ok := owned.index[name]; ok {
+		if m := owned.modules[k-numKernels]; m != module {
+			return 0, fmt.Errorf("cuda: kernel %s loaded from module %s and %s", name, m, module)
+		}
+		return k, nil
+	}
+	for _, n := range kernelNames {
+		if n == name {
+			return 0, fmt.Errorf("cuda: kernel %s of module %s is one of this package's own", name, module)
+		}
+	}
+	if owned.index == nil {
+		owned.index = map[string]kernel{}
+	}
+	k := numKernels + kernel(len(owned.names))
+	owned.names, owned.modules = append(owned.names, name), append(owned.modules, module)
+	owned.index[name] = k
+	return k, nil
+}
+
+// module is the embedded module a kernel another package owns comes
+// from ("" for this package's own, which every module is searched for).
+func (k kernel) module() string {
+	if k < numKernels {
+		return ""
+	}
+	owned.RLock()
+	defer owned.RUnlock()
+	return owned.modules[k-numKernels]
+}
+
+func (k kernel) String() string {
+	if k < numKernels {
+		return kernelNames[k]
+	}
+	owned.RLock()
+	defer owned.RUnlock()
+	return owned.names[k-numKernels]
+}
 
 type dim3 struct{ x, y, z uint32 }
 

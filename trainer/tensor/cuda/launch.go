@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"fmt"
-	"sync"
 
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
@@ -63,24 +62,47 @@ func OneBlock() Grid { return Grid{kind: gridOneBlock} }
 // OneThread launches a single thread.
 func OneThread() Grid { return Grid{kind: gridOneThread} }
 
-var kernelIndex = sync.OnceValue(func() map[string]kernel {
-	m := make(map[string]kernel, numKernels)
-	for k, name := range kernelNames {
-		m[name] = kernel(k)
+// Module is a kernel module another package owns (the loss's, in
+// trainer/loss/losscuda): the package names the module and the kernels it
+// launches, and launches them by name on the Backend's compute stream.
+type Module struct {
+	be      *Backend
+	name    string
+	kernels map[string]kernel
+	err     error // a name the module could not number, reported at launch
+}
+
+// Module returns the module name (its PTX, kernels/<name>.ptx, loaded with
+// the device's other modules) with the kernels it declares, for Launch. A
+// kernel missing from the module is reported by the device when it is
+// first launched; one declared by two modules, by every launch.
+func (be *Backend) Module(name string, kernels ...string) *Module {
+	m := &Module{be: be, name: name, kernels: make(map[string]kernel, len(kernels))}
+	for _, n := range kernels {
+		k, err := ownedKernel(name, n)
+		if err != nil {
+			m.err = err
+			break
+		}
+		m.kernels[n] = k
 	}
 	return m
-})
+}
 
-// Launch queues the kernel called name (an entry of the embedded PTX
-// modules) on the compute stream with args, in order behind the work
-// already queued. An unknown name, arguments that do not fit the launch
-// block, or a launch the driver refuses are errors; a kernel's own fault
-// surfaces at the next synchronising call, as for every launch.
-func (be *Backend) Launch(name string, g Grid, args ...Arg) error {
-	kn, ok := kernelIndex()[name]
-	if !ok {
-		return fmt.Errorf("cuda backend: no kernel %q in the embedded modules", name)
+// Launch queues the module's kernel name on the compute stream with args,
+// in order behind the work already queued. A name the module did not
+// declare, arguments that do not fit the launch block, or a launch the
+// driver refuses are errors; a kernel's own fault surfaces at the next
+// synchronising call, as for every launch.
+func (m *Module) Launch(name string, g Grid, args ...Arg) error {
+	if m.err != nil {
+		return m.err
 	}
+	kn, ok := m.kernels[name]
+	if !ok {
+		return fmt.Errorf("cuda backend: module %s declares no kernel %q", m.name, name)
+	}
+	be := m.be
 	as := make([]arg, len(args))
 	for i, a := range args {
 		as[i] = a.a

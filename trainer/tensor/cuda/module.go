@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io/fs"
+	"path"
 	"strings"
 	"unsafe"
 )
@@ -54,21 +55,42 @@ func (d *Device) loadModules() error {
 			return fmt.Errorf("load %s: %w\n%s", name, err, log)
 		}
 		d.modules = append(d.modules, mod)
+		d.moduleNames = append(d.moduleNames, strings.TrimSuffix(path.Base(name), ".ptx"))
 	}
+	d.functions = make([]uintptr, numKernels)
 	for k := range numKernels {
-		name := append([]byte(kernelNames[k]), 0)
-		for _, mod := range d.modules {
-			var f uintptr
-			if ccall(d.drv.cuModuleGetFunction, uintptr(unsafe.Pointer(&f)), mod, uintptr(unsafe.Pointer(&name[0]))) == 0 {
-				d.functions[k] = f
-				break
-			}
-		}
-		if d.functions[k] == 0 {
-			return fmt.Errorf("cuda: kernel %s is in none of the embedded modules", kernelNames[k])
+		if err := d.resolve(k); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// resolve finds kernel k's handle: in its own module for a kernel another
+// package owns, in any module for this package's. It runs inside Do.
+func (d *Device) resolve(k kernel) error {
+	if int(k) < len(d.functions) && d.functions[k] != 0 {
+		return nil
+	}
+	module := k.module()
+	name := append([]byte(k.String()), 0)
+	for i, mod := range d.modules {
+		if module != "" && d.moduleNames[i] != module {
+			continue
+		}
+		var f uintptr
+		if ccall(d.drv.cuModuleGetFunction, uintptr(unsafe.Pointer(&f)), mod, uintptr(unsafe.Pointer(&name[0]))) == 0 {
+			if int(k) >= len(d.functions) {
+				d.functions = append(d.functions, make([]uintptr, int(k)+1-len(d.functions))...)
+			}
+			d.functions[k] = f
+			return nil
+		}
+	}
+	if module != "" {
+		return fmt.Errorf("cuda: kernel %s is not in the embedded module %s", k, module)
+	}
+	return fmt.Errorf("cuda: kernel %s is in none of the embedded modules", k)
 }
 
 // launch implements launcher from any goroutine: one Do per launch.
@@ -81,6 +103,9 @@ func (d *Device) launch(k kernel, grid, block dim3, args []arg) error {
 // The driver copies the arguments during cuLaunchKernel, so one block
 // serves every launch.
 func (d *Device) launchLocked(k kernel, grid, block dim3, args []arg) error {
+	if err := d.resolve(k); err != nil {
+		return err
+	}
 	if _, err := packArgs(d.argBytes, d.args, args); err != nil {
 		return err
 	}

@@ -35,12 +35,12 @@ func tapeRef(f func(tp *tensor.Tape, xs []*tensor.Tensor) *tensor.Tensor, dy []f
 	tp := tensor.NewTape(refBE)
 	xs := make([]*tensor.Tensor, len(inputs))
 	for i, in := range inputs {
-		xs[i] = tensor.New(clone(in), shapes[i]...)
+		xs[i] = tensor.New(refBE, clone(in), shapes[i]...)
 		xs[i].RequiresGrad = true
 	}
 	y := f(tp, xs)
 	out := y.ToHost(nil)
-	if err := tp.BackwardFrom([]*tensor.Tensor{y}, []*tensor.Tensor{tensor.New(clone(dy), y.Shape...)}); err != nil {
+	if err := tp.BackwardFrom([]*tensor.Tensor{y}, []*tensor.Tensor{tensor.New(refBE, clone(dy), y.Shape...)}); err != nil {
 		panic(err)
 	}
 	grads := make([][]float32, len(xs))
@@ -93,8 +93,8 @@ func refAddScalar(x []float32, s float32) []float32 {
 // of it on lo ≤ x ≤ hi, boundaries included, as PyTorch's clamp does.
 func refClamp(x, dy []float32, lo, hi float32) ([]float32, []float32) {
 	y, g := tapeRef(func(tp *tensor.Tape, xs []*tensor.Tensor) *tensor.Tensor {
-		above := tp.ReLU(tp.Sub(xs[0], tensor.Scalar(hi)))
-		below := tp.ReLU(tp.Sub(tensor.Scalar(lo), xs[0]))
+		above := tp.ReLU(tp.Sub(xs[0], tensor.FullOn(refBE, hi)))
+		below := tp.ReLU(tp.Sub(tensor.FullOn(refBE, lo), xs[0]))
 		return tp.Add(tp.Sub(xs[0], above), below)
 	}, dy, [][]int{{len(x)}}, x)
 	return y, g[0]
@@ -106,7 +106,7 @@ func refClamp(x, dy []float32, lo, hi float32) ([]float32, []float32) {
 func refBCE(x, t, dy []float32) (y, dx, dt []float32) {
 	y, g := tapeRef(func(tp *tensor.Tape, xs []*tensor.Tensor) *tensor.Tensor {
 		lin := tp.Sub(tp.ReLU(xs[0]), tp.Mul(xs[0], xs[1]))
-		return tp.Add(lin, tp.Log(tp.Add(tensor.Scalar(1), tp.Exp(tp.Neg(tp.Abs(xs[0]))))))
+		return tp.Add(lin, tp.Log(tp.Add(tensor.FullOn(refBE, 1), tp.Exp(tp.Neg(tp.Abs(xs[0]))))))
 	}, dy, [][]int{{len(x)}, {len(t)}}, x, t)
 	return y, g[0], g[1]
 }
@@ -170,7 +170,9 @@ func refExpand(rows, cols int, wins []raster.Window, data []byte) []byte {
 	return dst
 }
 
-func refSum(x []float32) float32 { return (*tensor.Tape)(nil).Sum(tensor.New(clone(x), len(x))).Item() }
+func refSum(x []float32) float32 {
+	return (*tensor.Tape)(nil).Sum(tensor.New(refBE, clone(x), len(x))).Item()
+}
 
 func refSumAxis(x, dy []float32, shape []int, axis int) ([]float32, []float32) {
 	y, g := tapeRef(func(tp *tensor.Tape, xs []*tensor.Tensor) *tensor.Tensor { return tp.SumAxis(xs[0], axis, false) }, dy, [][]int{shape}, x)
@@ -188,7 +190,7 @@ func refSoftmax(outer, n, inner int, x, dy, dx0 []float32) ([]float32, []float32
 func refParams(grads ...[]float32) []*optim.Param {
 	ps := make([]*optim.Param, len(grads))
 	for i, g := range grads {
-		ps[i] = &optim.Param{Name: "p", Shape: []int{len(g)}, Data: make([]float32, len(g)), Grad: clone(g)}
+		ps[i] = &optim.Param{Host: refBE, Name: "p", Shape: []int{len(g)}, Data: make([]float32, len(g)), Grad: clone(g)}
 	}
 	return ps
 }
@@ -207,7 +209,7 @@ func refClip(maxNorm float64, grads ...[]float32) (float64, [][]float32) {
 // refSGD runs steps SGD steps (same gradient) and returns the parameters
 // and the momentum buffer.
 func refSGD(p, g []float32, lr, mu, wd float64, steps int) ([]float32, []float32) {
-	par := &optim.Param{Name: "w", Shape: []int{len(p)}, Data: clone(p), Grad: clone(g)}
+	par := &optim.Param{Host: refBE, Name: "w", Shape: []int{len(p)}, Data: clone(p), Grad: clone(g)}
 	o := optim.NewSGD([]*optim.Group{{Params: []*optim.Param{par}, LR: lr, Momentum: mu, WeightDecay: wd}})
 	for range steps {
 		o.Step()
@@ -216,7 +218,7 @@ func refSGD(p, g []float32, lr, mu, wd float64, steps int) ([]float32, []float32
 }
 
 func refAdamW(p, g []float32, lr, wd, beta1 float64, steps int) (data, m, v []float32) {
-	par := &optim.Param{Name: "w", Shape: []int{len(p)}, Data: clone(p), Grad: clone(g)}
+	par := &optim.Param{Host: refBE, Name: "w", Shape: []int{len(p)}, Data: clone(p), Grad: clone(g)}
 	o := optim.NewAdamW([]*optim.Group{{Params: []*optim.Param{par}, LR: lr, WeightDecay: wd}}, beta1)
 	for range steps {
 		o.Step()
@@ -228,14 +230,14 @@ func refAdamW(p, g []float32, lr, wd, beta1 float64, steps int) (data, m, v []fl
 // refMuonMomentum is MuSGD's Muon buffer after one step at lr 0 (only the
 // buffers move).
 func refMuonMomentum(g []float32, rows, cols int, mu float64) []float32 {
-	par := &optim.Param{Name: "w", Shape: []int{rows, cols}, Data: make([]float32, len(g)), Grad: clone(g)}
+	par := &optim.Param{Host: refBE, Name: "w", Shape: []int{rows, cols}, Data: make([]float32, len(g)), Grad: clone(g)}
 	o := optim.NewMuSGD([]*optim.Group{{Params: []*optim.Param{par}, LR: 0, Momentum: mu, UseMuon: true}}, 0.5, 0.5)
 	o.Step()
 	return o.State()["w.momentum_buffer"]
 }
 
 func refEMA(ema0, x []float32, updates int) ([]float32, float32) {
-	e := optim.NewEMA([][]float32{ema0})
+	e := optim.NewEMA(refBE, [][]float32{ema0})
 	for range updates {
 		if err := e.Update([][]float32{x}); err != nil {
 			panic(err)
@@ -275,7 +277,7 @@ func refBatchNorm(n, c, hw int, eps float32, x, gamma, beta, dy []float32) [][]f
 // p ← p − lr·muonWeight·√max(1, rows/cols)·O from p = 0.
 func refNewtonSchulz(g []float32, rows, cols int) []float32 {
 	const lr, mw = 1.0, 1.0
-	par := &optim.Param{Name: "w", Shape: []int{rows, cols}, Data: make([]float32, len(g)), Grad: clone(g)}
+	par := &optim.Param{Host: refBE, Name: "w", Shape: []int{rows, cols}, Data: make([]float32, len(g)), Grad: clone(g)}
 	o := optim.NewMuSGD([]*optim.Group{{Params: []*optim.Param{par}, LR: lr, Momentum: 0, UseMuon: true}}, mw, 0)
 	o.Step()
 	s := float32(lr * mw * math.Sqrt(max(1, float64(rows)/float64(cols))))
