@@ -6,25 +6,12 @@ package main
 import (
 	"context"
 	"os"
-	"runtime/debug"
 
 	"github.com/segpipe/segpipe/cli"
 )
 
-// gcPercent is the collector's target unless GOGC is set. segpipe's heap is
-// mostly long-lived pointer-free buffers (the decoded-image cache, batch
-// pools, model tensors), which a collection marks at almost no cost. Go's
-// default of 100 lets garbage grow to the size of that live heap before it
-// collects: at the default cache the loader's peak RSS then reached 1.5 GiB
-// in a 5,120-image run, all of it memory faulted in for the first time. 25
-// keeps the peak within a quarter of the live heap and cost less CPU, not
-// more (BENCHMARKS.md, "Garbage-collector target").
-const gcPercent = 25
-
 func main() {
-	if _, set := os.LookupEnv("GOGC"); !set {
-		debug.SetGCPercent(gcPercent)
-	}
+	cli.SetGCTarget()
 	// A runtime fatal error (out of memory) exits 2 before Run returns,
 	// like a usage error; package cli's doc says why nothing here can
 	// change that.

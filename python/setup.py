@@ -10,9 +10,17 @@ only; segpipe.Loader then says how to get the library). SEGPIPE_GOARCH=arm64
 (with CC a C compiler for it, e.g. CC=aarch64-linux-gnu-gcc) cross-builds
 the library and tags the wheel for that machine: a Linux arm64 wheel from an
 x86_64 host.
+
+The wheel's tag names the platform only (linux_x86_64); a package index
+takes it once auditwheel has checked the library and retagged the wheel
+manylinux: scripts/build-wheels.sh does both. The library is also the
+`segpipe` console script's command line (segpipe._cli), and reports
+segpipe.__version__, the package's one version: build_py passes it to
+the library's build as SEGPIPE_VERSION unless that is set.
 """
 
 import os
+import re
 import subprocess
 import sys
 
@@ -22,6 +30,15 @@ from setuptools.dist import Distribution
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
+
+
+def package_version() -> str:
+    """segpipe.__version__, read without importing the package."""
+    with open(os.path.join(HERE, "segpipe", "__init__.py")) as f:
+        m = re.search(r'^__version__ = "([^"]+)"$', f.read(), re.M)
+    if not m:
+        sys.exit("segpipe: no __version__ line in segpipe/__init__.py")
+    return m.group(1)
 
 
 def native_wanted() -> bool:
@@ -40,7 +57,9 @@ class BuildWithNative(build_py):
         out = os.path.join(os.path.abspath(self.build_lib), "segpipe", "_native")
         os.makedirs(out, exist_ok=True)
         args = ["bash", script, out] + ([target_goarch()] if target_goarch() else [])
-        subprocess.run(args, cwd=REPO, check=True)
+        env = dict(os.environ)
+        env.setdefault("SEGPIPE_VERSION", package_version())
+        subprocess.run(args, cwd=REPO, check=True, env=env)
 
 
 # Go's names for the machines a wheel's platform tag names.

@@ -153,6 +153,15 @@ void segpipe_close(int64_t h);
 /* segpipe_version is the segpipe version, a static string. */
 const char *segpipe_version(void);
 
+/*
+ * segpipe_cli runs the segpipe command line with argv (argv[0] the program
+ * name, as for main) on the calling thread and returns its exit code: 0
+ * success, 1 failure, 2 usage error. The command reads and writes file
+ * descriptors 0, 1 and 2. It is the Python package's `segpipe` console
+ * script; call it once, as a program calls main.
+ */
+int segpipe_cli(int argc, char **argv);
+
 #endif /* SEGPIPE_NO_PROTOTYPES */
 
 #ifdef __cplusplus

@@ -22,6 +22,8 @@ from .request import (
 )
 from .stream import StreamError
 
+# The package's one version: the wheel's (pyproject.toml reads it) and the
+# native library's (setup.py builds it in; `segpipe version` prints it).
 __version__ = "0.1.0"
 
 __all__ = [
