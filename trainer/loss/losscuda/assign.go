@@ -12,7 +12,7 @@ import (
 
 // The loss's padded targets, assigner, class and box terms and
 // combination on the device (part of loss.DeviceKernels, the kernels of
-// trainer/tensor/cuda/kernels/loss_assign.cu). loss.ForwardOn has checked
+// kernels/loss_assign.cu). loss.ForwardOn has checked
 // every size before it calls them; a buffer too short for the geometry
 // panics here, as a Backend method does on a device error.
 
@@ -71,7 +71,7 @@ func (k Kernels) LossTargets(g loss.Geometry, t *loss.DeviceTargets, p *loss.Dev
 	checkLen("loss targets", B*M, p.Labels, p.Valid, p.Src)
 	checkLen("loss targets", 4*B*M, p.Boxes)
 	checkLen("loss targets", B, p.Count, t.BoxesPerImage)
-	orPanic("loss targets", k.assign.Launch("loss_targets", cuda.Elements(B), cuda.PtrArg(be.Addr(t.BoxesPerImage)), cuda.PtrArg(be.Addr(t.Classes)),
+	orPanic("loss targets", assignModule.Launch(be, "loss_targets", cuda.Elements(B), cuda.PtrArg(be.Addr(t.BoxesPerImage)), cuda.PtrArg(be.Addr(t.Classes)),
 		cuda.PtrArg(be.Addr(t.Boxes)), cuda.PtrArg(be.Addr(t.IsCrowd)), cuda.Int32Arg(t.CrowdBytes), cuda.Int32Arg(B), cuda.Int32Arg(M),
 		cuda.PtrArg(be.Addr(p.Labels)), cuda.PtrArg(be.Addr(p.Boxes)), cuda.PtrArg(be.Addr(p.Valid)), cuda.PtrArg(be.Addr(p.Src)), cuda.PtrArg(be.Addr(p.Count))))
 }
@@ -109,25 +109,25 @@ func (k Kernels) LossAssign(g loss.Geometry, cfg loss.AssignerConfig, boxes, sco
 			k2 = min(cfg.TopK2, A)
 		}
 		lc := cuda.StructArg(encodeLaStruct([]int{min(cfg.TopK, A), k2}, []float64{cfg.Alpha, cfg.Beta, cfg.SmallSide, cfg.SmallSideTo}, nil))
-		orPanic("loss assign metric", k.assign.Launch("loss_assign_metric", cuda.Elements(cells), geo, lc, cuda.PtrArg(be.Addr(boxes)), cuda.PtrArg(be.Addr(scores)),
+		orPanic("loss assign metric", assignModule.Launch(be, "loss_assign_metric", cuda.Elements(cells), geo, lc, cuda.PtrArg(be.Addr(boxes)), cuda.PtrArg(be.Addr(scores)),
 			cuda.PtrArg(be.Addr(p.Labels)), cuda.PtrArg(be.Addr(p.Boxes)), cuda.PtrArg(be.Addr(p.Valid)), cuda.PtrArg(metric), cuda.PtrArg(overlaps),
 			cuda.PtrArg(flags), cuda.Int64Arg(cells)))
 		topk := func(kk, stage int) {
-			orPanic("loss assign top-k", k.assign.Launch("loss_assign_topk", cuda.Blocks(rows), cuda.PtrArg(metric), cuda.PtrArg(flags),
+			orPanic("loss assign top-k", assignModule.Launch(be, "loss_assign_topk", cuda.Blocks(rows), cuda.PtrArg(metric), cuda.PtrArg(flags),
 				cuda.PtrArg(be.Addr(p.Valid)), cuda.Int32Arg(A), cuda.Int32Arg(kk), cuda.Int32Arg(stage), cuda.Int64Arg(rows)))
 		}
 		topk(min(cfg.TopK, A), 0)
-		orPanic("loss assign resolve", k.assign.Launch("loss_assign_resolve", cuda.Elements(B*A), cuda.PtrArg(overlaps), cuda.PtrArg(flags), cuda.Int32Arg(M), cuda.Int32Arg(A), cuda.Int64Arg(B*A)))
+		orPanic("loss assign resolve", assignModule.Launch(be, "loss_assign_resolve", cuda.Elements(B*A), cuda.PtrArg(overlaps), cuda.PtrArg(flags), cuda.Int32Arg(M), cuda.Int32Arg(A), cuda.Int64Arg(B*A)))
 		if k2 > 0 {
 			topk(k2, 1)
 		}
-		orPanic("loss assign maxima", k.assign.Launch("loss_assign_max", cuda.Blocks(rows), cuda.PtrArg(metric), cuda.PtrArg(overlaps), cuda.PtrArg(flags),
+		orPanic("loss assign maxima", assignModule.Launch(be, "loss_assign_max", cuda.Blocks(rows), cuda.PtrArg(metric), cuda.PtrArg(overlaps), cuda.PtrArg(flags),
 			cuda.Int32Arg(A), cuda.PtrArg(maxMet), cuda.PtrArg(maxOv), cuda.Int64Arg(rows)))
 	}
-	orPanic("loss assign targets", k.assign.Launch("loss_assign_targets", cuda.Elements(B*A), cuda.PtrArg(flags), cuda.PtrArg(metric), cuda.PtrArg(maxMet), cuda.PtrArg(maxOv),
+	orPanic("loss assign targets", assignModule.Launch(be, "loss_assign_targets", cuda.Elements(B*A), cuda.PtrArg(flags), cuda.PtrArg(metric), cuda.PtrArg(maxMet), cuda.PtrArg(maxOv),
 		cuda.PtrArg(be.Addr(p.Labels)), cuda.PtrArg(be.Addr(p.Boxes)), cuda.Int32Arg(M), cuda.Int32Arg(A), cuda.PtrArg(be.Addr(a.FG)), cuda.PtrArg(be.Addr(a.GTIdx)),
 		cuda.PtrArg(be.Addr(a.Labels)), cuda.PtrArg(be.Addr(a.Boxes)), cuda.PtrArg(be.Addr(a.ScoreValue)), cuda.Int64Arg(B*A)))
-	orPanic("loss assign count", k.assign.Launch("loss_assign_count", cuda.OneBlock(), cuda.PtrArg(be.Addr(a.FG)), cuda.PtrArg(be.Addr(a.ScoreValue)),
+	orPanic("loss assign count", assignModule.Launch(be, "loss_assign_count", cuda.OneBlock(), cuda.PtrArg(be.Addr(a.FG)), cuda.PtrArg(be.Addr(a.ScoreValue)),
 		cuda.PtrArg(be.Addr(a.NumFG)), cuda.PtrArg(be.Addr(a.ScoreSum)), cuda.Int64Arg(B*A)))
 }
 
@@ -162,12 +162,12 @@ func (k Kernels) LossClsBox(g loss.Geometry, cfg loss.Config, boxes, scores back
 	ws, release := be.Scratch(8*rows + 16*blocks)
 	defer release()
 	rowPart, boxPart := ws, ws.Add(8*rows)
-	orPanic("loss cls", k.assign.Launch("loss_cls_rows", cuda.Blocks(rows), geo, gains, cuda.PtrArg(be.Addr(scores)), cuda.PtrArg(be.Addr(a.FG)),
+	orPanic("loss cls", assignModule.Launch(be, "loss_cls_rows", cuda.Blocks(rows), geo, gains, cuda.PtrArg(be.Addr(scores)), cuda.PtrArg(be.Addr(a.FG)),
 		cuda.PtrArg(be.Addr(a.Labels)), cuda.PtrArg(be.Addr(a.ScoreValue)), cuda.PtrArg(be.Addr(a.ScoreSum)), cuda.PtrArg(be.Addr(scoresG)),
 		cuda.PtrArg(rowPart), cuda.Int64Arg(rows)))
-	orPanic("loss box", k.assign.Launch("loss_box", cuda.Elements(n), geo, gains, cuda.PtrArg(be.Addr(boxes)), cuda.PtrArg(be.Addr(a.FG)), cuda.PtrArg(be.Addr(a.Boxes)),
+	orPanic("loss box", assignModule.Launch(be, "loss_box", cuda.Elements(n), geo, gains, cuda.PtrArg(be.Addr(boxes)), cuda.PtrArg(be.Addr(a.FG)), cuda.PtrArg(be.Addr(a.Boxes)),
 		cuda.PtrArg(be.Addr(a.ScoreValue)), cuda.PtrArg(be.Addr(a.ScoreSum)), cuda.PtrArg(be.Addr(boxesG)), cuda.PtrArg(boxPart), cuda.Int64Arg(n)))
-	orPanic("loss cls/box sums", k.assign.Launch("loss_clsbox_finish", cuda.OneBlock(), cuda.PtrArg(rowPart), cuda.Int32Arg(rows), cuda.PtrArg(boxPart), cuda.Int32Arg(blocks),
+	orPanic("loss cls/box sums", assignModule.Launch(be, "loss_clsbox_finish", cuda.OneBlock(), cuda.PtrArg(rowPart), cuda.Int32Arg(rows), cuda.PtrArg(boxPart), cuda.Int32Arg(blocks),
 		cuda.PtrArg(be.Addr(terms))))
 }
 
@@ -183,9 +183,9 @@ func (k Kernels) LossCombine(g loss.Geometry, cfg loss.Config, o2m, o2o float64,
 		checkLen("loss combine", 2, x.ScoreSum)
 	}
 	c := cuda.StructArg(encodeLaStruct(nil, []float64{cfg.BoxGain, cfg.ClsGain, cfg.DFLGain, o2m, o2o}, []int{g.B}))
-	orPanic("loss combine", k.assign.Launch("loss_combine", cuda.OneThread(), c, cuda.PtrArg(be.Addr(terms)), cuda.PtrArg(be.Addr(a[0].NumFG)),
+	orPanic("loss combine", assignModule.Launch(be, "loss_combine", cuda.OneThread(), c, cuda.PtrArg(be.Addr(terms)), cuda.PtrArg(be.Addr(a[0].NumFG)),
 		cuda.PtrArg(be.Addr(a[0].ScoreSum)), cuda.PtrArg(be.Addr(a[1].NumFG)), cuda.PtrArg(be.Addr(a[1].ScoreSum)), cuda.PtrArg(be.Addr(res))))
 	if semG.Present() {
-		orPanic("loss combine", k.assign.Launch("loss_zero_without_fg", cuda.Elements(semG.Len), cuda.PtrArg(be.Addr(a[0].NumFG)), cuda.PtrArg(be.Addr(semG)), cuda.Int64Arg(semG.Len)))
+		orPanic("loss combine", assignModule.Launch(be, "loss_zero_without_fg", cuda.Elements(semG.Len), cuda.PtrArg(be.Addr(a[0].NumFG)), cuda.PtrArg(be.Addr(semG)), cuda.Int64Arg(semG.Len)))
 	}
 }

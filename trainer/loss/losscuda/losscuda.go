@@ -1,20 +1,25 @@
 // Package losscuda runs trainer/loss's device twins (loss.DeviceKernels)
-// on the CUDA backend: the Go side of the loss's kernels — argument
-// layouts, buffer checks, launch order — beside the loss they twin, as
-// llm.c keeps a layer's kernels with its reference. This package names
-// its two modules and their kernels (assignKernels, maskKernels), has the
-// backend load them (cuda.Backend.Module) and launches them by name
-// (Module.Launch, with Addr and Scratch), so the backend knows tensors and
-// launches and nothing of the loss's kernels or types. The CUDA C sources
-// (loss_assign.cu, loss_mask.cu) and their PTX still sit in
-// trainer/tensor/cuda/kernels, where the CPU harness builds every .cu as
-// one program and the PTX build and its freshness check run.
+// on the CUDA backend: the loss's kernels, their CUDA C sources
+// (kernels/loss_assign.cu, kernels/loss_mask.cu) and PTX, and their Go
+// side — argument layouts, buffer checks, launch order — beside the loss
+// they twin, as llm.c keeps a layer's kernels with its reference. This
+// package declares its two modules with their PTX and kernel names
+// (cuda.DeclareModule) and launches them by name (Module.Launch, with
+// Addr and Scratch), so the backend knows tensors and launches and
+// nothing of the loss's kernels or types. The CPU harness compiles the
+// declared modules' sources with the backend's own.
 //
 // trainer/device hands the loss these kernels (loss.OnDevice(be, New(be)))
-// when it opens a cuda device; nothing registers itself.
+// when it opens a cuda device.
 package losscuda
 
+// The loss's kernels round every operation as the Go reference does:
+// loss_assign.cu compiles without multiply-add contraction.
+//go:generate bash ../../tensor/cuda/kernels/build-ptx.sh -fmad=false kernels/loss_assign.cu
+//go:generate bash ../../tensor/cuda/kernels/build-ptx.sh kernels/loss_mask.cu
+
 import (
+	_ "embed"
 	"fmt"
 
 	"github.com/segpipe/segpipe/trainer/loss"
@@ -27,10 +32,7 @@ import (
 // Backend's own methods they panic on a buffer too short for the geometry
 // (loss.ForwardOn has refused bad input on the host before the first
 // launch) and on a device error.
-type Kernels struct {
-	be           *cuda.Backend
-	assign, mask *cuda.Module
-}
+type Kernels struct{ be *cuda.Backend }
 
 var _ loss.DeviceKernels = Kernels{}
 
@@ -45,10 +47,23 @@ var (
 		"loss_mask_rows", "loss_mask_proto_grad", "loss_mask_finish", "loss_sem_channel", "loss_sem_finish"}
 )
 
-// New returns the loss kernels on be, its modules loaded.
-func New(be *cuda.Backend) Kernels {
-	return Kernels{be: be, assign: be.Module("loss_assign", assignKernels...), mask: be.Module("loss_mask", maskKernels...)}
-}
+// The modules' PTX (go generate, nvcc 11.8; CI checks it is current).
+var (
+	//go:embed kernels/loss_assign.ptx
+	assignPTX []byte
+	//go:embed kernels/loss_mask.ptx
+	maskPTX []byte
+)
+
+// The two modules, declared when the package initialises, before any
+// device or harness opens.
+var (
+	assignModule = cuda.DeclareModule("loss_assign", assignPTX, assignKernels...)
+	maskModule   = cuda.DeclareModule("loss_mask", maskPTX, maskKernels...)
+)
+
+// New returns the loss kernels on be.
+func New(be *cuda.Backend) Kernels { return Kernels{be: be} }
 
 // orPanic turns a launch error into the panic of a failed device call.
 func orPanic(op string, err error) {

@@ -12,8 +12,8 @@ import (
 
 // The mask side of loss.DeviceKernels on the device: the owner map and
 // semantic target (LossOwners), one branch's mask term (LossMask) and the
-// semantic term (LossSemseg), as the kernels of
-// trainer/tensor/cuda/kernels/loss_mask.cu. Each method checks what the host knows (buffer
+// semantic term (LossSemseg), as the kernels of kernels/loss_mask.cu.
+// Each method checks what the host knows (buffer
 // sizes), queues its kernels on the compute stream and returns; data-
 // dependent outcomes (no positive, an image without instances) are
 // handled on the device, and nothing crosses to the host.
@@ -105,9 +105,9 @@ func (k Kernels) LossOwners(g loss.Geometry, t *loss.DeviceTargets, p *loss.Devi
 	masks, src, count, labels := be.Addr(t.Masks), be.Addr(p.Src), be.Addr(p.Count), be.Addr(p.Labels)
 	area, release := be.Scratch(4 * g.B * p.M)
 	defer release()
-	orPanic(op, k.mask.Launch("loss_owner_area", cuda.Blocks(g.B*p.M), cuda.PtrArg(masks), cuda.PtrArg(src), cuda.PtrArg(count), cuda.PtrArg(area), cuda.StructArg(geom)))
-	orPanic(op, k.mask.Launch("loss_owner_map", cuda.Elements(g.B*hw), cuda.PtrArg(masks), cuda.PtrArg(src), cuda.PtrArg(count), cuda.PtrArg(area), cuda.PtrArg(be.Addr(owner)), cuda.StructArg(geom)))
-	orPanic(op, k.mask.Launch("loss_semantic", cuda.Elements(g.B*g.SemH*g.SemW), cuda.PtrArg(labels), cuda.PtrArg(count), cuda.PtrArg(area), cuda.PtrArg(be.Addr(owner)),
+	orPanic(op, maskModule.Launch(be, "loss_owner_area", cuda.Blocks(g.B*p.M), cuda.PtrArg(masks), cuda.PtrArg(src), cuda.PtrArg(count), cuda.PtrArg(area), cuda.StructArg(geom)))
+	orPanic(op, maskModule.Launch(be, "loss_owner_map", cuda.Elements(g.B*hw), cuda.PtrArg(masks), cuda.PtrArg(src), cuda.PtrArg(count), cuda.PtrArg(area), cuda.PtrArg(be.Addr(owner)), cuda.StructArg(geom)))
+	orPanic(op, maskModule.Launch(be, "loss_semantic", cuda.Elements(g.B*g.SemH*g.SemW), cuda.PtrArg(labels), cuda.PtrArg(count), cuda.PtrArg(area), cuda.PtrArg(be.Addr(owner)),
 		cuda.PtrArg(be.Addr(sem)), cuda.StructArg(geom)))
 }
 
@@ -151,16 +151,16 @@ func (k Kernels) LossMask(g loss.Geometry, a *loss.DeviceAssignment, p *loss.Dev
 	anchor, gt, crop := ws.Add(16*rows), ws.Add(20*rows), ws.Add(24*rows)
 	count := ws.Add(40 * rows)
 	numFG := be.Addr(a.NumFG)
-	orPanic(op, k.mask.Launch("loss_mask_gather", cuda.Blocks(g.B), cuda.PtrArg(be.Addr(a.FG)), cuda.PtrArg(be.Addr(a.GTIdx)), cuda.PtrArg(be.Addr(p.Boxes)),
+	orPanic(op, maskModule.Launch(be, "loss_mask_gather", cuda.Blocks(g.B), cuda.PtrArg(be.Addr(a.FG)), cuda.PtrArg(be.Addr(a.GTIdx)), cuda.PtrArg(be.Addr(p.Boxes)),
 		cuda.PtrArg(anchor), cuda.PtrArg(gt), cuda.PtrArg(crop), cuda.PtrArg(area), cuda.PtrArg(count), geom))
-	orPanic(op, k.mask.Launch("loss_mask_rows", cuda.Blocks(rows), cuda.PtrArg(be.Addr(coef)), cuda.PtrArg(be.Addr(proto)), cuda.PtrArg(be.Addr(owner)),
+	orPanic(op, maskModule.Launch(be, "loss_mask_rows", cuda.Blocks(rows), cuda.PtrArg(be.Addr(coef)), cuda.PtrArg(be.Addr(proto)), cuda.PtrArg(be.Addr(owner)),
 		cuda.PtrArg(anchor), cuda.PtrArg(gt), cuda.PtrArg(crop), cuda.PtrArg(area), cuda.PtrArg(count), cuda.PtrArg(numFG), cuda.PtrArg(be.Addr(coefG)),
 		cuda.PtrArg(rowLoss), geom))
 	if protoG.Present() {
-		orPanic(op, k.mask.Launch("loss_mask_proto_grad", cuda.Elements(g.B*hw), cuda.PtrArg(be.Addr(coef)), cuda.PtrArg(be.Addr(proto)), cuda.PtrArg(be.Addr(owner)),
+		orPanic(op, maskModule.Launch(be, "loss_mask_proto_grad", cuda.Elements(g.B*hw), cuda.PtrArg(be.Addr(coef)), cuda.PtrArg(be.Addr(proto)), cuda.PtrArg(be.Addr(owner)),
 			cuda.PtrArg(anchor), cuda.PtrArg(gt), cuda.PtrArg(crop), cuda.PtrArg(area), cuda.PtrArg(count), cuda.PtrArg(numFG), cuda.PtrArg(be.Addr(protoG)), geom))
 	}
-	orPanic(op, k.mask.Launch("loss_mask_finish", cuda.OneBlock(), cuda.PtrArg(rowLoss), cuda.PtrArg(count), cuda.PtrArg(numFG), cuda.PtrArg(be.Addr(terms)), geom))
+	orPanic(op, maskModule.Launch(be, "loss_mask_finish", cuda.OneBlock(), cuda.PtrArg(rowLoss), cuda.PtrArg(count), cuda.PtrArg(numFG), cuda.PtrArg(be.Addr(terms)), geom))
 }
 
 // LossSemseg is the semantic term (trainer/loss's semScratch.loss):
@@ -181,6 +181,6 @@ func (k Kernels) LossSemseg(g loss.Geometry, logits, sem backend.Buffer, scale f
 	geom := cuda.StructArg(semGeom(&g, scale))
 	stats, release := be.Scratch(16 * max(nch, 1))
 	defer release()
-	orPanic(op, k.mask.Launch("loss_sem_channel", cuda.Blocks(nch), cuda.PtrArg(be.Addr(logits)), cuda.PtrArg(be.Addr(sem)), cuda.PtrArg(be.Addr(grad)), cuda.PtrArg(stats), geom))
-	orPanic(op, k.mask.Launch("loss_sem_finish", cuda.OneBlock(), cuda.PtrArg(stats), cuda.PtrArg(be.Addr(terms)), geom))
+	orPanic(op, maskModule.Launch(be, "loss_sem_channel", cuda.Blocks(nch), cuda.PtrArg(be.Addr(logits)), cuda.PtrArg(be.Addr(sem)), cuda.PtrArg(be.Addr(grad)), cuda.PtrArg(stats), geom))
+	orPanic(op, maskModule.Launch(be, "loss_sem_finish", cuda.OneBlock(), cuda.PtrArg(stats), cuda.PtrArg(be.Addr(terms)), geom))
 }

@@ -59,8 +59,8 @@ type engine interface {
 // host code on a backend without it, crossing to the host (counted). The
 // optimiser steps, gradient clipping and norms and the EMA update have
 // device twins instead (trainer/optim's DeviceKernels, in optim.go), so
-// they never cross; nor does the loss (its device kernels, which
-// trainer/loss/losscuda names, loads as Modules and launches by name), whose result comes
+// they never cross; nor does the loss (its device kernels, a module
+// trainer/loss/losscuda declares and launches by name), whose result comes
 // down through backend.Fetcher (fetch.go) without waiting for the device.
 //
 // Its methods panic on a device error (a launch that fails, memory that

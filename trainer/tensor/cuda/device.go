@@ -38,7 +38,7 @@ type Device struct {
 	kernelsOnce sync.Once
 	kernelsErr  error
 	modules     []uintptr
-	moduleNames []string // modules[i] is kernels/<moduleNames[i]>.ptx
+	moduleNames []string // modules[i] is kernels/<moduleNames[i]>.ptx, or a declared Module's
 	// functions[k] is kernel k's handle: this package's own resolved when
 	// the modules load, another package's at its first launch.
 	functions []uintptr

@@ -52,19 +52,19 @@
 //
 // The loss runs on the device too, without this package knowing it:
 // trainer/loss/losscuda, beside the loss, implements the loss's
-// DeviceKernels on a Backend through its launch API (Module, whose
-// kernels it names and launches by name with plain arguments, Addr,
-// Scratch, ElementBlocks; launch.go), and trainer/device hands them to
-// the loss, so ForwardOn queues the padded
-// targets, the task-aligned assigner, the class and box terms and their
-// combination (kernels/loss_assign.cu, compiled without multiply-add
-// contraction so that each operation rounds as Go's), and the owner map,
-// the mask term and the semantic term (kernels/loss_mask.cu), all in
-// double where the Go code is, with fixed-order reductions and one writer
-// per gradient element (no floating-point atomics: results repeat bit for
-// bit), and only the loss items come down. The .cu sources stay in
-// kernels/ because the CPU harness compiles every kernel as one program
-// and the PTX build and its freshness check cover that folder. With the
+// DeviceKernels on a Backend through its launch API (DeclareModule: a
+// module of its own, its CUDA C sources and PTX in its kernels/ folder,
+// whose kernels it launches by name with plain arguments, Addr, Scratch,
+// ElementBlocks; launch.go), and trainer/device hands them to the loss,
+// so ForwardOn queues the padded targets, the task-aligned assigner, the
+// class and box terms and their combination (loss_assign.cu, compiled
+// without multiply-add contraction so that each operation rounds as
+// Go's), and the owner map, the mask term and the semantic term
+// (loss_mask.cu), all in double where the Go code is, with fixed-order
+// reductions and one writer per gradient element (no floating-point
+// atomics: results repeat bit for bit), and only the loss items come
+// down. A device loads every declared module with its own, and the CPU
+// harness compiles their sources with its own into one program. With the
 // batch staged (stage_backend.go) a training iteration crosses the
 // batch's own bytes up and 48 bytes of loss items down.
 //
@@ -191,9 +191,10 @@
 //
 // # Kernels
 //
-// The kernels are CUDA C in kernels/*.cu, compiled to PTX for compute_80
-// by `go generate` (nvcc; the PTX is committed and embedded, and the
-// driver JIT-compiles it for the GPU at hand). The same sources compile as
+// The kernels are CUDA C in kernels/*.cu (a declared module's, in its
+// owner's kernels/ folder), compiled to PTX for compute_80 by `go
+// generate` (kernels/build-ptx.sh, nvcc; the PTX is committed and
+// embedded, and the driver JIT-compiles it for the GPU at hand). The same sources compile as
 // C++ with g++ through kernels/shim.h and kernels/harness.cpp, which run a
 // launch's blocks two at a time in a shuffled order, each on its own OS
 // thread with its threads as fibers that switch at __syncthreads, its

@@ -8,12 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -21,10 +23,10 @@ import (
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
 
-// The CPU harness: the kernels/*.cu sources compiled with g++ as one
-// program (kernels/harness.cpp: blocks two at a time in a shuffled order,
-// a block's threads as fibers, shared memory NaN at each block's start) and
-// driven over pipes, with naive stand-ins for cuBLAS's GEMM and cuDNN's
+// The CPU harness: the kernels/*.cu sources, and every declared module's
+// (DeclareModule), compiled with g++ as one program (kernels/harness.cpp:
+// blocks two at a time in a shuffled order, a block's threads as fibers,
+// shared memory NaN at each block's start) and driven over pipes, with naive stand-ins for cuBLAS's GEMM and cuDNN's
 // convolutions. It is not a GPU: a Backend on it checks what the Go code
 // launches, with which arguments, against the CPU backend, on hosts
 // without a GPU. It lives outside the test files so that the packages
@@ -90,8 +92,35 @@ func newHarness(o HarnessOptions) (*Backend, *harnessEngine, error) {
 }
 
 // buildHarness returns the path of the harness binary, built (or found
-// in the cache) at most once per process.
-var buildHarness = sync.OnceValues(compileHarness)
+// in the cache) at most once per process and set of kernel sources.
+func buildHarness() (string, error) {
+	var sources []string
+	for _, m := range declaredModules() {
+		sources = append(sources, m.source)
+	}
+	key := strings.Join(sources, "\x00")
+	harnessBuilds.Lock()
+	defer harnessBuilds.Unlock()
+	if b, ok := harnessBuilds.m[key]; ok {
+		return b.bin, b.err
+	}
+	bin, err := compileHarness(sources)
+	if harnessBuilds.m == nil {
+		harnessBuilds.m = map[string]harnessBuild{}
+	}
+	harnessBuilds.m[key] = harnessBuild{bin, err}
+	return bin, err
+}
+
+type harnessBuild struct {
+	bin string
+	err error
+}
+
+var harnessBuilds struct {
+	sync.Mutex
+	m map[string]harnessBuild
+}
 
 // kernelSources is the directory of kernels/*.cu and harness.cpp: beside
 // this file in the source tree.
@@ -118,8 +147,10 @@ const SanitizeEnv = "SEGPIPE_HARNESS_SANITIZE"
 func sanitizeHarness() bool { return os.Getenv(SanitizeEnv) == "1" }
 
 // compileHarness builds kernels/harness.cpp with g++ into the cache,
-// named by the hash of every source it includes, unless it is there.
-func compileHarness() (string, error) {
+// with this package's kernels/*.cu and the declared modules' sources
+// (modules), named by the hash of every source it includes, unless it is
+// there.
+func compileHarness(modules []string) (string, error) {
 	dir, err := kernelSources()
 	if err != nil {
 		return "", err
@@ -134,6 +165,7 @@ func compileHarness() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("cuda harness: %w", err)
 	}
+	srcs = append(srcs, modules...)
 	args := []string{"-std=c++20", "-O2", "-pthread", "-Wall", "-Werror"}
 	if sanitizeHarness() {
 		args = []string{"-std=c++20", "-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
@@ -142,18 +174,23 @@ func compileHarness() (string, error) {
 	h := sha256.New()
 	fmt.Fprintln(h, gxx, strings.Join(args, " "))
 	var sources [][]byte // the .cu files'
+	var includes bytes.Buffer
 	for _, s := range srcs {
 		if filepath.Ext(s) == ".ptx" {
 			continue
 		}
 		b, err := os.ReadFile(s)
 		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) && slices.Contains(modules, s) {
+				return "", fmt.Errorf("%w: a declared module's source: %w", ErrNoHarness, err)
+			}
 			return "", fmt.Errorf("cuda harness: %w", err)
 		}
 		fmt.Fprintf(h, "%s %d\n", filepath.Base(s), len(b))
 		h.Write(b)
 		if filepath.Ext(s) == ".cu" {
 			sources = append(sources, b)
+			fmt.Fprintf(&includes, "#include %q\n", s)
 		}
 	}
 	cache, err := os.UserCacheDir()
@@ -176,12 +213,16 @@ func compileHarness() (string, error) {
 	}
 	tmp.Close()
 	defer os.Remove(tmp.Name())
-	// The kernel table's entries, one per SP_KERNEL of the sources.
-	inc := filepath.Join(out, "kernels.inc")
-	if err := os.WriteFile(inc, kernelTable(sources), 0o644); err != nil {
+	// The sources to compile, and the kernel table's entries, one per
+	// SP_KERNEL of the sources.
+	if err := os.WriteFile(filepath.Join(out, "sources.inc"), includes.Bytes(), 0o644); err != nil {
 		return "", fmt.Errorf("cuda harness: %w", err)
 	}
-	cmd := exec.Command(gxx, append(args, "-I", out, "-o", tmp.Name(), filepath.Join(dir, "harness.cpp"))...)
+	if err := os.WriteFile(filepath.Join(out, "kernels.inc"), kernelTable(sources), 0o644); err != nil {
+		return "", fmt.Errorf("cuda harness: %w", err)
+	}
+	// -I dir: a module's source includes shim.h from this folder.
+	cmd := exec.Command(gxx, append(args, "-I", out, "-I", dir, "-o", tmp.Name(), filepath.Join(dir, "harness.cpp"))...)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("cuda harness: g++ kernels/harness.cpp: %w\n%s", err, b)
 	}

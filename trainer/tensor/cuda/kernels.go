@@ -7,17 +7,20 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
 
-// ptx holds the compiled kernels, one module per kernels/*.cu.
+// ptx holds this package's compiled kernels, one module per kernels/*.cu;
+// a Module's PTX is its owner's.
 //
 //go:embed kernels/*.ptx
 var ptx embed.FS
 
-// kernel names one __global__ function of kernels/*.cu.
+// kernel names one __global__ function of kernels/*.cu or of a declared
+// Module.
 type kernel int
 
 const (
@@ -82,7 +85,7 @@ const (
 
 // numKernels counts this package's own kernels, the ones above. A kernel
 // another package owns and launches by name (a Module's) is numbered after
-// them, when its module is loaded (see owned).
+// them, when its module is declared (see owned).
 const numKernels = kernel(len(kernelNames))
 
 // kernelNames names each of this package's kernels, in the constants'
@@ -104,46 +107,56 @@ var kernelNames = [...]string{
 }
 
 // owned numbers the kernels other packages own, process-wide, from
-// numKernels on, as their modules are loaded (Backend.Module): every
+// numKernels on, as their modules are declared (DeclareModule): every
 // launcher (a device, the CPU harness, a test's recorder) then knows a
 // kernel by one small number and its name, whoever owns it.
 var owned struct {
 	sync.RWMutex
-	names   []string // kernel numKernels+i is names[i]
-	modules []string // ... of the module modules[i]
+	names   []string  // kernel numKernels+i is names[i]
+	modules []*Module // ... of the module modules[i]
 	index   map[string]kernel
+	// declared lists every module in the order declared: a device loads
+	// their PTX after its own, the harness compiles their sources.
+	declared []*Module
 }
 
-// ownedKernel returns the number of module's kernel name, numbering it on
-// first use; a name already numbered under another module is an error.
-func ownedKernel(module, name string) (kernel, error) {
+// ownedKernel returns the number of module m's kernel name, numbering it
+// on first use; a name already numbered under another module is an error.
+func ownedKernel(m *Module, name string) (kernel, error) {
 	owned.Lock()
 	defer owned.Unlock()
 	if k, ok := owned.index[name]; ok {
-		if m := owned.modules[k-numKernels]; m != module {
-			return 0, fmt.Errorf("cuda: kernel %s loaded from module %s and %s", name, m, module)
+		if o := owned.modules[k-numKernels]; o != m {
+			return 0, fmt.Errorf("cuda: kernel %s declared by module %s and %s", name, o.name, m.name)
 		}
 		return k, nil
 	}
 	for _, n := range kernelNames {
 		if n == name {
-			return 0, fmt.Errorf("cuda: kernel %s of module %s is one of this package's own", name, module)
+			return 0, fmt.Errorf("cuda: kernel %s of module %s is one of this package's own", name, m.name)
 		}
 	}
 	if owned.index == nil {
 		owned.index = map[string]kernel{}
 	}
 	k := numKernels + kernel(len(owned.names))
-	owned.names, owned.modules = append(owned.names, name), append(owned.modules, module)
+	owned.names, owned.modules = append(owned.names, name), append(owned.modules, m)
 	owned.index[name] = k
 	return k, nil
 }
 
-// module is the embedded module a kernel another package owns comes
-// from ("" for this package's own, which every module is searched for).
-func (k kernel) module() string {
+// declaredModules returns the modules declared so far.
+func declaredModules() []*Module {
+	owned.RLock()
+	defer owned.RUnlock()
+	return slices.Clone(owned.declared)
+}
+
+// module is the declared module a kernel another package owns comes
+// from (nil for this package's own, which its embedded modules hold).
+func (k kernel) module() *Module {
 	if k < numKernels {
-		return ""
+		return nil
 	}
 	owned.RLock()
 	defer owned.RUnlock()

@@ -2,6 +2,8 @@ package cuda
 
 import (
 	"fmt"
+	"path/filepath"
+	"runtime"
 
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
@@ -63,38 +65,54 @@ func OneBlock() Grid { return Grid{kind: gridOneBlock} }
 func OneThread() Grid { return Grid{kind: gridOneThread} }
 
 // Module is a kernel module another package owns (the loss's, in
-// trainer/loss/losscuda): the package names the module and the kernels it
-// launches, and launches them by name on the Backend's compute stream.
+// trainer/loss/losscuda): the package declares the module once, with its
+// PTX and the kernels it launches, and launches them by name on a
+// Backend's compute stream.
 type Module struct {
-	be      *Backend
 	name    string
+	ptx     []byte
+	source  string // its CUDA C source, which the CPU harness compiles
 	kernels map[string]kernel
 	err     error // a name the module could not number, reported at launch
 }
 
-// Module returns the module name (its PTX, kernels/<name>.ptx, loaded with
-// the device's other modules) with the kernels it declares, for Launch. A
-// kernel missing from the module is reported by the device when it is
-// first launched; one declared by two modules, by every launch.
-func (be *Backend) Module(name string, kernels ...string) *Module {
-	m := &Module{be: be, name: name, kernels: make(map[string]kernel, len(kernels))}
+// DeclareModule declares the kernel module name: ptx is its compiled
+// kernels (the owner embeds them, as this package does its own),
+// kernels the names it launches. Its CUDA C source is <name>.cu in the
+// folder kernels/ beside the calling file, including "shim.h" from this
+// package's kernels/, and built by this package's kernels/build-ptx.sh.
+//
+// Declare a module in a package-level variable: a device loads every
+// declared module's PTX with its own, and the CPU harness, built once a
+// process, compiles every declared module's source, so a module declared
+// after the first device or harness opened cannot be launched there. A
+// kernel declared by two modules is reported by every launch; one
+// missing from the PTX, by the device at its first launch.
+func DeclareModule(name string, ptx []byte, kernels ...string) *Module {
+	m := &Module{name: name, ptx: ptx, kernels: make(map[string]kernel, len(kernels))}
+	if _, file, _, ok := runtime.Caller(1); ok {
+		m.source = filepath.Join(filepath.Dir(file), "kernels", name+".cu")
+	}
 	for _, n := range kernels {
-		k, err := ownedKernel(name, n)
+		k, err := ownedKernel(m, n)
 		if err != nil {
 			m.err = err
 			break
 		}
 		m.kernels[n] = k
 	}
+	owned.Lock()
+	owned.declared = append(owned.declared, m)
+	owned.Unlock()
 	return m
 }
 
-// Launch queues the module's kernel name on the compute stream with args,
-// in order behind the work already queued. A name the module did not
-// declare, arguments that do not fit the launch block, or a launch the
-// driver refuses are errors; a kernel's own fault surfaces at the next
-// synchronising call, as for every launch.
-func (m *Module) Launch(name string, g Grid, args ...Arg) error {
+// Launch queues the module's kernel name on be's compute stream with
+// args, in order behind the work already queued. A name the module did
+// not declare, arguments that do not fit the launch block, or a launch
+// the driver refuses are errors; a kernel's own fault surfaces at the
+// next synchronising call, as for every launch.
+func (m *Module) Launch(be *Backend, name string, g Grid, args ...Arg) error {
 	if m.err != nil {
 		return m.err
 	}
@@ -102,7 +120,6 @@ func (m *Module) Launch(name string, g Grid, args ...Arg) error {
 	if !ok {
 		return fmt.Errorf("cuda backend: module %s declares no kernel %q", m.name, name)
 	}
-	be := m.be
 	as := make([]arg, len(args))
 	for i, a := range args {
 		as[i] = a.a

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"slices"
 	"strings"
 	"unsafe"
 )
@@ -19,43 +20,28 @@ func (d *Device) Kernels() (*Kernels, error) {
 	return &Kernels{l: d, maxBlocks: max(d.SMs, 1) * 8}, nil
 }
 
-// loadModules runs inside Do.
+// loadModules loads this package's embedded modules and every declared
+// one (DeclareModule), then resolves this package's kernels. It runs
+// inside Do.
 func (d *Device) loadModules() error {
-	names, err := fs.Glob(ptx, "kernels/*.ptx")
+	files, err := fs.Glob(ptx, "kernels/*.ptx")
 	if err != nil {
 		return err
 	}
-	// JIT options and the two log buffers live in pinned host memory: the
-	// option values are raw addresses the driver writes through.
-	const logBytes = 8192
-	var scratch uintptr
-	if err := d.drv.check("cuMemHostAlloc", ccall(d.drv.cuMemHostAlloc, uintptr(unsafe.Pointer(&scratch)), 2*logBytes+256, 0)); err != nil {
-		return err
-	}
-	defer ccall(d.drv.cuMemFreeHost, scratch)
-	mem := unsafe.Slice(*(**byte)(unsafe.Pointer(&scratch)), 2*logBytes+256)
-	for _, name := range names {
-		src, err := ptx.ReadFile(name)
+	var names []string
+	var srcs [][]byte
+	for _, f := range files {
+		src, err := ptx.ReadFile(f)
 		if err != nil {
 			return err
 		}
-		clear(mem)
-		opts := []uint32{jitInfoLogBuffer, jitInfoLogBufferSize, jitErrorLogBuffer, jitErrorLogBufferSize, jitLogVerbose}
-		vals := []uint64{uint64(scratch) + 256, logBytes, uint64(scratch) + 256 + logBytes, logBytes, 0}
-		for i, o := range opts {
-			binary.LittleEndian.PutUint32(mem[4*i:], o)
-			binary.LittleEndian.PutUint64(mem[64+8*i:], vals[i])
-		}
-		image := append(src, 0) // cuModuleLoadDataEx reads PTX as a C string
-		var mod uintptr
-		r := ccall(d.drv.cuModuleLoadDataEx, uintptr(unsafe.Pointer(&mod)), uintptr(unsafe.Pointer(&image[0])),
-			uintptr(len(opts)), scratch, scratch+64)
-		if err := d.drv.check("cuModuleLoadDataEx", r); err != nil {
-			log := strings.TrimRight(string(mem[256+logBytes:256+2*logBytes]), "\x00")
-			return fmt.Errorf("load %s: %w\n%s", name, err, log)
-		}
-		d.modules = append(d.modules, mod)
-		d.moduleNames = append(d.moduleNames, strings.TrimSuffix(path.Base(name), ".ptx"))
+		names, srcs = append(names, strings.TrimSuffix(path.Base(f), ".ptx")), append(srcs, src)
+	}
+	for _, m := range declaredModules() {
+		names, srcs = append(names, m.name), append(srcs, m.ptx)
+	}
+	if err := d.loadPTX(names, srcs); err != nil {
+		return err
 	}
 	d.functions = make([]uintptr, numKernels)
 	for k := range numKernels {
@@ -66,16 +52,57 @@ func (d *Device) loadModules() error {
 	return nil
 }
 
+// loadPTX loads the PTX modules srcs, named names, for the JIT to compile
+// for this GPU. It runs inside Do.
+func (d *Device) loadPTX(names []string, srcs [][]byte) error {
+	// JIT options and the two log buffers live in pinned host memory: the
+	// option values are raw addresses the driver writes through.
+	const logBytes = 8192
+	var scratch uintptr
+	if err := d.drv.check("cuMemHostAlloc", ccall(d.drv.cuMemHostAlloc, uintptr(unsafe.Pointer(&scratch)), 2*logBytes+256, 0)); err != nil {
+		return err
+	}
+	defer ccall(d.drv.cuMemFreeHost, scratch)
+	mem := unsafe.Slice(*(**byte)(unsafe.Pointer(&scratch)), 2*logBytes+256)
+	for i, name := range names {
+		clear(mem)
+		opts := []uint32{jitInfoLogBuffer, jitInfoLogBufferSize, jitErrorLogBuffer, jitErrorLogBufferSize, jitLogVerbose}
+		vals := []uint64{uint64(scratch) + 256, logBytes, uint64(scratch) + 256 + logBytes, logBytes, 0}
+		for i, o := range opts {
+			binary.LittleEndian.PutUint32(mem[4*i:], o)
+			binary.LittleEndian.PutUint64(mem[64+8*i:], vals[i])
+		}
+		image := append(slices.Clip(srcs[i]), 0) // cuModuleLoadDataEx reads PTX as a C string
+		var mod uintptr
+		r := ccall(d.drv.cuModuleLoadDataEx, uintptr(unsafe.Pointer(&mod)), uintptr(unsafe.Pointer(&image[0])),
+			uintptr(len(opts)), scratch, scratch+64)
+		if err := d.drv.check("cuModuleLoadDataEx", r); err != nil {
+			log := strings.TrimRight(string(mem[256+logBytes:256+2*logBytes]), "\x00")
+			return fmt.Errorf("load module %s: %w\n%s", name, err, log)
+		}
+		d.modules = append(d.modules, mod)
+		d.moduleNames = append(d.moduleNames, name)
+	}
+	return nil
+}
+
 // resolve finds kernel k's handle: in its own module for a kernel another
-// package owns, in any module for this package's. It runs inside Do.
+// package owns (loading the module first if it was declared after the
+// device loaded the others), in any module for this package's. It runs
+// inside Do.
 func (d *Device) resolve(k kernel) error {
 	if int(k) < len(d.functions) && d.functions[k] != 0 {
 		return nil
 	}
 	module := k.module()
+	if module != nil && !slices.Contains(d.moduleNames, module.name) {
+		if err := d.loadPTX([]string{module.name}, [][]byte{module.ptx}); err != nil {
+			return err
+		}
+	}
 	name := append([]byte(k.String()), 0)
 	for i, mod := range d.modules {
-		if module != "" && d.moduleNames[i] != module {
+		if module != nil && d.moduleNames[i] != module.name {
 			continue
 		}
 		var f uintptr
@@ -87,8 +114,8 @@ func (d *Device) resolve(k kernel) error {
 			return nil
 		}
 	}
-	if module != "" {
-		return fmt.Errorf("cuda: kernel %s is not in the embedded module %s", k, module)
+	if module != nil {
+		return fmt.Errorf("cuda: kernel %s is not in module %s's PTX", k, module.name)
 	}
 	return fmt.Errorf("cuda: kernel %s is in none of the embedded modules", k)
 }

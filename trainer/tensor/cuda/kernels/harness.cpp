@@ -60,28 +60,18 @@ dim3 blockDim;
 dim3 gridDim;
 
 // The kernels, once per block slot (two blocks run at once): each copy
-// has its own __shared__ arrays, in its own section.
+// has its own __shared__ arrays, in its own section. sources.inc (written
+// by harness.go) includes this folder's .cu files and each declared
+// module's.
 #undef SP_SHARED_SECTION
 #define SP_SHARED_SECTION "sp_shared0"
 namespace slot0 {
-#include "elementwise.cu"
-#include "layout.cu"
-#include "loss_assign.cu"
-#include "norm.cu"
-#include "optim.cu"
-#include "reduce.cu"
-#include "loss_mask.cu"
+#include "sources.inc"
 }  // namespace slot0
 #undef SP_SHARED_SECTION
 #define SP_SHARED_SECTION "sp_shared1"
 namespace slot1 {
-#include "elementwise.cu"
-#include "layout.cu"
-#include "loss_assign.cu"
-#include "norm.cu"
-#include "optim.cu"
-#include "reduce.cu"
-#include "loss_mask.cu"
+#include "sources.inc"
 }  // namespace slot1
 
 // The sections' bounds, which the linker defines for sections named as C
