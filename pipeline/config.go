@@ -31,9 +31,28 @@ type Config struct {
 
 	Rank, WorldSize int // this rank and the world size, default 0 of 1
 
-	Val     bool           // validation: letterbox only, no randomness
-	Augment augment.Config // see augment.DefaultConfig
-	Stride  int            // mask grid stride, default 4
+	Val bool // validation: letterbox only, no randomness
+
+	// Classes, when not empty, keeps only the instances whose class is
+	// one of these (Ultralytics' classes): the others are left out of
+	// every sample, uncounted, before augmentation, under their own
+	// class indices (no renumbering). An image left with no instance is
+	// still delivered, as a background image, as Ultralytics keeps it.
+	// At most MaxKeepClasses entries, each at least 0.
+	Classes []int32
+	// SingleClass gives every instance kept class 0 (Ultralytics'
+	// single_cls), after Classes has chosen them. Instances whose class
+	// lies outside the set's categories are still left out and counted
+	// (SkipBadClass) first: they are damage, not a class.
+	SingleClass bool
+	// Fraction in (0, 1) reads only the first FractionRows(rows,
+	// Fraction) rows of the source in storage order (Config.Subset), as
+	// Ultralytics' fraction takes the first images of its file list: one
+	// deterministic prefix, the same at any worker count, rank or seed,
+	// shuffled within itself. 0 or 1: every row.
+	Fraction float64
+	Augment  augment.Config // see augment.DefaultConfig
+	Stride   int            // mask grid stride, default 4
 
 	WindowRows int   // shuffle window, default order.DefaultWindowRows
 	CacheBytes int64 // decoded-image cache, default 512 MiB (a 512-row window of 640×480 images)
@@ -116,6 +135,10 @@ func (c *Config) defaults() Config {
 	return d
 }
 
+// MaxKeepClasses bounds Config.Classes' length: a request carries the
+// list, so it is bounded like every other field of one.
+const MaxKeepClasses = 1 << 16
+
 // DefaultCacheBytes is Config.CacheBytes's default.
 const DefaultCacheBytes = 512 << 20
 
@@ -182,6 +205,15 @@ func (d Config) checkShape() error {
 		return fmt.Errorf("pipeline: imgsz %d is not a multiple of the mask stride %d", d.Augment.ImgSz, d.Stride)
 	case d.CacheBytes < 0:
 		return fmt.Errorf("pipeline: cache bytes %d", d.CacheBytes)
+	case !(d.Fraction >= 0 && d.Fraction <= 1): // also refuses NaN
+		return fmt.Errorf("pipeline: fraction %v: want a share in (0, 1], or 0 for every row", d.Fraction)
+	case len(d.Classes) > MaxKeepClasses:
+		return fmt.Errorf("pipeline: %d classes to keep: at most %d", len(d.Classes), MaxKeepClasses)
+	}
+	for _, c := range d.Classes {
+		if c < 0 {
+			return fmt.Errorf("pipeline: class %d to keep: want a class index, at least 0", c)
+		}
 	}
 	return d.Augment.Validate()
 }

@@ -43,6 +43,10 @@ type limits struct {
 	// classes is the category count: an instance's class must lie in
 	// [0, classes). 0 when the source does not say.
 	classes int32
+	// keep is Config.Classes sorted, nil to keep every class; single is
+	// Config.SingleClass.
+	keep   []int32
+	single bool
 }
 
 // instanceColumnBytes is what an instance adds to a batch beside its mask
@@ -63,7 +67,11 @@ const maxDefaultPrefetch = 8
 // between as many batches as may exist at once with the default prefetch
 // or the configured one, whichever is more.
 func (d Config) limits(src Source) limits {
-	lim := limits{maxPixels: d.MaxImagePixels}
+	lim := limits{maxPixels: d.MaxImagePixels, single: d.SingleClass}
+	if len(d.Classes) > 0 {
+		lim.keep = slices.Clone(d.Classes)
+		slices.Sort(lim.keep)
+	}
 	if lim.maxPixels <= 0 {
 		lim.maxPixels = imagehdr.MaxPixels
 	}
@@ -145,30 +153,57 @@ func (g *decodeGate) release(n int64) {
 	g.mu.Unlock()
 }
 
-// validClasses returns the instances of ins whose class lies in
-// [0, lim.classes), in order, and how many it left out. ins is returned
-// as it is when every class is valid (or the source gave no categories);
-// otherwise the kept ones are copied into buf, since a row's instances
-// belong to its source.
-func (lim *limits) validClasses(ins []shard.Instance, buf []shard.Instance) (kept []shard.Instance, dropped []int) {
-	if lim.classes <= 0 {
+// validClasses returns the instances of ins a sample takes, in order, and
+// the indices of those left out as damage. An instance whose class lies
+// outside [0, lim.classes) (when the source gave categories) is damage;
+// one whose class is not in lim.keep is left out uncounted (Config.Classes);
+// under lim.single the rest take class 0. ins is returned as it is when no
+// instance changes; otherwise the kept ones are copied into *buf (grown as
+// needed and kept for the next call), since a row's instances belong to
+// its source.
+func (lim *limits) validClasses(ins []shard.Instance, buf *[]shard.Instance) (kept []shard.Instance, dropped []int) {
+	if lim.classes <= 0 && lim.keep == nil && !lim.single {
 		return ins, nil
 	}
+	same := true
 	for i := range ins {
-		if c := ins[i].Class; c < 0 || c >= lim.classes {
+		switch c := ins[i].Class; {
+		case lim.bad(c):
 			dropped = append(dropped, i)
+			same = false
+		case !lim.wanted(c) || (lim.single && c != 0):
+			same = false
 		}
 	}
-	if len(dropped) == 0 {
+	if same {
 		return ins, nil
 	}
-	kept = buf[:0]
+	kept = (*buf)[:0]
 	for i := range ins {
-		if c := ins[i].Class; c >= 0 && c < lim.classes {
-			kept = append(kept, ins[i])
+		if c := ins[i].Class; lim.bad(c) || !lim.wanted(c) {
+			continue
+		}
+		kept = append(kept, ins[i])
+		if lim.single {
+			kept[len(kept)-1].Class = 0
 		}
 	}
+	*buf = kept
 	return kept, dropped
+}
+
+// bad reports whether class c lies outside the source's categories.
+func (lim *limits) bad(c int32) bool {
+	return lim.classes > 0 && (c < 0 || c >= lim.classes)
+}
+
+// wanted reports whether Config.Classes keeps class c.
+func (lim *limits) wanted(c int32) bool {
+	if lim.keep == nil {
+		return true
+	}
+	_, ok := slices.BinarySearch(lim.keep, c)
+	return ok
 }
 
 // trimMasks leaves out of j, before its mask buffer is sized, the samples

@@ -10,6 +10,7 @@ import (
 	"image/jpeg"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -153,7 +154,7 @@ func TestImageBoundsFollowTheBudgetNotTheWorkers(t *testing.T) {
 	for _, workers := range []int{1, 2, 3, 16} {
 		cfg := base
 		cfg.Workers = workers
-		if got := cfg.defaults().limits(src); got != want {
+		if got := cfg.defaults().limits(src); !reflect.DeepEqual(got, want) {
 			t.Errorf("%d workers: %+v, want %+v", workers, got, want)
 		}
 	}

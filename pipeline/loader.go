@@ -156,6 +156,7 @@ func New(ctx context.Context, src Source, cfg Config) (*Loader, error) {
 	if err := c.validateShape(); err != nil {
 		return nil, err
 	}
+	src = c.Subset(src)
 	// Judged with the source's own row sizes where it knows them.
 	if err := c.checkMemory(src); err != nil {
 		return nil, err
@@ -234,13 +235,23 @@ func (l *Loader) mode(e int) augment.Mode {
 }
 
 type worker struct {
-	rng   rand.PCG
-	tiles [4]augment.Tile
-	ents  [4]*entry
-	insts [4][]shard.Instance // a tile's instances when some were left out
+	rng rand.PCG
+
+	// tiles 0-3: the sample's (mosaic); 4-7: its mixup partner's; 8-11:
+	// its cutmix partner's.
+	tiles [12]augment.Tile
+	ents  [12]*entry
+	insts [12][]shard.Instance // a tile's instances when some were left out
 	parts []int64
-	rings [][]float32
-	z     raster.Rasterizer
+	// The mix partners: their plans, tile counts (0: none), the parts
+	// RenderMix takes, the cutmix partner's labels and a partner's image.
+	plans     [2]augment.Plan
+	mt        [2]int
+	mix       []augment.Part
+	cutLabels augment.Labels
+	scratch   []byte
+	rings     [][]float32
+	z         raster.Rasterizer
 }
 
 func (l *Loader) work() {
@@ -303,40 +314,63 @@ func (l *Loader) build(w *worker, t task) {
 	nt := 1
 	if augment.WantMosaic(&l.cfg.Augment, j.mode, &w.rng) {
 		nt = 4
+		// Partner positions: 0-2 the sample's mosaic, 3 its mixup partner,
+		// 4-6 that one's mosaic. A prefix of the stream, so a mosaic's
+		// partners do not depend on whether mixup is on.
 		w.parts = t.ep.Partners(w.parts[:0], t.pos, 3)
 		for k, q := range w.parts {
-			prow, pid, pbad := t.win.row(t.ep, q)
-			w.tiles[k+1] = augment.Tile{Instances: prow.Instances}
-			w.ents[k+1] = nil
-			if pbad != nil {
-				l.skip(j, pid, pbad.ImageID, pbad.HasImageID, PartnerPrefix+pbad.Reason, pbad.Err)
-				continue
-			}
-			if prow.Bytes == nil {
-				l.skip(j, pid, prow.ImageID, true, PartnerPrefix+SkipBadRow, errNoBytes)
-				continue
-			}
-			pe, reason, err := l.load(prow, pid)
-			if err != nil {
-				l.skip(j, pid, prow.ImageID, true, PartnerPrefix+reason, err)
-				continue
-			}
-			w.ents[k+1] = pe
-			w.tiles[k+1] = augment.Tile{Img: &pe.img, Instances: l.instances(w, k+1, j, pid, prow)}
+			l.partner(w, j, t, k+1, q)
 		}
 	}
 	t0 := time.Now()
 	p := augment.NewPlan(&l.cfg.Augment, j.mode, &w.rng, w.tiles[:nt])
+	// Mixup and cutmix (Ultralytics' MixUp, then CutMix): a second and a
+	// third sample, each with its own mosaic and perspective, drawn from
+	// the same stream after the first's plan. Partner positions: 0-2 the
+	// sample's mosaic, 3 the mixup partner, 4-6 its mosaic, 7 the cutmix
+	// partner, 8-10 its mosaic.
+	parts := w.parts[:0:0]
+	mixed := augment.WantMixup(&l.cfg.Augment, j.mode, &w.rng)
+	if mixed || l.cfg.Augment.Cutmix > 0 {
+		w.parts = t.ep.Partners(w.parts[:0], t.pos, 11)
+		parts = w.parts
+	}
+	if mixed {
+		w.mt[0] = l.partnerTiles(w, j, t, 4, parts[3:7], &t0)
+		w.plans[0] = augment.NewMixPlan(&l.cfg.Augment, &p, &w.rng, w.tiles[4:4+w.mt[0]])
+		w.mix = append(w.mix[:0], augment.Part{Plan: &w.plans[0], Tiles: w.tiles[4 : 4+w.mt[0]]})
+	}
+	augment.BuildLabels(&s.labels, &l.cfg.Augment, &p, w.tiles[:nt])
+	if mixed {
+		augment.BuildLabels(&s.labels, &l.cfg.Augment, &w.plans[0], w.tiles[4:4+w.mt[0]])
+	}
+	if augment.WantCutmix(&l.cfg.Augment, j.mode, &w.rng) {
+		w.mt[1] = l.partnerTiles(w, j, t, 8, parts[7:11], &t0)
+		var ok bool
+		w.plans[1], ok = augment.NewCutPlan(&l.cfg.Augment, &p, &w.rng, w.tiles[8:8+w.mt[1]], &s.labels, &w.cutLabels)
+		if ok {
+			augment.AppendCut(&s.labels, &w.plans[1], &w.cutLabels)
+			w.mix = append(w.mix, augment.Part{Plan: &w.plans[1], Tiles: w.tiles[8 : 8+w.mt[1]]})
+		}
+	}
 	dst := j.images.Bytes()[t.i*l.slotBytes : (t.i+1)*l.slotBytes]
-	err = augment.Render(dst, &p, w.tiles[:nt], l.cfg.Augment.Fill)
-	if err == nil {
-		augment.BuildLabels(&s.labels, &l.cfg.Augment, &p, w.tiles[:nt])
+	if len(w.mix) == 0 {
+		err = augment.Render(dst, &p, w.tiles[:nt], l.cfg.Augment.Fill)
+	} else {
+		if len(w.scratch) != len(dst) {
+			w.scratch = make([]byte, len(dst))
+		}
+		err = augment.RenderMix(dst, w.scratch, &p, w.tiles[:nt], w.mix, l.cfg.Augment.Fill)
+		w.mix = w.mix[:0]
 	}
 	l.st.augment.Add(int64(time.Since(t0)))
-	for k := 0; k < nt; k++ {
-		l.put(w.ents[k])
-		w.ents[k], w.tiles[k] = nil, augment.Tile{}
+	for k := range w.tiles {
+		if k < nt || (k >= 4 && k < 4+w.mt[0]) || (k >= 8 && k < 8+w.mt[1]) {
+			l.put(w.ents[k])
+			w.ents[k], w.tiles[k] = nil, augment.Tile{}
+		}
 	}
+	w.mt = [2]int{}
 	if err != nil {
 		l.fail(fmt.Errorf("pipeline: row %d image %d: %w", id, row.ImageID, err))
 		return
@@ -382,14 +416,51 @@ func (l *Loader) load(row *shard.Image, id int64) (*entry, string, error) {
 	return e, "", nil
 }
 
-// instances returns row's instances for tile k, leaving out (and counting
-// under SkipBadClass) those whose class is outside the set's categories.
-func (l *Loader) instances(w *worker, k int, j *job, id int64, row *shard.Image) []shard.Instance {
-	ins, bad := l.lim.validClasses(row.Instances, w.insts[k])
-	if bad == nil {
-		return ins
+// partnerTiles loads a mix partner (pos[0]) into tile k of w and, when
+// its mosaic draw says so, pos[1:4] after it; it returns the number of
+// tiles. Loading time is not augmentation time: *t0 moves past it.
+func (l *Loader) partnerTiles(w *worker, j *job, t task, k int, pos []int64, t0 *time.Time) int {
+	l.st.augment.Add(int64(time.Since(*t0)))
+	defer func() { *t0 = time.Now() }()
+	l.partner(w, j, t, k, pos[0])
+	if !augment.WantMosaic(&l.cfg.Augment, augment.Train, &w.rng) {
+		return 1
 	}
-	w.insts[k] = ins
+	for i, q := range pos[1:4] {
+		l.partner(w, j, t, k+1+i, q)
+	}
+	return 4
+}
+
+// partner loads the partner at position q into tile k of w: a damaged
+// or undecodable one is counted (PartnerPrefix) and left without an image,
+// its area filled, as a missing mosaic tile is.
+func (l *Loader) partner(w *worker, j *job, t task, k int, q int64) {
+	prow, pid, pbad := t.win.row(t.ep, q)
+	w.tiles[k] = augment.Tile{Instances: prow.Instances}
+	w.ents[k] = nil
+	if pbad != nil {
+		l.skip(j, pid, pbad.ImageID, pbad.HasImageID, PartnerPrefix+pbad.Reason, pbad.Err)
+		return
+	}
+	if prow.Bytes == nil {
+		l.skip(j, pid, prow.ImageID, true, PartnerPrefix+SkipBadRow, errNoBytes)
+		return
+	}
+	pe, reason, err := l.load(prow, pid)
+	if err != nil {
+		l.skip(j, pid, prow.ImageID, true, PartnerPrefix+reason, err)
+		return
+	}
+	w.ents[k] = pe
+	w.tiles[k] = augment.Tile{Img: &pe.img, Instances: l.instances(w, k, j, pid, prow)}
+}
+
+// instances returns row's instances for tile k, leaving out (and counting
+// under SkipBadClass) those whose class is outside the set's categories,
+// with Config.Classes and Config.SingleClass applied (limits.validClasses).
+func (l *Loader) instances(w *worker, k int, j *job, id int64, row *shard.Image) []shard.Instance {
+	ins, bad := l.lim.validClasses(row.Instances, &w.insts[k])
 	for _, i := range bad {
 		l.skip(j, id, row.ImageID, true, SkipBadClass, fmt.Errorf("instance %d (ann %d): class %d outside [0,%d)",
 			i, row.Instances[i].AnnID, row.Instances[i].Class, l.lim.classes))

@@ -61,8 +61,10 @@ type Memory struct {
 	CacheFree int64
 	// Decoding is the decoded images the workers hold beyond the cache's
 	// bound: an entry in use is never evicted, so every worker can hold
-	// the four images of a mosaic, and the newest entry is admitted before
-	// the oldest goes; EstimateImageBytes each.
+	// the four images of a mosaic (and four more for each of a mixup and a
+	// cutmix partner, with a canvas-sized scratch image for mixing), and
+	// the newest entry is admitted before the oldest goes;
+	// EstimateImageBytes each.
 	Decoding int64
 	// Window is the encoded rows: the shuffle reads whole blocks (row
 	// groups) into a window of at least WindowRows rows, and holds two
@@ -140,10 +142,22 @@ func (d Config) memory(src Source) Memory {
 	s := int64(d.Augment.ImgSz)
 	g := s / int64(d.Stride)
 	perImage := 3*s*s + estimateInstances*(g*g+16+4+1) + 8 + 4 + 4 + 48 + 4 + 4
+	tiles, scratch := int64(4), int64(0)
+	if !d.Val {
+		if d.Augment.Mixup > 0 {
+			tiles += 4
+		}
+		if d.Augment.Cutmix > 0 {
+			tiles += 4
+		}
+		if tiles > 4 {
+			scratch = int64(d.Workers) * 3 * s * s
+		}
+	}
 	m := Memory{
 		Batch:    int64(d.BatchSize) * perImage,
 		Batches:  d.inFlight() * int64(d.BatchSize) * perImage,
-		Decoding: (4*int64(d.Workers) + 1) * EstimateImageBytes,
+		Decoding: (tiles*int64(d.Workers)+1)*EstimateImageBytes + scratch,
 	}
 	if d.ImageCache == nil {
 		m.Cache = d.CacheBytes

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math"
+	"slices"
 	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -317,4 +319,113 @@ func (r *repeatSource) EncodedBytes() int64 {
 		return int64(r.n) * es.EncodedBytes()
 	}
 	return 0
+}
+
+// FractionRows is how many rows Config.Fraction keeps of a source of rows
+// rows: max(1, round(rows·fraction)) with halves rounded to even, as
+// Ultralytics counts the images of its fraction (Python's round), and all
+// of them for a fraction of 0 (unset) or at least 1.
+func FractionRows(rows int, fraction float64) int {
+	if fraction <= 0 || fraction >= 1 || rows == 0 {
+		return rows
+	}
+	return min(rows, max(1, int(math.RoundToEven(float64(rows)*fraction))))
+}
+
+// Subset returns src as a loader with configuration c reads it: its first
+// FractionRows(rows, c.Fraction) rows in storage order (manifest order for
+// a shard set: shards as listed, rows as stored), or src itself when that
+// is all of them. Row indices are unchanged, so a decoded-image cache
+// shared with a loader over all of src stays valid.
+func (c Config) Subset(src Source) Source {
+	blocks := src.BlockRows()
+	var rows int
+	for _, n := range blocks {
+		rows += n
+	}
+	keep := FractionRows(rows, c.Fraction)
+	if keep == rows {
+		return src
+	}
+	cut := slices.Clone(blocks)
+	left := keep
+	for i, n := range cut {
+		if left < n {
+			cut[i], cut = left, cut[:i+1]
+			break
+		}
+		left -= n
+	}
+	return &prefixSource{src: src, blocks: cut, rows: rows, keep: keep}
+}
+
+// prefixSource is the first keep of a source's rows: its blocks, the last
+// one kept cut short (blocks[len-1] rows of it), the rest left out.
+type prefixSource struct {
+	src        Source
+	blocks     []int
+	rows, keep int
+}
+
+// BlockRows implements Source.
+func (p *prefixSource) BlockRows() []int { return p.blocks }
+
+// ReadBlock implements Source: the rows of the kept blocks, the last one
+// cut, with the damage reported for rows beyond the cut left out.
+func (p *prefixSource) ReadBlock(ctx context.Context, i int) ([]shard.Image, error) {
+	if i < 0 || i >= len(p.blocks) {
+		return nil, fmt.Errorf("block %d out of range [0,%d)", i, len(p.blocks))
+	}
+	rows, err := p.src.ReadBlock(ctx, i)
+	n := p.blocks[i]
+	if len(rows) <= n {
+		return rows, err
+	}
+	rows = rows[:n]
+	if dmg, ok := errors.AsType[*Damage](err); ok {
+		kept := &Damage{Where: dmg.Where}
+		for _, br := range dmg.Rows {
+			if br.Row < n {
+				kept.Rows = append(kept.Rows, br)
+			}
+		}
+		if len(kept.Rows) == 0 {
+			return rows, nil
+		}
+		return rows, kept
+	}
+	return rows, err
+}
+
+// Manifest is the source's manifest, nil when it has none: the subset
+// keeps its categories.
+func (p *prefixSource) Manifest() *shard.Manifest {
+	if ms, ok := p.src.(interface{ Manifest() *shard.Manifest }); ok {
+		return ms.Manifest()
+	}
+	return nil
+}
+
+// Location is the source's location, "" when it has none.
+func (p *prefixSource) Location() string {
+	if ls, ok := p.src.(interface{ Location() string }); ok {
+		return ls.Location()
+	}
+	return ""
+}
+
+// EncodedBytes implements EncodedSource: the source's bytes pro rata of
+// the rows kept, 0 (unknown) when the source does not say.
+func (p *prefixSource) EncodedBytes() int64 {
+	if es, ok := p.src.(EncodedSource); ok {
+		return es.EncodedBytes() * int64(p.keep) / int64(p.rows)
+	}
+	return 0
+}
+
+// Prefetch implements Prefetcher: the kept blocks keep their indices.
+func (p *prefixSource) Prefetch(blocks []int) {
+	if pf, ok := p.src.(Prefetcher); ok {
+		pf.Prefetch(blocks)
+	}
 }

@@ -12,7 +12,7 @@ import (
 //go:generate go run ./internal/gen -python ../../python/segpipe/_augment.py
 
 // Config holds the augmentation hyper-parameters. Start from DefaultConfig:
-// several zero values (Mosaic, FlipLR, the HSV gains) mean "off".
+// several zero values (Mosaic, the flips, BGR, the HSV gains) mean "off".
 //
 // Config is the one table of the augmentation settings. Every field but
 // ImgSz is a setting, and its tags say everything the rest of the project
@@ -44,6 +44,12 @@ type Config struct {
 	Translate float64 `json:"translate" default:"0.1" max:"1" usage:"translation augmentation fraction"`
 	// Scale is the scale gain: the factor is uniform in [1-Scale, 1+Scale].
 	Scale float64 `json:"scale" default:"0.5" max:"0.99" usage:"scale augmentation gain"`
+	// ScaleMin and ScaleMax, when ScaleMax is not 0, replace the gain by a
+	// range: the factor is uniform in [ScaleMin, ScaleMax], as Ultralytics'
+	// scale=(min, max) tuple gives it. 0 < ScaleMin ≤ ScaleMax (a factor
+	// of 0 or below has no image to show).
+	ScaleMin float64 `json:"scale_min" default:"0" max:"16" usage:"scale range: least factor (with scale_max; replaces the gain)"`
+	ScaleMax float64 `json:"scale_max" default:"0" max:"16" usage:"scale range: largest factor (0: use the gain)"`
 	// Shear is the shear range ±degrees.
 	Shear float64 `json:"shear" default:"0" max:"89" usage:"shear range ±degrees"`
 	// Perspective is the perspective range ±.
@@ -52,8 +58,19 @@ type Config struct {
 	HSVH float64 `json:"hsv_h" default:"0.015" max:"1" usage:"hue augmentation gain"`
 	HSVS float64 `json:"hsv_s" default:"0.7" max:"1" usage:"saturation augmentation gain"`
 	HSVV float64 `json:"hsv_v" default:"0.4" max:"1" usage:"value augmentation gain"`
+	// FlipUD is the vertical flip probability (Ultralytics' flipud).
+	FlipUD float64 `json:"flipud" default:"0" max:"1" usage:"vertical flip probability"`
 	// FlipLR is the horizontal flip probability.
 	FlipLR float64 `json:"fliplr" default:"0.5" max:"1" usage:"horizontal flip probability"`
+	// BGR is the probability that a training image is returned with its
+	// channels in BGR order (Ultralytics' bgr).
+	BGR float64 `json:"bgr" default:"0" max:"1" usage:"RGB to BGR channel swap probability"`
+	// Mixup is the probability that a Train sample is blended with a
+	// second one, as Ultralytics' MixUp (see NewMixPlan).
+	Mixup float64 `json:"mixup" default:"0" max:"1" usage:"mixup probability"`
+	// Cutmix is the probability that a Train sample takes a region of a
+	// second one, as Ultralytics' CutMix (see NewCutPlan).
+	Cutmix float64 `json:"cutmix" default:"0" max:"1" usage:"cutmix probability"`
 	// Fill is the padding value.
 	Fill uint8 `json:"fill" default:"114" usage:"padding value"`
 
@@ -189,7 +206,18 @@ func (c Config) Validate() error {
 			return fmt.Errorf("augment: %s %v out of range [0, %v]", s.Name, x, s.Max)
 		}
 	}
+	if (c.ScaleMax != 0 || c.ScaleMin != 0) && !(c.ScaleMin > 0 && c.ScaleMin <= c.ScaleMax) {
+		return fmt.Errorf("augment: scale range [%v, %v]: want 0 < scale_min <= scale_max", c.ScaleMin, c.ScaleMax)
+	}
 	return nil
+}
+
+// scaleRange returns the interval the scale factor is drawn from.
+func (c *Config) scaleRange() (lo, hi float64) {
+	if c.ScaleMax != 0 {
+		return c.ScaleMin, c.ScaleMax
+	}
+	return 1 - c.Scale, 1 + c.Scale
 }
 
 // UnmarshalJSON reads the settings a JSON object names over DefaultConfig

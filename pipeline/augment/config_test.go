@@ -63,8 +63,16 @@ func TestValidateRanges(t *testing.T) {
 		}
 		c := DefaultConfig()
 		p := c.Value(s).(*float64)
+		// The ends of the scale range are valid together only: move both.
+		pair := p
+		switch s.Name {
+		case "scale_min":
+			pair = &c.ScaleMax
+		case "scale_max":
+			pair = &c.ScaleMin
+		}
 		for _, ok := range []float64{0, s.Max} {
-			if *p = ok; c.Validate() != nil {
+			if *p, *pair = ok, ok; c.Validate() != nil {
 				t.Errorf("%s %v refused: %v", s.Name, ok, c.Validate())
 			}
 		}

@@ -11,14 +11,29 @@
 // left of the centre, 1 top right, 2 bottom left, 3 bottom right, cut by the
 // canvas. Then the random perspective M = T·S·R·P·C maps the canvas to the
 // s×s output (C centres the canvas, P perspective ±Perspective, R rotation
-// ±Degrees with scale U[1−Scale, 1+Scale], S shear ±Shear degrees, T
-// translation U[0.5±Translate]·s), then a horizontal flip with probability
-// FlipLR composed into M, and HSV jitter.
+// ±Degrees with scale U[1−Scale, 1+Scale], or U[ScaleMin, ScaleMax] when
+// ScaleMax is set (Ultralytics' scale=(min, max)), S shear ±Shear degrees, T
+// translation U[0.5±Translate]·s), then a vertical flip with probability
+// FlipUD and a horizontal one with probability FlipLR, each composed into M
+// (y → s−y, x → s−x: image, boxes and masks flip together), HSV jitter, and
+// with probability BGR the channels written in BGR order, as Ultralytics'
+// Format returns a training image with probability bgr.
 //
 // Without mosaic (TrainNoMosaic, and a Train draw above Mosaic) the image is
 // letterboxed onto an s×s source canvas (resized to long side s, centred,
-// padding split as YOLO's LetterBox does) and the same M, flip and HSV
-// follow. Val letterboxes only: no randomness, M = identity.
+// padding split as YOLO's LetterBox does) and the same M, flips, HSV and
+// BGR follow. Val letterboxes only: no randomness, M = identity.
+//
+// Mix (Train only; Ultralytics turns both off with mosaic): with
+// probability Mixup a second sample, with its own mosaic draw, tiles and
+// random perspective (NewMixPlan), is blended in, ⌊a·r + b·(1−r)⌋ per byte
+// with r ~ Beta(32, 32) (the median of 63 uniforms, rounded to 1/65536);
+// then with probability Cutmix a third one's region is pasted
+// (NewCutPlan: Ultralytics' three candidate regions, one clear of every
+// box chosen, the partner's instances with ≥ 1 % of their box inside cut
+// to it). Labels are the sample's, then each partner's; the flips, BGR
+// and HSV apply to the result, as Ultralytics applies them after mixing
+// (RenderMix).
 //
 // All maps are composed: each output pixel centre is mapped once by M⁻¹ to
 // the source canvas, assigned to the tile whose visible rectangle holds it
@@ -64,6 +79,14 @@
 //
 // Every draw comes from the caller's generator (segpipe seeds one per
 // sample from (seed, epoch, position)) in a fixed order: WantMosaic, the
-// centre, P, rotation, scale, shear, translation, HSV, flip. Results are
-// therefore independent of scheduling.
+// centre, P, rotation, scale, shear, translation, HSV, vertical flip,
+// horizontal flip, BGR; then WantMixup, the mixup partner's mosaic draw,
+// centre, perspective and ratio; then WantCutmix, the cutmix partner's
+// mosaic draw, centre, perspective, its three regions and the choice. The
+// partners are positions of the epoch (order.Epoch.Partners: 3 the mixup
+// partner, 7 the cutmix one, each followed by its mosaic's three). A draw
+// whose setting is 0 (FlipUD, BGR, Mixup, Cutmix, all three HSV gains) is
+// not taken, so that a setting added at 0 leaves every
+// other draw, and the batches, as they were. Results are therefore
+// independent of scheduling.
 package augment

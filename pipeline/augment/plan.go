@@ -55,7 +55,18 @@ type Plan struct {
 	// affine when M[6] = M[7] = 0 and M[8] = 1). It includes the flip.
 	M, Minv [9]float64
 
-	hsv hsv
+	// BGR: Render writes the channels in BGR order (Config.BGR).
+	BGR bool
+
+	hsv            hsv
+	flipUD, flipLR bool   // composed into M
+	mixOn          bool   // a mixup partner's plan (NewMixPlan)
+	mixW           uint32 // its blend ratio: the sample's weight in 1/65536
+	// A cutmix partner's plan (NewCutPlan): the region it pastes, and the
+	// least share of a partner box inside it that keeps the instance.
+	cut    geom.Rect
+	cutOn  bool
+	cutMin float64
 }
 
 // resized returns YOLO's load_image size: long side s, ceil, capped at s.
@@ -78,6 +89,42 @@ func tileSize(t *Tile) (int, int) {
 // (the caller decides mosaic with WantMosaic using the same rng first) and 1
 // otherwise.
 func NewPlan(cfg *Config, mode Mode, rng *rand.PCG, tiles []Tile) Plan {
+	p := newGeometry(cfg, mode, rng, tiles)
+	if mode != Val {
+		if cfg.HSVH != 0 || cfg.HSVS != 0 || cfg.HSVV != 0 {
+			gh := float64(order.Uniform(rng, -1, 1)*cfg.HSVH) + 1
+			gs := float64(order.Uniform(rng, -1, 1)*cfg.HSVS) + 1
+			gv := float64(order.Uniform(rng, -1, 1)*cfg.HSVV) + 1
+			p.hsv.set(gh, gs, gv)
+		}
+		// Each draw is taken only when its setting is on, so that a new
+		// setting at 0 leaves every other draw, and so the batches, as
+		// they were. Ultralytics' order: flipud, fliplr, then bgr (Format).
+		p.flipUD = cfg.FlipUD > 0 && order.Float(rng) < cfg.FlipUD
+		p.flipLR = cfg.FlipLR > 0 && order.Float(rng) < cfg.FlipLR
+		p.M = p.flipped(p.M)
+		p.BGR = cfg.BGR > 0 && order.Float(rng) < cfg.BGR
+	}
+	p.Minv = inv3(p.M)
+	return p
+}
+
+// flipped composes p's flips after m.
+func (p *Plan) flipped(m [9]float64) [9]float64 {
+	s := float64(p.Out)
+	if p.flipUD {
+		m = mul3([9]float64{1, 0, 0, 0, -1, s, 0, 0, 1}, m)
+	}
+	if p.flipLR {
+		m = mul3([9]float64{-1, 0, s, 0, 1, 0, 0, 0, 1}, m)
+	}
+	return m
+}
+
+// newGeometry draws the placement of the tiles (the mosaic centre) and,
+// unless mode is Val, the random perspective: M without the flips, Minv
+// unset.
+func newGeometry(cfg *Config, mode Mode, rng *rand.PCG, tiles []Tile) Plan {
 	s := cfg.ImgSz
 	p := Plan{Out: s, NTiles: len(tiles)}
 	if len(tiles) == 4 {
@@ -120,17 +167,7 @@ func NewPlan(cfg *Config, mode Mode, rng *rand.PCG, tiles []Tile) Plan {
 	p.M = [9]float64{1, 0, 0, 0, 1, 0, 0, 0, 1}
 	if mode != Val {
 		p.M = randomPerspective(cfg, rng, float64(p.Sc), float64(s))
-		if cfg.HSVH != 0 || cfg.HSVS != 0 || cfg.HSVV != 0 {
-			gh := float64(order.Uniform(rng, -1, 1)*cfg.HSVH) + 1
-			gs := float64(order.Uniform(rng, -1, 1)*cfg.HSVS) + 1
-			gv := float64(order.Uniform(rng, -1, 1)*cfg.HSVV) + 1
-			p.hsv.set(gh, gs, gv)
-		}
-		if cfg.FlipLR > 0 && order.Float(rng) < cfg.FlipLR {
-			p.M = mul3([9]float64{-1, 0, float64(s), 0, 1, 0, 0, 0, 1}, p.M)
-		}
 	}
-	p.Minv = inv3(p.M)
 	return p
 }
 
@@ -151,7 +188,8 @@ func randomPerspective(cfg *Config, rng *rand.PCG, sc, out float64) [9]float64 {
 	C := [9]float64{1, 0, -sc / 2, 0, 1, -sc / 2, 0, 0, 1}
 	P := [9]float64{1, 0, 0, 0, 1, 0, order.Uniform(rng, -cfg.Perspective, cfg.Perspective), order.Uniform(rng, -cfg.Perspective, cfg.Perspective), 1}
 	a := order.Uniform(rng, -cfg.Degrees, cfg.Degrees) * math.Pi / 180
-	sg := order.Uniform(rng, 1-cfg.Scale, 1+cfg.Scale)
+	lo, hi := cfg.scaleRange()
+	sg := order.Uniform(rng, lo, hi)
 	// cv2.getRotationMatrix2D about the origin: positive angles turn
 	// counter-clockwise on screen.
 	al, be := sg*math.Cos(a), sg*math.Sin(a)

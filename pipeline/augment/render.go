@@ -7,7 +7,7 @@ import (
 )
 
 // Render writes the sample's output image into dst as CHW RGB planes of
-// p.Out×p.Out (len 3·s·s). Every output pixel is computed once: its centre
+// p.Out×p.Out (len 3·s·s), BGR when p.BGR. Every output pixel is computed once: its centre
 // is mapped back through M⁻¹ to the source canvas, assigned to the tile
 // whose visible rectangle holds it (fill colour when none), mapped into
 // that tile's original image and sampled bilinearly (edge pixels
@@ -54,6 +54,12 @@ func Render(dst []byte, p *Plan, tiles []Tile, fill uint8) error {
 	}
 	fr, fg, fb := fill, fill, fill
 	R, G, B := dst[:ss], dst[ss:2*ss], dst[2*ss:]
+	if p.BGR {
+		// Every step below treats its three planes as red, green and blue
+		// by role, so writing red to the last plane and blue to the first
+		// is the swap, at no cost.
+		R, B = B, R
+	}
 	mi := p.Minv
 	proj := mi[6] != 0 || mi[7] != 0 || mi[8] != 1
 	if !proj && !forcePerPixel {

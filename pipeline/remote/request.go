@@ -127,6 +127,16 @@ type Request struct {
 	// trades server and client CPU for bytes on the wire; a loader in
 	// this process (ParseLocalRequest) has no wire and ignores it.
 	Compression string `json:"compression,omitempty"`
+	// Classes keeps only the instances of these classes (Ultralytics'
+	// classes; pipeline.Config.Classes); empty keeps every class.
+	Classes []int32 `json:"classes,omitempty"`
+	// SingleClass gives every instance class 0 (Ultralytics' single_cls;
+	// pipeline.Config.SingleClass).
+	SingleClass bool `json:"single_cls,omitempty"`
+	// Fraction in (0, 1) streams only the set's first rows in manifest
+	// order (Ultralytics' fraction; pipeline.Config.Fraction); 0 or 1:
+	// every row.
+	Fraction float64 `json:"fraction,omitempty"`
 }
 
 // ParseRequest decodes and checks a ticket. Errors wrap ErrBadRequest and
@@ -226,7 +236,8 @@ func NewRequest(shards string, cfg pipeline.Config) (Request, error) {
 	}
 	r := Request{Version: RequestVersion, Shards: shards, Start: cfg.Start, Epochs: cfg.Epochs,
 		CloseMosaic: cfg.CloseMosaic, Rank: cfg.Rank, WorldSize: cfg.WorldSize, BatchSize: cfg.BatchSize,
-		Val: cfg.Val, ImgSz: a.ImgSz, Augment: &a}
+		Val: cfg.Val, ImgSz: a.ImgSz, Augment: &a, Classes: cfg.Classes, SingleClass: cfg.SingleClass,
+		Fraction: cfg.Fraction}
 	return r, r.Validate()
 }
 
@@ -322,6 +333,7 @@ func (r Request) Config(base pipeline.Config) (pipeline.Config, error) {
 	c := base
 	c.BatchSize, c.Start, c.Epochs, c.CloseMosaic = r.BatchSize, r.Start, r.Epochs, r.CloseMosaic
 	c.Rank, c.WorldSize, c.Val = r.Rank, r.WorldSize, r.Val
+	c.Classes, c.SingleClass, c.Fraction = r.Classes, r.SingleClass, r.Fraction
 	a := augment.DefaultConfig()
 	if r.Augment != nil {
 		a = *r.Augment

@@ -621,7 +621,8 @@ func (s *Server) GetFlightInfo(ctx context.Context, d *flight.FlightDescriptor) 
 		s.m.refused.WithLabelValues("shards").Inc()
 		return nil, grpcError(err)
 	}
-	app, err := json.Marshal(datasetInfo(src))
+	// The images the request reads: a fraction reads a prefix of the set.
+	app, err := json.Marshal(datasetInfo(plan.Config.Subset(src)))
 	if c, ok := src.(io.Closer); ok {
 		c.Close()
 	}

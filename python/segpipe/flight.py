@@ -45,7 +45,7 @@ from .batch import (  # noqa: F401  (re-exported: the conversion's old home)
 )
 from .dist import rank_and_world
 from .epochs import EpochStream
-from .request import MASKS_WINDOWED, Request, ResumeState
+from .request import MASKS_WINDOWED, Request, ResumeState, fraction_rows
 from .stream import Resumable, StreamError
 
 #: The process that made this module's first Flight client: gRPC is
@@ -157,7 +157,11 @@ class FlightBatches(EpochStream):
     StreamError. ``compression`` ("lz4" or "zstd"; None, the default, for
     none) has the server compress each record's buffers, which pyarrow
     undoes on read: fewer bytes on the wire for CPU on both ends, the same
-    tensors (BENCHMARKS.md has the trade per option). ``device`` moves each batch there
+    tensors (BENCHMARKS.md has the trade per option). ``classes``,
+    ``single_cls`` and ``fraction`` are Ultralytics' dataset options, applied
+    by the loader: keep only these classes' instances, make every class 0,
+    read the first max(1, round(n * fraction)) images in manifest order.
+    ``device`` moves each batch there
     (``pin_memory`` first copies it into page-locked memory, so that the
     copy to a CUDA device is asynchronous).
 
@@ -190,6 +194,9 @@ class FlightBatches(EpochStream):
         augment: dict | None = None,
         limit: int = 0,
         compression: str | None = None,
+        classes: list[int] | None = None,
+        single_cls: bool = False,
+        fraction: float = 0.0,
         even_batches: bool | None = None,
         device: str | torch.device | None = None,
         pin_memory: bool = False,
@@ -212,6 +219,9 @@ class FlightBatches(EpochStream):
             masks=masks,
             limit=limit,
             compression="" if compression is None else compression,
+            classes=classes,
+            single_cls=single_cls,
+            fraction=fraction,
         )
         super().__init__(
             request,
@@ -295,7 +305,8 @@ class FlightBatches(EpochStream):
         return d
 
     def images(self) -> int:
-        return int(self.dataset_info()["images"])
+        # dataset_info describes the whole set; a fraction reads a prefix.
+        return fraction_rows(int(self.dataset_info()["images"]), self.request.fraction)
 
     def _probe(self, client: flight.FlightClient, timeout: float) -> None:
         """Connect within timeout seconds. A stream cannot have a deadline

@@ -36,7 +36,7 @@ import torch
 
 from .dist import rank_and_world
 from .epochs import EpochStream
-from .request import Request, RequestError, ResumeState, check_max_memory
+from .request import Request, RequestError, ResumeState, check_max_memory, fraction_rows
 from .stream import StreamError
 
 #: Environment variable naming a libsegpipe.so to use instead of the one
@@ -191,7 +191,9 @@ class Loader(EpochStream):
     budget, NO_MEMORY_LIMIT) are the
     loader's settings, as the CLI's flags; a configuration over the budget
     is refused with the figures. Damaged shard data is skipped and counted
-    (``skipped``) unless ``strict``. ``record_batches()`` gives the Arrow
+    (``skipped``) unless ``strict``. ``classes``, ``single_cls`` and
+    ``fraction`` are Ultralytics' dataset options, as for FlightBatches.
+    ``record_batches()`` gives the Arrow
     records themselves, for code that wants Arrow rather than tensors.
     """
 
@@ -211,6 +213,9 @@ class Loader(EpochStream):
         val: bool = False,
         augment: dict | None = None,
         limit: int = 0,
+        classes: list[int] | None = None,
+        single_cls: bool = False,
+        fraction: float = 0.0,
         even_batches: bool | None = None,
         device: str | torch.device | None = None,
         pin_memory: bool = False,
@@ -231,6 +236,7 @@ class Loader(EpochStream):
         request = Request(
             shards=".", start=st, rank=r, world_size=w, batch_size=batch_size, imgsz=imgsz,
             val=val, augment=augment, masks=masks, limit=limit,
+            classes=classes, single_cls=single_cls, fraction=fraction,
         )  # fmt: skip
         super().__init__(
             request,
@@ -257,7 +263,8 @@ class Loader(EpochStream):
 
     def images(self) -> int:
         if self._images is None:
-            self._images = _manifest_rows(self.shards)
+            # A fraction reads a prefix of the set (pipeline.FractionRows).
+            self._images = fraction_rows(_manifest_rows(self.shards), self.request.fraction)
         return self._images
 
     def _request_json(self, req: Request) -> dict:

@@ -57,8 +57,26 @@ _REQUEST_KEYS = frozenset(
         "masks",
         "limit",
         "compression",
+        "classes",
+        "single_cls",
+        "fraction",
     }
 )
+
+#: The most classes a request may keep (pipeline.MaxKeepClasses).
+MAX_KEEP_CLASSES = 1 << 16
+_MAX_INT32 = (1 << 31) - 1
+
+
+def fraction_rows(rows: int, fraction: float) -> int:
+    """Rows a request's ``fraction`` keeps of a set of ``rows``
+    (pipeline.FractionRows): the first max(1, round(rows * fraction)) in
+    manifest order, Python's round as Ultralytics counts them; every row for
+    0 (unset) or 1."""
+    _int("rows", rows, 0)
+    if fraction <= 0 or fraction >= 1 or rows == 0:
+        return rows
+    return min(rows, max(1, round(rows * fraction)))
 
 
 class RequestError(ValueError):
@@ -183,6 +201,20 @@ def _check_augment(aug: Mapping) -> dict:
             if not (0 <= v <= hi):  # also refuses NaN
                 raise RequestError(f"augment.{k} {v}: out of range [0, {hi}]")
             out[k] = float(v)
+    lo, hi = out.get("scale_min", 0.0), out.get("scale_max", 0.0)
+    if (lo or hi) and not (0 < lo <= hi):
+        raise RequestError(f"augment: scale range [{lo}, {hi}]: want 0 < scale_min <= scale_max")
+    return out
+
+
+def _check_classes(classes: Any) -> tuple[int, ...]:
+    if classes is None:
+        return ()
+    if isinstance(classes, (str, bytes, Mapping)) or not hasattr(classes, "__iter__"):
+        raise RequestError(f"classes {classes!r}: want a list of class indices")
+    out = tuple(_int("classes[]", c, 0, _MAX_INT32) for c in classes)
+    if len(out) > MAX_KEEP_CLASSES:
+        raise RequestError(f"classes: {len(out)} entries, at most {MAX_KEEP_CLASSES}")
     return out
 
 
@@ -207,6 +239,14 @@ class Request:
     masks: str = ""
     limit: int = 0
     compression: str = COMPRESSION_NONE
+    #: Keep only the instances of these classes (Ultralytics' classes);
+    #: None or empty: every class.
+    classes: tuple[int, ...] | None = None
+    #: Every instance becomes class 0 (Ultralytics' single_cls).
+    single_cls: bool = False
+    #: Stream only the set's first fraction_rows(images, fraction) rows in
+    #: manifest order (Ultralytics' fraction as a share); 0 or 1: all.
+    fraction: float = 0.0
     version: int = REQUEST_VERSION
 
     def validate(self) -> "Request":
@@ -242,6 +282,12 @@ class Request:
             raise RequestError(f"imgsz {imgsz} is not a multiple of the mask stride {MASK_STRIDE}")
         if self.augment is not None:
             _check_augment(self.augment)
+        _check_classes(self.classes)
+        if not isinstance(self.single_cls, bool):
+            raise RequestError(f"single_cls {self.single_cls!r}: want true or false")
+        f = self.fraction
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not (0 <= f <= 1):  # also refuses NaN
+            raise RequestError(f"fraction {f!r}: want a share in (0, 1], or 0 for every row")
         return self
 
     def to_json(self) -> dict:
@@ -260,6 +306,12 @@ class Request:
             d["masks"] = self.masks
         if self.compression:
             d["compression"] = self.compression
+        if self.classes:
+            d["classes"] = list(_check_classes(self.classes))
+        if self.single_cls:
+            d["single_cls"] = True
+        if self.fraction:
+            d["fraction"] = float(self.fraction)
         return d
 
     def ticket(self) -> bytes:

@@ -13,21 +13,33 @@ with get_dataset (class names from the server), get_dataloader (one stream per
 epoch and rank) and preprocess_batch (semantic masks made on the device)
 replaced. Batches are the dicts v8SegmentationLoss and the segmentation
 validator read: ``img`` uint8 (N,3,H,W) RGB, ``batch_idx``, ``cls`` (n,1),
-``bboxes`` normalised xywh, ``masks`` (n,Hp,Wp) one plane per instance as with
-overlap_mask=False (which this trainer sets), ``sem_masks`` (N,Hp,Wp),
-``ori_shape``, ``ratio_pad``, ``resized_shape``, ``im_file``.
+``bboxes`` normalised xywh, ``masks``, ``sem_masks`` (N,Hp,Wp),
+``ori_shape``, ``ratio_pad``, ``resized_shape``, ``im_file``. ``masks`` is
+as Ultralytics' Format makes it for the run's overlap_mask: with False one
+plane per instance (n,Hp,Wp); with True (Ultralytics' default) one index map
+per image (N,Hp,Wp), each image's instances sorted by mask area descending
+(ties in stream order) and a pixel holding i+1 for the smallest instance
+covering it, uint8, or int32 when an image has more than 255 instances
+(overlap_masks). The maps are made from the stream's per-instance masks with
+torch on the batch's device, in preprocess_batch (training) and the
+validator's preprocess.
 
 Supported Ultralytics releases: ULTRALYTICS_REQUIREMENT (8.4.2, the floor, and
 the newest 8.4.x are tested; check_version tells whether the installed one is
 in the range). Augmentation runs in the server: every setting of segpipe's
 augmentation table (segpipe._augment, generated from the Go table) that is
-also an Ultralytics hyper-parameter is passed on under its name (today mosaic,
-degrees, translate, scale, shear, perspective, hsv_h/s/v and fliplr:
-augment_settings); the other Ultralytics settings with no segpipe counterpart
-(flipud, mixup, cutmix, copy_paste, bgr, rect, cache, fraction, classes,
-single_cls, cls_pw, augmentations, save_txt: unsupported_settings) are refused
-at a non-default value rather than silently ignored, as is batch < 1
-(AutoBatch).
+also an Ultralytics hyper-parameter is passed on under its name (augment_settings). The dataset options go into the stream's request and
+are applied by the loader, with Ultralytics' meaning (dataset_settings):
+``classes`` keeps only those classes' instances (their indices unchanged;
+an image left with none stays, as a background image), ``single_cls`` makes
+every class 0 (names become {0: "item"}), ``fraction`` streams the first
+round(images * fraction) images of the shard set in manifest order (an int
+above 1 is an image count; a list gives train, val; a scalar applies to
+train only, as in Ultralytics, which takes the first files of its sorted
+list), and ``cache`` is accepted and does nothing (the loader caches decoded
+images already). The other Ultralytics settings with no segpipe counterpart
+(unsupported_settings) are refused at a non-default value rather than
+silently ignored, as is batch < 1 (AutoBatch).
 
 Distributed training: each process streams its share of an epoch as global
 rank r of the world (torch.distributed's rank and size, else RANK and
@@ -45,7 +57,7 @@ import functools
 import os
 import re
 from copy import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator
 
 import torch
@@ -57,7 +69,7 @@ from ultralytics.utils import LOGGER
 
 from ._augment import AUGMENT_TYPES
 from .dist import rank_and_world
-from .request import Request, RequestError, ResumeState, Source, even_batches, rank_batches
+from .request import Request, RequestError, ResumeState, Source, even_batches, fraction_rows, rank_batches
 
 #: The Ultralytics releases this adapter supports, as a pip requirement.
 ULTRALYTICS_REQUIREMENT = "ultralytics>=8.4.2,<8.5"
@@ -78,14 +90,14 @@ _NO_COUNTERPART = {
     "copy_paste": 0.0,
     "bgr": 0.0,
     "rect": False,
-    "cache": False,
-    "fraction": 1.0,
-    "classes": None,
-    "single_cls": False,
     "cls_pw": 0.0,  # class weights count the labels of Ultralytics' own dataset
     "augmentations": None,  # albumentations transforms run in Ultralytics' dataset
     "save_txt": False,  # the validator names label files after image files, which a stream has none of
 }
+
+# Ultralytics' dataset options the loader applies (dataset_settings), and
+# cache, which it accepts and ignores.
+DATASET_SETTINGS = ("classes", "single_cls", "fraction")
 
 # The Python type of each kind of setting in AUGMENT_TYPES.
 _KIND_TYPES = {"float": float, "uint8": int, "bool": bool}
@@ -96,14 +108,68 @@ def augment_settings(args: Any) -> dict:
     each setting of segpipe's table (AUGMENT_TYPES) that is also a setting of
     the installed Ultralytics (DEFAULT_CFG_DICT), same name, as the table's
     type. The table's settings Ultralytics lacks (fill, the candidate rule,
-    keep_crowd) keep the server's defaults."""
-    return {k: _KIND_TYPES[kind](getattr(args, k)) for k, kind in AUGMENT_TYPES.items() if k in DEFAULT_CFG_DICT}
+    keep_crowd) keep the server's defaults. Ultralytics' ``scale`` may be a
+    (min, max) range as well as a gain: the table holds a range as
+    scale_min and scale_max."""
+    scale = getattr(args, "scale", None)
+    ranged = isinstance(scale, (list, tuple))
+    out = {
+        k: _KIND_TYPES[kind](getattr(args, k))
+        for k, kind in AUGMENT_TYPES.items()
+        if k in DEFAULT_CFG_DICT and not (ranged and k == "scale")
+    }
+    if ranged:
+        if len(scale) != 2:
+            raise RequestError(f"scale={scale!r}: want a gain or a (min, max) range")
+        out["scale_min"], out["scale_max"] = (float(v) for v in scale)
+    return out
 
 
 def unsupported_settings() -> dict:
     """The Ultralytics settings segpipe has no counterpart for, each with its
     "off" value: the trainer refuses any other value."""
     return {k: off for k, off in _NO_COUNTERPART.items() if k not in AUGMENT_TYPES}
+
+
+def split_fraction(fraction: Any, split: str) -> float | int:
+    """Ultralytics' fraction for a split (its get_split_fraction): a list is
+    [train, val, test] (missing entries 1.0); a scalar applies to train only;
+    an int above 1 is an image count, a float a share."""
+    if isinstance(fraction, (list, tuple)):
+        i = ("train", "val", "test").index(split)
+        fraction = fraction[i] if i < len(fraction) else 1.0
+    elif split != "train":
+        fraction = 1.0
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or fraction < 0:
+        raise RequestError(f"fraction={fraction!r}: want a share in (0, 1], an image count or a list of them")
+    if fraction == 0 and split in ("train", "val"):
+        raise RequestError(f"fraction 0 for {split}: it must select at least one image")
+    return float(fraction) if fraction in (0, 1) else fraction
+
+
+def dataset_settings(args: Any, split: str, images: int) -> dict:
+    """The request fields (segpipe.request.Request) of Ultralytics arguments
+    ``args`` for ``split`` of a set of ``images`` images: classes (an int or
+    a list, as Ultralytics takes it), single_cls, and fraction as the share
+    that keeps the images Ultralytics' would (fraction_rows)."""
+    out: dict = {}
+    classes = getattr(args, "classes", None)
+    if classes is not None:
+        cl = [classes] if isinstance(classes, int) and not isinstance(classes, bool) else classes
+        try:
+            out["classes"] = tuple(int(c) for c in cl if not isinstance(c, bool) and int(c) == c)
+        except (TypeError, ValueError):
+            raise RequestError(f"classes={classes!r}: want a class index or a list of them") from None
+        if len(out["classes"]) != len(cl) or any(c < 0 for c in out["classes"]):
+            raise RequestError(f"classes={classes!r}: want class indices, at least 0")
+    if getattr(args, "single_cls", False):
+        out["single_cls"] = True
+    f = split_fraction(getattr(args, "fraction", 1.0), split)
+    if isinstance(f, int) and not isinstance(f, bool):  # an image count
+        f = 1.0 if f >= images else f / images  # fraction_rows(images, f / images) == f
+    if f < 1:
+        out["fraction"] = float(f)
+    return out
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
@@ -221,6 +287,71 @@ def semantic_masks(
     winner = torch.where(covered, best % m, torch.zeros_like(best))
     sem = torch.where(covered, cls.reshape(-1).to(torch.float32)[winner], sem)
     return sem.reshape(n, hp, wp)
+
+
+def overlap_masks(masks: torch.Tensor, batch_idx: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ultralytics' overlap target (polygons2masks_overlap) of per-instance
+    masks (m, Hp, Wp) of ``n`` images, on their device: (maps, order).
+
+    order sorts the instances by image, then by mask area descending (an
+    instance whose mask is empty first, as Ultralytics' unsigned -area puts
+    it), then by their index (numpy's argsort in Ultralytics leaves ties in
+    an unspecified order; here they keep the stream's). maps (n, Hp, Wp) holds
+    at each pixel k+1 for the image's instance k in that order with the
+    largest k covering it (the smallest such instance), 0 where none does:
+    uint8, or int32 when an image has more than 255 instances, as
+    Ultralytics' Format gives them (and without the uint8 overflow its
+    older sum had past 128 overlapping instances)."""
+    hp, wp = masks.shape[-2:]
+    m, p = masks.shape[0], hp * wp
+    dev = masks.device
+    bi = batch_idx.reshape(-1).long().to(dev)
+    counts = torch.bincount(bi, minlength=n) if m else torch.zeros(n, dtype=torch.int64, device=dev)
+    wide = m > 0 and int(counts.max()) > 255
+    if not m:
+        return torch.zeros((n, hp, wp), dtype=torch.uint8, device=dev), torch.zeros(0, dtype=torch.int64, device=dev)
+    area = masks.reshape(m, p).sum(1, dtype=torch.int64)
+    # Ultralytics sorts by -area over unsigned areas (numpy's sum of uint8
+    # masks), where -0 stays 0: an instance with an empty mask comes first.
+    key = torch.where(area > 0, -area, torch.full_like(area, -(1 << 62)))
+    by_area = torch.sort(key, stable=True).indices
+    order = by_area[torch.sort(bi[by_area], stable=True).indices]
+    sbi = bi[order]
+    first = torch.cumsum(counts, 0) - counts
+    label = torch.arange(1, m + 1, device=dev) - first[sbi]  # k+1 within the image
+    vals = masks[order].reshape(m, p).to(torch.int32) * label.to(torch.int32)[:, None]
+    maps = torch.zeros((n, p), dtype=torch.int32, device=dev)
+    maps.scatter_reduce_(0, sbi[:, None].expand(m, p), vals, reduce="amax", include_self=True)
+    return maps.reshape(n, hp, wp).to(torch.int32 if wide else torch.uint8), order
+
+
+def overlap_semantic_masks(maps: torch.Tensor, cls: torch.Tensor, batch_idx: torch.Tensor) -> torch.Tensor:
+    """sem_masks of an overlap batch as Ultralytics' Format makes them with
+    mask_overlap=True: per pixel the class of the instance its map names,
+    cls of the image's instances in map order (cls[map - 1], so an
+    uncovered pixel takes the image's last instance's class, which the loss
+    masks out), 0 for an image without instances; float (N, Hp, Wp)."""
+    n = maps.shape[0]
+    flat = cls.reshape(-1).to(torch.float32).to(maps.device)
+    if not flat.numel():
+        return torch.zeros(maps.shape, dtype=torch.float32, device=maps.device)
+    counts = torch.bincount(batch_idx.reshape(-1).long().to(maps.device), minlength=n)
+    first = (torch.cumsum(counts, 0) - counts)[:, None, None]
+    v = maps.long()
+    g = torch.where(v > 0, first + v - 1, first + counts[:, None, None] - 1).clamp_(0, flat.numel() - 1)
+    return torch.where(counts[:, None, None] > 0, flat[g], torch.zeros((), device=maps.device))
+
+
+def to_overlap(batch: dict) -> dict:
+    """``batch`` (per-instance masks) in Ultralytics' overlap_mask=True
+    form: masks the per-image index maps (overlap_masks), batch_idx, cls and
+    bboxes reordered to match them. Returns the same dict."""
+    n = batch["img"].shape[0]
+    maps, order = overlap_masks(batch["masks"], batch["batch_idx"], n)
+    for k in ("batch_idx", "cls", "bboxes"):
+        batch[k] = batch[k][order.to(batch[k].device)]
+    batch["masks"] = maps
+    return batch
 
 
 def ultralytics_batch(b: dict, *, im_prefix: str = "", semantic: bool = True) -> dict:
@@ -359,6 +490,7 @@ class SegpipeLoader:
         token: str | None = None,
         limit: int = 0,
         idle: bool = False,
+        dataset: dict | None = None,
     ) -> None:
         if limit < 0:
             raise RequestError(f"limit {limit}: want 0 (none) or a batch count")
@@ -370,6 +502,7 @@ class SegpipeLoader:
         self.epoch_fn = epoch_fn
         self.token = token
         self.limit, self.idle = limit, idle
+        self.dataset_options = dict(dataset or {})
         self.mosaic_closed = False
         self.last_state: ResumeState | None = None
         self.streams: list[StreamRecord] = []
@@ -411,7 +544,7 @@ class SegpipeLoader:
         aug = dict(self.augment)
         if self.mosaic_closed:
             aug["mosaic"] = 0.0
-        return FlightBatches(
+        fb = FlightBatches(
             self.source.addr,
             self.shards,
             rank=self.rank,
@@ -428,6 +561,10 @@ class SegpipeLoader:
             token=self.token,
             tls=self.source.tls,
         )
+        if self.dataset_options:
+            # The stream reads its request when it opens, at the first batch.
+            fb.request = replace(fb.request, **self.dataset_options).validate()
+        return fb
 
     def __iter__(self) -> Iterator[dict]:
         # A generator: the trainer calls iter() twice per epoch (enumerate
@@ -469,6 +606,16 @@ class SegpipeSegmentationValidator(SegmentationValidator):
 
     segpipe_data: dict | None = None
 
+    def preprocess(self, batch: dict) -> dict:
+        """Ultralytics' preprocess, the masks first made the overlap maps
+        (to_overlap, on the device) when overlap_mask is set: a segpipe
+        loader's batches always carry one plane per instance."""
+        if self.args.overlap_mask:
+            for k in ("masks", "batch_idx", "cls", "bboxes"):
+                batch[k] = batch[k].to(self.device)
+            to_overlap(batch)
+        return super().preprocess(batch)
+
     def __call__(self, trainer: Any = None, model: Any = None, **kwargs: Any):
         if trainer is not None or self.segpipe_data is None:
             return super().__call__(trainer, model, **kwargs)
@@ -493,9 +640,6 @@ class SegpipeSegmentationTrainer(SegmentationTrainer):
 
     def __init__(self, cfg: Any = None, overrides: dict | None = None, _callbacks: Any = None):
         overrides = dict(overrides or {})
-        if overrides.get("overlap_mask", False):
-            LOGGER.info("segpipe: overlap_mask=False (segpipe batches carry one mask plane per instance)")
-        overrides["overlap_mask"] = False
         if overrides.get("mask_ratio", 4) != 4:
             raise RequestError(f"mask_ratio {overrides['mask_ratio']}: segpipe serves masks at stride 4")
         warn = check_version()
@@ -517,8 +661,13 @@ class SegpipeSegmentationTrainer(SegmentationTrainer):
             )
         for k, off in unsupported_settings().items():
             v = getattr(self.args, k, off)
-            if v != off and not (k == "cache" and v in (None, "False", "false")):
+            if v != off:
                 raise RequestError(f"{k}={v!r} has no segpipe counterpart; leave it at {off!r}")
+        cache = getattr(self.args, "cache", False)
+        if cache not in (False, None, "False", "false"):
+            LOGGER.info(f"segpipe: cache={cache!r} does nothing here (the loader caches decoded images already)")
+        for split in ("train", "val"):
+            dataset_settings(self.args, split, 1)  # a bad classes or fraction fails before the server is asked
 
     def get_dataset(self) -> dict:
         """The data dict from the server's description of the shard sets."""
@@ -534,7 +683,14 @@ class SegpipeSegmentationTrainer(SegmentationTrainer):
         names = {int(c["index"]): c["name"] for c in cats}
         if sorted(names) != list(range(len(names))):
             raise RequestError(f"shard set {self.segpipe_source.train!r}: class indices {sorted(names)} are not 0..K-1")
-        self.segpipe_images = {"train": int(info["images"]), "val": int(val_info["images"])}
+        self.segpipe_options = {}
+        self.segpipe_images = {}
+        for split, n in (("train", int(info["images"])), ("val", int(val_info["images"]))):
+            self.segpipe_options[split] = dataset_settings(self.args, split, n)
+            self.segpipe_images[split] = fraction_rows(n, self.segpipe_options[split].get("fraction", 0.0))
+        if self.args.single_cls:
+            LOGGER.info("segpipe: single_cls, one class named 'item' (as Ultralytics names it)")
+            names = {0: "item"}
         return {
             "train": self.segpipe_source.train,
             "val": self.segpipe_source.val,
@@ -577,11 +733,15 @@ class SegpipeSegmentationTrainer(SegmentationTrainer):
             token=os.environ.get("SEGPIPE_TOKEN"),
             limit=limit,
             idle=idle,
+            dataset=self.segpipe_options[mode],
         )
 
     def preprocess_batch(self, batch: dict) -> dict:
         batch = super().preprocess_batch(batch)
-        if "sem_masks" not in batch:
+        if self.args.overlap_mask:
+            to_overlap(batch)
+            batch["sem_masks"] = overlap_semantic_masks(batch["masks"], batch["cls"], batch["batch_idx"])
+        elif "sem_masks" not in batch:
             batch["sem_masks"] = semantic_masks(batch["masks"], batch["cls"], batch["batch_idx"], batch["img"].shape[0])
         return batch
 

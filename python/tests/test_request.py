@@ -88,7 +88,7 @@ class TicketTest(unittest.TestCase):
             (dict(augment={"mosaic": 1.5}), "augment.mosaic"),
             (dict(augment={"scale": 1.0}), "augment.scale"),
             (dict(augment={"degrees": float("nan")}), "augment.degrees"),
-            (dict(augment={"mixup": 0.1}), "unknown settings ['mixup']"),
+            (dict(augment={"copy_paste": 0.1}), "unknown settings ['copy_paste']"),
             (dict(augment={"fill": 256}), "augment.fill"),
             (dict(augment={"keep_crowd": 1}), "keep_crowd"),
             (dict(batch_size=True), "batch_size"),

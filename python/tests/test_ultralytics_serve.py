@@ -129,7 +129,7 @@ class TrainTest(unittest.TestCase):
         self.assertIsNotNone(metrics)
         self.assertIn("metrics/mAP50(M)", metrics.results_dict)
         self.assertEqual(self.trainer.data["nc"], len(self.trainer.data["names"]))
-        self.assertFalse(self.trainer.args.overlap_mask)
+        self.assertTrue(self.trainer.args.overlap_mask, "Ultralytics' default, now honoured")
 
     def test_len_equals_batches_streamed(self):
         tl, vl = self.trainer.train_loader, self.trainer.test_loader
@@ -376,7 +376,7 @@ class RanksTest(unittest.TestCase):
         from segpipe.request import RequestError
         from segpipe.ultralytics import SegpipeSegmentationTrainer
 
-        for k, v in (("flipud", 0.5), ("save_txt", True), ("single_cls", True)):
+        for k, v in (("rect", True), ("save_txt", True), ("cls_pw", 0.5)):
             with self.assertRaisesRegex(RequestError, f"{k}={v!r} has no segpipe counterpart"):
                 YOLO("yolo26n-seg.yaml", task="segment").train(
                     trainer=SegpipeSegmentationTrainer,

@@ -28,6 +28,10 @@ def raw_cases():
     yield dict(BASE, shards="a" * 1024)
     yield dict(BASE, shards="a" * 1025)
     yield dict(BASE, imgsz=16384, batch_size=1 << 16)
+    yield dict(BASE, classes=[0, 2, 2], single_cls=True, fraction=0.25)
+    yield dict(BASE, classes=[], single_cls=False, fraction=1)
+    yield dict(BASE, classes=[2147483647], fraction=0)
+    yield dict(BASE, classes=list(range(1 << 16)))
     for comp in ("", "lz4", "zstd"):
         yield dict(BASE, compression=comp, masks="windowed")
     for bad in [
@@ -78,6 +82,18 @@ def raw_cases():
         {"version": 2},
         {"version": 0},
         {"turbo": True},
+        {"classes": [-1]},
+        {"classes": [2147483648]},
+        {"classes": 3},
+        {"classes": [1.5]},
+        {"classes": ["1"]},
+        {"classes": [True]},
+        {"classes": list(range((1 << 16) + 1))},
+        {"single_cls": 1},
+        {"fraction": 1.5},
+        {"fraction": -0.1},
+        {"fraction": "0.5"},
+        {"fraction": True},
     ]:
         yield dict(BASE, **bad)
     yield {"shards": "s"}  # no version
@@ -97,9 +113,11 @@ def main():
     # And what Request itself writes must parse there.
     r = Request(shards="x/y", start=ResumeState(5, 1, 7), batch_size=4, imgsz=64, masks="dense", augment={"fliplr": 0})
     print(json.dumps({"ticket": r.ticket().decode(), "ok": True, "why": ""}))
+    r = Request(shards="x", classes=(3, 1), single_cls=True, fraction=0.5)
+    print(json.dumps({"ticket": r.ticket().decode(), "ok": True, "why": ""}))
     r = Request(shards="x", masks="windowed", compression="zstd")
     print(json.dumps({"ticket": r.ticket().decode(), "ok": True, "why": ""}))
-    print(f"{n + 2} tickets", file=sys.stderr)
+    print(f"{n + 3} tickets", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,116 @@
+package augment
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/segpipe/segpipe/pipeline/order"
+)
+
+// WantMixup draws whether a Train sample is blended with a second one
+// (Config.Mixup; Ultralytics turns mixup off with mosaic in the last
+// epochs, so TrainNoMosaic never mixes). Call it after NewPlan with the
+// same generator: the draw is taken only when Mixup > 0, so that every
+// other draw stays where it was.
+func WantMixup(cfg *Config, mode Mode, rng *rand.PCG) bool {
+	if mode != Train || cfg.Mixup <= 0 {
+		return false
+	}
+	return order.Float(rng) < cfg.Mixup
+}
+
+// NewMixPlan draws the plan of p's mixup partner, as Ultralytics' MixUp
+// prepares its second image: its own mosaic (tiles holds 4 tiles when
+// WantMosaic, drawn with rng right after WantMixup, says so, else 1) and
+// random perspective, then the blend ratio r ~ Beta(32, 32). The flips and
+// channel order are p's, because Ultralytics applies them (and HSV) to
+// the blended image. RenderMix renders the pair; BuildLabels with this
+// plan appends the partner's instances after p's.
+func NewMixPlan(cfg *Config, p *Plan, rng *rand.PCG, tiles []Tile) Plan {
+	q := newGeometry(cfg, Train, rng, tiles)
+	q.flipUD, q.flipLR, q.BGR = p.flipUD, p.flipLR, p.BGR
+	q.M = q.flipped(q.M)
+	q.Minv = inv3(q.M)
+	q.mixW, q.mixOn = betaWeight(rng), true
+	return q
+}
+
+// betaWeight draws r ~ Beta(32, 32) as the 32nd smallest of 63 uniforms
+// (the order statistic that has that law), in integers only, and returns
+// it rounded to a multiple of 1/65536: the same on every architecture,
+// where a gamma sampler's logarithms need not be.
+func betaWeight(rng *rand.PCG) uint32 {
+	var u [63]uint64
+	for i := range u {
+		u[i] = rng.Uint64() >> 11 // 53 bits, as order.Float
+	}
+	slices.Sort(u[:])
+	return uint32((u[31] + 1<<36) >> 37) // round(u/2^53 · 2^16)
+}
+
+// MixWeight returns q's blend ratio r (the weight of the first sample), a
+// multiple of 1/65536; 0 for a plan that is not a mixup partner's.
+func (q *Plan) MixWeight() float64 { return float64(q.mixW) / 65536 }
+
+// Part is a second sample of a mix: a plan from NewMixPlan or NewCutPlan
+// and its tiles.
+type Part struct {
+	Plan  *Plan
+	Tiles []Tile
+}
+
+// RenderMix writes the sample (p, tiles) mixed with parts into dst, in
+// Ultralytics' order: the sample rendered with its own geometry, then
+// for each part its own rendering either blended in (a mixup partner:
+// ⌊a·r + b·(1−r)⌋ per byte, r exact in 1/65536, so the floor is exact) or
+// its region copied over (a cutmix partner), then p's HSV jitter on the
+// result. scratch holds a part's image (len(dst)).
+func RenderMix(dst, scratch []byte, p *Plan, tiles []Tile, parts []Part, fill uint8) error {
+	if len(scratch) != len(dst) {
+		return fmt.Errorf("augment: mix scratch of %d bytes for %d", len(scratch), len(dst))
+	}
+	a := *p
+	a.hsv.on = false
+	if err := Render(dst, &a, tiles, fill); err != nil {
+		return err
+	}
+	for _, pt := range parts {
+		q := pt.Plan
+		if err := Render(scratch, q, pt.Tiles, fill); err != nil {
+			return fmt.Errorf("mix partner: %w", err)
+		}
+		switch {
+		case q.mixOn:
+			blend(dst, scratch, q.mixW)
+		case q.cutOn:
+			cutRegion(dst, scratch, q)
+		default:
+			return fmt.Errorf("augment: mix partner plan from neither NewMixPlan nor NewCutPlan")
+		}
+	}
+	if p.hsv.on {
+		tab := hsvTables.Get().(*hsvTable)
+		defer hsvTables.Put(tab)
+		tab.build(&p.hsv)
+		s := p.Out
+		ss := s * s
+		R, G, B := dst[:ss], dst[ss:2*ss], dst[2*ss:]
+		if p.BGR {
+			R, B = B, R
+		}
+		for row := 0; row < ss; row += s {
+			tab.applyRow(R[row:row+s], G[row:row+s], B[row:row+s])
+		}
+	}
+	return nil
+}
+
+// blend sets dst to ⌊dst·w + src·(65536−w)⌋ / 65536 per byte.
+func blend(dst, src []byte, w uint32) {
+	src = src[:len(dst)]
+	iw := 65536 - w
+	for i := range dst {
+		dst[i] = uint8((uint32(dst[i])*w + uint32(src[i])*iw) >> 16)
+	}
+}
