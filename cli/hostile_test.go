@@ -2,12 +2,7 @@ package cli
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
-	"hash/crc32"
-	"image"
-	"image/color"
-	"image/jpeg"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,46 +10,8 @@ import (
 
 	"github.com/segpipe/segpipe/datasets"
 	"github.com/segpipe/segpipe/formats/shard"
+	"github.com/segpipe/segpipe/internal/testenv/testimg"
 )
-
-// hostilePNG is a PNG whose header claims 65,535² RGBA16 over no data.
-func hostilePNG() []byte {
-	chunk := func(typ string, data []byte) []byte {
-		b := binary.BigEndian.AppendUint32(nil, uint32(len(data)))
-		b = append(append(b, typ...), data...)
-		return binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(b[4:]))
-	}
-	ihdr := binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32(nil, 65535), 65535)
-	b := append([]byte("\x89PNG\r\n\x1a\n"), chunk("IHDR", append(ihdr, 16, 6, 0, 0, 0))...)
-	return append(b, chunk("IEND", nil)...)
-}
-
-// testJPEG is a valid w×h JPEG.
-func testJPEG(t *testing.T, w, h int) []byte {
-	t.Helper()
-	im := image.NewRGBA(image.Rect(0, 0, w, h))
-	for y := range h {
-		for x := range w {
-			im.Set(x, y, color.RGBA{uint8(x * 9), uint8(y * 7), uint8(x ^ y), 255})
-		}
-	}
-	var b bytes.Buffer
-	if err := jpeg.Encode(&b, im, nil); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
-}
-
-// jpegClaiming is a JPEG whose frame header claims w×h, cut 64 bytes into
-// its scan.
-func jpegClaiming(t *testing.T, w, h int) []byte {
-	b := testJPEG(t, 64, 64)
-	sof := bytes.Index(b, []byte{0xff, 0xc0})
-	binary.BigEndian.PutUint16(b[sof+5:], uint16(h))
-	binary.BigEndian.PutUint16(b[sof+7:], uint16(w))
-	sos := bytes.Index(b, []byte{0xff, 0xda})
-	return b[:sos+2+int(binary.BigEndian.Uint16(b[sos+2:]))+64]
-}
 
 // hostileCOCO is writeMiniCOCO's set of 5 images with image 100 given
 // shard.MaxInstances+1 annotations, 101 replaced by a 65,535² PNG header,
@@ -67,8 +24,8 @@ func hostileCOCO(t *testing.T, dir string) (string, string) {
 			t.Fatal(err)
 		}
 	}
-	write("img001.png", hostilePNG())
-	write("img002.png", jpegClaiming(t, 16000, 16000))
+	write("img001.png", testimg.PNGHeader(65535, 65535, 16, 6))
+	write("img002.png", testimg.JPEGClaiming(16000, 16000))
 	half, err := os.ReadFile(filepath.Join(imgs, "img003.png"))
 	if err != nil {
 		t.Fatal(err)
@@ -173,13 +130,13 @@ func TestInspectVerifyListsEveryBadImage(t *testing.T) {
 	var rows []shard.Image
 	for i := range 8 {
 		w, h := 16+i, 12+i
-		rows = append(rows, shard.Image{ImageID: int64(10 + i), FileName: "x.jpg", Width: int32(w), Height: int32(h), Format: "jpeg", Bytes: testJPEG(t, w, h)})
+		rows = append(rows, shard.Image{ImageID: int64(10 + i), FileName: "x.jpg", Width: int32(w), Height: int32(h), Format: "jpeg", Bytes: testimg.JPEG(w, h)})
 	}
 	// Cut after its header, the crc32c computed over the cut bytes: only a
 	// decode tells.
-	cut := testJPEG(t, 200, 150)
+	cut := testimg.JPEG(200, 150)
 	rows[5].Width, rows[5].Height, rows[5].Bytes = 200, 150, cut[:len(cut)/2]
-	rows[6].Width, rows[6].Height, rows[6].Format, rows[6].Bytes = 65535, 65535, "png", hostilePNG()
+	rows[6].Width, rows[6].Height, rows[6].Format, rows[6].Bytes = 65535, 65535, "png", testimg.PNGHeader(65535, 65535, 16, 6)
 
 	clean := t.TempDir()
 	writeShardRows(t, clean, rows[:5])

@@ -1,13 +1,8 @@
 package pipeline
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
-	"hash/crc32"
-	"image"
-	"image/jpeg"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -19,49 +14,8 @@ import (
 	"github.com/segpipe/segpipe/formats/batch"
 	"github.com/segpipe/segpipe/formats/imagehdr"
 	"github.com/segpipe/segpipe/formats/shard"
+	"github.com/segpipe/segpipe/internal/testenv/testimg"
 )
-
-// pngHeader is a PNG of IHDR and IEND alone: a header that claims w×h at
-// the given bit depth and colour type, with no pixel data.
-func pngHeader(w, h uint32, depth, colorType byte) []byte {
-	var b bytes.Buffer
-	b.WriteString("\x89PNG\r\n\x1a\n")
-	chunk := func(typ string, data []byte) {
-		binary.Write(&b, binary.BigEndian, uint32(len(data)))
-		crc := crc32.NewIEEE()
-		crc.Write([]byte(typ))
-		crc.Write(data)
-		b.WriteString(typ)
-		b.Write(data)
-		binary.Write(&b, binary.BigEndian, crc.Sum32())
-	}
-	ihdr := make([]byte, 13)
-	binary.BigEndian.PutUint32(ihdr[0:], w)
-	binary.BigEndian.PutUint32(ihdr[4:], h)
-	ihdr[8], ihdr[9] = depth, colorType
-	chunk("IHDR", ihdr)
-	chunk("IEND", nil)
-	return b.Bytes()
-}
-
-// truncatedJPEG is a real JPEG's header with its frame size rewritten to
-// w×h and everything after the scan header cut off.
-func truncatedJPEG(t testing.TB, w, h int) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	if err := jpeg.Encode(&b, image.NewGray(image.Rect(0, 0, 16, 16)), nil); err != nil {
-		t.Fatal(err)
-	}
-	data := b.Bytes()
-	sof := bytes.Index(data, []byte{0xff, 0xc0})
-	sos := bytes.Index(data, []byte{0xff, 0xda})
-	if sof < 0 || sos < 0 {
-		t.Fatal("no SOF0 or SOS in the encoder's output")
-	}
-	binary.BigEndian.PutUint16(data[sof+5:], uint16(h))
-	binary.BigEndian.PutUint16(data[sof+7:], uint16(w))
-	return data[:sos+20]
-}
 
 // hostile returns a row whose image claims a size no loader may allocate.
 func hostile(t testing.TB, id int64, kind string) shard.Image {
@@ -69,15 +23,15 @@ func hostile(t testing.TB, id int64, kind string) shard.Image {
 		Instances: []shard.Instance{{AnnID: id, Class: 1, Polygons: [][]float32{{4, 4, 40, 4, 40, 40}}}}}
 	switch kind {
 	case "png 65535² rgba16":
-		row.Bytes = pngHeader(65535, 65535, 16, 6)
+		row.Bytes = testimg.PNGHeader(65535, 65535, 16, 6)
 	case "png 20000² rgb":
-		row.Bytes = pngHeader(20000, 20000, 8, 2)
+		row.Bytes = testimg.PNGHeader(20000, 20000, 8, 2)
 	case "jpeg 16000² truncated":
-		row.Format, row.Bytes = shard.FormatJPEG, truncatedJPEG(t, 16000, 16000)
+		row.Format, row.Bytes = shard.FormatJPEG, testimg.JPEGClaiming(16000, 16000)
 	case "raw 60000² stated":
 		row.Format, row.Width, row.Height, row.Bytes = shard.FormatRaw, 60000, 60000, make([]byte, 30)
 	case "png 3000² under MaxImagePixels 2^20":
-		row.Bytes = pngHeader(3000, 3000, 8, 2)
+		row.Bytes = testimg.PNGHeader(3000, 3000, 8, 2)
 	default:
 		t.Fatalf("unknown kind %q", kind)
 	}
@@ -169,8 +123,8 @@ func TestImageBoundsFollowTheBudgetNotTheWorkers(t *testing.T) {
 		row  shard.Image
 		fits bool
 	}{
-		{shard.Image{Format: shard.FormatPNG, Bytes: pngHeader(4000, 4000, 16, 6)}, false}, // 16 Mpx × 11 B
-		{shard.Image{Format: shard.FormatPNG, Bytes: pngHeader(2000, 2000, 8, 2)}, true},
+		{shard.Image{Format: shard.FormatPNG, Bytes: testimg.PNGHeader(4000, 4000, 16, 6)}, false}, // 16 Mpx × 11 B
+		{shard.Image{Format: shard.FormatPNG, Bytes: testimg.PNGHeader(2000, 2000, 8, 2)}, true},
 		{shard.Image{Format: shard.FormatRaw, Width: 5000, Height: 5000}, false},
 		{shard.Image{Format: shard.FormatRaw, Width: 4000, Height: 4000}, true},
 	} {

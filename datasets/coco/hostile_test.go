@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/segpipe/segpipe/datasets"
-	"github.com/segpipe/segpipe/datasets/internal/testimg"
 	"github.com/segpipe/segpipe/formats/shard"
+	"github.com/segpipe/segpipe/internal/testenv/testimg"
 )
 
 // hostileSet writes a COCO set of one image per case, each case's image

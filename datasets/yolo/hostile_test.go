@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/segpipe/segpipe/datasets"
-	"github.com/segpipe/segpipe/datasets/internal/testimg"
 	"github.com/segpipe/segpipe/formats/shard"
+	"github.com/segpipe/segpipe/internal/testenv/testimg"
 )
 
 // Issue 35: a label file of 1,000,000 lines converted, then the loader

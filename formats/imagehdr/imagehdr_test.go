@@ -2,57 +2,14 @@ package imagehdr
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
-	"hash/crc32"
 	"image"
 	"image/color"
-	"image/jpeg"
 	"image/png"
 	"testing"
+
+	"github.com/segpipe/segpipe/internal/testenv/testimg"
 )
-
-// pngHeader is a PNG of IHDR and IEND alone: a header that claims w×h at
-// the given bit depth and colour type, with no pixel data at all.
-func pngHeader(w, h uint32, depth, colorType byte) []byte {
-	var b bytes.Buffer
-	b.WriteString("\x89PNG\r\n\x1a\n")
-	chunk := func(typ string, data []byte) {
-		binary.Write(&b, binary.BigEndian, uint32(len(data)))
-		crc := crc32.NewIEEE()
-		crc.Write([]byte(typ))
-		crc.Write(data)
-		b.WriteString(typ)
-		b.Write(data)
-		binary.Write(&b, binary.BigEndian, crc.Sum32())
-	}
-	ihdr := make([]byte, 13)
-	binary.BigEndian.PutUint32(ihdr[0:], w)
-	binary.BigEndian.PutUint32(ihdr[4:], h)
-	ihdr[8], ihdr[9] = depth, colorType
-	chunk("IHDR", ihdr)
-	chunk("IEND", nil)
-	return b.Bytes()
-}
-
-// truncatedJPEG is a real JPEG's header with its frame size rewritten to
-// w×h and everything after the scan header cut off.
-func truncatedJPEG(t *testing.T, w, h int) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	if err := jpeg.Encode(&b, image.NewGray(image.Rect(0, 0, 16, 16)), nil); err != nil {
-		t.Fatal(err)
-	}
-	data := b.Bytes()
-	sof := bytes.Index(data, []byte{0xff, 0xc0})
-	sos := bytes.Index(data, []byte{0xff, 0xda})
-	if sof < 0 || sos < 0 {
-		t.Fatal("no SOF0 or SOS in the encoder's output")
-	}
-	binary.BigEndian.PutUint16(data[sof+5:], uint16(h))
-	binary.BigEndian.PutUint16(data[sof+7:], uint16(w))
-	return data[:sos+20]
-}
 
 func TestRead(t *testing.T) {
 	var small bytes.Buffer
@@ -69,10 +26,10 @@ func TestRead(t *testing.T) {
 		wantErr bool
 	}{
 		{name: "small png", data: small.Bytes(), w: 3, h: 2, format: "png", bpp: 4},
-		{name: "65535² RGBA16 png in 57 bytes", data: pngHeader(65535, 65535, 16, 6), w: 65535, h: 65535, format: "png", bpp: 8, tooBig: true},
-		{name: "20000² RGB png", data: pngHeader(20000, 20000, 8, 2), w: 20000, h: 20000, format: "png", bpp: 4, tooBig: true},
-		{name: "grey png at the limit", data: pngHeader(8192, 8192, 8, 0), w: 8192, h: 8192, format: "png", bpp: 1},
-		{name: "truncated 16000² jpeg", data: truncatedJPEG(t, 16000, 16000), w: 16000, h: 16000, format: "jpeg", bpp: 1, tooBig: true},
+		{name: "65535² RGBA16 png in 57 bytes", data: testimg.PNGHeader(65535, 65535, 16, 6), w: 65535, h: 65535, format: "png", bpp: 8, tooBig: true},
+		{name: "20000² RGB png", data: testimg.PNGHeader(20000, 20000, 8, 2), w: 20000, h: 20000, format: "png", bpp: 4, tooBig: true},
+		{name: "grey png at the limit", data: testimg.PNGHeader(8192, 8192, 8, 0), w: 8192, h: 8192, format: "png", bpp: 1},
+		{name: "truncated 16000² jpeg", data: testimg.JPEGClaiming(16000, 16000), w: 16000, h: 16000, format: "jpeg", bpp: 4, tooBig: true},
 		{name: "not an image", data: []byte("GIF89a"), wantErr: true},
 		{name: "empty", data: nil, wantErr: true},
 	}
@@ -170,8 +127,8 @@ func pixBytes(im image.Image) int {
 }
 
 func FuzzRead(f *testing.F) {
-	f.Add(pngHeader(65535, 65535, 16, 6))
-	f.Add(pngHeader(1, 1, 8, 2))
+	f.Add(testimg.PNGHeader(65535, 65535, 16, 6))
+	f.Add(testimg.PNGHeader(1, 1, 8, 2))
 	f.Add([]byte{0xff, 0xd8, 0xff, 0xc0, 0, 11, 8, 0x3e, 0x80, 0x3e, 0x80, 1, 1, 0x11, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		h, err := Read(data)

@@ -3,9 +3,7 @@ package shard
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"image"
 	"image/png"
 	"math/rand/v2"
@@ -14,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/segpipe/segpipe/formats/imagehdr"
+	"github.com/segpipe/segpipe/internal/testenv/testimg"
 )
 
 // noisePNG is a w×h PNG of random pixels: no two are alike, so each can
@@ -29,18 +28,6 @@ func noisePNG(t *testing.T, rng *rand.Rand, w, h int) []byte {
 		t.Fatal(err)
 	}
 	return b.Bytes()
-}
-
-// hugePNG is a PNG header claiming 65,535² RGBA16, with no pixel data.
-func hugePNG() []byte {
-	chunk := func(typ string, data []byte) []byte {
-		b := binary.BigEndian.AppendUint32(nil, uint32(len(data)))
-		b = append(append(b, typ...), data...)
-		return binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(b[4:]))
-	}
-	ihdr := binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint32(nil, 65535), 65535)
-	b := append([]byte("\x89PNG\r\n\x1a\n"), chunk("IHDR", append(ihdr, 16, 6, 0, 0, 0))...)
-	return append(b, chunk("IEND", nil)...)
 }
 
 // pngDecode is a VerifyOptions.Decode over image/png that records its calls.
@@ -102,7 +89,7 @@ func TestVerifyWithListsEveryBadImage(t *testing.T) {
 		}, want: []want{{3, 503, VerifyDecode}}, decoded: 4},
 		{name: "header over the pixel bound", rows: func() []Image {
 			rows := good(3)
-			rows[1].Width, rows[1].Height, rows[1].Bytes = 65535, 65535, hugePNG()
+			rows[1].Width, rows[1].Height, rows[1].Bytes = 65535, 65535, testimg.PNGHeader(65535, 65535, 16, 6)
 			return rows
 		}, want: []want{{1, 501, VerifyTooLarge}}, decoded: 2},
 		{name: "header lies about the row's size", rows: func() []Image {

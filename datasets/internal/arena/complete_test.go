@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/segpipe/segpipe/datasets"
-	"github.com/segpipe/segpipe/datasets/internal/testimg"
 	"github.com/segpipe/segpipe/formats/imagehdr"
+	"github.com/segpipe/segpipe/internal/testenv/testimg"
 )
 
 // cocoTiny returns the shared coco-tiny images, or skips.

@@ -1,7 +1,7 @@
-// Package testimg builds the image files the datasets tests feed their
-// readers: small valid JPEGs and PNGs, and the hostile ones of issue 35 (a
-// tiny PNG whose header claims 65,535², a JPEG header claiming 16,000²
-// over truncated data, files cut short).
+// Package testimg builds the image files tests feed the readers: small
+// valid JPEGs and PNGs, and hostile ones (a PNG header claiming any size
+// over no data, a JPEG header claiming 16,000² over truncated data, files
+// cut short).
 package testimg
 
 import (
@@ -59,6 +59,18 @@ func HugePNG() []byte {
 	b := []byte("\x89PNG\r\n\x1a\n")
 	b = append(b, chunk("IHDR", ihdr)...)
 	b = append(b, chunk("IDAT", []byte{0x78, 0x9c, 0x63, 0x60, 0x00, 0x00, 0x00, 0x02, 0x00, 0x01, 0x00})...)
+	return append(b, chunk("IEND", nil)...)
+}
+
+// PNGHeader is a PNG of IHDR and IEND alone: a header that claims w×h at
+// the given bit depth and colour type over no pixel data (decoding it
+// would allocate what the header claims).
+func PNGHeader(w, h uint32, depth, colorType byte) []byte {
+	ihdr := binary.BigEndian.AppendUint32(nil, w)
+	ihdr = binary.BigEndian.AppendUint32(ihdr, h)
+	ihdr = append(ihdr, depth, colorType, 0, 0, 0) // deflate, filter 0, no interlace
+	b := []byte("\x89PNG\r\n\x1a\n")
+	b = append(b, chunk("IHDR", ihdr)...)
 	return append(b, chunk("IEND", nil)...)
 }
 
