@@ -127,8 +127,9 @@ def augment_settings(args: Any) -> dict:
 
 def unsupported_settings() -> dict:
     """The Ultralytics settings segpipe has no counterpart for, each with its
-    "off" value: the trainer refuses any other value."""
-    return {k: off for k, off in _NO_COUNTERPART.items() if k not in AUGMENT_TYPES}
+    "off" value: the trainer refuses any other value. Settings the installed
+    Ultralytics does not have are left out (it refuses them itself)."""
+    return {k: off for k, off in _NO_COUNTERPART.items() if k not in AUGMENT_TYPES and k in DEFAULT_CFG_DICT}
 
 
 def split_fraction(fraction: Any, split: str) -> float | int:

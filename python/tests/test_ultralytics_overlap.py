@@ -63,13 +63,23 @@ class OverlapTest(unittest.TestCase):
             if not counts[i]:
                 self.assertEqual(int(maps[i].max()), 0)
                 continue
-            want, index = ultralytics_overlap(planes)
             area = planes.reshape(len(planes), -1).sum(1).astype(np.int64)
             nonempty = area[local][area[local] > 0]
             self.assertTrue((np.diff(nonempty) <= 0).all(), f"image {i}: not sorted by area descending")
             self.assertTrue((area[local][: counts[i] - len(nonempty)] == 0).all(), f"image {i}: empty masks not first")
-            self.assertEqual(want.dtype, np.int32 if counts[i] > 255 else np.uint8)
             got = maps[i].numpy()
+            # The rule itself, brute force: instances painted in that order,
+            # each its 1-based place, so the smallest covering one wins.
+            paint = np.zeros(planes.shape[1:], dtype=np.int64)
+            for j, idx in enumerate(local):
+                paint[planes[idx] > 0] = j + 1
+            np.testing.assert_array_equal(got.astype(np.int64), paint, err_msg=f"image {i}: against the rule")
+            if counts[i] > 128:
+                # Past 128 instances Ultralytics' own result differs between
+                # its releases (8.4.2 adds index and mask in uint8 before it
+                # clips, which overflows); the rule above decides there.
+                continue
+            want, index = ultralytics_overlap(planes)
             if (index == local).all():
                 np.testing.assert_array_equal(got, want, err_msg=f"image {i}")
             else:
