@@ -8,7 +8,6 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/flight"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -188,25 +187,7 @@ func TestCompressedLargeBatchesStockReader(t *testing.T) {
 					t.Errorf("batch %d differs from the served batch", i)
 				}
 			}
-			st, err := flight.NewFlightServiceClient(conn).DoGet(context.Background(), &flight.Ticket{Ticket: req.Marshal()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			rdr, err := flight.NewRecordReader(st)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rdr.Release()
-			k := 0
-			for rdr.Next() {
-				if !array.RecordEqual(rdr.RecordBatch(), rec) {
-					t.Errorf("stock reader: batch %d differs from the served batch", k)
-				}
-				k++
-			}
-			if err := rdr.Err(); err != nil || k != n {
-				t.Fatalf("stock reader: %d batches, %v", k, err)
-			}
+			stockReaderGets(t, conn, req, rec, n)
 		})
 	}
 }

@@ -57,6 +57,13 @@ func TestLargeBatchesInPlaceAndStockReader(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
+	stockReaderGets(t, conn, req, rec, n)
+}
+
+// stockReaderGets reads req's stream with arrow-go's own Flight reader over
+// conn and checks that it holds n batches, each equal to want.
+func stockReaderGets(t *testing.T, conn *grpc.ClientConn, req Request, want arrow.RecordBatch, n int) {
+	t.Helper()
 	st, err := flight.NewFlightServiceClient(conn).DoGet(context.Background(), &flight.Ticket{Ticket: req.Marshal()})
 	if err != nil {
 		t.Fatal(err)
@@ -68,15 +75,12 @@ func TestLargeBatchesInPlaceAndStockReader(t *testing.T) {
 	defer rdr.Release()
 	k := 0
 	for rdr.Next() {
-		if !array.RecordEqual(rdr.RecordBatch(), rec) {
+		if !array.RecordEqual(rdr.RecordBatch(), want) {
 			t.Errorf("stock reader: batch %d differs from the served batch", k)
 		}
 		k++
 	}
-	if err := rdr.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if k != n {
-		t.Errorf("stock reader got %d batches, want %d", k, n)
+	if err := rdr.Err(); err != nil || k != n {
+		t.Fatalf("stock reader: %d batches (want %d), %v", k, n, err)
 	}
 }
