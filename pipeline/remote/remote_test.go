@@ -542,17 +542,26 @@ func TestCancelledStreamsReturnTheTransportGauge(t *testing.T) {
 // gauge reads one series of the server's /metrics.
 func gauge(t *testing.T, s *Server, name string) float64 {
 	t.Helper()
+	g, _ := firstSeries(t, s, name)
+	return g
+}
+
+// firstSeries reads the first series of a metric of the server's
+// /metrics, as a gauge's and a counter's value (the other one 0).
+func firstSeries(t *testing.T, s *Server, name string) (gauge, counter float64) {
+	t.Helper()
 	mfs, err := s.m.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
 		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetGauge().GetValue()
+			m := mf.GetMetric()[0]
+			return m.GetGauge().GetValue(), m.GetCounter().GetValue()
 		}
 	}
 	t.Fatalf("no series %s", name)
-	return 0
+	return 0, 0
 }
 
 // deadTransport is a DoGet stream whose connection dies after ok messages.

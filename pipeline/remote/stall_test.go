@@ -22,17 +22,8 @@ import (
 // counter reads one unlabelled counter of the server's metrics.
 func counter(t *testing.T, s *Server, name string) float64 {
 	t.Helper()
-	mfs, err := s.m.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			return mf.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("no series %s", name)
-	return 0
+	_, c := firstSeries(t, s, name)
+	return c
 }
 
 // readyz is the status code of the server's /readyz.
