@@ -23,21 +23,7 @@ import (
 // (truncated). It returns the directory and the skips a reader must count.
 func damagedSet(t *testing.T, rows []shard.Image) (string, map[string]int64) {
 	t.Helper()
-	dir := t.TempDir()
-	w, err := shard.Create(dir, shard.WriterOptions{ShardBytes: 24 << 10, RowGroupBytes: 6 << 10,
-		Categories: []shard.Category{{ID: 1, Index: 0, Name: "a"}, {ID: 2, Index: 1, Name: "b"}, {ID: 3, Index: 2, Name: "c"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range rows {
-		if err := w.Write(&rows[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	m, err := w.Close(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, m := writeSetManifest(t, rows)
 	if len(m.Shards) < 5 {
 		t.Fatalf("want at least 5 shards, got %d", len(m.Shards))
 	}

@@ -268,6 +268,14 @@ func TestBadClassInstancesAreDropped(t *testing.T) {
 
 // writeSet writes rows as a shard set of three categories.
 func writeSet(t *testing.T, rows []shard.Image) string {
+	dir, _ := writeSetManifest(t, rows)
+	return dir
+}
+
+// writeSetManifest writes rows as a shard set of three categories, in
+// shards of about 24 KiB and row groups of about 6 KiB, and returns its
+// directory and manifest.
+func writeSetManifest(t *testing.T, rows []shard.Image) (string, *shard.Manifest) {
 	t.Helper()
 	dir := t.TempDir()
 	w, err := shard.Create(dir, shard.WriterOptions{ShardBytes: 24 << 10, RowGroupBytes: 6 << 10,
@@ -280,10 +288,11 @@ func writeSet(t *testing.T, rows []shard.Image) string {
 			t.Fatal(err)
 		}
 	}
-	if _, err := w.Close(nil); err != nil {
+	m, err := w.Close(nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return dir
+	return dir, m
 }
 
 // Issue 35: a 0-row set made bench, serve and the Python loader succeed
