@@ -486,15 +486,27 @@ func TestMetrics(t *testing.T) {
 	}
 	release(drain(t, s))
 	s.Close()
-	w := httptest.NewRecorder()
-	srv.MetricsHandler().ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
-	body := w.Body.String()
-	for _, want := range []string{"segpipe_serve_batches_total 3", "segpipe_serve_images_total 12",
+	wants := []string{"segpipe_serve_batches_total 3", "segpipe_serve_images_total 12",
 		"segpipe_serve_bytes_sent_total", "segpipe_serve_stall_seconds_total",
-		"segpipe_serve_active_streams 0"} {
-		if !strings.Contains(body, want) {
-			t.Errorf("metrics lack %q", want)
+		"segpipe_serve_active_streams 0"}
+	// The client has its batches before the server's handler returns and
+	// settles the stream's figures: wait for them, boundedly.
+	var missing []string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		w := httptest.NewRecorder()
+		srv.MetricsHandler().ServeHTTP(w, httptest.NewRequest("GET", "/metrics", nil))
+		missing = missing[:0]
+		for _, want := range wants {
+			if !strings.Contains(w.Body.String(), want) {
+				missing = append(missing, want)
+			}
 		}
+		if len(missing) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, m := range missing {
+		t.Errorf("metrics lack %q", m)
 	}
 }
 
