@@ -27,6 +27,9 @@ type shared[K comparable, V any] struct {
 	m     map[K]*entry[K, V]
 	make  func(K) V
 	close func(V)
+	// closing counts the closes a timer started; closeAllIdle waits for
+	// them, so that after it returns every idle value has been closed.
+	closing sync.WaitGroup
 }
 
 type entry[K comparable, V any] struct {
@@ -73,12 +76,15 @@ func (r *shared[K, V]) closeIdle(e *entry[K, V]) {
 		return
 	}
 	delete(r.m, e.key)
+	r.closing.Add(1)
 	r.mu.Unlock()
+	defer r.closing.Done()
 	r.close(e.value)
 }
 
 // closeAllIdle closes every entry no session uses now, without waiting
-// for poolIdle (tests that count every byte back).
+// for poolIdle (tests that count every byte back), and waits for the
+// closes a timer has begun.
 func (r *shared[K, V]) closeAllIdle() {
 	r.mu.Lock()
 	var idle []*entry[K, V]
@@ -95,6 +101,7 @@ func (r *shared[K, V]) closeAllIdle() {
 	for _, e := range idle {
 		r.close(e.value)
 	}
+	r.closing.Wait()
 }
 
 // len is the number of entries, idle ones included.
