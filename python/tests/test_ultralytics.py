@@ -369,5 +369,40 @@ class AugmentSettingsTest(unittest.TestCase):
             self.assertEqual((type(got[f]), type(got[b]), type(got["nbs"])), (float, bool, int))
         self.assertNotIn(f, augment_settings(self.args()))
 
+    def test_multi_scale_resizes_as_ultralytics_does(self):
+        """multi_scale is Ultralytics' trainer's own step (preprocess_batch
+        draws a size on the stride grid and resizes the batch's images on the
+        device; the loss resizes the targets): the adapter's trainer takes
+        that step unchanged, so the setting means what the installed release
+        says (8.4.2: the probability of a size in [imgsz/2, imgsz]; later
+        8.4: sizes within imgsz·(1 ± multi_scale))."""
+        import random
+
+        from ultralytics.models.yolo.segment import SegmentationTrainer
+
+        from segpipe.ultralytics import SegpipeSegmentationTrainer, ultralytics_batch, unsupported_settings
+
+        self.assertNotIn("multi_scale", unsupported_settings())
+        imgsz, m, stride = 64, 0.5, 32
+        sizes = set()
+        for seed in range(40):
+            got = []
+            for cls in (SegpipeSegmentationTrainer, SegmentationTrainer):
+                t = cls.__new__(cls)
+                t.args = self.args(imgsz=imgsz, multi_scale=m, overlap_mask=False)
+                t.device, t.stride = torch.device("cpu"), stride
+                random.seed(seed)
+                got.append(t.preprocess_batch(ultralytics_batch(synthetic_batch(n=2, imgsz=imgsz, seed=seed))))
+            ours, theirs = got
+            self.assertEqual(ours["img"].shape, theirs["img"].shape)
+            torch.testing.assert_close(ours["img"], theirs["img"], rtol=0, atol=0)
+            torch.testing.assert_close(ours["masks"], theirs["masks"], rtol=0, atol=0)
+            h, w = ours["img"].shape[2:]
+            self.assertEqual((h % stride, w % stride), (0, 0))
+            self.assertTrue(stride <= h <= imgsz * (1 + m) + stride, h)
+            sizes.add(h)
+        self.assertGreater(len(sizes), 1, "every seed drew the same size")
+
+
 if __name__ == "__main__":
     unittest.main()
