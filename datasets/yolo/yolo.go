@@ -222,20 +222,36 @@ func (l *loader) list(sources []string, yamlPath string) ([]string, error) {
 			return nil, fmt.Errorf("yolo: %s: split source: %w", yamlPath, err)
 		}
 		if st.IsDir() {
-			err = filepath.WalkDir(p, func(path string, e fs.DirEntry, err error) error {
+			// A trailing separator makes WalkDir enter a split directory
+			// that is a symbolic link (WalkDir does not follow links, its
+			// root included); paths below it keep the link's name.
+			n := len(rels)
+			err = filepath.WalkDir(p+string(filepath.Separator), func(path string, e fs.DirEntry, err error) error {
 				if err != nil {
 					return err
 				}
-				if e.Type().IsRegular() {
-					ext := strings.ToLower(filepath.Ext(path))
-					if imageExts[ext] || otherImageExts[ext] {
-						return add(path)
-					}
+				ext := strings.ToLower(filepath.Ext(path))
+				if !imageExts[ext] && !otherImageExts[ext] {
+					return nil
 				}
-				return nil
+				// Image files linked into a dataset (a common way to
+				// assemble one, and what Ultralytics' glob reads) count
+				// as the files they name; linked directories are not
+				// entered, so a link cycle cannot loop.
+				if e.Type()&fs.ModeSymlink != 0 {
+					if st, err := os.Stat(path); err != nil || !st.Mode().IsRegular() {
+						return nil
+					}
+				} else if !e.Type().IsRegular() {
+					return nil
+				}
+				return add(path)
 			})
 			if err != nil {
 				return nil, fmt.Errorf("yolo: listing %s: %w", p, err)
+			}
+			if len(rels) == n {
+				return nil, fmt.Errorf("yolo: %s: split source %s: %w (%s)", yamlPath, p, datasets.ErrImagesNotFound, extList())
 			}
 			continue
 		}
@@ -537,4 +553,17 @@ func parseLabels(file string, data []byte, w, h int32, imageID int64, classOf ma
 		st.Anns = append(st.Anns, a)
 	}
 	return lines, nil
+}
+
+// extList names the image extensions a split directory is searched for.
+func extList() string {
+	var exts []string
+	for e := range imageExts {
+		exts = append(exts, e)
+	}
+	for e := range otherImageExts {
+		exts = append(exts, e)
+	}
+	slices.Sort(exts)
+	return "searched for " + strings.Join(exts, " ")
 }

@@ -200,3 +200,60 @@ func TestListOfMissingImagesIsAnError(t *testing.T) {
 		t.Fatalf("err = %v, want ErrImagesNotFound naming the first missing image", err)
 	}
 }
+
+// Images linked into a split directory, or a split directory that is a
+// link, are read as the files they name (as Ultralytics' glob reads
+// them); a split directory with no image is an error, not an empty set.
+func TestLinkedImagesAndEmptySplit(t *testing.T) {
+	good, err := filepath.Abs(filepath.Join(fixtures, "good"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	mk := func(p string) {
+		if err := os.MkdirAll(filepath.Join(dir, p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := func(old, new string) {
+		if err := os.Symlink(old, filepath.Join(dir, new)); err != nil {
+			t.Skip("no symbolic links:", err)
+		}
+	}
+	mk("images/files")
+	mk("labels")
+	mk("images/empty")
+	link(filepath.Join(good, "images/train/a.png"), "images/files/a.png")
+	link(filepath.Join(good, "images/train/sub/b.jpg"), "images/files/b.jpg")
+	link(filepath.Join(dir, "nowhere.png"), "images/files/dangling.png")
+	link(filepath.Join(good, "images/train"), "images/linked")
+	link(filepath.Join(good, "labels/train"), "labels/files")
+	link(filepath.Join(good, "labels/train"), "labels/linked")
+	yaml := "path: .\nfiles: images/files\nlinked: images/linked\nempty: images/empty\nnames:\n  0: a\n  1: b\n  2: car\n"
+	if err := os.WriteFile(filepath.Join(dir, "data.yaml"), []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		split string
+		want  []string
+	}{
+		{"files", []string{"images/files/a.png", "images/files/b.jpg"}},
+		{"linked", []string{"images/linked/a.png", "images/linked/c.png", "images/linked/sub/b.jpg"}},
+	} {
+		d, err := Open(filepath.Join(dir, "data.yaml"), tc.split, Options{Logger: quiet})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.split, err)
+		}
+		var got []string
+		for _, r := range rows(t, d) {
+			got = append(got, r.FileName)
+		}
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: images %v, want %v", tc.split, got, tc.want)
+		}
+	}
+	_, err = Open(filepath.Join(dir, "data.yaml"), "empty", Options{Logger: quiet})
+	if !errors.Is(err, datasets.ErrImagesNotFound) || !strings.Contains(err.Error(), "images/empty") {
+		t.Errorf("empty split: %v, want ErrImagesNotFound naming the directory", err)
+	}
+}
