@@ -41,9 +41,10 @@ type Config struct {
 	// At most MaxKeepClasses entries, each at least 0.
 	Classes []int32
 	// SingleClass gives every instance kept class 0 (Ultralytics'
-	// single_cls), after Classes has chosen them. Instances whose class
-	// lies outside the set's categories are still left out and counted
-	// (SkipBadClass) first: they are damage, not a class.
+	// single_cls), after Classes has chosen them. An instance whose class
+	// lies past the set's categories is then kept as class 0, as
+	// Ultralytics keeps it under single_cls (without it, such an instance
+	// is damage: left out and counted, SkipBadClass).
 	SingleClass bool
 	// Fraction in (0, 1) reads only the first FractionRows(rows,
 	// Fraction) rows of the source in storage order (Config.Subset), as

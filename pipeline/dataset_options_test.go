@@ -30,8 +30,9 @@ func labelsOf(t *testing.T, recs []arrow.RecordBatch) (classes, perImage []int32
 // Classes keeps only the instances of its classes, uncounted, under their
 // own indices; an image left without one is delivered empty, as
 // Ultralytics keeps it as a background image. SingleClass then gives every
-// kept instance class 0, after Classes chose them; instances of a class
-// outside the set's categories are still damage, counted first.
+// kept instance class 0, after Classes chose them; an instance of a class
+// past the set's categories is damage (counted) unless SingleClass keeps
+// it as class 0, as Ultralytics' single_cls does.
 func TestClassesAndSingleClassFilterAndRemapInstances(t *testing.T) {
 	rows := synth(t, 12, 0) // each row: a quad of class 1, a triangle of class 2
 	rows[3].Instances[0].Class = 0
@@ -55,8 +56,8 @@ func TestClassesAndSingleClassFilterAndRemapInstances(t *testing.T) {
 		{"classes [2]", []int32{2}, false, func(_ int, c []int32) []int32 { return keepOnly(c, 2) }, 1},
 		{"classes [0 1]", []int32{1, 0, 1}, false, func(_ int, c []int32) []int32 { return keepOnly(c, 0, 1) }, 1},
 		{"classes [5] (none present)", []int32{5}, false, func(int, []int32) []int32 { return nil }, 1},
-		{"single class", nil, true, func(_ int, c []int32) []int32 { return zeros(len(c)) }, 1},
-		{"classes [1] then single class", []int32{1}, true, func(_ int, c []int32) []int32 { return zeros(len(keepOnly(c, 1))) }, 1},
+		{"single class", nil, true, func(_ int, c []int32) []int32 { return zeros(len(c)) }, 0},
+		{"classes [1] then single class", []int32{1}, true, func(_ int, c []int32) []int32 { return zeros(len(keepOnly(c, 1))) }, 0},
 	} {
 		cfg := testConfig()
 		cfg.Val, cfg.Epochs, cfg.Classes, cfg.SingleClass = true, 1, tc.classes, tc.single
@@ -86,7 +87,7 @@ func TestClassesAndSingleClassFilterAndRemapInstances(t *testing.T) {
 		for i, row := range rows {
 			var cls []int32
 			for _, in := range row.Instances {
-				if in.Class >= 0 && in.Class < 3 {
+				if in.Class >= 0 && (in.Class < 3 || tc.single) {
 					cls = append(cls, in.Class)
 				}
 			}
@@ -94,7 +95,7 @@ func TestClassesAndSingleClassFilterAndRemapInstances(t *testing.T) {
 				t.Errorf("%s: row %d classes %v, want %v", tc.name, i, got[row.ImageID], want)
 			}
 		}
-		if st.Skipped[SkipBadClass] != tc.bad || len(st.Skipped) != 1 {
+		if st.Skipped[SkipBadClass] != tc.bad || int64(len(st.Skipped)) != min(tc.bad, 1) {
 			t.Errorf("%s: skipped %v, want only %s=%d", tc.name, st.Skipped, SkipBadClass, tc.bad)
 		}
 		for _, r := range recs {

@@ -193,8 +193,11 @@ func (lim *limits) validClasses(ins []shard.Instance, buf *[]shard.Instance) (ke
 }
 
 // bad reports whether class c lies outside the source's categories.
+// Under SingleClass only a negative class is: Ultralytics' single_cls
+// checks no upper bound (every class becomes 0), so an index past the
+// categories is kept there, and here, as class 0.
 func (lim *limits) bad(c int32) bool {
-	return lim.classes > 0 && (c < 0 || c >= lim.classes)
+	return lim.classes > 0 && (c < 0 || (c >= lim.classes && !lim.single))
 }
 
 // wanted reports whether Config.Classes keeps class c.
