@@ -4,9 +4,11 @@ transport shares (Flight from `segpipe serve`, the in-process loader).
 A record has the formats/batch schema (dense masks) or its windowed form;
 ``record_arrays`` checks it against that contract and returns numpy views of
 its buffers (no copy), except windowed masks, which are expanded into a
-fresh stack; ``to_tensors`` wraps each view with ``torch.from_numpy``. The
-views alias the record's memory: treat them as read-only, clone before
-editing in place.
+fresh stack; ``numpy_batch`` is the same for a record alone (what
+``Loader.record_batches`` yields), reading the layout from its schema, and
+needs only numpy and pyarrow; ``to_tensors`` wraps each view with
+``torch.from_numpy`` (the ``segpipe[torch]`` extra). The views alias the
+record's memory: treat them as read-only, clone before editing in place.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import numpy as np
 import pyarrow as pa
 
+from . import _torch
 from .stream import StreamError
 from .windowed import expand_windows, image_bytes
 
@@ -151,6 +154,34 @@ def record_arrays(rb: pa.RecordBatch, windowed: bool, imgsz: int) -> dict[str, n
     return out
 
 
+def numpy_batch(rb: pa.RecordBatch) -> dict[str, np.ndarray]:
+    """One batch record (from ``Loader.record_batches()``, a Flight stream
+    or a ``segpipe dump`` file) as numpy arrays: the keys and dtypes of a
+    Batch's tensors (TENSOR_KEYS), checked against the batch contract.
+
+    The arrays are read-only views of the record's Arrow buffers (no copy;
+    each keeps its buffer alive, so it may outlive the record; copy one to
+    edit it), except the masks of a windowed record, expanded into a fresh
+    dense stack as the tensor path does. Dense or windowed is read from the
+    record's columns, the image size from its image column's shape. Needs
+    no torch.
+    """
+    windowed = "mask_windows" in rb.schema.names
+    shape = _tensor_shape(rb.schema.field(0)) if rb.num_columns else None
+    imgsz = shape[1] if shape and len(shape) == 3 else _square_side(rb)
+    return record_arrays(rb, windowed, imgsz)
+
+
+def _square_side(rb: pa.RecordBatch) -> int:
+    # An image column without its shape metadata (an extension type a
+    # reader dropped): a fixed-size list of 3*S*S bytes is an S x S image.
+    size = getattr(_storage(rb.column(0)).type, "list_size", 0) if rb.num_columns else 0
+    side = int(round((size // 3) ** 0.5)) if size > 0 else 0
+    if side <= 0 or 3 * side * side != size:
+        raise StreamError(f"column image: no shape metadata and {size} bytes per image is not a 3 x S x S image")
+    return side
+
+
 class Batch(TypedDict):
     """One batch as FlightBatches and Loader yield it (N images, sum_N
     instances; H = W = imgsz, Hp = H/4). Tensors are on the host unless a
@@ -185,7 +216,7 @@ class Batch(TypedDict):
 
 def to_tensors(arrays: dict[str, np.ndarray]) -> "dict[str, torch.Tensor]":
     """torch.from_numpy of every array: tensors that share the memory."""
-    import torch
+    torch = _torch.require("tensors from batches (segpipe.batch.to_tensors)")
 
     with warnings.catch_warnings():
         # The views are read-only (they alias received Arrow buffers); torch
@@ -197,7 +228,7 @@ def to_tensors(arrays: dict[str, np.ndarray]) -> "dict[str, torch.Tensor]":
 def per_image(batch: dict, key: str = "masks") -> "tuple[torch.Tensor, ...]":
     """Split an instance tensor of a batch (masks, boxes, classes, iscrowd) by
     image: views, one per image, in order."""
-    import torch
+    torch = _torch.require("segpipe.batch.per_image")
 
     return torch.split(batch[key], batch["boxes_per_image"].tolist())
 

@@ -24,6 +24,11 @@ state of the next epoch's start, as the end of a pass does, so a checkpoint
 taken at a padded step resumes at the next epoch (every rank resuming from
 one saved state is promised one count again).
 
+torch is optional: without it (``pip install segpipe``, no ``[torch]``)
+a stream is a plain object that builds and checks its requests and gives
+Arrow records (``Loader.record_batches``); iterating it for tensors,
+``device`` and ``pin_memory`` raise an ImportError naming the extra.
+
 A transport implements ``images()`` (the set's image count, for lengths and
 even rank splits) and ``_open_pass(request, stop)`` (an iterator of
 (record, resume state) for one pass's request), and ``_interrupt()`` (stop a
@@ -41,9 +46,7 @@ import warnings
 from dataclasses import dataclass, replace
 from typing import Any, Iterator
 
-import torch
-import torch.utils.data
-
+from . import _torch
 from .batch import Batch, record_arrays, to_tensors
 from .request import MASKS_WINDOWED, Request, RequestError, ResumeState, even_batches, rank_batches
 from .stream import StreamError
@@ -71,7 +74,7 @@ class _Producer:
     done: bool = False
 
 
-class EpochStream(torch.utils.data.IterableDataset):
+class EpochStream(_torch.dataset_base()):
     """One rank's batches, an epoch per iteration. See FlightBatches."""
 
     def __init__(
@@ -102,6 +105,8 @@ class EpochStream(torch.utils.data.IterableDataset):
         # Training steps need equal counts; validation needs every image
         # (metrics are gathered after the loop, not per batch).
         self.even_batches = (not request.val) if even_batches is None else bool(even_batches)
+        if device is not None or pin_memory:
+            torch = _torch.require(f"{type(self).__name__}(device=..., pin_memory=...)")
         self.device = torch.device(device) if device is not None else None
         if pin_memory and not torch.cuda.is_available():
             # As torch's DataLoader does: pinning needs an accelerator.
@@ -247,6 +252,7 @@ class EpochStream(torch.utils.data.IterableDataset):
         return self._request_at(nxt)
 
     def __iter__(self) -> Iterator[Batch]:
+        torch = _torch.require(f"iterating {type(self).__name__} (its batches are tensors)")
         info = torch.utils.data.get_worker_info()
         if info is not None and info.num_workers > 1:
             raise RuntimeError(

@@ -32,7 +32,6 @@ import threading
 from typing import Any, Iterator
 
 import pyarrow as pa
-import torch
 
 from .dist import rank_and_world
 from .epochs import EpochStream
@@ -194,7 +193,11 @@ class Loader(EpochStream):
     (``skipped``) unless ``strict``. ``classes``, ``single_cls`` and
     ``fraction`` are Ultralytics' dataset options, as for FlightBatches.
     ``record_batches()`` gives the Arrow
-    records themselves, for code that wants Arrow rather than tensors.
+    records themselves, for code that wants Arrow rather than tensors, and
+    ``segpipe.numpy_batch(record)`` their numpy form (views, no copy).
+
+    Only pyarrow and numpy are needed for those: iterating for tensors,
+    ``device`` and ``pin_memory`` need the ``segpipe[torch]`` extra.
     """
 
     def __init__(
@@ -318,7 +321,8 @@ class Loader(EpochStream):
 
     def record_batches(self) -> pa.RecordBatchReader:
         """The rest of the current epoch as a pyarrow.RecordBatchReader over
-        the library's records (no copy): Arrow rather than tensors. Reading
+        the library's records (no copy): Arrow rather than tensors, numpy
+        arrays through ``segpipe.numpy_batch``; no torch needed. Reading
         it to its end moves this loader to the next epoch, as iterating it
         does; state_dict() follows the batches read."""
         # One pass is live at a time: this one replaces a pass started ahead.

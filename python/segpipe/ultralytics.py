@@ -60,12 +60,19 @@ from copy import copy
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator
 
-import torch
-from ultralytics import __version__ as _ul_version
-from ultralytics.cfg import DEFAULT_CFG_DICT
-from ultralytics.engine.validator import BaseValidator
-from ultralytics.models.yolo.segment import SegmentationTrainer, SegmentationValidator
-from ultralytics.utils import LOGGER
+try:  # the segpipe[ultralytics] extra (it brings torch)
+    import torch
+    from ultralytics import __version__ as _ul_version
+    from ultralytics.cfg import DEFAULT_CFG_DICT
+    from ultralytics.engine.validator import BaseValidator
+    from ultralytics.models.yolo.segment import SegmentationTrainer, SegmentationValidator
+    from ultralytics.utils import LOGGER
+except ModuleNotFoundError as _e:
+    if _e.name not in ("torch", "ultralytics"):
+        raise
+    from ._torch import ULTRALYTICS_EXTRA, missing
+
+    raise missing("segpipe.ultralytics", _e.name, ULTRALYTICS_EXTRA) from _e
 
 from ._augment import AUGMENT_TYPES
 from .dist import rank_and_world

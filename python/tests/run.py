@@ -1,7 +1,11 @@
 """Runs the Python tests with unittest and ends with "N passed, N failed,
 N skipped" (skips name what was missing).
 
-    python3 python/tests/run.py [-v]
+    python3 python/tests/run.py [-v] [test_x.py ...]
+
+Test files named on the command line run alone (an install without torch
+runs those that need none, test_numpy_only.py first); none named runs
+every test_*.py.
 """
 
 import os
@@ -24,8 +28,17 @@ class _Result(unittest.TextTestResult):
 
 
 def main() -> int:
-    verbosity = 2 if "-v" in sys.argv[1:] else 1
-    suite = unittest.defaultTestLoader.discover(HERE, pattern="test_*.py", top_level_dir=HERE)
+    args = sys.argv[1:]
+    verbosity = 2 if "-v" in args else 1
+    files = [a for a in args if a != "-v"]
+    for f in files:
+        if not (f.startswith("test_") and f.endswith(".py") and os.path.exists(os.path.join(HERE, f))):
+            print(f"run.py: {f}: want the name of a test_*.py file in {HERE}")
+            return 2
+    if files:
+        suite = unittest.TestSuite(unittest.defaultTestLoader.loadTestsFromName(f[: -len(".py")]) for f in files)
+    else:
+        suite = unittest.defaultTestLoader.discover(HERE, pattern="test_*.py", top_level_dir=HERE)
     runner = unittest.TextTestRunner(resultclass=_Result, verbosity=verbosity, stream=sys.stdout)
     res = runner.run(suite)
     for test, why in res.skipped:
