@@ -170,6 +170,33 @@ func BenchmarkBatch(b *testing.B) {
 		b.ReportMetric(float64(len(stack))/float64(len(data)+16*len(wins)), "dense/window")
 		b.ReportMetric(float64(len(data))/float64(n), "window-cells/instance")
 	})
+	// The Ultralytics rule on the same batch, beside the exact rule's
+	// dense and window runs above.
+	zu := Rasterizer{Rule: Ultralytics}
+	b.Run("ultralytics/dense", func(b *testing.B) {
+		loop(b, n, "instance", func() {
+			for i, rings := range batch {
+				_ = zu.Dense(stack[i*p:(i+1)*p], canvas640, rings)
+			}
+		})
+	})
+	b.Run("ultralytics/window", func(b *testing.B) {
+		uw, ud := make([]Window, 0, n), make([]uint8, 0, len(stack)/8)
+		loop(b, n, "instance", func() {
+			uw, ud = uw[:0], ud[:0]
+			for _, rings := range batch {
+				uw, ud, _ = zu.AppendWindow(uw, ud, canvas640, rings)
+			}
+		})
+	})
+	b.Run("ultralytics/canvas-oracle", func(b *testing.B) {
+		// The canvas-size fillPoly and resize, as polygon2mask works.
+		loop(b, n, "instance", func() {
+			for _, rings := range batch {
+				_ = ultraOracle(canvas640, rings)
+			}
+		})
+	})
 	b.Run("expand", func(b *testing.B) {
 		// The receiving side of the windowed form.
 		loop(b, n, "instance", func() {
@@ -226,6 +253,22 @@ func BenchmarkCocoTiny(b *testing.B) {
 		loop(b, n, "instance", func() {
 			for _, rings := range insts {
 				wins, data, _ = z.AppendWindow(wins[:0], data[:0], canvas640, rings)
+			}
+		})
+	})
+	zu := Rasterizer{Rule: Ultralytics}
+	b.Run("ultralytics/dense", func(b *testing.B) {
+		loop(b, n, "instance", func() {
+			for _, rings := range insts {
+				_ = zu.Dense(dst, canvas640, rings)
+			}
+		})
+	})
+	b.Run("ultralytics/window", func(b *testing.B) {
+		wins, data := make([]Window, 0, 1), make([]uint8, 0, canvas640.Cells())
+		loop(b, n, "instance", func() {
+			for _, rings := range insts {
+				wins, data, _ = zu.AppendWindow(wins[:0], data[:0], canvas640, rings)
 			}
 		})
 	})

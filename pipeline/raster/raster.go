@@ -80,10 +80,26 @@ type span struct {
 // state allocates nothing. The zero value is ready to use. A Rasterizer is
 // not safe for concurrent use: give each worker goroutine its own.
 type Rasterizer struct {
+	// Rule is the polygon rule of Dense, Fill and AppendWindow; the zero
+	// value is Exact. Crowd RLE masks are sampled the same way under
+	// either rule.
+	Rule Rule
+
 	spans []span
 	xs    []float64
 	ones  []uint8
 	bits  []uint8
+
+	// Scratch of the Ultralytics rule.
+	pts      []int64
+	ringOff  []int
+	uedges   []uedge
+	iv       []ival
+	ivTmp    []ival
+	ev       []int64
+	rowStart []int32
+	xing     []ival
+	xingTmp  []ival
 }
 
 // New returns a ready Rasterizer; it is equivalent to new(Rasterizer).
@@ -96,7 +112,9 @@ func (z *Rasterizer) Dense(dst []uint8, g Grid, rings [][]float32) error {
 	if err := checkDense(dst, g); err != nil {
 		return err
 	}
-	z.polySpans(g, rings)
+	if err := z.ringSpans(g, rings); err != nil {
+		return err
+	}
 	z.fillDense(dst, g)
 	return nil
 }
@@ -110,7 +128,9 @@ func (z *Rasterizer) Fill(dst []uint8, g Grid, rings [][]float32) error {
 	if err := checkDense(dst, g); err != nil {
 		return err
 	}
-	z.polySpans(g, rings)
+	if err := z.ringSpans(g, rings); err != nil {
+		return err
+	}
 	z.paint(dst, g)
 	return nil
 }
@@ -121,7 +141,9 @@ func (z *Rasterizer) AppendWindow(wins []Window, data []uint8, g Grid, rings [][
 	if err := g.check(); err != nil {
 		return wins, data, err
 	}
-	z.polySpans(g, rings)
+	if err := z.ringSpans(g, rings); err != nil {
+		return wins, data, err
+	}
 	w, data := z.fillWindow(data)
 	return append(wins, w), data, nil
 }
@@ -207,6 +229,23 @@ func firstCell(v float64, n int, s float64) int {
 		c++
 	}
 	return c
+}
+
+// ringSpans fills z.spans with the ON runs of the instance under z.Rule.
+func (z *Rasterizer) ringSpans(g Grid, rings [][]float32) error {
+	switch z.Rule {
+	case Exact:
+		z.polySpans(g, rings)
+	case Ultralytics:
+		if int64(g.Cols)*int64(g.Stride) > maxUltraCanvas || int64(g.Rows)*int64(g.Stride) > maxUltraCanvas {
+			return fmt.Errorf("%w: rows %d cols %d stride %d: canvas over %d px a side for the %s rule", ErrGrid, g.Rows, g.Cols, g.Stride, maxUltraCanvas, z.Rule)
+		}
+		z.ultraPoints(rings)
+		z.ultraSpans(g)
+	default:
+		return z.Rule.check()
+	}
+	return nil
 }
 
 // polySpans fills z.spans with the ON runs of every ring. Runs of
