@@ -26,7 +26,7 @@ import _path
 import harness
 from overfit import offline_ultralytics
 
-COCO_TINY = "/work/shared/data/coco-tiny"
+COCO_TINY = os.environ.get("COCO_TINY", os.path.join(_path.REPO, "..", "shared", "data", "coco-tiny"))
 
 
 def _need(cond: bool, why: str) -> None:
