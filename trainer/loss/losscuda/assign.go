@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/segpipe/segpipe/trainer/internal/cudalaunch"
 	"github.com/segpipe/segpipe/trainer/loss"
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
-	"github.com/segpipe/segpipe/trainer/tensor/cuda"
 )
 
 // The loss's padded targets, assigner, class and box terms and
@@ -71,9 +71,9 @@ func (k Kernels) LossTargets(g loss.Geometry, t *loss.DeviceTargets, p *loss.Dev
 	checkLen("loss targets", B*M, p.Labels, p.Valid, p.Src)
 	checkLen("loss targets", 4*B*M, p.Boxes)
 	checkLen("loss targets", B, p.Count, t.BoxesPerImage)
-	orPanic("loss targets", assignModule.Launch(be, "loss_targets", cuda.Elements(B), cuda.PtrArg(be.Addr(t.BoxesPerImage)), cuda.PtrArg(be.Addr(t.Classes)),
-		cuda.PtrArg(be.Addr(t.Boxes)), cuda.PtrArg(be.Addr(t.IsCrowd)), cuda.Int32Arg(t.CrowdBytes), cuda.Int32Arg(B), cuda.Int32Arg(M),
-		cuda.PtrArg(be.Addr(p.Labels)), cuda.PtrArg(be.Addr(p.Boxes)), cuda.PtrArg(be.Addr(p.Valid)), cuda.PtrArg(be.Addr(p.Src)), cuda.PtrArg(be.Addr(p.Count))))
+	orPanic("loss targets", assignModule.Launch(be, "loss_targets", cudalaunch.Elements(B), cudalaunch.PtrArg(be.Addr(t.BoxesPerImage)), cudalaunch.PtrArg(be.Addr(t.Classes)),
+		cudalaunch.PtrArg(be.Addr(t.Boxes)), cudalaunch.PtrArg(be.Addr(t.IsCrowd)), cudalaunch.Int32Arg(t.CrowdBytes), cudalaunch.Int32Arg(B), cudalaunch.Int32Arg(M),
+		cudalaunch.PtrArg(be.Addr(p.Labels)), cudalaunch.PtrArg(be.Addr(p.Boxes)), cudalaunch.PtrArg(be.Addr(p.Valid)), cudalaunch.PtrArg(be.Addr(p.Src)), cudalaunch.PtrArg(be.Addr(p.Count))))
 }
 
 // LossAssign is the task-aligned assigner of one branch: the candidates,
@@ -95,9 +95,9 @@ func (k Kernels) LossAssign(g loss.Geometry, cfg loss.AssignerConfig, boxes, sco
 	if cfg.TopK < 1 || cfg.TopK2 < 0 {
 		panic(fmt.Sprintf("losscuda: loss assign: bad assigner config %+v", cfg))
 	}
-	geo := cuda.StructArg(encodeLaGeom(&g, M))
+	geo := cudalaunch.StructArg(encodeLaGeom(&g, M))
 	rows, cells := B*M, B*M*A
-	var maxMet, maxOv, metric, overlaps, flags cuda.Ptr
+	var maxMet, maxOv, metric, overlaps, flags cudalaunch.Ptr
 	if cells > 0 {
 		ws, release := be.Scratch(16*rows + 8*cells + cells)
 		defer release() // the targets' launch below reads the workspace too
@@ -108,27 +108,27 @@ func (k Kernels) LossAssign(g loss.Geometry, cfg loss.AssignerConfig, boxes, sco
 		if cfg.TopK2 > 0 && cfg.TopK2 != cfg.TopK {
 			k2 = min(cfg.TopK2, A)
 		}
-		lc := cuda.StructArg(encodeLaStruct([]int{min(cfg.TopK, A), k2}, []float64{cfg.Alpha, cfg.Beta, cfg.SmallSide, cfg.SmallSideTo}, nil))
-		orPanic("loss assign metric", assignModule.Launch(be, "loss_assign_metric", cuda.Elements(cells), geo, lc, cuda.PtrArg(be.Addr(boxes)), cuda.PtrArg(be.Addr(scores)),
-			cuda.PtrArg(be.Addr(p.Labels)), cuda.PtrArg(be.Addr(p.Boxes)), cuda.PtrArg(be.Addr(p.Valid)), cuda.PtrArg(metric), cuda.PtrArg(overlaps),
-			cuda.PtrArg(flags), cuda.Int64Arg(cells)))
+		lc := cudalaunch.StructArg(encodeLaStruct([]int{min(cfg.TopK, A), k2}, []float64{cfg.Alpha, cfg.Beta, cfg.SmallSide, cfg.SmallSideTo}, nil))
+		orPanic("loss assign metric", assignModule.Launch(be, "loss_assign_metric", cudalaunch.Elements(cells), geo, lc, cudalaunch.PtrArg(be.Addr(boxes)), cudalaunch.PtrArg(be.Addr(scores)),
+			cudalaunch.PtrArg(be.Addr(p.Labels)), cudalaunch.PtrArg(be.Addr(p.Boxes)), cudalaunch.PtrArg(be.Addr(p.Valid)), cudalaunch.PtrArg(metric), cudalaunch.PtrArg(overlaps),
+			cudalaunch.PtrArg(flags), cudalaunch.Int64Arg(cells)))
 		topk := func(kk, stage int) {
-			orPanic("loss assign top-k", assignModule.Launch(be, "loss_assign_topk", cuda.Blocks(rows), cuda.PtrArg(metric), cuda.PtrArg(flags),
-				cuda.PtrArg(be.Addr(p.Valid)), cuda.Int32Arg(A), cuda.Int32Arg(kk), cuda.Int32Arg(stage), cuda.Int64Arg(rows)))
+			orPanic("loss assign top-k", assignModule.Launch(be, "loss_assign_topk", cudalaunch.Blocks(rows), cudalaunch.PtrArg(metric), cudalaunch.PtrArg(flags),
+				cudalaunch.PtrArg(be.Addr(p.Valid)), cudalaunch.Int32Arg(A), cudalaunch.Int32Arg(kk), cudalaunch.Int32Arg(stage), cudalaunch.Int64Arg(rows)))
 		}
 		topk(min(cfg.TopK, A), 0)
-		orPanic("loss assign resolve", assignModule.Launch(be, "loss_assign_resolve", cuda.Elements(B*A), cuda.PtrArg(overlaps), cuda.PtrArg(flags), cuda.Int32Arg(M), cuda.Int32Arg(A), cuda.Int64Arg(B*A)))
+		orPanic("loss assign resolve", assignModule.Launch(be, "loss_assign_resolve", cudalaunch.Elements(B*A), cudalaunch.PtrArg(overlaps), cudalaunch.PtrArg(flags), cudalaunch.Int32Arg(M), cudalaunch.Int32Arg(A), cudalaunch.Int64Arg(B*A)))
 		if k2 > 0 {
 			topk(k2, 1)
 		}
-		orPanic("loss assign maxima", assignModule.Launch(be, "loss_assign_max", cuda.Blocks(rows), cuda.PtrArg(metric), cuda.PtrArg(overlaps), cuda.PtrArg(flags),
-			cuda.Int32Arg(A), cuda.PtrArg(maxMet), cuda.PtrArg(maxOv), cuda.Int64Arg(rows)))
+		orPanic("loss assign maxima", assignModule.Launch(be, "loss_assign_max", cudalaunch.Blocks(rows), cudalaunch.PtrArg(metric), cudalaunch.PtrArg(overlaps), cudalaunch.PtrArg(flags),
+			cudalaunch.Int32Arg(A), cudalaunch.PtrArg(maxMet), cudalaunch.PtrArg(maxOv), cudalaunch.Int64Arg(rows)))
 	}
-	orPanic("loss assign targets", assignModule.Launch(be, "loss_assign_targets", cuda.Elements(B*A), cuda.PtrArg(flags), cuda.PtrArg(metric), cuda.PtrArg(maxMet), cuda.PtrArg(maxOv),
-		cuda.PtrArg(be.Addr(p.Labels)), cuda.PtrArg(be.Addr(p.Boxes)), cuda.Int32Arg(M), cuda.Int32Arg(A), cuda.PtrArg(be.Addr(a.FG)), cuda.PtrArg(be.Addr(a.GTIdx)),
-		cuda.PtrArg(be.Addr(a.Labels)), cuda.PtrArg(be.Addr(a.Boxes)), cuda.PtrArg(be.Addr(a.ScoreValue)), cuda.Int64Arg(B*A)))
-	orPanic("loss assign count", assignModule.Launch(be, "loss_assign_count", cuda.OneBlock(), cuda.PtrArg(be.Addr(a.FG)), cuda.PtrArg(be.Addr(a.ScoreValue)),
-		cuda.PtrArg(be.Addr(a.NumFG)), cuda.PtrArg(be.Addr(a.ScoreSum)), cuda.Int64Arg(B*A)))
+	orPanic("loss assign targets", assignModule.Launch(be, "loss_assign_targets", cudalaunch.Elements(B*A), cudalaunch.PtrArg(flags), cudalaunch.PtrArg(metric), cudalaunch.PtrArg(maxMet), cudalaunch.PtrArg(maxOv),
+		cudalaunch.PtrArg(be.Addr(p.Labels)), cudalaunch.PtrArg(be.Addr(p.Boxes)), cudalaunch.Int32Arg(M), cudalaunch.Int32Arg(A), cudalaunch.PtrArg(be.Addr(a.FG)), cudalaunch.PtrArg(be.Addr(a.GTIdx)),
+		cudalaunch.PtrArg(be.Addr(a.Labels)), cudalaunch.PtrArg(be.Addr(a.Boxes)), cudalaunch.PtrArg(be.Addr(a.ScoreValue)), cudalaunch.Int64Arg(B*A)))
+	orPanic("loss assign count", assignModule.Launch(be, "loss_assign_count", cudalaunch.OneBlock(), cudalaunch.PtrArg(be.Addr(a.FG)), cudalaunch.PtrArg(be.Addr(a.ScoreValue)),
+		cudalaunch.PtrArg(be.Addr(a.NumFG)), cudalaunch.PtrArg(be.Addr(a.ScoreSum)), cudalaunch.Int64Arg(B*A)))
 }
 
 // LossClsBox is one branch's class BCE, CIoU box term and distance term
@@ -157,18 +157,18 @@ func (k Kernels) LossClsBox(g loss.Geometry, cfg loss.Config, boxes, scores back
 	if n > 0 {
 		blocks = be.ElementBlocks(n)
 	}
-	geo := cuda.StructArg(encodeLaGeom(&g, 0))
-	gains := cuda.StructArg(encodeLaStruct(nil, []float64{scale * cfg.ClsGain, scale * cfg.BoxGain, scale * cfg.DFLGain}, nil))
+	geo := cudalaunch.StructArg(encodeLaGeom(&g, 0))
+	gains := cudalaunch.StructArg(encodeLaStruct(nil, []float64{scale * cfg.ClsGain, scale * cfg.BoxGain, scale * cfg.DFLGain}, nil))
 	ws, release := be.Scratch(8*rows + 16*blocks)
 	defer release()
 	rowPart, boxPart := ws, ws.Add(8*rows)
-	orPanic("loss cls", assignModule.Launch(be, "loss_cls_rows", cuda.Blocks(rows), geo, gains, cuda.PtrArg(be.Addr(scores)), cuda.PtrArg(be.Addr(a.FG)),
-		cuda.PtrArg(be.Addr(a.Labels)), cuda.PtrArg(be.Addr(a.ScoreValue)), cuda.PtrArg(be.Addr(a.ScoreSum)), cuda.PtrArg(be.Addr(scoresG)),
-		cuda.PtrArg(rowPart), cuda.Int64Arg(rows)))
-	orPanic("loss box", assignModule.Launch(be, "loss_box", cuda.Elements(n), geo, gains, cuda.PtrArg(be.Addr(boxes)), cuda.PtrArg(be.Addr(a.FG)), cuda.PtrArg(be.Addr(a.Boxes)),
-		cuda.PtrArg(be.Addr(a.ScoreValue)), cuda.PtrArg(be.Addr(a.ScoreSum)), cuda.PtrArg(be.Addr(boxesG)), cuda.PtrArg(boxPart), cuda.Int64Arg(n)))
-	orPanic("loss cls/box sums", assignModule.Launch(be, "loss_clsbox_finish", cuda.OneBlock(), cuda.PtrArg(rowPart), cuda.Int32Arg(rows), cuda.PtrArg(boxPart), cuda.Int32Arg(blocks),
-		cuda.PtrArg(be.Addr(terms))))
+	orPanic("loss cls", assignModule.Launch(be, "loss_cls_rows", cudalaunch.Blocks(rows), geo, gains, cudalaunch.PtrArg(be.Addr(scores)), cudalaunch.PtrArg(be.Addr(a.FG)),
+		cudalaunch.PtrArg(be.Addr(a.Labels)), cudalaunch.PtrArg(be.Addr(a.ScoreValue)), cudalaunch.PtrArg(be.Addr(a.ScoreSum)), cudalaunch.PtrArg(be.Addr(scoresG)),
+		cudalaunch.PtrArg(rowPart), cudalaunch.Int64Arg(rows)))
+	orPanic("loss box", assignModule.Launch(be, "loss_box", cudalaunch.Elements(n), geo, gains, cudalaunch.PtrArg(be.Addr(boxes)), cudalaunch.PtrArg(be.Addr(a.FG)), cudalaunch.PtrArg(be.Addr(a.Boxes)),
+		cudalaunch.PtrArg(be.Addr(a.ScoreValue)), cudalaunch.PtrArg(be.Addr(a.ScoreSum)), cudalaunch.PtrArg(be.Addr(boxesG)), cudalaunch.PtrArg(boxPart), cudalaunch.Int64Arg(n)))
+	orPanic("loss cls/box sums", assignModule.Launch(be, "loss_clsbox_finish", cudalaunch.OneBlock(), cudalaunch.PtrArg(rowPart), cudalaunch.Int32Arg(rows), cudalaunch.PtrArg(boxPart), cudalaunch.Int32Arg(blocks),
+		cudalaunch.PtrArg(be.Addr(terms))))
 }
 
 // LossCombine forms the result words from the 18 terms words and both
@@ -182,10 +182,10 @@ func (k Kernels) LossCombine(g loss.Geometry, cfg loss.Config, o2m, o2o float64,
 		checkLen("loss combine", 1, x.NumFG)
 		checkLen("loss combine", 2, x.ScoreSum)
 	}
-	c := cuda.StructArg(encodeLaStruct(nil, []float64{cfg.BoxGain, cfg.ClsGain, cfg.DFLGain, o2m, o2o}, []int{g.B}))
-	orPanic("loss combine", assignModule.Launch(be, "loss_combine", cuda.OneThread(), c, cuda.PtrArg(be.Addr(terms)), cuda.PtrArg(be.Addr(a[0].NumFG)),
-		cuda.PtrArg(be.Addr(a[0].ScoreSum)), cuda.PtrArg(be.Addr(a[1].NumFG)), cuda.PtrArg(be.Addr(a[1].ScoreSum)), cuda.PtrArg(be.Addr(res))))
+	c := cudalaunch.StructArg(encodeLaStruct(nil, []float64{cfg.BoxGain, cfg.ClsGain, cfg.DFLGain, o2m, o2o}, []int{g.B}))
+	orPanic("loss combine", assignModule.Launch(be, "loss_combine", cudalaunch.OneThread(), c, cudalaunch.PtrArg(be.Addr(terms)), cudalaunch.PtrArg(be.Addr(a[0].NumFG)),
+		cudalaunch.PtrArg(be.Addr(a[0].ScoreSum)), cudalaunch.PtrArg(be.Addr(a[1].NumFG)), cudalaunch.PtrArg(be.Addr(a[1].ScoreSum)), cudalaunch.PtrArg(be.Addr(res))))
 	if semG.Present() {
-		orPanic("loss combine", assignModule.Launch(be, "loss_zero_without_fg", cuda.Elements(semG.Len), cuda.PtrArg(be.Addr(a[0].NumFG)), cuda.PtrArg(be.Addr(semG)), cuda.Int64Arg(semG.Len)))
+		orPanic("loss combine", assignModule.Launch(be, "loss_zero_without_fg", cudalaunch.Elements(semG.Len), cudalaunch.PtrArg(be.Addr(a[0].NumFG)), cudalaunch.PtrArg(be.Addr(semG)), cudalaunch.Int64Arg(semG.Len)))
 	}
 }

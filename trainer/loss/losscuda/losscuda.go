@@ -5,7 +5,8 @@
 // they twin, as llm.c keeps a layer's kernels with its reference. This
 // package declares its two modules with their PTX and kernel names
 // (cuda.DeclareModule) and launches them by name (Module.Launch, with
-// Addr and Scratch), so the backend knows tensors and launches and
+// trainer/internal/cudalaunch's arguments and grids, Addr and Scratch),
+// so the backend knows tensors and launches and
 // nothing of the loss's kernels or types. The CPU harness compiles the
 // declared modules' sources with the backend's own.
 //

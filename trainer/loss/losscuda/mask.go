@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/segpipe/segpipe/trainer/internal/cudalaunch"
 	"github.com/segpipe/segpipe/trainer/loss"
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
-	"github.com/segpipe/segpipe/trainer/tensor/cuda"
 )
 
 // The mask side of loss.DeviceKernels on the device: the owner map and
@@ -105,10 +105,10 @@ func (k Kernels) LossOwners(g loss.Geometry, t *loss.DeviceTargets, p *loss.Devi
 	masks, src, count, labels := be.Addr(t.Masks), be.Addr(p.Src), be.Addr(p.Count), be.Addr(p.Labels)
 	area, release := be.Scratch(4 * g.B * p.M)
 	defer release()
-	orPanic(op, maskModule.Launch(be, "loss_owner_area", cuda.Blocks(g.B*p.M), cuda.PtrArg(masks), cuda.PtrArg(src), cuda.PtrArg(count), cuda.PtrArg(area), cuda.StructArg(geom)))
-	orPanic(op, maskModule.Launch(be, "loss_owner_map", cuda.Elements(g.B*hw), cuda.PtrArg(masks), cuda.PtrArg(src), cuda.PtrArg(count), cuda.PtrArg(area), cuda.PtrArg(be.Addr(owner)), cuda.StructArg(geom)))
-	orPanic(op, maskModule.Launch(be, "loss_semantic", cuda.Elements(g.B*g.SemH*g.SemW), cuda.PtrArg(labels), cuda.PtrArg(count), cuda.PtrArg(area), cuda.PtrArg(be.Addr(owner)),
-		cuda.PtrArg(be.Addr(sem)), cuda.StructArg(geom)))
+	orPanic(op, maskModule.Launch(be, "loss_owner_area", cudalaunch.Blocks(g.B*p.M), cudalaunch.PtrArg(masks), cudalaunch.PtrArg(src), cudalaunch.PtrArg(count), cudalaunch.PtrArg(area), cudalaunch.StructArg(geom)))
+	orPanic(op, maskModule.Launch(be, "loss_owner_map", cudalaunch.Elements(g.B*hw), cudalaunch.PtrArg(masks), cudalaunch.PtrArg(src), cudalaunch.PtrArg(count), cudalaunch.PtrArg(area), cudalaunch.PtrArg(be.Addr(owner)), cudalaunch.StructArg(geom)))
+	orPanic(op, maskModule.Launch(be, "loss_semantic", cudalaunch.Elements(g.B*g.SemH*g.SemW), cudalaunch.PtrArg(labels), cudalaunch.PtrArg(count), cudalaunch.PtrArg(area), cudalaunch.PtrArg(be.Addr(owner)),
+		cudalaunch.PtrArg(be.Addr(sem)), cudalaunch.StructArg(geom)))
 }
 
 // LossMask is one branch's mask term (trainer/loss's maskScratch.loss):
@@ -141,7 +141,7 @@ func (k Kernels) LossMask(g loss.Geometry, a *loss.DeviceAssignment, p *loss.Dev
 	lossCheck(op, g.B*hw, map[string]backend.Buffer{"owner": owner})
 	lossCheck(op, g.B*g.NM*A, map[string]backend.Buffer{"coef": coef, "coefG": coefG})
 	lossCheck(op, g.B*g.NM*hw, map[string]backend.Buffer{"proto": proto, "protoG": protoG})
-	geom := cuda.StructArg(maskGeom(&g, p.M, scale))
+	geom := cudalaunch.StructArg(maskGeom(&g, p.M, scale))
 	rows := g.B * A
 	// Per row (image b's at b·A): area and loss (float64), anchor, slot,
 	// crop (4 int32); then the per-image counts.
@@ -151,16 +151,16 @@ func (k Kernels) LossMask(g loss.Geometry, a *loss.DeviceAssignment, p *loss.Dev
 	anchor, gt, crop := ws.Add(16*rows), ws.Add(20*rows), ws.Add(24*rows)
 	count := ws.Add(40 * rows)
 	numFG := be.Addr(a.NumFG)
-	orPanic(op, maskModule.Launch(be, "loss_mask_gather", cuda.Blocks(g.B), cuda.PtrArg(be.Addr(a.FG)), cuda.PtrArg(be.Addr(a.GTIdx)), cuda.PtrArg(be.Addr(p.Boxes)),
-		cuda.PtrArg(anchor), cuda.PtrArg(gt), cuda.PtrArg(crop), cuda.PtrArg(area), cuda.PtrArg(count), geom))
-	orPanic(op, maskModule.Launch(be, "loss_mask_rows", cuda.Blocks(rows), cuda.PtrArg(be.Addr(coef)), cuda.PtrArg(be.Addr(proto)), cuda.PtrArg(be.Addr(owner)),
-		cuda.PtrArg(anchor), cuda.PtrArg(gt), cuda.PtrArg(crop), cuda.PtrArg(area), cuda.PtrArg(count), cuda.PtrArg(numFG), cuda.PtrArg(be.Addr(coefG)),
-		cuda.PtrArg(rowLoss), geom))
+	orPanic(op, maskModule.Launch(be, "loss_mask_gather", cudalaunch.Blocks(g.B), cudalaunch.PtrArg(be.Addr(a.FG)), cudalaunch.PtrArg(be.Addr(a.GTIdx)), cudalaunch.PtrArg(be.Addr(p.Boxes)),
+		cudalaunch.PtrArg(anchor), cudalaunch.PtrArg(gt), cudalaunch.PtrArg(crop), cudalaunch.PtrArg(area), cudalaunch.PtrArg(count), geom))
+	orPanic(op, maskModule.Launch(be, "loss_mask_rows", cudalaunch.Blocks(rows), cudalaunch.PtrArg(be.Addr(coef)), cudalaunch.PtrArg(be.Addr(proto)), cudalaunch.PtrArg(be.Addr(owner)),
+		cudalaunch.PtrArg(anchor), cudalaunch.PtrArg(gt), cudalaunch.PtrArg(crop), cudalaunch.PtrArg(area), cudalaunch.PtrArg(count), cudalaunch.PtrArg(numFG), cudalaunch.PtrArg(be.Addr(coefG)),
+		cudalaunch.PtrArg(rowLoss), geom))
 	if protoG.Present() {
-		orPanic(op, maskModule.Launch(be, "loss_mask_proto_grad", cuda.Elements(g.B*hw), cuda.PtrArg(be.Addr(coef)), cuda.PtrArg(be.Addr(proto)), cuda.PtrArg(be.Addr(owner)),
-			cuda.PtrArg(anchor), cuda.PtrArg(gt), cuda.PtrArg(crop), cuda.PtrArg(area), cuda.PtrArg(count), cuda.PtrArg(numFG), cuda.PtrArg(be.Addr(protoG)), geom))
+		orPanic(op, maskModule.Launch(be, "loss_mask_proto_grad", cudalaunch.Elements(g.B*hw), cudalaunch.PtrArg(be.Addr(coef)), cudalaunch.PtrArg(be.Addr(proto)), cudalaunch.PtrArg(be.Addr(owner)),
+			cudalaunch.PtrArg(anchor), cudalaunch.PtrArg(gt), cudalaunch.PtrArg(crop), cudalaunch.PtrArg(area), cudalaunch.PtrArg(count), cudalaunch.PtrArg(numFG), cudalaunch.PtrArg(be.Addr(protoG)), geom))
 	}
-	orPanic(op, maskModule.Launch(be, "loss_mask_finish", cuda.OneBlock(), cuda.PtrArg(rowLoss), cuda.PtrArg(count), cuda.PtrArg(numFG), cuda.PtrArg(be.Addr(terms)), geom))
+	orPanic(op, maskModule.Launch(be, "loss_mask_finish", cudalaunch.OneBlock(), cudalaunch.PtrArg(rowLoss), cudalaunch.PtrArg(count), cudalaunch.PtrArg(numFG), cudalaunch.PtrArg(be.Addr(terms)), geom))
 }
 
 // LossSemseg is the semantic term (trainer/loss's semScratch.loss):
@@ -178,9 +178,9 @@ func (k Kernels) LossSemseg(g loss.Geometry, logits, sem backend.Buffer, scale f
 	lossNeed(op, map[string]backend.Buffer{"logits": logits, "sem": sem, "terms": terms})
 	lossCheck(op, nch*hw, map[string]backend.Buffer{"logits": logits, "sem": sem, "grad": grad})
 	lossCheck(op, 2, map[string]backend.Buffer{"terms": terms})
-	geom := cuda.StructArg(semGeom(&g, scale))
+	geom := cudalaunch.StructArg(semGeom(&g, scale))
 	stats, release := be.Scratch(16 * max(nch, 1))
 	defer release()
-	orPanic(op, maskModule.Launch(be, "loss_sem_channel", cuda.Blocks(nch), cuda.PtrArg(be.Addr(logits)), cuda.PtrArg(be.Addr(sem)), cuda.PtrArg(be.Addr(grad)), cuda.PtrArg(stats), geom))
-	orPanic(op, maskModule.Launch(be, "loss_sem_finish", cuda.OneBlock(), cuda.PtrArg(stats), cuda.PtrArg(be.Addr(terms)), geom))
+	orPanic(op, maskModule.Launch(be, "loss_sem_channel", cudalaunch.Blocks(nch), cudalaunch.PtrArg(be.Addr(logits)), cudalaunch.PtrArg(be.Addr(sem)), cudalaunch.PtrArg(be.Addr(grad)), cudalaunch.PtrArg(stats), geom))
+	orPanic(op, maskModule.Launch(be, "loss_sem_finish", cudalaunch.OneBlock(), cudalaunch.PtrArg(stats), cudalaunch.PtrArg(be.Addr(terms)), geom))
 }

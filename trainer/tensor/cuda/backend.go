@@ -20,20 +20,20 @@ import (
 // accumulate flags, the plan cache — runs on hosts without a GPU.
 type engine interface {
 	launcher
-	alloc(bytes int) (Ptr, error)
-	free(p Ptr) error
+	alloc(bytes int) (devptr, error)
+	free(p devptr) error
 	// upload and download copy synchronously: when they return, src may
 	// be reused and dst holds the data.
-	upload(dst Ptr, src []byte) error
-	download(dst []byte, src Ptr) error
+	upload(dst devptr, src []byte) error
+	download(dst []byte, src devptr) error
 	sync() error
-	gemm(g backend.Gemm, a, b, c Ptr) error
+	gemm(g backend.Gemm, a, b, c devptr) error
 	// planConv prepares c's three passes (cuDNN's algorithm search and
 	// workspace sizes on a GPU); the Backend caches one plan per shape.
-	planConv(c Conv) (*ConvPlan, error)
-	convForward(p *ConvPlan, x, w, y Ptr) error
-	convBackwardData(p *ConvPlan, dy, w, dx Ptr, accumulate bool) error
-	convBackwardFilter(p *ConvPlan, x, dy, dw Ptr) error
+	planConv(c convShape) (*convPlan, error)
+	convForward(p *convPlan, x, w, y devptr) error
+	convBackwardData(p *convPlan, dy, w, dx devptr, accumulate bool) error
+	convBackwardFilter(p *convPlan, x, dy, dw devptr) error
 	// stageQueue opens the copy stream a Backend's Stager uploads
 	// batches on (see stage.go).
 	stageQueue() (stageQueue, error)
@@ -41,7 +41,7 @@ type engine interface {
 	// device once per call: a multi-launch step (Newton–Schulz's thirty
 	// calls a matrix) pays for one lock and context check. f must use
 	// only what it is given.
-	hold(f func(l launcher, mm Matmul) error) error
+	hold(f func(l launcher, mm matmul) error) error
 	close() error
 }
 
@@ -68,11 +68,11 @@ type engine interface {
 // step cannot continue on a device that failed.
 type Backend struct {
 	e    engine
-	k    *Kernels
+	k    *kernelSet
 	name string
 
 	plansMu sync.Mutex
-	plans   map[Conv]*ConvPlan
+	plans   map[convShape]*convPlan
 	planned atomic.Int64
 
 	ups, downs, upBytes, downBytes, syncs atomic.Int64
@@ -86,7 +86,7 @@ type Backend struct {
 
 	// ws is the optimiser kernels' device workspace (see scratch).
 	wsMu    sync.Mutex
-	ws      Ptr
+	ws      devptr
 	wsBytes int
 
 	// mt caches multi-tensor tables by content (see mt.go).
@@ -140,7 +140,7 @@ func Precision(name string) (Options, error) {
 // for the host crossings. Without a driver, libraries or a device the
 // error wraps ErrUnavailable and says what is missing.
 func NewBackend(ordinal int, opt Options) (*Backend, error) {
-	d, err := Open(ordinal)
+	d, err := open(ordinal)
 	if err != nil {
 		return nil, err
 	}
@@ -149,11 +149,11 @@ func NewBackend(ordinal int, opt Options) (*Backend, error) {
 		d.Close()
 		return nil, err
 	}
-	return newBackend(e, &Kernels{l: e, maxBlocks: max(d.SMs, 1) * 8}), nil
+	return newBackend(e, &kernelSet{l: e, maxBlocks: max(d.SMs, 1) * 8}), nil
 }
 
-func newBackend(e engine, k *Kernels) *Backend {
-	return &Backend{e: e, k: k, name: "cuda", plans: map[Conv]*ConvPlan{}}
+func newBackend(e engine, k *kernelSet) *Backend {
+	return &Backend{e: e, k: k, name: "cuda", plans: map[convShape]*convPlan{}}
 }
 
 // Close waits for the device, destroys the cached plans and handles, and
@@ -162,7 +162,7 @@ func (be *Backend) Close() error {
 	stageErr := errors.Join(be.closeFetching(), be.closeStaging())
 	be.closed.Store(true)
 	be.plansMu.Lock()
-	be.plans = map[Conv]*ConvPlan{}
+	be.plans = map[convShape]*convPlan{}
 	be.plansMu.Unlock()
 	be.wsMu.Lock()
 	if be.ws != 0 {
@@ -189,7 +189,7 @@ func (be *Backend) Name() string { return be.name }
 // reclaim): a dropped buffer is then given back, not leaked.
 type mem struct {
 	be *Backend
-	p  Ptr
+	p  devptr
 	n  int
 	// cell is nil for a staging slot, which its Stager owns and frees.
 	cell *devCell
@@ -199,7 +199,7 @@ type mem struct {
 // whether Free already returned it (the cleanup must not see the mem).
 type devCell struct {
 	be    *Backend
-	p     Ptr
+	p     devptr
 	bytes int64
 	freed atomic.Bool
 }
@@ -250,7 +250,7 @@ func orPanic(op string, err error) {
 }
 
 // ptr resolves a buffer to its device address (0 for the zero Buffer).
-func (be *Backend) ptr(b backend.Buffer) Ptr {
+func (be *Backend) ptr(b backend.Buffer) devptr {
 	if b.Mem == nil {
 		return 0
 	}
@@ -368,8 +368,8 @@ func (be *Backend) Sgemm(g backend.Gemm, a, b, c backend.Buffer) {
 }
 
 // plan returns the cached plan of p's shape, planning it on first use.
-func (be *Backend) plan(p backend.Conv) *ConvPlan {
-	c := Conv(p.Norm())
+func (be *Backend) plan(p backend.Conv) *convPlan {
+	c := convShape(p.Norm())
 	be.plansMu.Lock()
 	defer be.plansMu.Unlock()
 	if pl, ok := be.plans[c]; ok {
@@ -421,10 +421,10 @@ func (be *Backend) BatchNormTrainAct(p backend.BN, x, gamma, beta, y, mean, invs
 }
 
 func (be *Backend) batchNormTrain(p backend.BN, x, gamma, beta, y, mean, invstd, varUnbiased, affine, runningMean, runningVar backend.Buffer) {
-	a := BNMode{Act: p.Act}
-	run := BNRunning{Mean: be.ptr(runningMean), Var: be.ptr(runningVar), Momentum: p.Momentum}
+	a := bnMode{Act: p.Act}
+	run := bnRunning{Mean: be.ptr(runningMean), Var: be.ptr(runningVar), Momentum: p.Momentum}
 	if run.Mean == 0 || run.Var == 0 {
-		run = BNRunning{}
+		run = bnRunning{}
 	}
 	n, c, hw := p.N, p.C, p.HW
 	if tmp, partial, coef, ok := be.bnScratch(n, c, hw); ok {
@@ -442,7 +442,7 @@ var _ backend.BatchNormActivator = (*Backend)(nil)
 // bnScratch allocates the tiled batch-norm's partial sums and per-channel
 // coefficients when n×c×hw takes the tiled kernels (ok); the caller frees
 // tmp once the kernels are queued (frees are stream-ordered).
-func (be *Backend) bnScratch(n, c, hw int) (tmp backend.Buffer, partial, coef Ptr, ok bool) {
+func (be *Backend) bnScratch(n, c, hw int) (tmp backend.Buffer, partial, coef devptr, ok bool) {
 	_, tiles := be.k.BNTiles(n, c, hw)
 	if tiles == 0 {
 		return backend.Buffer{}, 0, 0, false
@@ -469,7 +469,7 @@ func (be *Backend) BatchNormBackward(n, c, hw int, x, dy, mean, invstd, gamma, d
 
 // BatchNormBackwardAct implements backend.BatchNormActivator.
 func (be *Backend) BatchNormBackwardAct(p backend.BN, x, dy, mean, invstd, gamma, affine, dx, dgamma, dbeta backend.Buffer, writeDx bool) {
-	a := BNMode{Act: p.Act, WriteDx: writeDx}
+	a := bnMode{Act: p.Act, WriteDx: writeDx}
 	n, c, hw := p.N, p.C, p.HW
 	if tmp, partial, coef, ok := be.bnScratch(n, c, hw); ok {
 		orPanic("batch-norm backward", be.k.BatchNormBackwardTiled(a, n, c, hw, be.ptr(x), be.ptr(dy), be.ptr(mean), be.ptr(invstd),
@@ -514,7 +514,7 @@ func (be *Backend) BatchNormEvalBackward(n, c, hw int, eps float32, x, dy, gamma
 // BatchNormEvalBackwardAct implements backend.BatchNormActivator; the
 // shift that recomputes bn(x) is folded only for an activation.
 func (be *Backend) BatchNormEvalBackwardAct(p backend.BN, x, dy, gamma, beta, mean, variance, dx, dgamma, dbeta backend.Buffer, writeDx bool) {
-	a := BNMode{Act: p.Act, WriteDx: writeDx}
+	a := bnMode{Act: p.Act, WriteDx: writeDx}
 	n, c, hw := p.N, p.C, p.HW
 	tmp, invstd, scale, shift := be.evalScale(c, p.Eps, gamma, beta, mean, variance, p.Act != backend.BNIdentity)
 	defer be.Free(tmp)
@@ -531,12 +531,12 @@ func (be *Backend) BatchNormEvalBackwardAct(p backend.BN, x, dy, gamma, beta, me
 // MaxPool2d records int32 winners within each plane, the first maximum in
 // row-major window order winning (PyTorch's rule).
 func (be *Backend) MaxPool2d(p backend.Pool, x, y, arg backend.Buffer) {
-	orPanic("max pool", be.k.MaxPool(Pool(p), be.ptr(x), be.ptr(y), be.ptr(arg)))
+	orPanic("max pool", be.k.MaxPool(poolShape(p), be.ptr(x), be.ptr(y), be.ptr(arg)))
 }
 
 // MaxPool2dBackward accumulates dy into dx at the recorded winners.
 func (be *Backend) MaxPool2dBackward(p backend.Pool, dy, arg, dx backend.Buffer) {
-	orPanic("max pool backward", be.k.MaxPoolBackward(Pool(p), be.ptr(dy), be.ptr(arg), be.ptr(dx)))
+	orPanic("max pool backward", be.k.MaxPoolBackward(poolShape(p), be.ptr(dy), be.ptr(arg), be.ptr(dx)))
 }
 
 // UpsampleNearest repeats each pixel into a Factor×Factor block.

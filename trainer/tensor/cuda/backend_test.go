@@ -316,7 +316,7 @@ func backendCases() []backendCase {
 		r.be.SoftmaxBackward(outer, n, inner, y, r.randn(outer*n*inner), dx)
 		return []backend.Buffer{y, dx}
 	})
-	for f := backend.SiLU; f <= backend.Tanh; f++ {
+	for f := range backend.Unary(len(unaryNames)) {
 		add("unary", false, func(r *backendRun) []backend.Buffer {
 			lo := -3.0
 			if f == backend.Log || f == backend.Sqrt {

@@ -22,7 +22,7 @@ var (
 
 func loadCublas() (*cublasAPI, error) {
 	cublasOnce.Do(func() {
-		lib, err := openLibrary(LibCUBLAS)
+		lib, err := openLibrary(libCUBLAS)
 		if err != nil {
 			cublasErr = err
 			return
@@ -42,7 +42,7 @@ func loadCublas() (*cublasAPI, error) {
 
 func (c *cublasAPI) check(call string, r uintptr) error {
 	if code := int(int32(r)); code != 0 {
-		return &Status{Lib: "cublas", Call: call, Code: code, Name: CublasStatusName(code)}
+		return &status{Lib: "cublas", Call: call, Code: code, Name: cublasStatusName(code)}
 	}
 	return nil
 }
@@ -59,8 +59,8 @@ func libraryVersion(fn uintptr) string {
 	return fmt.Sprintf("%d.%d.%d", v[0], v[1], v[2])
 }
 
-// CublasVersion returns the cuBLAS version found and its path.
-func CublasVersion() (version, path string, err error) {
+// cublasVersion returns the cuBLAS version found and its path.
+func cublasVersion() (version, path string, err error) {
 	c, err := loadCublas()
 	if err != nil {
 		return "", "", err
@@ -68,10 +68,10 @@ func CublasVersion() (version, path string, err error) {
 	return libraryVersion(c.getProperty), c.lib.path, nil
 }
 
-// Blas is a cuBLAS handle bound to a device's compute stream. Use it
+// blas is a cuBLAS handle bound to a device's compute stream. Use it
 // inside Device.Do only, like the device's other calls; Device.Gemm does
 // that.
-type Blas struct {
+type blas struct {
 	api    *cublasAPI
 	handle uintptr
 }
@@ -88,12 +88,12 @@ const (
 
 // NewBlas creates a cuBLAS handle on d's compute stream: CUBLAS_DEFAULT_MATH
 // (fp32) unless tf32.
-func (d *Device) NewBlas(tf32 bool) (*Blas, error) {
+func (d *device) NewBlas(tf32 bool) (*blas, error) {
 	api, err := loadCublas()
 	if err != nil {
 		return nil, err
 	}
-	b := &Blas{api: api}
+	b := &blas{api: api}
 	err = d.Do(func() error {
 		if err := api.check("cublasCreate", ccall(api.create, uintptr(unsafe.Pointer(&b.handle)))); err != nil {
 			return err
@@ -114,13 +114,13 @@ func (d *Device) NewBlas(tf32 bool) (*Blas, error) {
 }
 
 // Close destroys the handle.
-func (b *Blas) Close(d *Device) error {
+func (b *blas) Close(d *device) error {
 	return d.Do(func() error { return b.api.check("cublasDestroy", ccall(b.api.destroy, b.handle)) })
 }
 
 // Gemm queues the row-major product g on the device's compute stream; a,
 // b and c are device buffers laid out as g describes.
-func (d *Device) Gemm(bl *Blas, g backend.Gemm, a, b, c Ptr) error {
+func (d *device) Gemm(bl *blas, g backend.Gemm, a, b, c devptr) error {
 	cm, err := toColMajor(g)
 	if err != nil {
 		return err
@@ -132,7 +132,7 @@ func (d *Device) Gemm(bl *Blas, g backend.Gemm, a, b, c Ptr) error {
 }
 
 // gemmLocked is Gemm inside a Do already held.
-func (d *Device) gemmLocked(bl *Blas, g backend.Gemm, a, b, c Ptr) error {
+func (d *device) gemmLocked(bl *blas, g backend.Gemm, a, b, c devptr) error {
 	cm, err := toColMajor(g)
 	if err != nil {
 		return err
@@ -143,8 +143,8 @@ func (d *Device) gemmLocked(bl *Blas, g backend.Gemm, a, b, c Ptr) error {
 	return sgemm(bl, cm, g.Alpha, g.Beta, a, b, c)
 }
 
-func sgemm(bl *Blas, cm colMajorGemm, alpha, beta float32, a, b, c Ptr) error {
-	ops := [2]Ptr{a, b}
+func sgemm(bl *blas, cm colMajorGemm, alpha, beta float32, a, b, c devptr) error {
+	ops := [2]devptr{a, b}
 	op := func(t bool) uintptr {
 		if t {
 			return 1 // CUBLAS_OP_T

@@ -57,7 +57,7 @@ var (
 func loadCudnn() (*cudnnAPI, error) {
 	cudnnOnce.Do(func() {
 		preloadNVRTC()
-		lib, err := openLibrary(LibCUDNN)
+		lib, err := openLibrary(libCUDNN)
 		if err != nil {
 			cudnnErr = err
 			return
@@ -127,11 +127,11 @@ func (c *cudnnAPI) check(call string, r uintptr) error {
 	if code == 0 {
 		return nil
 	}
-	return &Status{Lib: "cudnn", Call: call, Code: code, Name: CudnnStatusName(code), Detail: goString(ccall(c.getErrorString, r))}
+	return &status{Lib: "cudnn", Call: call, Code: code, Name: cudnnStatusName(code), Detail: goString(ccall(c.getErrorString, r))}
 }
 
-// CudnnVersion returns the cuDNN version found ("9.10.2") and its path.
-func CudnnVersion() (version, path string, err error) {
+// cudnnVersion returns the cuDNN version found ("9.10.2") and its path.
+func cudnnVersion() (version, path string, err error) {
 	c, err := loadCudnn()
 	if err != nil {
 		return "", "", err
@@ -141,16 +141,16 @@ func CudnnVersion() (version, path string, err error) {
 	return fmt.Sprintf("%d.%d.%d", v/10000, v%10000/100, v%100), c.lib.path, nil
 }
 
-// AlgoEnv names the variable that chooses how a convolution's algorithms
+// algoEnv names the variable that chooses how a convolution's algorithms
 // are picked: "search" (the default: cuDNN times every candidate on the
 // device, the fastest choice, seconds a shape) or "heuristic" (cuDNN's
 // heuristics rank them without running any: planning in milliseconds, for
 // short runs such as scripts/gpu-check.sh whose budget a full search of
 // every shape would eat).
-const AlgoEnv = "SEGPIPE_CUDNN_ALGO"
+const algoEnv = "SEGPIPE_CUDNN_ALGO"
 
-// Dnn is a cuDNN handle on a device's compute stream.
-type Dnn struct {
+// dnn is a cuDNN handle on a device's compute stream.
+type dnn struct {
 	api       *cudnnAPI
 	handle    uintptr
 	math      uintptr
@@ -159,24 +159,24 @@ type Dnn struct {
 
 // NewDnn creates a cuDNN handle on d's compute stream; tf32 allows tensor
 // cores to round convolution inputs to TF32 (off for parity).
-func (d *Device) NewDnn(tf32 bool) (*Dnn, error) {
+func (d *device) NewDnn(tf32 bool) (*dnn, error) {
 	api, err := loadCudnn()
 	if err != nil {
 		return nil, err
 	}
-	dn := &Dnn{api: api, math: dnnFMAMath}
+	dn := &dnn{api: api, math: dnnFMAMath}
 	if tf32 {
 		dn.math = dnnDefaultMath
 	}
-	switch v := os.Getenv(AlgoEnv); v {
+	switch v := os.Getenv(algoEnv); v {
 	case "", "search":
 	case "heuristic":
 		if api.heurFwd == 0 || api.heurBwdData == 0 || api.heurBwdFilter == 0 {
-			return nil, api.missing("the heuristic algorithm queries (cudnnGetConvolution*Algorithm_v7) " + AlgoEnv + "=heuristic needs")
+			return nil, api.missing("the heuristic algorithm queries (cudnnGetConvolution*Algorithm_v7) " + algoEnv + "=heuristic needs")
 		}
 		dn.heuristic = true
 	default:
-		return nil, fmt.Errorf("cudnn: %s=%q: want search or heuristic", AlgoEnv, v)
+		return nil, fmt.Errorf("cudnn: %s=%q: want search or heuristic", algoEnv, v)
 	}
 	err = d.Do(func() error {
 		if err := api.check("cudnnCreate", ccall(api.create, uintptr(unsafe.Pointer(&dn.handle)))); err != nil {
@@ -191,13 +191,13 @@ func (d *Device) NewDnn(tf32 bool) (*Dnn, error) {
 }
 
 // Close destroys the handle.
-func (dn *Dnn) Close(d *Device) error {
+func (dn *dnn) Close(d *device) error {
 	return d.Do(func() error { return dn.api.check("cudnnDestroy", ccall(dn.api.destroy, dn.handle)) })
 }
 
-// Conv describes a 2-D cross-correlation (dilation 1) of an N×InC×InH×InW
+// convShape describes a 2-D cross-correlation (dilation 1) of an N×InC×InH×InW
 // input with an OutC×(InC/Groups)×KH×KW filter, as the CPU backend's.
-type Conv struct {
+type convShape struct {
 	N, InC, InH, InW int
 	OutC, KH, KW     int
 	Stride, Pad      int
@@ -205,10 +205,10 @@ type Conv struct {
 }
 
 // OutH is (InH + 2·Pad − KH)/Stride + 1.
-func (c Conv) OutH() int { return (c.InH+2*c.Pad-c.KH)/max(c.Stride, 1) + 1 }
+func (c convShape) OutH() int { return (c.InH+2*c.Pad-c.KH)/max(c.Stride, 1) + 1 }
 
 // OutW is (InW + 2·Pad − KW)/Stride + 1.
-func (c Conv) OutW() int { return (c.InW+2*c.Pad-c.KW)/max(c.Stride, 1) + 1 }
+func (c convShape) OutW() int { return (c.InW+2*c.Pad-c.KW)/max(c.Stride, 1) + 1 }
 
 // algoPerf is one entry of a cudnnFind*Algorithm result
 // (cudnnConvolution{Fwd,BwdData,BwdFilter}AlgoPerf_t share a layout: algo,
@@ -256,12 +256,12 @@ func pickAlgo(perf []algoPerf, allowTensorOps bool) (algoPerf, bool) {
 	return algoPerf{}, false
 }
 
-// ConvPlan is a convolution's descriptors and the algorithms cuDNN's
+// convPlan is a convolution's descriptors and the algorithms cuDNN's
 // search chose for its three passes, with their workspace sizes. A pass is
 // planned when it first runs: validation, which runs forward passes only,
 // searches no backward algorithm for its own batch shapes.
-type ConvPlan struct {
-	Conv
+type convPlan struct {
+	convShape
 	x, y, w uintptr
 	// convs are the forward, backward-data and backward-filter passes'
 	// convolution descriptors: each carries the math type of the algorithm
@@ -285,9 +285,9 @@ const (
 // algorithm by cuDNN's search (which times each candidate on the device),
 // or heuristics, or the plan cache; each backward pass is planned the
 // same way when it first runs.
-func (d *Device) PlanConv(dn *Dnn, c Conv) (*ConvPlan, error) {
+func (d *device) PlanConv(dn *dnn, c convShape) (*convPlan, error) {
 	c.Stride, c.Groups = max(c.Stride, 1), max(c.Groups, 1)
-	p := &ConvPlan{Conv: c}
+	p := &convPlan{convShape: c}
 	a := dn.api
 	err := d.Do(func() error {
 		steps := []struct {
@@ -340,7 +340,7 @@ func (d *Device) PlanConv(dn *Dnn, c Conv) (*ConvPlan, error) {
 // from the plan cache, else by cuDNN's search or heuristics, recording
 // the choice in the cache; then applies its math type to the pass's
 // descriptor and sizes its workspace.
-func (p *ConvPlan) planLocked(dn *Dnn, pass int) error {
+func (p *convPlan) planLocked(dn *dnn, pass int) error {
 	if p.planned[pass] {
 		return nil
 	}
@@ -403,7 +403,7 @@ func (p *ConvPlan) planLocked(dn *Dnn, pass int) error {
 	}
 	best, ok := pickAlgo(parseAlgoPerf(buf[:], int(got)), dn.math == dnnDefaultMath)
 	if !ok {
-		return fmt.Errorf("cudnn: no %s algorithm for %+v", s.name, p.Conv)
+		return fmt.Errorf("cudnn: no %s algorithm for %+v", s.name, p.convShape)
 	}
 	if err := use(best); err != nil {
 		return err
@@ -413,7 +413,7 @@ func (p *ConvPlan) planLocked(dn *Dnn, pass int) error {
 	return nil
 }
 
-func (p *ConvPlan) destroy(d *Device, dn *Dnn) {
+func (p *convPlan) destroy(d *device, dn *dnn) {
 	a := dn.api
 	_ = d.Do(func() error {
 		for _, t := range []uintptr{p.x, p.y} {
@@ -434,7 +434,7 @@ func (p *ConvPlan) destroy(d *Device, dn *Dnn) {
 }
 
 // Close destroys the plan's descriptors.
-func (p *ConvPlan) Close(d *Device, dn *Dnn) { p.destroy(d, dn) }
+func (p *convPlan) Close(d *device, dn *dnn) { p.destroy(d, dn) }
 
 // withWorkspace runs f (inside Do) with n bytes of the device's
 // workspace: one allocation kept and grown to the largest request, as
@@ -442,7 +442,7 @@ func (p *ConvPlan) Close(d *Device, dn *Dnn) { p.destroy(d, dn) }
 // convolution (two calls each, hundreds a step). Every user queues on the
 // compute stream, so stream order keeps one user's kernels from
 // overtaking another's; a grown workspace frees the old one in that order.
-func (d *Device) withWorkspace(n uint64, f func(ws Ptr) error) error {
+func (d *device) withWorkspace(n uint64, f func(ws devptr) error) error {
 	if n == 0 {
 		return f(0)
 	}
@@ -453,7 +453,7 @@ func (d *Device) withWorkspace(n uint64, f func(ws Ptr) error) error {
 			}
 			d.ws, d.wsBytes = 0, 0
 		}
-		var ws Ptr
+		var ws devptr
 		err := d.drv.check("cuMemAllocAsync", ccall(d.drv.cuMemAllocAsync, uintptr(unsafe.Pointer(&ws)), uintptr(n), uintptr(d.stream)))
 		if err != nil && d.reclaim != nil {
 			if rerr := d.reclaim(); rerr != nil {
@@ -470,10 +470,10 @@ func (d *Device) withWorkspace(n uint64, f func(ws Ptr) error) error {
 }
 
 // ConvForward writes y = conv(x, w).
-func (d *Device) ConvForward(dn *Dnn, p *ConvPlan, x, w, y Ptr) error {
+func (d *device) ConvForward(dn *dnn, p *convPlan, x, w, y devptr) error {
 	alpha, beta := float32(1), float32(0)
 	return d.Do(func() error {
-		return d.withWorkspace(p.FwdWS, func(ws Ptr) error {
+		return d.withWorkspace(p.FwdWS, func(ws devptr) error {
 			return dn.api.check("cudnnConvolutionForward", ccall(dn.api.convFwd, dn.handle, uintptr(unsafe.Pointer(&alpha)),
 				p.x, uintptr(x), p.w, uintptr(w), p.convs[0], uintptr(p.FwdAlgo), uintptr(ws), uintptr(p.FwdWS),
 				uintptr(unsafe.Pointer(&beta)), p.y, uintptr(y)))
@@ -483,16 +483,16 @@ func (d *Device) ConvForward(dn *Dnn, p *ConvPlan, x, w, y Ptr) error {
 
 // ConvBackwardData accumulates dx += the input gradient of dy, or with
 // accumulate false writes it (beta 0: dx is not read).
-func (d *Device) ConvBackwardData(dn *Dnn, p *ConvPlan, dy, w, dx Ptr, accumulate bool) error {
+func (d *device) ConvBackwardData(dn *dnn, p *convPlan, dy, w, dx devptr, accumulate bool) error {
 	alpha, beta := float32(1), float32(1)
 	if !accumulate {
 		beta = 0
 	}
 	return d.Do(func() error {
 		if err := p.planLocked(dn, passBackwardData); err != nil {
-			return fmt.Errorf("conv %+v: %w", p.Conv, err)
+			return fmt.Errorf("conv %+v: %w", p.convShape, err)
 		}
-		return d.withWorkspace(p.BwdDataWS, func(ws Ptr) error {
+		return d.withWorkspace(p.BwdDataWS, func(ws devptr) error {
 			return dn.api.check("cudnnConvolutionBackwardData", ccall(dn.api.convBwdData, dn.handle, uintptr(unsafe.Pointer(&alpha)),
 				p.w, uintptr(w), p.y, uintptr(dy), p.convs[1], uintptr(p.BwdDataAlgo), uintptr(ws), uintptr(p.BwdDataWS),
 				uintptr(unsafe.Pointer(&beta)), p.x, uintptr(dx)))
@@ -501,13 +501,13 @@ func (d *Device) ConvBackwardData(dn *Dnn, p *ConvPlan, dy, w, dx Ptr, accumulat
 }
 
 // ConvBackwardFilter accumulates dw += the filter gradient.
-func (d *Device) ConvBackwardFilter(dn *Dnn, p *ConvPlan, x, dy, dw Ptr) error {
+func (d *device) ConvBackwardFilter(dn *dnn, p *convPlan, x, dy, dw devptr) error {
 	alpha, beta := float32(1), float32(1)
 	return d.Do(func() error {
 		if err := p.planLocked(dn, passBackwardFilter); err != nil {
-			return fmt.Errorf("conv %+v: %w", p.Conv, err)
+			return fmt.Errorf("conv %+v: %w", p.convShape, err)
 		}
-		return d.withWorkspace(p.BwdFiltWS, func(ws Ptr) error {
+		return d.withWorkspace(p.BwdFiltWS, func(ws devptr) error {
 			return dn.api.check("cudnnConvolutionBackwardFilter", ccall(dn.api.convBwdFilter, dn.handle, uintptr(unsafe.Pointer(&alpha)),
 				p.x, uintptr(x), p.y, uintptr(dy), p.convs[2], uintptr(p.BwdFiltAlgo), uintptr(ws), uintptr(p.BwdFiltWS),
 				uintptr(unsafe.Pointer(&beta)), p.w, uintptr(dw)))
@@ -517,7 +517,7 @@ func (d *Device) ConvBackwardFilter(dn *Dnn, p *ConvPlan, x, dy, dw Ptr) error {
 
 // tensorDescs creates an N×C×H×W descriptor and its derived per-channel
 // batch-norm descriptor, calls f, and destroys both.
-func (d *Device) tensorDescs(dn *Dnn, n, c, h, w int, f func(x, bn uintptr) error) error {
+func (d *device) tensorDescs(dn *dnn, n, c, h, w int, f func(x, bn uintptr) error) error {
 	a := dn.api
 	if a.deriveBN == 0 {
 		return a.missing("cudnnDeriveBNTensorDescriptor")
@@ -551,7 +551,7 @@ func checkBNEps(eps float32) error {
 // the saved mean and inverse std, and in varUnbiased the batch's unbiased
 // variance (cuDNN's running-variance update with factor 1 over a zeroed
 // buffer), as the CPU backend's BatchNormTrain.
-func (d *Device) BatchNormTrain(dn *Dnn, n, c, hw int, eps float32, x, gamma, beta, y, mean, invstd, varUnbiased Ptr) error {
+func (d *device) BatchNormTrain(dn *dnn, n, c, hw int, eps float32, x, gamma, beta, y, mean, invstd, varUnbiased devptr) error {
 	if dn.api.bnTrainSym == 0 {
 		return dn.api.missing("cuDNN's BatchNormTrain")
 	}
@@ -563,8 +563,8 @@ func (d *Device) BatchNormTrain(dn *Dnn, n, c, hw int, eps float32, x, gamma, be
 		return d.tensorDescs(dn, n, c, hw, 1, func(xd, bnd uintptr) error {
 			// Factor 1 makes the "running" outputs the batch's own statistics;
 			// zeroing first keeps 0·(whatever was there) from being NaN.
-			return d.withWorkspace(uint64(4*c), func(runMean Ptr) error {
-				for _, p := range []Ptr{runMean, varUnbiased} {
+			return d.withWorkspace(uint64(4*c), func(runMean devptr) error {
+				for _, p := range []devptr{runMean, varUnbiased} {
 					if err := d.drv.check("cuMemsetD32Async", ccall(d.drv.cuMemsetD32Async, uintptr(p), 0, uintptr(c), uintptr(d.stream))); err != nil {
 						return err
 					}
@@ -578,7 +578,7 @@ func (d *Device) BatchNormTrain(dn *Dnn, n, c, hw int, eps float32, x, gamma, be
 }
 
 // BatchNormInference writes y = gamma·(x − mean)/√(var + eps) + beta.
-func (d *Device) BatchNormInference(dn *Dnn, n, c, hw int, eps float32, x, gamma, beta, mean, variance, y Ptr) error {
+func (d *device) BatchNormInference(dn *dnn, n, c, hw int, eps float32, x, gamma, beta, mean, variance, y devptr) error {
 	if dn.api.bnInferSym == 0 {
 		return dn.api.missing("cuDNN's BatchNormInference")
 	}
@@ -597,7 +597,7 @@ func (d *Device) BatchNormInference(dn *Dnn, n, c, hw int, eps float32, x, gamma
 
 // BatchNormBackward accumulates the training-mode gradients into dx,
 // dgamma and dbeta (all three required) from the saved mean and invstd.
-func (d *Device) BatchNormBackward(dn *Dnn, n, c, hw int, eps float32, x, dy, mean, invstd, gamma, dx, dgamma, dbeta Ptr) error {
+func (d *device) BatchNormBackward(dn *dnn, n, c, hw int, eps float32, x, dy, mean, invstd, gamma, dx, dgamma, dbeta devptr) error {
 	if dn.api.bnBackSym == 0 {
 		return dn.api.missing("cuDNN's BatchNormBackward")
 	}
@@ -615,20 +615,20 @@ func (d *Device) BatchNormBackward(dn *Dnn, n, c, hw int, eps float32, x, dy, me
 	})
 }
 
-// Pool describes max pooling of an N×C×H×W input with a K×K window.
-type Pool struct {
+// poolShape describes max pooling of an N×C×H×W input with a K×K window.
+type poolShape struct {
 	N, C, H, W     int
 	K, Stride, Pad int
 }
 
 // OutH is (H + 2·Pad − K)/Stride + 1.
-func (p Pool) OutH() int { return (p.H+2*p.Pad-p.K)/p.Stride + 1 }
+func (p poolShape) OutH() int { return (p.H+2*p.Pad-p.K)/p.Stride + 1 }
 
 // OutW is (W + 2·Pad − K)/Stride + 1.
-func (p Pool) OutW() int { return (p.W+2*p.Pad-p.K)/p.Stride + 1 }
+func (p poolShape) OutW() int { return (p.W+2*p.Pad-p.K)/p.Stride + 1 }
 
 // poolDescs creates the pooling and the two tensor descriptors.
-func (d *Device) poolDescs(dn *Dnn, p Pool, f func(pd, xd, yd uintptr) error) error {
+func (d *device) poolDescs(dn *dnn, p poolShape, f func(pd, xd, yd uintptr) error) error {
 	a := dn.api
 	if a.createPool == 0 || a.setPool2d == 0 || a.destroyPool == 0 || a.poolFwd == 0 || a.poolBwd == 0 {
 		return a.missing("cuDNN's pooling")
@@ -650,7 +650,7 @@ func (d *Device) poolDescs(dn *Dnn, p Pool, f func(pd, xd, yd uintptr) error) er
 // PoolForward writes y = maxpool(x) with cuDNN. The trainer's own
 // MaxPool kernel records winners for PyTorch's tie rule; this one is for
 // inference, where no gradient is needed.
-func (d *Device) PoolForward(dn *Dnn, p Pool, x, y Ptr) error {
+func (d *device) PoolForward(dn *dnn, p poolShape, x, y devptr) error {
 	one, zero := float32(1), float32(0)
 	return d.Do(func() error {
 		return d.poolDescs(dn, p, func(pd, xd, yd uintptr) error {
@@ -661,7 +661,7 @@ func (d *Device) PoolForward(dn *Dnn, p Pool, x, y Ptr) error {
 }
 
 // PoolBackward accumulates dx += maxpool's input gradient.
-func (d *Device) PoolBackward(dn *Dnn, p Pool, x, y, dy, dx Ptr) error {
+func (d *device) PoolBackward(dn *dnn, p poolShape, x, y, dy, dx devptr) error {
 	one := float32(1)
 	return d.Do(func() error {
 		return d.poolDescs(dn, p, func(pd, xd, yd uintptr) error {

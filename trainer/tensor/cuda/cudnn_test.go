@@ -36,11 +36,11 @@ func TestParseAlgoPerfAndPick(t *testing.T) {
 }
 
 func TestConvAndPoolSizes(t *testing.T) {
-	c := Conv{N: 1, InC: 3, InH: 640, InW: 640, OutC: 16, KH: 3, KW: 3, Stride: 2, Pad: 1}
+	c := convShape{N: 1, InC: 3, InH: 640, InW: 640, OutC: 16, KH: 3, KW: 3, Stride: 2, Pad: 1}
 	if c.OutH() != 320 || c.OutW() != 320 {
 		t.Errorf("conv out %dx%d", c.OutH(), c.OutW())
 	}
-	p := Pool{N: 1, C: 1, H: 20, W: 20, K: 5, Stride: 1, Pad: 2}
+	p := poolShape{N: 1, C: 1, H: 20, W: 20, K: 5, Stride: 1, Pad: 2}
 	if p.OutH() != 20 || p.OutW() != 20 {
 		t.Errorf("pool out %dx%d", p.OutH(), p.OutW())
 	}

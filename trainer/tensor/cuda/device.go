@@ -8,13 +8,13 @@ import (
 	"unsafe"
 )
 
-// Stream is a CUDA stream handle (CUstream); 0 is the legacy default stream.
-type Stream uintptr
+// stream is a CUDA stream handle (CUstream); 0 is the legacy default stream.
+type stream uintptr
 
-// Event is a CUDA event handle (CUevent).
-type Event uintptr
+// event is a CUDA event handle (CUevent).
+type event uintptr
 
-// Device owns one GPU's primary context.
+// device owns one GPU's primary context.
 //
 // CUDA makes a context current per OS thread while goroutines migrate
 // between threads, so every driver, cuBLAS and cuDNN call of a Device runs
@@ -23,12 +23,12 @@ type Event uintptr
 // mutex: calls are made directly by the goroutine that issues them, with
 // no hand-off to another thread and no wait for one, and a Device is safe
 // for concurrent use (calls are serialised).
-type Device struct {
+type device struct {
 	GPU
 	drv *driver
 
 	ctx    uintptr
-	stream Stream // the compute stream every launch and copy uses by default
+	stream stream // the compute stream every launch and copy uses by default
 
 	// args is pinned host memory for kernel argument blocks: the driver
 	// reads raw addresses from it, which Go memory must not hold.
@@ -44,7 +44,7 @@ type Device struct {
 	functions []uintptr
 
 	// ws is the convolutions' workspace (see withWorkspace).
-	ws      Ptr
+	ws      devptr
 	wsBytes uint64
 	// reclaim, when set, returns memory held above the pool to it (inside
 	// Do): withWorkspace calls it when the pool cannot serve a workspace.
@@ -56,12 +56,12 @@ type Device struct {
 	closed bool
 }
 
-// Open retains the primary context of GPU ordinal, creates a
+// open retains the primary context of GPU ordinal, creates a
 // non-blocking compute stream, raises the release threshold of the
 // device's default memory pool so that memory freed with Free stays cached
 // in the pool (the driver's own caching allocator), and allocates the
 // pinned argument block.
-func Open(ordinal int) (*Device, error) {
+func open(ordinal int) (*device, error) {
 	drv, err := loadDriver()
 	if err != nil {
 		return nil, err
@@ -73,7 +73,7 @@ func Open(ordinal int) (*Device, error) {
 	if !g.MemoryPools {
 		return nil, fmt.Errorf("%w: gpu %d (%s) lacks stream-ordered allocation (memory pools)", ErrUnavailable, ordinal, g.Name)
 	}
-	d := &Device{GPU: g, drv: drv}
+	d := &device{GPU: g, drv: drv}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if err := d.setup(); err != nil {
@@ -83,7 +83,7 @@ func Open(ordinal int) (*Device, error) {
 	return d, nil
 }
 
-func (d *Device) setup() error {
+func (d *device) setup() error {
 	drv := d.drv
 	var dev int32
 	if err := drv.check("cuDeviceGet", ccall(drv.cuDeviceGet, uintptr(unsafe.Pointer(&dev)), uintptr(d.Ordinal))); err != nil {
@@ -114,7 +114,7 @@ func (d *Device) setup() error {
 	return nil
 }
 
-func (d *Device) teardown() {
+func (d *device) teardown() {
 	drv := d.drv
 	if d.stream != 0 {
 		ccall(drv.cuStreamSynchronize, uintptr(d.stream))
@@ -147,7 +147,7 @@ var errClosed = errors.New("cuda: device closed")
 // driver) and, only when another context or none is current on this
 // thread, one cuCtxSetCurrent: cheaper than any way of asking the
 // operating system which thread this is.
-func (d *Device) Do(f func() error) error {
+func (d *device) Do(f func() error) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	d.mu.Lock()
@@ -162,7 +162,7 @@ func (d *Device) Do(f func() error) error {
 }
 
 // makeCurrent makes d's context current on the locked calling thread.
-func (d *Device) makeCurrent() error {
+func (d *device) makeCurrent() error {
 	var cur uintptr
 	if err := d.drv.check("cuCtxGetCurrent", ccall(d.drv.cuCtxGetCurrent, uintptr(unsafe.Pointer(&cur)))); err != nil {
 		return err
@@ -175,7 +175,7 @@ func (d *Device) makeCurrent() error {
 
 // Close waits for the compute stream and releases the context. Buffers
 // not freed are released with it; calls after Close fail.
-func (d *Device) Close() error {
+func (d *device) Close() error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	d.mu.Lock()
@@ -193,12 +193,12 @@ func (d *Device) Close() error {
 }
 
 // Stream returns the device's compute stream.
-func (d *Device) Stream() Stream { return d.stream }
+func (d *device) Stream() stream { return d.stream }
 
 // Alloc returns bytes of device memory from the default pool, ordered on
 // the compute stream (usable by work submitted after it on that stream).
-func (d *Device) Alloc(bytes int) (Ptr, error) {
-	var p Ptr
+func (d *device) Alloc(bytes int) (devptr, error) {
+	var p devptr
 	err := d.Do(func() error {
 		return d.drv.check("cuMemAllocAsync", ccall(d.drv.cuMemAllocAsync, uintptr(unsafe.Pointer(&p)), uintptr(max(bytes, 1)), uintptr(d.stream)))
 	})
@@ -206,7 +206,7 @@ func (d *Device) Alloc(bytes int) (Ptr, error) {
 }
 
 // Free returns p to the pool once the compute stream's prior work is done.
-func (d *Device) Free(p Ptr) error {
+func (d *device) Free(p devptr) error {
 	return d.Do(func() error {
 		return d.drv.check("cuMemFreeAsync", ccall(d.drv.cuMemFreeAsync, uintptr(p), uintptr(d.stream)))
 	})
@@ -214,7 +214,7 @@ func (d *Device) Free(p Ptr) error {
 
 // Upload copies src to dst and waits for the copy: src is Go memory, which
 // must not be read by the device after this returns.
-func (d *Device) Upload(dst Ptr, src []byte) error {
+func (d *device) Upload(dst devptr, src []byte) error {
 	if len(src) == 0 {
 		return nil
 	}
@@ -228,7 +228,7 @@ func (d *Device) Upload(dst Ptr, src []byte) error {
 
 // Download copies len(dst) bytes from src into dst after the compute
 // stream's prior work, and waits for them.
-func (d *Device) Download(dst []byte, src Ptr) error {
+func (d *device) Download(dst []byte, src devptr) error {
 	if len(dst) == 0 {
 		return nil
 	}
@@ -243,37 +243,37 @@ func (d *Device) Download(dst []byte, src Ptr) error {
 // UploadAsync queues a copy of the pinned host buffer src to dst on
 // stream s; src must stay untouched until the stream passes the copy
 // (record an Event after it).
-func (d *Device) UploadAsync(s Stream, dst Ptr, src *HostBuffer) error {
+func (d *device) UploadAsync(s stream, dst devptr, src *hostBuffer) error {
 	return d.Do(func() error {
 		return d.drv.check("cuMemcpyHtoDAsync", ccall(d.drv.cuMemcpyHtoDAsync, uintptr(dst), src.addr, uintptr(src.n), uintptr(s)))
 	})
 }
 
 // CopyAsync queues a device-to-device copy of n bytes on the compute stream.
-func (d *Device) CopyAsync(dst, src Ptr, n int) error {
+func (d *device) CopyAsync(dst, src devptr, n int) error {
 	return d.Do(func() error {
 		return d.drv.check("cuMemcpyDtoDAsync", ccall(d.drv.cuMemcpyDtoDAsync, uintptr(dst), uintptr(src), uintptr(n), uintptr(d.stream)))
 	})
 }
 
 // Memset32 queues filling n 32-bit words at p with v on the compute stream.
-func (d *Device) Memset32(p Ptr, v uint32, n int) error {
+func (d *device) Memset32(p devptr, v uint32, n int) error {
 	return d.Do(func() error {
 		return d.drv.check("cuMemsetD32Async", ccall(d.drv.cuMemsetD32Async, uintptr(p), uintptr(v), uintptr(n), uintptr(d.stream)))
 	})
 }
 
 // Sync waits for all work queued on the compute stream.
-func (d *Device) Sync() error { return d.Do(d.syncLocked) }
+func (d *device) Sync() error { return d.Do(d.syncLocked) }
 
-func (d *Device) syncLocked() error {
+func (d *device) syncLocked() error {
 	return d.drv.check("cuStreamSynchronize", ccall(d.drv.cuStreamSynchronize, uintptr(d.stream)))
 }
 
 // NewStream creates a non-blocking stream (a copy stream beside the
 // compute stream, say).
-func (d *Device) NewStream() (Stream, error) {
-	var s Stream
+func (d *device) NewStream() (stream, error) {
+	var s stream
 	err := d.Do(func() error {
 		return d.drv.check("cuStreamCreate", ccall(d.drv.cuStreamCreate, uintptr(unsafe.Pointer(&s)), 1))
 	})
@@ -281,13 +281,13 @@ func (d *Device) NewStream() (Stream, error) {
 }
 
 // DestroyStream destroys s once its work is done.
-func (d *Device) DestroyStream(s Stream) error {
+func (d *device) DestroyStream(s stream) error {
 	return d.Do(func() error { return d.drv.check("cuStreamDestroy", ccall(d.drv.cuStreamDestroy, uintptr(s))) })
 }
 
 // NewEvent creates an event; timing makes it usable with Elapsed.
-func (d *Device) NewEvent(timing bool) (Event, error) {
-	var e Event
+func (d *device) NewEvent(timing bool) (event, error) {
+	var e event
 	flags := uintptr(2) // CU_EVENT_DISABLE_TIMING
 	if timing {
 		flags = 0
@@ -299,24 +299,24 @@ func (d *Device) NewEvent(timing bool) (Event, error) {
 }
 
 // Record marks e at the current end of stream s.
-func (d *Device) Record(e Event, s Stream) error {
+func (d *device) Record(e event, s stream) error {
 	return d.Do(func() error { return d.drv.check("cuEventRecord", ccall(d.drv.cuEventRecord, uintptr(e), uintptr(s))) })
 }
 
 // Wait makes future work on stream s wait for e (no host wait).
-func (d *Device) Wait(s Stream, e Event) error {
+func (d *device) Wait(s stream, e event) error {
 	return d.Do(func() error {
 		return d.drv.check("cuStreamWaitEvent", ccall(d.drv.cuStreamWaitEvent, uintptr(s), uintptr(e), 0))
 	})
 }
 
 // SyncEvent blocks until e has completed.
-func (d *Device) SyncEvent(e Event) error {
+func (d *device) SyncEvent(e event) error {
 	return d.Do(func() error { return d.drv.check("cuEventSynchronize", ccall(d.drv.cuEventSynchronize, uintptr(e))) })
 }
 
 // Elapsed returns the milliseconds between two completed timing events.
-func (d *Device) Elapsed(start, end Event) (float32, error) {
+func (d *device) Elapsed(start, end event) (float32, error) {
 	var ms float32
 	err := d.Do(func() error {
 		return d.drv.check("cuEventElapsedTime", ccall(d.drv.cuEventElapsedTime, uintptr(unsafe.Pointer(&ms)), uintptr(start), uintptr(end)))
@@ -325,21 +325,21 @@ func (d *Device) Elapsed(start, end Event) (float32, error) {
 }
 
 // DestroyEvent destroys e.
-func (d *Device) DestroyEvent(e Event) error {
+func (d *device) DestroyEvent(e event) error {
 	return d.Do(func() error { return d.drv.check("cuEventDestroy", ccall(d.drv.cuEventDestroy, uintptr(e))) })
 }
 
-// HostBuffer is pinned (page-locked) host memory: copies from it run
+// hostBuffer is pinned (page-locked) host memory: copies from it run
 // asynchronously at full bus speed. Its bytes are C memory.
-type HostBuffer struct {
-	d    *Device
+type hostBuffer struct {
+	d    *device
 	addr uintptr
 	n    int
 }
 
 // AllocHost allocates n bytes of pinned host memory.
-func (d *Device) AllocHost(n int) (*HostBuffer, error) {
-	h := &HostBuffer{d: d, n: n}
+func (d *device) AllocHost(n int) (*hostBuffer, error) {
+	h := &hostBuffer{d: d, n: n}
 	err := d.Do(func() error {
 		return d.drv.check("cuMemHostAlloc", ccall(d.drv.cuMemHostAlloc, uintptr(unsafe.Pointer(&h.addr)), uintptr(max(n, 1)), 0))
 	})
@@ -350,12 +350,12 @@ func (d *Device) AllocHost(n int) (*HostBuffer, error) {
 }
 
 // Bytes returns the buffer's memory; it is invalid after Free.
-func (h *HostBuffer) Bytes() []byte {
+func (h *hostBuffer) Bytes() []byte {
 	return unsafe.Slice(*(**byte)(unsafe.Pointer(&h.addr)), h.n)
 }
 
 // Free releases the pinned memory.
-func (h *HostBuffer) Free() error {
+func (h *hostBuffer) Free() error {
 	if h.addr == 0 {
 		return nil
 	}

@@ -3,7 +3,7 @@
 // the driving goroutine (its thread locked for each call), streams,
 // events, stream-ordered allocation, pinned host memory, cuBLAS GEMMs, cuDNN convolutions (and cuDNN's batch-norm,
 // bound and checked on a GPU, though Backend runs its own, see below), the
-// project's own kernels (see Kernels), and Backend, the backend.Backend
+// project's own kernels (see Kernels below), and Backend, the backend.Backend
 // over device memory that `--device cuda` selects.
 //
 // # The backend
@@ -199,17 +199,17 @@
 // launch's blocks two at a time in a shuffled order, each on its own OS
 // thread with its threads as fibers that switch at __syncthreads, its
 // shared memory its own and NaN at the block's start (and, with
-// SanitizeEnv set, under AddressSanitizer and UndefinedBehaviorSanitizer):
+// SEGPIPE_HARNESS_SANITIZE=1, under AddressSanitizer and UndefinedBehaviorSanitizer):
 // so that a kernel that depends on block order, reads shared memory it did
 // not write, misses a barrier or indexes out of bounds fails on a host
 // without a GPU, as it would on one. TestKernelsOnCPU runs every
-// Kernels method that way and compares it with the CPU reference, which is
+// kernel method that way and compares it with the CPU reference, which is
 // how the kernels are checked on hosts without a GPU (the harness also
 // stands in for cuBLAS with a naive column-major GEMM, so MuSGD's
 // Newton–Schulz runs end to end). On a GPU host the same cases run on the
 // device (TestKernelsOnGPU) and skip elsewhere. Kernel op codes and the
 // broadcast description are the backend's own (backend.Unary, Binary,
 // Broadcast); Sgemm takes backend.Gemm itself, and the parameter structs
-// Conv and Pool mirror the CPU backend's, and the CPU cases fail if the
+// convShape and poolShape mirror the CPU backend's, and the CPU cases fail if the
 // two ever disagree.
 package cuda

@@ -45,7 +45,7 @@ func loadDriver() (*driver, error) {
 }
 
 func openDriver() (*driver, error) {
-	lib, err := openLibrary(LibCUDA)
+	lib, err := openLibrary(libCUDA)
 	if err != nil {
 		return nil, err
 	}
@@ -93,12 +93,12 @@ func (d *driver) check(call string, r uintptr) error {
 	if d.cuGetErrorString != 0 {
 		ccall(d.cuGetErrorString, r, uintptr(unsafe.Pointer(&s)))
 	}
-	return &Status{Lib: "cuda", Call: call, Code: code, Name: DriverErrorName(code), Detail: goString(s)}
+	return &status{Lib: "cuda", Call: call, Code: code, Name: driverErrorName(code), Detail: goString(s)}
 }
 
-// DriverVersion returns the driver's CUDA version (13000 is 13.0) and the
+// driverVersion returns the driver's CUDA version (13000 is 13.0) and the
 // path libcuda was loaded from.
-func DriverVersion() (version int, path string, err error) {
+func driverVersion() (version int, path string, err error) {
 	d, err := loadDriver()
 	if err != nil {
 		return 0, "", err
@@ -110,8 +110,8 @@ func DriverVersion() (version int, path string, err error) {
 	return int(v), d.lib.path, nil
 }
 
-// VersionString formats a CUDA version number (12080) as "12.8".
-func VersionString(v int) string { return fmt.Sprintf("%d.%d", v/1000, v%1000/10) }
+// versionString formats a CUDA version number (12080) as "12.8".
+func versionString(v int) string { return fmt.Sprintf("%d.%d", v/1000, v%1000/10) }
 
 // Device attributes read by Info (CUdevice_attribute).
 const (
@@ -140,9 +140,9 @@ type GPU struct {
 	MemoryPools  bool // stream-ordered allocation supported
 }
 
-// GPUs lists the devices the driver sees. With no driver, or a driver and
+// gpus lists the devices the driver sees. With no driver, or a driver and
 // no device, the error wraps ErrUnavailable.
-func GPUs() ([]GPU, error) {
+func gpus() ([]GPU, error) {
 	d, err := loadDriver()
 	if err != nil {
 		return nil, err

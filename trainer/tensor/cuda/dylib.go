@@ -9,7 +9,7 @@ import (
 
 // dylib is one opened shared library.
 type dylib struct {
-	lib    Library
+	lib    library
 	path   string
 	handle uintptr
 }
@@ -17,7 +17,7 @@ type dylib struct {
 // openLibrary opens the first of lib's candidates that loads, after the
 // dependencies found beside it. The error names the library, every path
 // tried and the override variable.
-func openLibrary(lib Library) (*dylib, error) {
+func openLibrary(lib library) (*dylib, error) {
 	env := processEnv()
 	var tried []string
 	for _, p := range lib.candidates(env) {

@@ -16,11 +16,11 @@ const stagingBytes = 4 << 20
 // gpuEngine is the engine of a real GPU: a Device with its cuBLAS and
 // cuDNN handles and the pinned staging block.
 type gpuEngine struct {
-	*Device
-	blas  *Blas
-	dnn   *Dnn
-	stage *HostBuffer
-	plans []*ConvPlan
+	*device
+	blas  *blas
+	dnn   *dnn
+	stage *hostBuffer
+	plans []*convPlan
 
 	// cache keeps freed allocations by size for the next request of that
 	// size (sizes holds every live or cached allocation's): a step frees
@@ -30,15 +30,15 @@ type gpuEngine struct {
 	// in stream order as the pool's is: every user of these buffers queues
 	// on the compute stream.
 	cacheMu sync.Mutex
-	cache   map[int][]Ptr
-	sizes   map[Ptr]int
+	cache   map[int][]devptr
+	sizes   map[devptr]int
 }
 
-func newGPUEngine(d *Device, opt Options) (*gpuEngine, error) {
+func newGPUEngine(d *device, opt Options) (*gpuEngine, error) {
 	if _, err := d.Kernels(); err != nil {
 		return nil, err
 	}
-	e := &gpuEngine{Device: d, cache: map[int][]Ptr{}, sizes: map[Ptr]int{}}
+	e := &gpuEngine{device: d, cache: map[int][]devptr{}, sizes: map[devptr]int{}}
 	// A convolution's workspace that does not fit first takes back what
 	// the cache holds.
 	d.reclaim = func() error { return e.freeLocked(e.takeCache()) }
@@ -71,7 +71,7 @@ func newGPUEngine(d *Device, opt Options) (*gpuEngine, error) {
 // The cache's lock is never held across a device call and is taken
 // inside Do (by the workspace's reclaim hook): the order is always the
 // device's mutex, then the cache's.
-func (e *gpuEngine) alloc(bytes int) (Ptr, error) {
+func (e *gpuEngine) alloc(bytes int) (devptr, error) {
 	bytes = max(bytes, 1)
 	e.cacheMu.Lock()
 	if l := e.cache[bytes]; len(l) > 0 {
@@ -97,7 +97,7 @@ func (e *gpuEngine) alloc(bytes int) (Ptr, error) {
 	return p, nil
 }
 
-func (e *gpuEngine) free(p Ptr) error {
+func (e *gpuEngine) free(p devptr) error {
 	e.cacheMu.Lock()
 	defer e.cacheMu.Unlock()
 	n, ok := e.sizes[p]
@@ -109,10 +109,10 @@ func (e *gpuEngine) free(p Ptr) error {
 }
 
 // takeCache empties the cache and returns what it held, forgotten.
-func (e *gpuEngine) takeCache() []Ptr {
+func (e *gpuEngine) takeCache() []devptr {
 	e.cacheMu.Lock()
 	defer e.cacheMu.Unlock()
-	var out []Ptr
+	var out []devptr
 	for n, l := range e.cache {
 		for _, p := range l {
 			delete(e.sizes, p)
@@ -129,7 +129,7 @@ func (e *gpuEngine) dropCache() error {
 }
 
 // freeLocked returns ps to the pool inside Do.
-func (e *gpuEngine) freeLocked(ps []Ptr) error {
+func (e *gpuEngine) freeLocked(ps []devptr) error {
 	var errs []error
 	for _, p := range ps {
 		errs = append(errs, e.drv.check("cuMemFreeAsync", ccall(e.drv.cuMemFreeAsync, uintptr(p), uintptr(e.stream))))
@@ -138,24 +138,24 @@ func (e *gpuEngine) freeLocked(ps []Ptr) error {
 }
 func (e *gpuEngine) sync() error { return e.Sync() }
 
-func (e *gpuEngine) gemm(g backend.Gemm, a, b, c Ptr) error { return e.Gemm(e.blas, g, a, b, c) }
+func (e *gpuEngine) gemm(g backend.Gemm, a, b, c devptr) error { return e.Gemm(e.blas, g, a, b, c) }
 
 // lockedMatmul queues GEMMs inside a Do that is already held.
 type lockedMatmul struct{ e *gpuEngine }
 
-func (m lockedMatmul) Gemm(g backend.Gemm, a, b, c Ptr) error {
+func (m lockedMatmul) Gemm(g backend.Gemm, a, b, c devptr) error {
 	return m.e.gemmLocked(m.e.blas, g, a, b, c)
 }
 
-func (e *gpuEngine) hold(f func(l launcher, mm Matmul) error) error {
-	return e.Do(func() error { return f(onThread{e.Device}, lockedMatmul{e}) })
+func (e *gpuEngine) hold(f func(l launcher, mm matmul) error) error {
+	return e.Do(func() error { return f(onThread{e.device}, lockedMatmul{e}) })
 }
 
 // upload copies src through the staging block on the compute stream, in
 // stream order after the kernels already queued (which may still read
 // dst's old contents), and waits for each piece before refilling the block.
-func (e *gpuEngine) upload(dst Ptr, src []byte) error {
-	d := e.Device
+func (e *gpuEngine) upload(dst devptr, src []byte) error {
+	d := e.device
 	return d.Do(func() error {
 		buf := e.stage.Bytes()
 		for len(src) > 0 {
@@ -174,8 +174,8 @@ func (e *gpuEngine) upload(dst Ptr, src []byte) error {
 
 // download copies src into dst through the staging block after the
 // compute stream's prior work.
-func (e *gpuEngine) download(dst []byte, src Ptr) error {
-	d := e.Device
+func (e *gpuEngine) download(dst []byte, src devptr) error {
+	d := e.device
 	return d.Do(func() error {
 		buf := e.stage.Bytes()
 		for len(dst) > 0 {
@@ -193,7 +193,7 @@ func (e *gpuEngine) download(dst []byte, src Ptr) error {
 	})
 }
 
-func (e *gpuEngine) planConv(c Conv) (*ConvPlan, error) {
+func (e *gpuEngine) planConv(c convShape) (*convPlan, error) {
 	p, err := e.PlanConv(e.dnn, c)
 	if err == nil {
 		e.plans = append(e.plans, p)
@@ -201,27 +201,27 @@ func (e *gpuEngine) planConv(c Conv) (*ConvPlan, error) {
 	return p, err
 }
 
-func (e *gpuEngine) convForward(p *ConvPlan, x, w, y Ptr) error {
+func (e *gpuEngine) convForward(p *convPlan, x, w, y devptr) error {
 	return e.ConvForward(e.dnn, p, x, w, y)
 }
 
-func (e *gpuEngine) convBackwardData(p *ConvPlan, dy, w, dx Ptr, accumulate bool) error {
+func (e *gpuEngine) convBackwardData(p *convPlan, dy, w, dx devptr, accumulate bool) error {
 	return e.ConvBackwardData(e.dnn, p, dy, w, dx, accumulate)
 }
 
-func (e *gpuEngine) convBackwardFilter(p *ConvPlan, x, dy, dw Ptr) error {
+func (e *gpuEngine) convBackwardFilter(p *convPlan, x, dy, dw devptr) error {
 	return e.ConvBackwardFilter(e.dnn, p, x, dy, dw)
 }
 
-func (e *gpuEngine) stageQueue() (stageQueue, error) { return newDeviceQueue(e.Device) }
+func (e *gpuEngine) stageQueue() (stageQueue, error) { return newDeviceQueue(e.device) }
 
 func (e *gpuEngine) close() error {
 	errs := []error{e.Sync()}
 	for _, p := range e.plans {
-		p.Close(e.Device, e.dnn)
+		p.Close(e.device, e.dnn)
 	}
 	e.plans = nil
-	errs = append(errs, e.stage.Free(), e.dnn.Close(e.Device), e.blas.Close(e.Device), e.Device.Close())
+	errs = append(errs, e.stage.Free(), e.dnn.Close(e.device), e.blas.Close(e.device), e.device.Close())
 	return errors.Join(errs...)
 }
 

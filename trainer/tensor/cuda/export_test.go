@@ -25,3 +25,14 @@ func ForgetPlanCache() {
 // BindingBuilt reports whether this build binds the libraries at all
 // (false under -tags nocuda).
 const BindingBuilt = bindingBuilt
+
+// Open, Pool and the environment variables' names, for the loading tests
+// outside the package.
+var Open = open
+
+type Pool = poolShape
+
+const (
+	AlgoEnv      = algoEnv
+	PlanCacheEnv = planCacheEnv
+)

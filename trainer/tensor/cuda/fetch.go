@@ -22,7 +22,7 @@ type fetching struct {
 type fetchSlot struct {
 	be   *Backend
 	host pinnedMem
-	done Event
+	done event
 	n    int // values in flight; -1 once read
 }
 

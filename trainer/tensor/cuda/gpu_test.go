@@ -11,9 +11,9 @@ import (
 
 // openGPU opens GPU 0 or skips the test with the reason (no driver, no
 // device, a nocuda build).
-func openGPU(t *testing.T) *Device {
+func openGPU(t *testing.T) *device {
 	t.Helper()
-	d, err := Open(0)
+	d, err := open(0)
 	if errors.Is(err, ErrUnavailable) {
 		t.Skipf("no CUDA device: %v", err)
 	}
@@ -31,16 +31,16 @@ func openGPU(t *testing.T) *Device {
 // gpuDev runs kernel cases on a real device.
 type gpuDev struct {
 	t     *testing.T
-	d     *Device
-	k     *Kernels
-	mm    Matmul
-	sizes map[Ptr]int
+	d     *device
+	k     *kernelSet
+	mm    matmul
+	sizes map[devptr]int
 }
 
-func (g *gpuDev) kernels() *Kernels { return g.k }
-func (g *gpuDev) matmul() Matmul    { return g.mm }
+func (g *gpuDev) kernels() *kernelSet { return g.k }
+func (g *gpuDev) matmul() matmul      { return g.mm }
 
-func (g *gpuDev) alloc(n int) Ptr {
+func (g *gpuDev) alloc(n int) devptr {
 	p, err := g.d.Alloc(n)
 	if err != nil {
 		g.t.Fatal(err)
@@ -56,7 +56,7 @@ func (g *gpuDev) alloc(n int) Ptr {
 	return p
 }
 
-func (g *gpuDev) upload(data any) Ptr {
+func (g *gpuDev) upload(data any) devptr {
 	b := toBytes(data)
 	p := g.alloc(max(len(b), 1))
 	if err := g.d.Upload(p, b); err != nil {
@@ -65,7 +65,7 @@ func (g *gpuDev) upload(data any) Ptr {
 	return p
 }
 
-func (g *gpuDev) read(p Ptr) []byte {
+func (g *gpuDev) read(p devptr) []byte {
 	b := make([]byte, g.sizes[p])
 	if err := g.d.Download(b, p); err != nil {
 		g.t.Fatal(err)
@@ -87,7 +87,7 @@ func TestKernelsOnGPU(t *testing.T) {
 	defer bl.Close(d)
 	for _, c := range kernelCases() {
 		t.Run(c.name, func(t *testing.T) {
-			g := &gpuDev{t: t, d: d, k: k, mm: d.Matmul(bl), sizes: map[Ptr]int{}}
+			g := &gpuDev{t: t, d: d, k: k, mm: d.Matmul(bl), sizes: map[devptr]int{}}
 			outs, check := c.run(g)
 			if err := d.Sync(); err != nil {
 				t.Fatal(err)
@@ -124,7 +124,7 @@ func TestGemmOnGPU(t *testing.T) {
 			na, nb, nc := max(g.Batch, 1)*g.M*g.K, max(g.Batch, 1)*g.K*g.N, max(g.Batch, 1)*g.M*g.N
 			a, b, c := uniform(r, na, -1, 1), uniform(r, nb, -1, 1), uniform(r, nc, -1, 1)
 			want := refGemm(g, a, b, c)
-			gd := &gpuDev{t: t, d: d, sizes: map[Ptr]int{}}
+			gd := &gpuDev{t: t, d: d, sizes: map[devptr]int{}}
 			pa, pb, pc := gd.upload(a), gd.upload(b), gd.upload(c)
 			if err := d.Gemm(bl, g, pa, pb, pc); err != nil {
 				t.Fatal(err)
@@ -151,7 +151,7 @@ func TestCudnnOnGPU(t *testing.T) {
 	}
 	defer dn.Close(d)
 	r := rnd(41)
-	for _, c := range []Conv{
+	for _, c := range []convShape{
 		{N: 2, InC: 8, InH: 17, InW: 15, OutC: 16, KH: 3, KW: 3, Stride: 1, Pad: 1, Groups: 1},
 		{N: 2, InC: 16, InH: 16, InW: 16, OutC: 16, KH: 3, KW: 3, Stride: 2, Pad: 1, Groups: 16},
 		{N: 1, InC: 32, InH: 9, InW: 9, OutC: 8, KH: 1, KW: 1, Stride: 1, Pad: 0, Groups: 1},
@@ -165,7 +165,7 @@ func TestCudnnOnGPU(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		gd := &gpuDev{t: t, d: d, sizes: map[Ptr]int{}}
+		gd := &gpuDev{t: t, d: d, sizes: map[devptr]int{}}
 		px, pw, py, pdy, pdx, pdw := gd.upload(x), gd.upload(w), gd.alloc(4*ny), gd.upload(dy), gd.upload(dx0), gd.upload(dw0)
 		must(d.ConvForward(dn, p, px, pw, py))
 		must(d.ConvBackwardData(dn, p, pdy, pw, pdx, true))
@@ -181,7 +181,7 @@ func TestCudnnOnGPU(t *testing.T) {
 	x, gamma, beta := uniform(r, n*ch*hw, -2, 3), uniform(r, ch, 0.5, 1.5), uniform(r, ch, -1, 1)
 	dy := uniform(r, len(x), -1, 1)
 	want := refBatchNorm(n, ch, hw, 1e-3, x, gamma, beta, dy)
-	gd := &gpuDev{t: t, d: d, sizes: map[Ptr]int{}}
+	gd := &gpuDev{t: t, d: d, sizes: map[devptr]int{}}
 	px, pg, pb := gd.upload(x), gd.upload(gamma), gd.upload(beta)
 	py, pm, pi, pv := gd.alloc(4*len(x)), gd.alloc(4*ch), gd.alloc(4*ch), gd.alloc(4*ch)
 	must(d.BatchNormTrain(dn, n, ch, hw, 1e-3, px, pg, pb, py, pm, pi, pv))
@@ -207,7 +207,7 @@ func TestCudnnOnGPU(t *testing.T) {
 	// cuDNN max pooling on tie-free inputs matches the CPU's (with ties
 	// the two may route the gradient differently: the trainer's own
 	// MaxPool kernel keeps PyTorch's rule).
-	p := Pool{N: 2, C: 3, H: 9, W: 11, K: 5, Stride: 1, Pad: 2}
+	p := poolShape{N: 2, C: 3, H: 9, W: 11, K: 5, Stride: 1, Pad: 2}
 	xp := uniform(r, p.N*p.C*p.H*p.W, -1, 1)
 	no := p.N * p.C * p.OutH() * p.OutW()
 	dyp := uniform(r, no, -1, 1)
@@ -280,7 +280,7 @@ func TestStagerOnGPU(t *testing.T) {
 			t.Fatal(err)
 		}
 		want += int64(n + len(masks))
-		g := &gpuDev{t: t, d: d, sizes: map[Ptr]int{}}
+		g := &gpuDev{t: t, d: d, sizes: map[devptr]int{}}
 		y := g.alloc(4 * n)
 		must(k.ImageToFloat(st.Parts[0], y, n))
 		mk := g.alloc(len(masks))
@@ -299,10 +299,10 @@ func TestStagerOnGPU(t *testing.T) {
 // TestRunOnGPU queues several kernels in one hand-off to the device thread.
 func TestRunOnGPU(t *testing.T) {
 	d := openGPU(t)
-	g := &gpuDev{t: t, d: d, sizes: map[Ptr]int{}}
+	g := &gpuDev{t: t, d: d, sizes: map[devptr]int{}}
 	const n = 10007
 	x := g.alloc(4 * n)
-	err := d.Run(func(k *Kernels) error {
+	err := d.Run(func(k *kernelSet) error {
 		if err := k.Fill(x, 2, n); err != nil {
 			return err
 		}

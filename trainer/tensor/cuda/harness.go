@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/segpipe/segpipe/trainer/internal/cudalaunch"
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
 
@@ -88,7 +89,7 @@ func newHarness(o HarnessOptions) (*Backend, *harnessEngine, error) {
 		return nil, nil, fmt.Errorf("cuda harness: %w", err)
 	}
 	e.w, e.r = bufio.NewWriterSize(e.in, 1<<16), bufio.NewReaderSize(out, 1<<16)
-	return newBackend(e, &Kernels{l: e, maxBlocks: o.MaxBlocks, threads: o.Threads, bnTile: 256}), e, nil
+	return newBackend(e, &kernelSet{l: e, maxBlocks: o.MaxBlocks, threads: o.Threads, bnTile: 256}), e, nil
 }
 
 // buildHarness returns the path of the harness binary, built (or found
@@ -136,15 +137,15 @@ func kernelSources() (string, error) {
 	return dir, nil
 }
 
-// SanitizeEnv, set to 1, builds and runs the harness with
+// sanitizeEnv, set to 1, builds and runs the harness with
 // AddressSanitizer and UndefinedBehaviorSanitizer (g++
 // -fsanitize=address,undefined): a kernel's out-of-bounds access to a
 // buffer, its stack or its shared memory, or undefined arithmetic, ends
 // the harness with the sanitizer's report instead of passing unnoticed.
 // CI runs the harness tests so once; it is several times slower.
-const SanitizeEnv = "SEGPIPE_HARNESS_SANITIZE"
+const sanitizeEnv = "SEGPIPE_HARNESS_SANITIZE"
 
-func sanitizeHarness() bool { return os.Getenv(SanitizeEnv) == "1" }
+func sanitizeHarness() bool { return os.Getenv(sanitizeEnv) == "1" }
 
 // compileHarness builds kernels/harness.cpp with g++ into the cache,
 // with this package's kernels/*.cu and the declared modules' sources
@@ -248,7 +249,7 @@ func kernelTable(sources [][]byte) []byte {
 }
 
 // harnessEngine is the engine of a Backend over the CPU harness: a
-// harness process driven over pipes, its buffers numbered (a Ptr is
+// harness process driven over pipes, its buffers numbered (a device address is
 // id<<32 + byte offset, so Ptr.Add works as on a device), its launches
 // the .cu kernels compiled with g++, and naive stand-ins for cuBLAS's
 // GEMM and cuDNN's convolutions. It is not a GPU: it checks what the
@@ -307,19 +308,19 @@ func (e *harnessEngine) launchCount() int {
 	return e.launches
 }
 
-func (e *harnessEngine) alloc(bytes int) (Ptr, error) {
-	var p Ptr
+func (e *harnessEngine) alloc(bytes int) (devptr, error) {
+	var p devptr
 	err := e.do(func() error {
 		e.next++
 		e.live[e.next] = bytes
-		p = Ptr(e.next << 32)
+		p = devptr(e.next << 32)
 		_, err := fmt.Fprintf(e.w, "alloc %d %d\n", e.next, bytes)
 		return err
 	})
 	return p, err
 }
 
-func (e *harnessEngine) free(p Ptr) error {
+func (e *harnessEngine) free(p devptr) error {
 	return e.do(func() error {
 		id := uint64(p) >> 32
 		if _, ok := e.live[id]; !ok || uint64(p)&0xffffffff != 0 {
@@ -331,7 +332,7 @@ func (e *harnessEngine) free(p Ptr) error {
 	})
 }
 
-func (e *harnessEngine) upload(dst Ptr, src []byte) error {
+func (e *harnessEngine) upload(dst devptr, src []byte) error {
 	return e.do(func() error {
 		if _, err := fmt.Fprintf(e.w, "write %d %d %d\n", uint64(dst)>>32, uint64(dst)&0xffffffff, len(src)); err != nil {
 			return err
@@ -341,7 +342,7 @@ func (e *harnessEngine) upload(dst Ptr, src []byte) error {
 	})
 }
 
-func (e *harnessEngine) download(dst []byte, src Ptr) error {
+func (e *harnessEngine) download(dst []byte, src devptr) error {
 	return e.do(func() error {
 		if _, err := fmt.Fprintf(e.w, "read %d %d %d\n", uint64(src)>>32, uint64(src)&0xffffffff, len(dst)); err != nil {
 			return err
@@ -370,41 +371,43 @@ func (e *harnessEngine) sync() error {
 	})
 }
 
-func (e *harnessEngine) hold(f func(l launcher, mm Matmul) error) error {
+func (e *harnessEngine) hold(f func(l launcher, mm matmul) error) error {
 	return f(e, engineMatmul{e})
 }
 
-func (e *harnessEngine) gemm(g backend.Gemm, a, b, c Ptr) error {
+func (e *harnessEngine) gemm(g backend.Gemm, a, b, c devptr) error {
 	return e.do(func() error { return writeGemm(e.w, g, a, b, c) })
 }
 
 // planConv stands in for cuDNN's algorithm search: a plan with no
 // descriptors, counted so that tests see the Backend's cache work.
-func (e *harnessEngine) planConv(c Conv) (*ConvPlan, error) {
+func (e *harnessEngine) planConv(c convShape) (*convPlan, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.plans++
-	return &ConvPlan{Conv: c}, nil
+	return &convPlan{convShape: c}, nil
 }
 
-func (e *harnessEngine) conv(pass string, p *ConvPlan, a, b, c Ptr) error {
+func (e *harnessEngine) conv(pass string, p *convPlan, a, b, c devptr) error {
 	return e.do(func() error {
 		e.convs++
-		cv := p.Conv
+		cv := p.convShape
 		_, err := fmt.Fprintf(e.w, "conv %s %d %d %d %d %d %d %d %d %d %d %s %s %s\n", pass, cv.N, cv.InC, cv.InH, cv.InW,
 			cv.OutC, cv.KH, cv.KW, cv.Stride, cv.Pad, cv.Groups, harnessPtr(a), harnessPtr(b), harnessPtr(c))
 		return err
 	})
 }
 
-func (e *harnessEngine) convForward(p *ConvPlan, x, w, y Ptr) error { return e.conv("f", p, x, w, y) }
-func (e *harnessEngine) convBackwardData(p *ConvPlan, dy, w, dx Ptr, accumulate bool) error {
+func (e *harnessEngine) convForward(p *convPlan, x, w, y devptr) error {
+	return e.conv("f", p, x, w, y)
+}
+func (e *harnessEngine) convBackwardData(p *convPlan, dy, w, dx devptr, accumulate bool) error {
 	if !accumulate {
 		return e.conv("D", p, dy, w, dx) // written, as cuDNN's beta 0
 	}
 	return e.conv("d", p, dy, w, dx)
 }
-func (e *harnessEngine) convBackwardFilter(p *ConvPlan, x, dy, dw Ptr) error {
+func (e *harnessEngine) convBackwardFilter(p *convPlan, x, dy, dw devptr) error {
 	return e.conv("w", p, x, dy, dw)
 }
 
@@ -431,7 +434,7 @@ func (e *harnessEngine) close() error {
 // number of kernel launches queued before it.
 type stageTrace struct {
 	op           string
-	event, after Event
+	event, after event
 	launches     int
 }
 
@@ -442,10 +445,10 @@ type stageTrace struct {
 // through the trace.
 type harnessQueue struct {
 	e      *harnessEngine
-	events Event
+	events event
 	// recorded is the trace index of each event's latest record: the
 	// harness's clock for elapsed, one millisecond a trace entry.
-	recorded map[Event]int
+	recorded map[event]int
 }
 
 type hostBytes struct{ b []byte }
@@ -454,27 +457,27 @@ func (h *hostBytes) Bytes() []byte { return h.b }
 func (h *hostBytes) Free() error   { h.b = nil; return nil }
 
 func (e *harnessEngine) stageQueue() (stageQueue, error) {
-	return &harnessQueue{e: e, recorded: map[Event]int{}}, nil
+	return &harnessQueue{e: e, recorded: map[event]int{}}, nil
 }
 
-func (q *harnessQueue) trace(op string, ev, after Event) {
+func (q *harnessQueue) trace(op string, ev, after event) {
 	q.e.mu.Lock()
 	defer q.e.mu.Unlock()
 	q.e.stage = append(q.e.stage, stageTrace{op: op, event: ev, after: after, launches: q.e.launches})
 }
 
-func (q *harnessQueue) alloc(bytes int) (Ptr, error)    { return q.e.alloc(bytes) }
-func (q *harnessQueue) free(p Ptr) error                { return q.e.free(p) }
+func (q *harnessQueue) alloc(bytes int) (devptr, error) { return q.e.alloc(bytes) }
+func (q *harnessQueue) free(p devptr) error             { return q.e.free(p) }
 func (q *harnessQueue) pinned(n int) (pinnedMem, error) { return &hostBytes{b: make([]byte, n)}, nil }
-func (q *harnessQueue) destroyEvent(Event) error        { return nil }
+func (q *harnessQueue) destroyEvent(event) error        { return nil }
 func (q *harnessQueue) close() error                    { return nil }
 
-func (q *harnessQueue) newEvent(bool) (Event, error) {
+func (q *harnessQueue) newEvent(bool) (event, error) {
 	q.events++
 	return q.events, nil
 }
 
-func (q *harnessQueue) copyUp(after, done Event, src pinnedMem, copies []stageCopy) error {
+func (q *harnessQueue) copyUp(after, done event, src pinnedMem, copies []stageCopy) error {
 	for _, c := range copies {
 		if err := q.e.upload(c.Dst, src.Bytes()[c.Off:c.Off+c.N]); err != nil {
 			return err
@@ -484,7 +487,7 @@ func (q *harnessQueue) copyUp(after, done Event, src pinnedMem, copies []stageCo
 	return nil
 }
 
-func (q *harnessQueue) copyDown(dst pinnedMem, src Ptr, n int, done Event) error {
+func (q *harnessQueue) copyDown(dst pinnedMem, src devptr, n int, done event) error {
 	if err := q.e.download(dst.Bytes()[:n], src); err != nil {
 		return err
 	}
@@ -493,18 +496,18 @@ func (q *harnessQueue) copyDown(dst pinnedMem, src Ptr, n int, done Event) error
 	return nil
 }
 
-func (q *harnessQueue) record(e Event) error {
+func (q *harnessQueue) record(e event) error {
 	q.recorded[e] = len(q.e.stage)
 	q.trace("record", e, 0)
 	return nil
 }
 
-func (q *harnessQueue) elapsed(start, end Event) (time.Duration, error) {
+func (q *harnessQueue) elapsed(start, end event) (time.Duration, error) {
 	q.trace("elapsed", end, start)
 	return time.Duration(q.recorded[end]-q.recorded[start]) * time.Millisecond, nil
 }
 
-func (q *harnessQueue) syncEvent(e Event) error {
+func (q *harnessQueue) syncEvent(e event) error {
 	q.trace("wait", e, 0)
 	return nil
 }
@@ -514,16 +517,16 @@ func (q *harnessQueue) syncAll() error {
 	return q.e.sync()
 }
 
-// harnessPtr writes a Ptr as the harness reads it: pID+OFF.
-func harnessPtr(x Ptr) string { return fmt.Sprintf("p%d+%d", uint64(x)>>32, uint64(x)&0xffffffff) }
+// harnessPtr writes a device address as the harness reads it: pID+OFF.
+func harnessPtr(x devptr) string { return fmt.Sprintf("p%d+%d", uint64(x)>>32, uint64(x)&0xffffffff) }
 
 // writeGemm writes the harness's gemm command: g as cuBLAS receives it.
-func writeGemm(w io.Writer, g backend.Gemm, a, b, c Ptr) error {
+func writeGemm(w io.Writer, g backend.Gemm, a, b, c devptr) error {
 	cm, err := toColMajor(g)
 	if err != nil {
 		return err
 	}
-	ops := [2]Ptr{a, b}
+	ops := [2]devptr{a, b}
 	b01 := func(v bool) int {
 		if v {
 			return 1
@@ -541,17 +544,17 @@ func writeLaunch(w io.Writer, k kernel, grid, block dim3, args []arg) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "launch %s %d %d %d %d %d %d %d", k, grid.x, grid.y, grid.z, block.x, block.y, block.z, len(args))
 	for _, a := range args {
-		switch a.kind {
-		case argPointer:
-			fmt.Fprintf(&b, " p%d+%d", a.bits>>32, a.bits&0xffffffff)
-		case argInt32:
-			fmt.Fprintf(&b, " i%d", int32(a.bits))
-		case argInt64:
-			fmt.Fprintf(&b, " l%d", int64(a.bits))
-		case argFloat32:
-			fmt.Fprintf(&b, " f%x", uint32(a.bits))
-		case argStruct:
-			fmt.Fprintf(&b, " s%x", a.bytes)
+		switch a.Kind() {
+		case cudalaunch.Pointer:
+			fmt.Fprintf(&b, " p%d+%d", a.Bits()>>32, a.Bits()&0xffffffff)
+		case cudalaunch.Int32:
+			fmt.Fprintf(&b, " i%d", int32(a.Bits()))
+		case cudalaunch.Int64:
+			fmt.Fprintf(&b, " l%d", int64(a.Bits()))
+		case cudalaunch.Float32:
+			fmt.Fprintf(&b, " f%x", uint32(a.Bits()))
+		case cudalaunch.Struct:
+			fmt.Fprintf(&b, " s%x", a.Bytes())
 		}
 	}
 	b.WriteString("\n")

@@ -236,7 +236,7 @@ func lastOp(tr []stageTrace, op string) int {
 }
 
 // lastRecord is the index of the latest record of ev in tr, or -1.
-func lastRecord(tr []stageTrace, ev Event) int {
+func lastRecord(tr []stageTrace, ev event) int {
 	for j := len(tr) - 1; j >= 0; j-- {
 		if tr[j].op == "record" && tr[j].event == ev {
 			return j

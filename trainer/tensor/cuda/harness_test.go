@@ -19,21 +19,21 @@ import (
 // kdev is what a kernel case needs from a device: its kernels, and
 // buffers. The CPU harness (emuDev) and a GPU (gpuDev) implement it.
 type kdev interface {
-	kernels() *Kernels
+	kernels() *kernelSet
 	// upload copies a []float32, []int32 or []byte into a new buffer.
-	upload(data any) Ptr
+	upload(data any) devptr
 	// alloc returns a buffer of bytes filled with 0xFF (NaN as floats),
 	// so a kernel that skips an element it should write is caught.
-	alloc(bytes int) Ptr
+	alloc(bytes int) devptr
 	// matmul is the device's GEMM (cuBLAS, or the harness's naive one).
-	matmul() Matmul
+	matmul() matmul
 }
 
 // kernelCase is one kernel check: run uploads inputs and launches, and
 // returns the buffers to read back and the check of their bytes.
 type kernelCase struct {
 	name string
-	run  func(d kdev) (outs []Ptr, check func(t *testing.T, got [][]byte))
+	run  func(d kdev) (outs []devptr, check func(t *testing.T, got [][]byte))
 }
 
 func toBytes(data any) []byte {
@@ -61,7 +61,7 @@ func i32s(b []byte) []int32 {
 }
 
 // emuDev records a script for the CPU harness: buffers are numbered,
-// and a Ptr is id<<32 + offset so that Ptr.Add works as on a device.
+// and a device address is id<<32 + offset so that Ptr.Add works as on a device.
 type emuDev struct {
 	dir    string
 	script strings.Builder
@@ -69,27 +69,29 @@ type emuDev struct {
 	next   uint64
 }
 
-func (e *emuDev) kernels() *Kernels {
+func (e *emuDev) kernels() *kernelSet {
 	// Three blocks at most, so every grid-stride loop goes round.
-	return &Kernels{l: e, maxBlocks: 3}
+	return &kernelSet{l: e, maxBlocks: 3}
 }
 
-func (e *emuDev) matmul() Matmul { return emuMatmul{e} }
+func (e *emuDev) matmul() matmul { return emuMatmul{e} }
 
 // emuMatmul hands a GEMM to the harness as cuBLAS would receive it, so
 // the row-major mapping runs end to end on the CPU too.
 type emuMatmul struct{ e *emuDev }
 
-func (m emuMatmul) Gemm(g backend.Gemm, a, b, c Ptr) error { return writeGemm(&m.e.script, g, a, b, c) }
+func (m emuMatmul) Gemm(g backend.Gemm, a, b, c devptr) error {
+	return writeGemm(&m.e.script, g, a, b, c)
+}
 
-func (e *emuDev) alloc(n int) Ptr {
+func (e *emuDev) alloc(n int) devptr {
 	e.next++
 	e.sizes[e.next] = n
 	fmt.Fprintf(&e.script, "alloc %d %d\n", e.next, n)
-	return Ptr(e.next << 32)
+	return devptr(e.next << 32)
 }
 
-func (e *emuDev) upload(data any) Ptr {
+func (e *emuDev) upload(data any) devptr {
 	b := toBytes(data)
 	p := e.alloc(len(b))
 	f := filepath.Join(e.dir, fmt.Sprintf("in%d.bin", e.next))

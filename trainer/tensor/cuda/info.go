@@ -20,21 +20,21 @@ type Report struct {
 // host with a driver but no cuDNN still shows its GPUs. It never panics.
 func Probe() Report {
 	var r Report
-	v, path, err := DriverVersion()
-	r.Driver = LibInfo{Name: LibCUDA.Name, Path: path, Err: err}
+	v, path, err := driverVersion()
+	r.Driver = LibInfo{Name: libCUDA.Name, Path: path, Err: err}
 	if err == nil {
-		r.Driver.Version = VersionString(v)
+		r.Driver.Version = versionString(v)
 	}
-	bv, bp, berr := CublasVersion()
-	dv, dp, derr := CudnnVersion()
+	bv, bp, berr := cublasVersion()
+	dv, dp, derr := cudnnVersion()
 	r.Libraries = []LibInfo{
-		{Name: LibCUBLAS.Name, Version: bv, Path: bp, Err: berr},
-		{Name: LibCUDNN.Name, Version: dv, Path: dp, Err: derr},
+		{Name: libCUBLAS.Name, Version: bv, Path: bp, Err: berr},
+		{Name: libCUDNN.Name, Version: dv, Path: dp, Err: derr},
 	}
 	if err != nil {
 		r.GPUErr = err
 		return r
 	}
-	r.GPUs, r.GPUErr = GPUs()
+	r.GPUs, r.GPUErr = gpus()
 	return r
 }

@@ -187,12 +187,12 @@ const blockSize = 256
 // maxDims is SP_MAX_DIMS in shim.h.
 const maxDims = 8
 
-// Kernels launches the project's kernels on a device's compute stream.
+// kernelSet launches the project's kernels on a device's compute stream.
 // Every method takes device pointers and element counts, queues the
 // launch and returns; errors are launch errors (a kernel's own faults
 // surface at the next synchronising call). Backward methods accumulate
 // into their gradient outputs, as the CPU backend's do.
-type Kernels struct {
+type kernelSet struct {
 	l launcher
 	// maxBlocks caps a grid-stride launch's grid (a few waves of the SMs).
 	maxBlocks int
@@ -210,7 +210,7 @@ type Kernels struct {
 // tiled batch-norm kernels: 16 per thread of a full block.
 const bnTileLen = 16 * blockSize
 
-func (k *Kernels) block() dim3 {
+func (k *kernelSet) block() dim3 {
 	if k.threads > 0 {
 		return dim3{uint32(k.threads), 1, 1}
 	}
@@ -219,13 +219,13 @@ func (k *Kernels) block() dim3 {
 
 // grid1 is the launch geometry of n elements, one per thread in
 // grid-stride loops.
-func (k *Kernels) grid1(n int) dim3 {
+func (k *kernelSet) grid1(n int) dim3 {
 	t := int(k.block().x)
 	b := (n + t - 1) / t
 	return dim3{uint32(max(min(b, k.maxBlocks), 1)), 1, 1}
 }
 
-func (k *Kernels) run(kn kernel, n int, args ...arg) error {
+func (k *kernelSet) run(kn kernel, n int, args ...arg) error {
 	if n <= 0 {
 		return nil
 	}
@@ -236,13 +236,13 @@ func (k *Kernels) run(kn kernel, n int, args ...arg) error {
 }
 
 // Unary writes y = f(x) over n elements.
-func (k *Kernels) Unary(f backend.Unary, x, y Ptr, n int) error {
+func (k *kernelSet) Unary(f backend.Unary, x, y devptr, n int) error {
 	return k.run(kUnaryForward, n, i32Arg(int(f)), ptrArg(x), ptrArg(y), i64Arg(n))
 }
 
 // UnaryBackward accumulates dx += f'(x)·dy; y = f(x) is read by the
 // functions whose derivative uses it.
-func (k *Kernels) UnaryBackward(f backend.Unary, x, y, dy, dx Ptr, n int) error {
+func (k *kernelSet) UnaryBackward(f backend.Unary, x, y, dy, dx devptr, n int) error {
 	return k.run(kUnaryBackward, n, i32Arg(int(f)), ptrArg(x), ptrArg(y), ptrArg(dy), ptrArg(dx), i64Arg(n))
 }
 
@@ -297,7 +297,7 @@ func encodeBcast(shape, sa, sb []int) []byte {
 }
 
 // Binary writes y = f(a, b) over the broadcast shape.
-func (k *Kernels) Binary(f backend.Binary, s backend.Broadcast, a, b, y Ptr) error {
+func (k *kernelSet) Binary(f backend.Binary, s backend.Broadcast, a, b, y devptr) error {
 	shape, sa, sb, err := merged(s)
 	if err != nil {
 		return err
@@ -308,7 +308,7 @@ func (k *Kernels) Binary(f backend.Binary, s backend.Broadcast, a, b, y Ptr) err
 
 // BinaryBackward accumulates f's gradients into da and db (either may be
 // 0), summed over the axes an operand is stretched on (atomically there).
-func (k *Kernels) BinaryBackward(f backend.Binary, s backend.Broadcast, a, b, dy, da, db Ptr) error {
+func (k *kernelSet) BinaryBackward(f backend.Binary, s backend.Broadcast, a, b, dy, da, db devptr) error {
 	shape, sa, sb, err := merged(s)
 	if err != nil {
 		return err
@@ -327,7 +327,7 @@ func (k *Kernels) BinaryBackward(f backend.Binary, s backend.Broadcast, a, b, dy
 }
 
 // Scale writes y = s·x; with accumulate, y += s·x (Scale's backward).
-func (k *Kernels) Scale(x, y Ptr, s float32, accumulate bool, n int) error {
+func (k *kernelSet) Scale(x, y devptr, s float32, accumulate bool, n int) error {
 	acc := 0
 	if accumulate {
 		acc = 1
@@ -336,41 +336,41 @@ func (k *Kernels) Scale(x, y Ptr, s float32, accumulate bool, n int) error {
 }
 
 // AddScalar writes y = x + s.
-func (k *Kernels) AddScalar(x, y Ptr, s float32, n int) error {
+func (k *kernelSet) AddScalar(x, y devptr, s float32, n int) error {
 	return k.run(kAddScalar, n, ptrArg(x), ptrArg(y), f32Arg(s), i64Arg(n))
 }
 
 // Clamp writes y = min(max(x, lo), hi).
-func (k *Kernels) Clamp(x, y Ptr, lo, hi float32, n int) error {
+func (k *kernelSet) Clamp(x, y devptr, lo, hi float32, n int) error {
 	return k.run(kClampForward, n, ptrArg(x), ptrArg(y), f32Arg(lo), f32Arg(hi), i64Arg(n))
 }
 
 // ClampBackward accumulates dx += dy where lo ≤ x ≤ hi.
-func (k *Kernels) ClampBackward(x, dy, dx Ptr, lo, hi float32, n int) error {
+func (k *kernelSet) ClampBackward(x, dy, dx devptr, lo, hi float32, n int) error {
 	return k.run(kClampBackward, n, ptrArg(x), ptrArg(dy), ptrArg(dx), f32Arg(lo), f32Arg(hi), i64Arg(n))
 }
 
 // Fill writes v to n floats.
-func (k *Kernels) Fill(y Ptr, v float32, n int) error {
+func (k *kernelSet) Fill(y devptr, v float32, n int) error {
 	return k.run(kFill, n, ptrArg(y), f32Arg(v), i64Arg(n))
 }
 
 // BCEWithLogits writes the unreduced max(x,0) − x·t + log(1+e^−|x|).
-func (k *Kernels) BCEWithLogits(x, t, y Ptr, n int) error {
+func (k *kernelSet) BCEWithLogits(x, t, y devptr, n int) error {
 	return k.run(kBCELogitsForward, n, ptrArg(x), ptrArg(t), ptrArg(y), i64Arg(n))
 }
 
 // BCEWithLogitsBackward accumulates dx += dy·(σ(x) − t) and dt −= dy·x;
 // either output may be 0.
-func (k *Kernels) BCEWithLogitsBackward(x, t, dy, dx, dt Ptr, n int) error {
+func (k *kernelSet) BCEWithLogitsBackward(x, t, dy, dx, dt devptr, n int) error {
 	return k.run(kBCELogitsBackward, n, ptrArg(x), ptrArg(t), ptrArg(dy), ptrArg(dx), ptrArg(dt), i64Arg(n))
 }
 
 // ImageToFloat converts n uint8 pixels to floats in [0, 1].
-func (k *Kernels) ImageToFloat(px, y Ptr, n int) error { return k.BytesToFloat(px, y, 1.0/255, n) }
+func (k *kernelSet) ImageToFloat(px, y devptr, n int) error { return k.BytesToFloat(px, y, 1.0/255, n) }
 
 // BytesToFloat writes y[i] = float32(byte i of px)·scale for n bytes.
-func (k *Kernels) BytesToFloat(px, y Ptr, scale float32, n int) error {
+func (k *kernelSet) BytesToFloat(px, y devptr, scale float32, n int) error {
 	return k.run(kImageToFloat, n, ptrArg(px), ptrArg(y), f32Arg(scale), i64Arg(n))
 }
 
@@ -392,7 +392,7 @@ func encodeStrided(shape, stride []int) ([]byte, error) {
 // Gather writes y (row-major over shape) with y[o] = x[Σ idx_k·stride[k]]:
 // a permutation, slice or concatenation part as a strided copy (x may be
 // offset with Ptr.Add).
-func (k *Kernels) Gather(shape, stride []int, x, y Ptr) error {
+func (k *kernelSet) Gather(shape, stride []int, x, y devptr) error {
 	st, err := encodeStrided(shape, stride)
 	if err != nil {
 		return err
@@ -403,7 +403,7 @@ func (k *Kernels) Gather(shape, stride []int, x, y Ptr) error {
 
 // Scatter is Gather's backward: x[Σ idx_k·stride[k]] += y[o]. The strides
 // must not map two outputs to one input (true of permutations and slices).
-func (k *Kernels) Scatter(shape, stride []int, x, y Ptr) error {
+func (k *kernelSet) Scatter(shape, stride []int, x, y devptr) error {
 	st, err := encodeStrided(shape, stride)
 	if err != nil {
 		return err
@@ -415,22 +415,22 @@ func (k *Kernels) Scatter(shape, stride []int, x, y Ptr) error {
 // IndexSelect gathers entries idx (m int32 indices, on the device) along
 // the middle axis of x viewed as outer×d×inner into y (outer×m×inner).
 // The indices must lie in [0, d): check them on the host.
-func (k *Kernels) IndexSelect(x, y, idx Ptr, outer, d, m, inner int) error {
+func (k *kernelSet) IndexSelect(x, y, idx devptr, outer, d, m, inner int) error {
 	n := outer * m * inner
 	return k.run(kIndexSelect, n, ptrArg(x), ptrArg(y), ptrArg(idx), i32Arg(d), i32Arg(m), i64Arg(inner), i32Arg(0), i64Arg(n))
 }
 
 // IndexSelectBackward adds dy back into dx at the selected entries;
 // repeated indices add up.
-func (k *Kernels) IndexSelectBackward(dy, dx, idx Ptr, outer, d, m, inner int) error {
+func (k *kernelSet) IndexSelectBackward(dy, dx, idx devptr, outer, d, m, inner int) error {
 	n := outer * m * inner
 	return k.run(kIndexSelect, n, ptrArg(dx), ptrArg(dy), ptrArg(idx), i32Arg(d), i32Arg(m), i64Arg(inner), i32Arg(1), i64Arg(n))
 }
 
-// PermuteStrides returns the output shape and the input stride of each
+// permuteStrides returns the output shape and the input stride of each
 // output axis for permuting a contiguous tensor of shape by perm (output
 // axis i is input axis perm[i]), the arguments of Gather.
-func PermuteStrides(shape, perm []int) (outShape, stride []int) {
+func permuteStrides(shape, perm []int) (outShape, stride []int) {
 	in := make([]int, len(shape))
 	st := 1
 	for i := len(shape) - 1; i >= 0; i-- {
@@ -446,25 +446,25 @@ func PermuteStrides(shape, perm []int) (outShape, stride []int) {
 }
 
 // UpsampleNearest repeats each pixel of nc planes of h×w into f×f blocks.
-func (k *Kernels) UpsampleNearest(x, y Ptr, nc, h, w, f int) error {
+func (k *kernelSet) UpsampleNearest(x, y devptr, nc, h, w, f int) error {
 	n := nc * h * w * f * f
 	return k.run(kUpsampleForward, n, ptrArg(x), ptrArg(y), i32Arg(h), i32Arg(w), i32Arg(f), i64Arg(n))
 }
 
 // UpsampleNearestBackward accumulates into dx the sum of each f×f block of dy.
-func (k *Kernels) UpsampleNearestBackward(dy, dx Ptr, nc, h, w, f int) error {
+func (k *kernelSet) UpsampleNearestBackward(dy, dx devptr, nc, h, w, f int) error {
 	n := nc * h * w
 	return k.run(kUpsampleBackward, n, ptrArg(dy), ptrArg(dx), i32Arg(h), i32Arg(w), i32Arg(f), i64Arg(n))
 }
 
 // BiasAdd adds b[c] to channel c of the n×c×hw tensor y in place.
-func (k *Kernels) BiasAdd(y, b Ptr, n, c, hw int) error {
+func (k *kernelSet) BiasAdd(y, b devptr, n, c, hw int) error {
 	total := n * c * hw
 	return k.run(kBiasAdd, total, ptrArg(y), ptrArg(b), i32Arg(c), i64Arg(hw), i64Arg(total))
 }
 
 // BiasGrad accumulates db[c] += Σ_{n,hw} dy: one block per channel.
-func (k *Kernels) BiasGrad(dy, db Ptr, n, c, hw int) error {
+func (k *kernelSet) BiasGrad(dy, db devptr, n, c, hw int) error {
 	if c <= 0 {
 		return nil
 	}
@@ -477,13 +477,13 @@ func (k *Kernels) BiasGrad(dy, db Ptr, n, c, hw int) error {
 
 // ChannelAffine writes y = act(x·scale[c] + shift[c]) over n×c×hw; a
 // zero scale means 1 (a bias add), and y may be x.
-func (k *Kernels) ChannelAffine(act backend.BNAct, x, scale, shift, y Ptr, n, c, hw int) error {
+func (k *kernelSet) ChannelAffine(act backend.BNAct, x, scale, shift, y devptr, n, c, hw int) error {
 	total := n * c * hw
 	return k.run(kChannelAffine, total, ptrArg(x), ptrArg(scale), ptrArg(shift), ptrArg(y), i32Arg(c), i64Arg(hw), i64Arg(total),
 		i32Arg(int(act)))
 }
 
-func encodePool(p Pool) []byte {
+func encodePool(p poolShape) []byte {
 	b := make([]byte, 36)
 	for i, v := range []int{p.N, p.C, p.H, p.W, p.K, p.Stride, p.Pad, p.OutH(), p.OutW()} {
 		binary.LittleEndian.PutUint32(b[4*i:], uint32(v))
@@ -493,13 +493,13 @@ func encodePool(p Pool) []byte {
 
 // MaxPool writes the window maxima and each winner's index within its
 // plane (int32) to arg: the first maximum in row-major order wins.
-func (k *Kernels) MaxPool(p Pool, x, y, arg Ptr) error {
+func (k *kernelSet) MaxPool(p poolShape, x, y, arg devptr) error {
 	n := p.N * p.C * p.OutH() * p.OutW()
 	return k.run(kMaxPoolForward, n, structArg(encodePool(p)), ptrArg(x), ptrArg(y), ptrArg(arg), i64Arg(n))
 }
 
 // MaxPoolBackward accumulates dy into dx at the recorded winners.
-func (k *Kernels) MaxPoolBackward(p Pool, dy, arg, dx Ptr) error {
+func (k *kernelSet) MaxPoolBackward(p poolShape, dy, arg, dx devptr) error {
 	n := p.N * p.C * p.H * p.W
 	return k.run(kMaxPoolBackward, n, structArg(encodePool(p)), ptrArg(dy), ptrArg(arg), ptrArg(dx), i64Arg(n))
 }
@@ -507,9 +507,9 @@ func (k *Kernels) MaxPoolBackward(p Pool, dy, arg, dx Ptr) error {
 // WindowBytes is the size of one entry of ExpandWindows' window table.
 const WindowBytes = 24
 
-// AppendWindow appends the table entry of a mask window (x0, y0, w, h on
+// appendWindow appends the table entry of a mask window (x0, y0, w, h on
 // the grid) whose w·h bytes start at off in the window data.
-func AppendWindow(table []byte, x0, y0, w, h int, off int64) []byte {
+func appendWindow(table []byte, x0, y0, w, h int, off int64) []byte {
 	table = binary.LittleEndian.AppendUint32(table, uint32(x0))
 	table = binary.LittleEndian.AppendUint32(table, uint32(y0))
 	table = binary.LittleEndian.AppendUint32(table, uint32(w))
@@ -521,19 +521,19 @@ func AppendWindow(table []byte, x0, y0, w, h int, off int64) []byte {
 // dst from a window table (AppendWindow) and the windows' bytes. The
 // windows must have been checked against the grid and the data on the
 // host (Backend.WindowTable): the kernel reads where they say.
-func (k *Kernels) ExpandWindows(table, data, dst Ptr, nwin, rows, cols int) error {
+func (k *kernelSet) ExpandWindows(table, data, dst devptr, nwin, rows, cols int) error {
 	n := nwin * rows * cols
 	return k.run(kExpandWindows, n, ptrArg(table), ptrArg(data), ptrArg(dst), i32Arg(rows), i32Arg(cols), i64Arg(n))
 }
 
 // ReduceScratch is the number of float64 partial sums one Sum needs in
 // its scratch buffer.
-func (k *Kernels) ReduceScratch(n int) int { return int(k.grid1(n).x) }
+func (k *kernelSet) ReduceScratch(n int) int { return int(k.grid1(n).x) }
 
 // Sum writes y[0] = alpha·Σ x over n elements (Sum, or Mean with alpha
 // 1/n), in two fixed-order passes through scratch (ReduceScratch(n)
 // float64s): the result does not depend on scheduling.
-func (k *Kernels) Sum(x Ptr, n int, scratch, y Ptr, alpha float32) error {
+func (k *kernelSet) Sum(x devptr, n int, scratch, y devptr, alpha float32) error {
 	if n <= 0 {
 		return k.Fill(y, 0, 1)
 	}
@@ -543,7 +543,7 @@ func (k *Kernels) Sum(x Ptr, n int, scratch, y Ptr, alpha float32) error {
 	return k.finish(scratch, k.ReduceScratch(n), y, alpha, false)
 }
 
-func (k *Kernels) finish(partial Ptr, m int, y Ptr, alpha float32, root bool) error {
+func (k *kernelSet) finish(partial devptr, m int, y devptr, alpha float32, root bool) error {
 	r := 0
 	if root {
 		r = 1
@@ -557,7 +557,7 @@ func (k *Kernels) finish(partial Ptr, m int, y Ptr, alpha float32, root bool) er
 
 // GlobalNorm writes y[0] = √(Σ over every buffer of Σ x²), the L2 norm of
 // all gradients together; scratch holds Σ ReduceScratch(ns[i]) float64s.
-func (k *Kernels) GlobalNorm(xs []Ptr, ns []int, scratch, y Ptr) error {
+func (k *kernelSet) GlobalNorm(xs []devptr, ns []int, scratch, y devptr) error {
 	m := 0
 	for i, x := range xs {
 		if ns[i] <= 0 {
@@ -576,7 +576,7 @@ func (k *Kernels) GlobalNorm(xs []Ptr, ns []int, scratch, y Ptr) error {
 
 // ClipCoef turns the norm at normToCoef into clip_grad_norm_'s
 // coefficient min(maxNorm/(norm+1e-6), 1), in place.
-func (k *Kernels) ClipCoef(normToCoef Ptr, maxNorm float32) error {
+func (k *kernelSet) ClipCoef(normToCoef devptr, maxNorm float32) error {
 	if err := k.l.launch(kClipCoef, dim3{1, 1, 1}, dim3{1, 1, 1}, []arg{ptrArg(normToCoef), f32Arg(maxNorm)}); err != nil {
 		return fmt.Errorf("%s: %w", kClipCoef, err)
 	}
@@ -584,37 +584,37 @@ func (k *Kernels) ClipCoef(normToCoef Ptr, maxNorm float32) error {
 }
 
 // ScaleBy multiplies n floats at x by the device scalar s[0].
-func (k *Kernels) ScaleBy(x, s Ptr, n int) error {
+func (k *kernelSet) ScaleBy(x, s devptr, n int) error {
 	return k.run(kScaleBy, n, ptrArg(x), ptrArg(s), i64Arg(n))
 }
 
 // SumAxis writes y[o,j] = Σ_i x[o,i,j] over outer×n×inner.
-func (k *Kernels) SumAxis(x, y Ptr, outer, n, inner int) error {
+func (k *kernelSet) SumAxis(x, y devptr, outer, n, inner int) error {
 	total := outer * inner
 	return k.run(kSumAxis, total, ptrArg(x), ptrArg(y), i32Arg(n), i64Arg(inner), i64Arg(total))
 }
 
 // SumAxisBackward accumulates dx[o,i,j] += dy[o,j].
-func (k *Kernels) SumAxisBackward(dy, dx Ptr, outer, n, inner int) error {
+func (k *kernelSet) SumAxisBackward(dy, dx devptr, outer, n, inner int) error {
 	total := outer * n * inner
 	return k.run(kSumAxisBackward, total, ptrArg(dy), ptrArg(dx), i32Arg(n), i64Arg(inner), i64Arg(total))
 }
 
 // Softmax normalises along the middle axis of outer×n×inner.
-func (k *Kernels) Softmax(x, y Ptr, outer, n, inner int) error {
+func (k *kernelSet) Softmax(x, y devptr, outer, n, inner int) error {
 	total := outer * inner
 	return k.run(kSoftmaxForward, total, ptrArg(x), ptrArg(y), i32Arg(n), i64Arg(inner), i64Arg(total))
 }
 
 // SoftmaxBackward accumulates dx += y·(dy − Σ dy·y) along the same axis.
-func (k *Kernels) SoftmaxBackward(y, dy, dx Ptr, outer, n, inner int) error {
+func (k *kernelSet) SoftmaxBackward(y, dy, dx devptr, outer, n, inner int) error {
 	total := outer * inner
 	return k.run(kSoftmaxBackward, total, ptrArg(y), ptrArg(dy), ptrArg(dx), i32Arg(n), i64Arg(inner), i64Arg(total))
 }
 
 // SGDNesterov applies trainer/optim's SGD step (L2 decay wd, Nesterov
 // momentum mu, step = lr·weight) to n parameters; first starts the buffer.
-func (k *Kernels) SGDNesterov(p, grad, buf Ptr, n int, lr, weight, mu, wd float64, first bool) error {
+func (k *kernelSet) SGDNesterov(p, grad, buf devptr, n int, lr, weight, mu, wd float64, first bool) error {
 	f := 0
 	if first {
 		f = 1
@@ -624,7 +624,7 @@ func (k *Kernels) SGDNesterov(p, grad, buf Ptr, n int, lr, weight, mu, wd float6
 }
 
 // AdamW applies trainer/optim's AdamW step t (1-based) to n parameters.
-func (k *Kernels) AdamW(p, grad, m, v Ptr, n int, lr, wd, beta1, beta2, eps float64, t int) error {
+func (k *kernelSet) AdamW(p, grad, m, v devptr, n int, lr, wd, beta1, beta2, eps float64, t int) error {
 	decay, stepSize, inv := adamWScalars(lr, wd, beta1, beta2, t)
 	return k.run(kAdamWStep, n, ptrArg(p), ptrArg(grad), ptrArg(m), ptrArg(v), f32Arg(decay),
 		f32Arg(float32(beta1)), f32Arg(float32(beta2)), f32Arg(stepSize), f32Arg(inv), f32Arg(float32(eps)), i64Arg(n))
@@ -641,25 +641,25 @@ func adamWScalars(lr, wd, beta1, beta2 float64, t int) (decay, stepSize, inv flo
 
 // MuonMomentum updates Muon's buffer m ← lerp(m, g, 1−mu) and writes the
 // Nesterov blend u = lerp(g, m, mu), the matrix Newton–Schulz takes.
-func (k *Kernels) MuonMomentum(grad, m, u Ptr, n int, mu float64) error {
+func (k *kernelSet) MuonMomentum(grad, m, u devptr, n int, mu float64) error {
 	return k.run(kMuonMomentum, n, ptrArg(grad), ptrArg(m), ptrArg(u), f32Arg(float32(1-mu)), f32Arg(float32(mu)), i64Arg(n))
 }
 
 // Axpby writes y = a·y + b·x.
-func (k *Kernels) Axpby(x, y Ptr, a, b float32, n int) error {
+func (k *kernelSet) Axpby(x, y devptr, a, b float32, n int) error {
 	return k.run(kAxpby, n, ptrArg(x), ptrArg(y), f32Arg(a), f32Arg(b), i64Arg(n))
 }
 
 // ScaleInvNorm writes y = x/(norm[0] + eps) with norm a device scalar
 // (Newton–Schulz's normalisation, after GlobalNorm of x).
-func (k *Kernels) ScaleInvNorm(x, y, norm Ptr, eps float32, n int) error {
+func (k *kernelSet) ScaleInvNorm(x, y, norm devptr, eps float32, n int) error {
 	return k.run(kScaleInvNorm, n, ptrArg(x), ptrArg(y), ptrArg(norm), f32Arg(eps), i64Arg(n))
 }
 
 // BatchNormalize writes into y each of count n-element matrices of x
 // (back to back) divided by its Frobenius norm + eps: GlobalNorm and
 // ScaleInvNorm of every matrix in one launch.
-func (k *Kernels) BatchNormalize(x, y Ptr, eps float32, n, count int) error {
+func (k *kernelSet) BatchNormalize(x, y devptr, eps float32, n, count int) error {
 	if n <= 0 || count <= 0 {
 		return nil
 	}
@@ -671,7 +671,7 @@ func (k *Kernels) BatchNormalize(x, y Ptr, eps float32, n, count int) error {
 }
 
 // EMA folds x into the average: ema = ema·d + (1 − d)·x.
-func (k *Kernels) EMA(ema, x Ptr, d float32, n int) error {
+func (k *kernelSet) EMA(ema, x devptr, d float32, n int) error {
 	return k.run(kEMAUpdate, n, ptrArg(ema), ptrArg(x), f32Arg(d), i64Arg(n))
 }
 
@@ -718,7 +718,7 @@ func encodeWalk(shape, src, dst []int, outer int) []byte {
 // row-major order, so each destination element has one writer; the
 // parallel axes must not map two indices to one destination (as
 // backend.Strided requires of axis 0).
-func (k *Kernels) Copy(s backend.Strided, src, dst Ptr) error {
+func (k *kernelSet) Copy(s backend.Strided, src, dst devptr) error {
 	if numel(s.Shape) == 0 {
 		return nil
 	}
@@ -731,7 +731,7 @@ func (k *Kernels) Copy(s backend.Strided, src, dst Ptr) error {
 }
 
 // perChannel launches a one-block-per-channel kernel over c channels.
-func (k *Kernels) perChannel(kn kernel, c int, args ...arg) error {
+func (k *kernelSet) perChannel(kn kernel, c int, args ...arg) error {
 	if c <= 0 {
 		return nil
 	}
@@ -744,7 +744,7 @@ func (k *Kernels) perChannel(kn kernel, c int, args ...arg) error {
 // BNTiles returns the tile length and count of the tiled batch-norm
 // kernels for n×c×hw, or 0, 0 where a channel fits one tile and the
 // one-block-per-channel kernels do the same work in one launch.
-func (k *Kernels) BNTiles(n, c, hw int) (tile, tiles int) {
+func (k *kernelSet) BNTiles(n, c, hw int) (tile, tiles int) {
 	tile = k.bnTile
 	if tile <= 0 {
 		tile = bnTileLen
@@ -755,19 +755,19 @@ func (k *Kernels) BNTiles(n, c, hw int) (tile, tiles int) {
 	return tile, c * n * ((hw + tile - 1) / tile)
 }
 
-// BNMode is the activation and the gradient mode of a batch-norm launch:
+// bnMode is the activation and the gradient mode of a batch-norm launch:
 // the kernels apply Act in their passes (backend.BatchNormActivator), and
 // the backward kernels write dx instead of adding to it when WriteDx.
-type BNMode struct {
+type bnMode struct {
 	Act     backend.BNAct
 	WriteDx bool
 }
 
-// BNRunning is where a training batch-norm launch folds its batch
+// bnRunning is where a training batch-norm launch folds its batch
 // statistics: running = (1 − Momentum)·running + Momentum·batch (the
 // unbiased variance); a zero Mean leaves them alone.
-type BNRunning struct {
-	Mean, Var Ptr
+type bnRunning struct {
+	Mean, Var devptr
 	Momentum  float32
 }
 
@@ -777,8 +777,8 @@ type BNRunning struct {
 // affine when it is not 0), and the elementwise pass into out when it is
 // not 0. zs and zh are the per-channel scale and shift that recompute the
 // pre-activation in the backward modes.
-func (k *Kernels) bnTiled(mode, n, c, hw, tile, tiles int, a BNMode, eps float32, x, dy, gamma, beta, mean, invstd, varUnbiased,
-	dgamma, dbeta, scale, zs, zh, out, partial, coef, affine Ptr, run BNRunning) error {
+func (k *kernelSet) bnTiled(mode, n, c, hw, tile, tiles int, a bnMode, eps float32, x, dy, gamma, beta, mean, invstd, varUnbiased,
+	dgamma, dbeta, scale, zs, zh, out, partial, coef, affine devptr, run bnRunning) error {
 	grid := dim3{uint32(max(min(tiles, k.maxBlocks), 1)), 1, 1}
 	if err := k.l.launch(kBNTilesPartial, grid, k.block(), []arg{ptrArg(x), ptrArg(dy), ptrArg(mean), ptrArg(invstd),
 		ptrArg(partial), i32Arg(mode), i32Arg(n), i32Arg(c), i64Arg(hw), i64Arg(tile), ptrArg(zs), ptrArg(zh),
@@ -801,31 +801,31 @@ func (k *Kernels) bnTiled(mode, n, c, hw, tile, tiles int, a BNMode, eps float32
 
 // BatchNormTrainTiled is BatchNormTrain by tiles (see BNTiles), with
 // scratch partial (2·tiles float64s) and coef (4·c floats).
-func (k *Kernels) BatchNormTrainTiled(a BNMode, n, c, hw int, eps float32, x, gamma, beta, y, mean, invstd, varUnbiased, affine Ptr,
-	run BNRunning, partial, coef Ptr) error {
+func (k *kernelSet) BatchNormTrainTiled(a bnMode, n, c, hw int, eps float32, x, gamma, beta, y, mean, invstd, varUnbiased, affine devptr,
+	run bnRunning, partial, coef devptr) error {
 	tile, tiles := k.BNTiles(n, c, hw)
 	return k.bnTiled(0, n, c, hw, tile, tiles, a, eps, x, 0, gamma, beta, mean, invstd, varUnbiased, 0, 0, 0, 0, 0, y, partial, coef, affine, run)
 }
 
 // BatchNormBackwardTiled is BatchNormBackward by tiles.
-func (k *Kernels) BatchNormBackwardTiled(a BNMode, n, c, hw int, x, dy, mean, invstd, gamma, affine, dx, dgamma, dbeta, partial, coef Ptr) error {
+func (k *kernelSet) BatchNormBackwardTiled(a bnMode, n, c, hw int, x, dy, mean, invstd, gamma, affine, dx, dgamma, dbeta, partial, coef devptr) error {
 	if a.Act != backend.BNIdentity && affine == 0 {
 		return fmt.Errorf("%s: an activation needs the forward's affine", kBNTilesApply)
 	}
 	tile, tiles := k.BNTiles(n, c, hw)
 	zs, zh := affineHalves(a.Act, affine, c)
-	return k.bnTiled(1, n, c, hw, tile, tiles, a, 0, x, dy, gamma, 0, mean, invstd, 0, dgamma, dbeta, 0, zs, zh, dx, partial, coef, 0, BNRunning{})
+	return k.bnTiled(1, n, c, hw, tile, tiles, a, 0, x, dy, gamma, 0, mean, invstd, 0, dgamma, dbeta, 0, zs, zh, dx, partial, coef, 0, bnRunning{})
 }
 
 // BatchNormEvalBackwardTiled is BatchNormEvalBackward by tiles.
-func (k *Kernels) BatchNormEvalBackwardTiled(a BNMode, n, c, hw int, x, dy, mean, invstd, scale, shift, dx, dgamma, dbeta, partial, coef Ptr) error {
+func (k *kernelSet) BatchNormEvalBackwardTiled(a bnMode, n, c, hw int, x, dy, mean, invstd, scale, shift, dx, dgamma, dbeta, partial, coef devptr) error {
 	tile, tiles := k.BNTiles(n, c, hw)
-	return k.bnTiled(2, n, c, hw, tile, tiles, a, 0, x, dy, 0, 0, mean, invstd, 0, dgamma, dbeta, scale, scale, shift, dx, partial, coef, 0, BNRunning{})
+	return k.bnTiled(2, n, c, hw, tile, tiles, a, 0, x, dy, 0, 0, mean, invstd, 0, dgamma, dbeta, scale, scale, shift, dx, partial, coef, 0, bnRunning{})
 }
 
 // affineHalves returns the scales and the shifts of a training forward's
 // affine (2·c floats), or 0s where the activation needs neither.
-func affineHalves(act backend.BNAct, affine Ptr, c int) (scale, shift Ptr) {
+func affineHalves(act backend.BNAct, affine devptr, c int) (scale, shift devptr) {
 	if act == backend.BNIdentity {
 		return 0, 0
 	}
@@ -837,7 +837,7 @@ func affineHalves(act backend.BNAct, affine Ptr, c int) (scale, shift Ptr) {
 // variance, NaN for a single element, (when affine is not 0) each
 // channel's scale and shift, and the running statistics of run; gamma and
 // beta may be 0 (1 and 0).
-func (k *Kernels) BatchNormTrain(a BNMode, n, c, hw int, eps float32, x, gamma, beta, y, mean, invstd, varUnbiased, affine Ptr, run BNRunning) error {
+func (k *kernelSet) BatchNormTrain(a bnMode, n, c, hw int, eps float32, x, gamma, beta, y, mean, invstd, varUnbiased, affine devptr, run bnRunning) error {
 	if n*hw == 0 {
 		return nil
 	}
@@ -849,7 +849,7 @@ func (k *Kernels) BatchNormTrain(a BNMode, n, c, hw int, eps float32, x, gamma, 
 // BatchNormBackward adds (or with WriteDx writes) the training-mode
 // gradients into dx, dgamma and dbeta (each may be 0) from the saved
 // mean, invstd and, with an activation, BatchNormTrain's affine.
-func (k *Kernels) BatchNormBackward(a BNMode, n, c, hw int, x, dy, mean, invstd, gamma, affine, dx, dgamma, dbeta Ptr) error {
+func (k *kernelSet) BatchNormBackward(a bnMode, n, c, hw int, x, dy, mean, invstd, gamma, affine, dx, dgamma, dbeta devptr) error {
 	if a.Act != backend.BNIdentity && affine == 0 {
 		return fmt.Errorf("%s: an activation needs the forward's affine", kBNBackward)
 	}
@@ -860,7 +860,7 @@ func (k *Kernels) BatchNormBackward(a BNMode, n, c, hw int, x, dy, mean, invstd,
 
 // BatchNormEvalScale writes the per-channel invstd, scale and (when shift
 // is not 0) shift of eval-mode batch-norm from the running statistics.
-func (k *Kernels) BatchNormEvalScale(c int, eps float32, gamma, beta, mean, variance, invstd, scale, shift Ptr) error {
+func (k *kernelSet) BatchNormEvalScale(c int, eps float32, gamma, beta, mean, variance, invstd, scale, shift devptr) error {
 	return k.run(kBNEvalScale, c, ptrArg(gamma), ptrArg(beta), ptrArg(mean), ptrArg(variance), f32Arg(eps),
 		ptrArg(invstd), ptrArg(scale), ptrArg(shift), i64Arg(c))
 }
@@ -868,7 +868,7 @@ func (k *Kernels) BatchNormEvalScale(c int, eps float32, gamma, beta, mean, vari
 // BatchNormEvalBackward adds (or with WriteDx writes) the eval-mode
 // gradients with BatchNormEvalScale's invstd, scale and, with an
 // activation, shift; each output may be 0.
-func (k *Kernels) BatchNormEvalBackward(a BNMode, n, c, hw int, x, dy, mean, invstd, scale, shift, dx, dgamma, dbeta Ptr) error {
+func (k *kernelSet) BatchNormEvalBackward(a bnMode, n, c, hw int, x, dy, mean, invstd, scale, shift, dx, dgamma, dbeta devptr) error {
 	if a.Act != backend.BNIdentity && shift == 0 {
 		return fmt.Errorf("%s: an activation needs the shift", kBNEvalBackward)
 	}

@@ -5,64 +5,16 @@ import (
 	"path/filepath"
 	"runtime"
 
+	"github.com/segpipe/segpipe/trainer/internal/cudalaunch"
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
 
 // The launch API for kernels whose meaning lives outside this package:
 // a package that owns a .cu file's Go side (the loss's, in
 // trainer/loss/losscuda) launches its kernels by name on a Backend's
-// compute stream with plain arguments, and keeps its own types to itself.
-// This package knows tensors, buffers and launches, nothing of what the
-// arguments mean.
-
-// Arg is one kernel argument, in the C type the kernel declares.
-type Arg struct{ a arg }
-
-// PtrArg is a device pointer argument.
-func PtrArg(p Ptr) Arg { return Arg{ptrArg(p)} }
-
-// Int32Arg is an int argument (v truncated to 32 bits).
-func Int32Arg(v int) Arg { return Arg{i32Arg(v)} }
-
-// Int64Arg is a long long argument.
-func Int64Arg(v int) Arg { return Arg{i64Arg(v)} }
-
-// Float32Arg is a float argument.
-func Float32Arg(v float32) Arg { return Arg{f32Arg(v)} }
-
-// StructArg is a struct passed by value: b is its C layout, bytes the
-// caller has laid out as the kernel's struct declares.
-func StructArg(b []byte) Arg { return Arg{structArg(b)} }
-
-// Grid is how a launch spreads over the device.
-type Grid struct {
-	kind gridKind
-	n    int
-}
-
-type gridKind byte
-
-const (
-	gridElements gridKind = iota
-	gridBlocks
-	gridOneBlock
-	gridOneThread
-)
-
-// Elements launches a grid-stride kernel over n elements, one per thread
-// per round; n ≤ 0 launches nothing.
-func Elements(n int) Grid { return Grid{gridElements, n} }
-
-// Blocks launches one block per row (or channel) of n, a kernel whose
-// blocks stride over the rows when the grid is capped; n ≤ 0 launches
-// nothing.
-func Blocks(n int) Grid { return Grid{gridBlocks, n} }
-
-// OneBlock launches a single block of the backend's block size.
-func OneBlock() Grid { return Grid{kind: gridOneBlock} }
-
-// OneThread launches a single thread.
-func OneThread() Grid { return Grid{kind: gridOneThread} }
+// compute stream with plain arguments (trainer/internal/cudalaunch's
+// values), and keeps its own types to itself. This package knows tensors,
+// buffers and launches, nothing of what the arguments mean.
 
 // Module is a kernel module another package owns (the loss's, in
 // trainer/loss/losscuda): the package declares the module once, with its
@@ -112,7 +64,7 @@ func DeclareModule(name string, ptx []byte, kernels ...string) *Module {
 // not declare, arguments that do not fit the launch block, or a launch
 // the driver refuses are errors; a kernel's own fault surfaces at the
 // next synchronising call, as for every launch.
-func (m *Module) Launch(be *Backend, name string, g Grid, args ...Arg) error {
+func (m *Module) Launch(be *Backend, name string, g cudalaunch.Grid, args ...cudalaunch.Arg) error {
 	if m.err != nil {
 		return m.err
 	}
@@ -120,32 +72,28 @@ func (m *Module) Launch(be *Backend, name string, g Grid, args ...Arg) error {
 	if !ok {
 		return fmt.Errorf("cuda backend: module %s declares no kernel %q", m.name, name)
 	}
-	as := make([]arg, len(args))
-	for i, a := range args {
-		as[i] = a.a
-	}
 	k := be.k
-	switch g.kind {
-	case gridElements:
-		return k.run(kn, g.n, as...)
-	case gridBlocks:
-		return k.perChannel(kn, g.n, as...)
-	case gridOneBlock:
-		return k.wrapLaunch(kn, dim3{1, 1, 1}, k.block(), as)
+	switch g.Kind() {
+	case cudalaunch.ElementGrid:
+		return k.run(kn, g.N(), args...)
+	case cudalaunch.BlockGrid:
+		return k.perChannel(kn, g.N(), args...)
+	case cudalaunch.OneBlockGrid:
+		return k.wrapLaunch(kn, dim3{1, 1, 1}, k.block(), args)
 	default:
-		return k.wrapLaunch(kn, dim3{1, 1, 1}, dim3{1, 1, 1}, as)
+		return k.wrapLaunch(kn, dim3{1, 1, 1}, dim3{1, 1, 1}, args)
 	}
 }
 
 // wrapLaunch launches one kernel and names it in the error.
-func (k *Kernels) wrapLaunch(kn kernel, grid, block dim3, args []arg) error {
+func (k *kernelSet) wrapLaunch(kn kernel, grid, block dim3, args []arg) error {
 	if err := k.l.launch(kn, grid, block, args); err != nil {
 		return fmt.Errorf("%s: %w", kn, err)
 	}
 	return nil
 }
 
-// ElementBlocks is the number of blocks an Elements(n) launch runs (at
+// ElementBlocks is the number of blocks a cudalaunch.Elements(n) launch runs (at
 // least 1): the size of a kernel's per-block partial sums.
 func (be *Backend) ElementBlocks(n int) int { return int(be.k.grid1(n).x) }
 
@@ -153,7 +101,7 @@ func (be *Backend) ElementBlocks(n int) int { return int(be.k.grid1(n).x) }
 // its offset (0 for the zero Buffer). Like every Backend method it panics
 // on a buffer of another backend or one outside its allocation: that is
 // a programming error, not data.
-func (be *Backend) Addr(b backend.Buffer) Ptr { return be.ptr(b) }
+func (be *Backend) Addr(b backend.Buffer) cudalaunch.Ptr { return be.ptr(b) }
 
 // Scratch returns at least bytes of the Backend's device workspace,
 // grown as needed, and holds it for the caller until release: queue the
@@ -162,7 +110,7 @@ func (be *Backend) Addr(b backend.Buffer) Ptr { return be.ptr(b) }
 // call Scratch again or the optimiser's device methods, which take the
 // same workspace. A failed allocation panics, as every Backend method
 // does on a device error.
-func (be *Backend) Scratch(bytes int) (ws Ptr, release func()) {
+func (be *Backend) Scratch(bytes int) (ws cudalaunch.Ptr, release func()) {
 	be.wsMu.Lock()
 	held := false
 	defer func() {

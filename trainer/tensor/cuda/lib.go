@@ -7,8 +7,8 @@ import (
 	"strings"
 )
 
-// Library names one shared library this package binds at run time.
-type Library struct {
+// library names one shared library this package binds at run time.
+type library struct {
 	// Name is how messages call it ("CUDA driver", "cuBLAS", "cuDNN").
 	Name string
 	// Env names the variable that overrides discovery with a full path.
@@ -29,28 +29,28 @@ type Library struct {
 
 // The libraries bound by this package.
 var (
-	LibCUDA = Library{Name: "CUDA driver", Env: "SEGPIPE_LIBCUDA",
+	libCUDA = library{Name: "CUDA driver", Env: "SEGPIPE_LIBCUDA",
 		Sonames: []string{"libcuda.so.1", "libcuda.so"}}
-	LibCUBLAS = Library{Name: "cuBLAS", Env: "SEGPIPE_LIBCUBLAS",
+	libCUBLAS = library{Name: "cuBLAS", Env: "SEGPIPE_LIBCUBLAS",
 		Sonames: []string{"libcublas.so.13", "libcublas.so.12"},
 		Deps:    []string{"libcublasLt.so.13", "libcublasLt.so.12"}, ByDirectory: true}
-	LibCUDNN = Library{Name: "cuDNN", Env: "SEGPIPE_LIBCUDNN",
+	libCUDNN = library{Name: "cuDNN", Env: "SEGPIPE_LIBCUDNN",
 		Sonames: []string{"libcudnn.so.9"},
 		Deps: []string{"libcudnn_graph.so.9", "libcudnn_engines_precompiled.so.9",
 			"libcudnn_engines_runtime_compiled.so.9", "libcudnn_heuristic.so.9",
 			"libcudnn_ops.so.9", "libcudnn_cnn.so.9", "libcudnn_adv.so.9"}, ByDirectory: true}
 )
 
-// LibNVRTC is the runtime compiler cuDNN 9's runtime-compiled engines
+// libNVRTC is the runtime compiler cuDNN 9's runtime-compiled engines
 // open by soname; preloaded (optional) from the directories searched, of
 // cuBLAS's CUDA major, so that those engines find it where a wheel put it.
-var LibNVRTC = Library{Name: "NVRTC", Env: "SEGPIPE_LIBNVRTC",
+var libNVRTC = library{Name: "NVRTC", Env: "SEGPIPE_LIBNVRTC",
 	Sonames: []string{"libnvrtc.so.13", "libnvrtc.so.12"}, ByDirectory: true}
 
-// StandardDirs are searched after LD_LIBRARY_PATH and the active Python
+// standardDirs are searched after LD_LIBRARY_PATH and the active Python
 // environment: where distributions,
 // the NVIDIA driver packages, the CUDA toolkit and WSL put the libraries.
-var StandardDirs = []string{
+var standardDirs = []string{
 	"/usr/lib/x86_64-linux-gnu",
 	"/usr/lib/aarch64-linux-gnu",
 	"/usr/lib64",
@@ -61,11 +61,11 @@ var StandardDirs = []string{
 	"/usr/lib/wsl/lib",
 }
 
-// PythonEnvs are Python environments whose pip-installed NVIDIA wheels
+// pythonEnvs are Python environments whose pip-installed NVIDIA wheels
 // (site-packages/nvidia/*/lib) are searched last, after the system's; the
 // active environment's (VIRTUAL_ENV, CONDA_PREFIX) come before the
 // system's, as its Python's own imports would load them.
-var PythonEnvs = []string{"/opt/torch/.venv"}
+var pythonEnvs = []string{"/opt/torch/.venv"}
 
 // searchEnv is what discovery reads from the process: tests replace it.
 type searchEnv struct {
@@ -82,13 +82,13 @@ func processEnv() searchEnv {
 	}
 }
 
-// SearchDirs returns the directories searched for libraries, in order:
+// searchDirs returns the directories searched for libraries, in order:
 // LD_LIBRARY_PATH, the nvidia/*/lib folders of the active Python
 // environment (VIRTUAL_ENV, CONDA_PREFIX), StandardDirs, then those of
-// PythonEnvs. An active environment's wheels come before the system's
+// pythonEnvs. An active environment's wheels come before the system's
 // libraries because they are one CUDA version built to go together (its
 // PyTorch runs on them), where a system directory may hold another.
-func SearchDirs() []string { return processEnv().dirs() }
+func searchDirs() []string { return processEnv().dirs() }
 
 func (e searchEnv) dirs() []string {
 	var out []string
@@ -115,10 +115,10 @@ func (e searchEnv) dirs() []string {
 		add(d)
 	}
 	wheels(e.getenv("VIRTUAL_ENV"), e.getenv("CONDA_PREFIX"))
-	for _, d := range StandardDirs {
+	for _, d := range standardDirs {
 		add(d)
 	}
-	wheels(PythonEnvs...)
+	wheels(pythonEnvs...)
 	return out
 }
 
@@ -127,9 +127,9 @@ func (e searchEnv) dirs() []string {
 // search directory where the file exists, then the bare sonames (for the
 // dynamic loader's own cache). The caller tries them in order and takes the
 // first that loads.
-func (lib Library) Candidates() []string { return lib.candidates(processEnv()) }
+func (lib library) Candidates() []string { return lib.candidates(processEnv()) }
 
-func (lib Library) candidates(e searchEnv) []string {
+func (lib library) candidates(e searchEnv) []string {
 	if p := e.getenv(lib.Env); p != "" {
 		return []string{p}
 	}
@@ -162,7 +162,7 @@ func (lib Library) candidates(e searchEnv) []string {
 }
 
 // deps returns the dependency paths present beside a library found at path.
-func (lib Library) deps(path string, e searchEnv) []string {
+func (lib library) deps(path string, e searchEnv) []string {
 	var out []string
 	dir := filepath.Dir(path)
 	major := path[strings.LastIndex(path, ".so"):] // ".so.13": only the matching major

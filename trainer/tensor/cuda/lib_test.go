@@ -29,11 +29,11 @@ func fakeEnv(t *testing.T, vars map[string]string, files ...string) (searchEnv, 
 }
 
 func TestCandidatesOrder(t *testing.T) {
-	saveStd, savePy := StandardDirs, PythonEnvs
-	t.Cleanup(func() { StandardDirs, PythonEnvs = saveStd, savePy })
+	saveStd, savePy := standardDirs, pythonEnvs
+	t.Cleanup(func() { standardDirs, pythonEnvs = saveStd, savePy })
 	tests := []struct {
 		name  string
-		lib   Library
+		lib   library
 		vars  map[string]string
 		files []string
 		std   []string
@@ -41,20 +41,20 @@ func TestCandidatesOrder(t *testing.T) {
 		want  []string // relative to the root; bare sonames stay bare
 	}{{
 		name:  "override alone, even when it does not exist",
-		lib:   LibCUDA,
+		lib:   libCUDA,
 		vars:  map[string]string{"SEGPIPE_LIBCUDA": "$ROOT/custom/libcuda.so.1", "LD_LIBRARY_PATH": "$ROOT/ld"},
 		files: []string{"ld/libcuda.so.1"},
 		want:  []string{"custom/libcuda.so.1"},
 	}, {
 		name:  "LD_LIBRARY_PATH before the standard paths",
-		lib:   LibCUDA,
+		lib:   libCUDA,
 		vars:  map[string]string{"LD_LIBRARY_PATH": "$ROOT/ld1:$ROOT/ld2"},
 		files: []string{"std/libcuda.so.1", "ld2/libcuda.so.1", "ld1/libcuda.so"},
 		std:   []string{"std"},
 		want:  []string{"ld2/libcuda.so.1", "std/libcuda.so.1", "ld1/libcuda.so", "libcuda.so.1", "libcuda.so"},
 	}, {
 		name:  "the first directory wins over a newer major later; newest major first within a directory",
-		lib:   LibCUBLAS,
+		lib:   libCUBLAS,
 		vars:  map[string]string{"LD_LIBRARY_PATH": "$ROOT/old"},
 		files: []string{"old/libcublas.so.12", "venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcublas.so.13", "std/libcublas.so.12", "std/libcublas.so.13"},
 		std:   []string{"std"},
@@ -63,7 +63,7 @@ func TestCandidatesOrder(t *testing.T) {
 			"venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcublas.so.13", "libcublas.so.13", "libcublas.so.12"},
 	}, {
 		name:  "the active environment's wheels before the system's libraries",
-		lib:   LibCUBLAS,
+		lib:   libCUBLAS,
 		vars:  map[string]string{"VIRTUAL_ENV": "$ROOT/active", "LD_LIBRARY_PATH": "$ROOT/ld"},
 		files: []string{"std/libcublas.so.13", "active/lib/python3.12/site-packages/nvidia/cublas/lib/libcublas.so.12", "ld/libcublas.so.13"},
 		std:   []string{"std"},
@@ -71,7 +71,7 @@ func TestCandidatesOrder(t *testing.T) {
 			"std/libcublas.so.13", "libcublas.so.13", "libcublas.so.12"},
 	}, {
 		name: "pip wheels of VIRTUAL_ENV before the configured environments",
-		lib:  LibCUDNN,
+		lib:  libCUDNN,
 		vars: map[string]string{"VIRTUAL_ENV": "$ROOT/active"},
 		files: []string{"torch/lib/python3.11/site-packages/nvidia/cudnn/lib/libcudnn.so.9",
 			"active/lib/python3.12/site-packages/nvidia/cudnn/lib/libcudnn.so.9"},
@@ -80,18 +80,18 @@ func TestCandidatesOrder(t *testing.T) {
 			"torch/lib/python3.11/site-packages/nvidia/cudnn/lib/libcudnn.so.9", "libcudnn.so.9"},
 	}, {
 		name: "nothing found: only the bare sonames for the loader's cache",
-		lib:  LibCUDNN,
+		lib:  libCUDNN,
 		want: []string{"libcudnn.so.9"},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			env, root := fakeEnv(t, tt.vars, tt.files...)
-			StandardDirs, PythonEnvs = nil, nil
+			standardDirs, pythonEnvs = nil, nil
 			for _, d := range tt.std {
-				StandardDirs = append(StandardDirs, filepath.Join(root, d))
+				standardDirs = append(standardDirs, filepath.Join(root, d))
 			}
 			for _, d := range tt.py {
-				PythonEnvs = append(PythonEnvs, filepath.Join(root, d))
+				pythonEnvs = append(pythonEnvs, filepath.Join(root, d))
 			}
 			got := tt.lib.candidates(env)
 			for i, g := range got {
@@ -108,7 +108,7 @@ func TestCandidatesOrder(t *testing.T) {
 
 func TestDepsMatchTheMajorFound(t *testing.T) {
 	env, root := fakeEnv(t, nil, "d/libcublas.so.13", "d/libcublasLt.so.13", "d/libcublasLt.so.12")
-	got := LibCUBLAS.deps(filepath.Join(root, "d/libcublas.so.13"), env)
+	got := libCUBLAS.deps(filepath.Join(root, "d/libcublas.so.13"), env)
 	want := []string{filepath.Join(root, "d/libcublasLt.so.13")}
 	if !slices.Equal(got, want) {
 		t.Errorf("deps = %q, want %q", got, want)
@@ -122,7 +122,7 @@ func TestNoDriverFailsClearly(t *testing.T) {
 	t.Setenv("SEGPIPE_LIBCUDA", filepath.Join(t.TempDir(), "libcuda.so.1"))
 	t.Setenv("SEGPIPE_LIBCUBLAS", filepath.Join(t.TempDir(), "libcublas.so.13"))
 	t.Setenv("SEGPIPE_LIBCUDNN", filepath.Join(t.TempDir(), "libcudnn.so.9"))
-	for _, lib := range []Library{LibCUDA, LibCUBLAS, LibCUDNN} {
+	for _, lib := range []library{libCUDA, libCUBLAS, libCUDNN} {
 		_, err := openLibrary(lib)
 		if err == nil {
 			t.Fatalf("%s: opened a library that does not exist", lib.Name)

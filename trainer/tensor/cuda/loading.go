@@ -28,7 +28,7 @@ func preloadNVRTC() {
 			}
 		}
 		env := processEnv()
-		for _, p := range LibNVRTC.candidates(env) {
+		for _, p := range libNVRTC.candidates(env) {
 			if want != "" && !strings.HasSuffix(p, want) {
 				continue
 			}
@@ -47,9 +47,9 @@ func preloadNVRTC() {
 	})
 }
 
-// NVRTCPath returns where NVRTC was preloaded from, or "" when it was not
+// nvrtcPathFor returns where NVRTC was preloaded from, or "" when it was not
 // found (cuDNN then runs its precompiled engines only).
-func NVRTCPath() string {
+func nvrtcPathFor() string {
 	preloadNVRTC()
 	return nvrtcPath
 }
@@ -76,14 +76,14 @@ func checkMajors(drv *driver, bl *cublasAPI, dn *cudnnAPI) error {
 	}
 	if cb > 0 && int(dv)/1000 < cb {
 		return fmt.Errorf("%w: the CUDA driver at %s supports CUDA %s, older than cuBLAS %d at %s: update the driver or use CUDA %d's libraries (SEGPIPE_LIBCUBLAS, SEGPIPE_LIBCUDNN, LD_LIBRARY_PATH)",
-			ErrUnavailable, drv.lib.path, VersionString(int(dv)), cb, bl.lib.path, int(dv)/1000)
+			ErrUnavailable, drv.lib.path, versionString(int(dv)), cb, bl.lib.path, int(dv)/1000)
 	}
 	if dn.getCudartVersion == 0 || cb == 0 {
 		return nil // an older cuDNN cannot say; the libraries' own checks remain
 	}
 	if rt := int(ccall(dn.getCudartVersion)); rt/1000 != cb {
 		return fmt.Errorf("%w: cuBLAS at %s is CUDA %d but cuDNN at %s was built for CUDA %s: take both from one CUDA version (one Python environment's nvidia/*/lib, or SEGPIPE_LIBCUBLAS and SEGPIPE_LIBCUDNN)",
-			ErrUnavailable, bl.lib.path, cb, dn.lib.path, VersionString(rt))
+			ErrUnavailable, bl.lib.path, cb, dn.lib.path, versionString(rt))
 	}
 	return nil
 }

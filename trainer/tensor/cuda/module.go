@@ -8,22 +8,24 @@ import (
 	"slices"
 	"strings"
 	"unsafe"
+
+	"github.com/segpipe/segpipe/trainer/internal/cudalaunch"
 )
 
-// Kernels returns the device's kernels, loading the embedded PTX modules
+// kernelSet returns the device's kernels, loading the embedded PTX modules
 // (JIT-compiled by the driver for this GPU) on first use.
-func (d *Device) Kernels() (*Kernels, error) {
+func (d *device) Kernels() (*kernelSet, error) {
 	d.kernelsOnce.Do(func() { d.kernelsErr = d.Do(d.loadModules) })
 	if d.kernelsErr != nil {
 		return nil, d.kernelsErr
 	}
-	return &Kernels{l: d, maxBlocks: max(d.SMs, 1) * 8}, nil
+	return &kernelSet{l: d, maxBlocks: max(d.SMs, 1) * 8}, nil
 }
 
 // loadModules loads this package's embedded modules and every declared
 // one (DeclareModule), then resolves this package's kernels. It runs
 // inside Do.
-func (d *Device) loadModules() error {
+func (d *device) loadModules() error {
 	files, err := fs.Glob(ptx, "kernels/*.ptx")
 	if err != nil {
 		return err
@@ -54,7 +56,7 @@ func (d *Device) loadModules() error {
 
 // loadPTX loads the PTX modules srcs, named names, for the JIT to compile
 // for this GPU. It runs inside Do.
-func (d *Device) loadPTX(names []string, srcs [][]byte) error {
+func (d *device) loadPTX(names []string, srcs [][]byte) error {
 	// JIT options and the two log buffers live in pinned host memory: the
 	// option values are raw addresses the driver writes through.
 	const logBytes = 8192
@@ -90,7 +92,7 @@ func (d *Device) loadPTX(names []string, srcs [][]byte) error {
 // package owns (loading the module first if it was declared after the
 // device loaded the others), in any module for this package's. It runs
 // inside Do.
-func (d *Device) resolve(k kernel) error {
+func (d *device) resolve(k kernel) error {
 	if int(k) < len(d.functions) && d.functions[k] != 0 {
 		return nil
 	}
@@ -121,7 +123,7 @@ func (d *Device) resolve(k kernel) error {
 }
 
 // launch implements launcher from any goroutine: one Do per launch.
-func (d *Device) launch(k kernel, grid, block dim3, args []arg) error {
+func (d *device) launch(k kernel, grid, block dim3, args []arg) error {
 	return d.Do(func() error { return d.launchLocked(k, grid, block, args) })
 }
 
@@ -129,11 +131,11 @@ func (d *Device) launch(k kernel, grid, block dim3, args []arg) error {
 // queues the kernel on the compute stream; it runs inside Do.
 // The driver copies the arguments during cuLaunchKernel, so one block
 // serves every launch.
-func (d *Device) launchLocked(k kernel, grid, block dim3, args []arg) error {
+func (d *device) launchLocked(k kernel, grid, block dim3, args []arg) error {
 	if err := d.resolve(k); err != nil {
 		return err
 	}
-	if _, err := packArgs(d.argBytes, d.args, args); err != nil {
+	if _, err := cudalaunch.Pack(d.argBytes, d.args, args); err != nil {
 		return err
 	}
 	return d.drv.check("cuLaunchKernel", ccall(d.drv.cuLaunchKernel, d.functions[k],
@@ -143,7 +145,7 @@ func (d *Device) launchLocked(k kernel, grid, block dim3, args []arg) error {
 
 // onThread launches directly: it is only handed out inside Run, which
 // holds the device.
-type onThread struct{ d *Device }
+type onThread struct{ d *device }
 
 func (o onThread) launch(k kernel, grid, block dim3, args []arg) error {
 	return o.d.launchLocked(k, grid, block, args)
@@ -153,10 +155,10 @@ func (o onThread) launch(k kernel, grid, block dim3, args []arg) error {
 // and context check) each. f must not call the Device's own methods
 // (Alloc, Upload, Gemm…): they take the mutex Run holds and would wait
 // forever.
-func (d *Device) Run(f func(k *Kernels) error) error {
+func (d *device) Run(f func(k *kernelSet) error) error {
 	k, err := d.Kernels()
 	if err != nil {
 		return err
 	}
-	return d.Do(func() error { return f(&Kernels{l: onThread{d}, maxBlocks: k.maxBlocks}) })
+	return d.Do(func() error { return f(&kernelSet{l: onThread{d}, maxBlocks: k.maxBlocks}) })
 }

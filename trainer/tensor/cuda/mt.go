@@ -38,13 +38,13 @@ const mtMaxTables = 256
 // mtList is one tensor list being described: per tensor up to four
 // device pointers, a length and a flag.
 type mtList struct {
-	ptrs  [][4]Ptr
+	ptrs  [][4]devptr
 	ns    []int
 	flags []int32
 }
 
-func (l *mtList) add(n int, flag bool, ptrs ...Ptr) {
-	var p [4]Ptr
+func (l *mtList) add(n int, flag bool, ptrs ...devptr) {
+	var p [4]devptr
 	copy(p[:], ptrs)
 	f := int32(0)
 	if flag {
@@ -55,9 +55,9 @@ func (l *mtList) add(n int, flag bool, ptrs ...Ptr) {
 
 // mtTable is a list's table on the device.
 type mtTable struct {
-	mem     Ptr
+	mem     devptr
 	bytes   int
-	chunks  Ptr
+	chunks  devptr
 	nchunks int
 }
 
@@ -134,7 +134,7 @@ func (be *Backend) TableBytes() int64 {
 
 // mtRun launches a multi-tensor kernel over t with the arguments after
 // the table's.
-func (k *Kernels) mtRun(kn kernel, t mtTable, args ...arg) error {
+func (k *kernelSet) mtRun(kn kernel, t mtTable, args ...arg) error {
 	if t.nchunks == 0 {
 		return nil
 	}

@@ -6,21 +6,21 @@ import (
 	"github.com/segpipe/segpipe/trainer/tensor/backend"
 )
 
-// Matmul queues row-major GEMMs on a device's stream; Device.Matmul
+// matmul queues row-major GEMMs on a device's stream; Device.Matmul
 // returns the cuBLAS one.
-type Matmul interface {
-	Gemm(g backend.Gemm, a, b, c Ptr) error
+type matmul interface {
+	Gemm(g backend.Gemm, a, b, c devptr) error
 }
 
 type blasMatmul struct {
-	d  *Device
-	bl *Blas
+	d  *device
+	bl *blas
 }
 
-func (m blasMatmul) Gemm(g backend.Gemm, a, b, c Ptr) error { return m.d.Gemm(m.bl, g, a, b, c) }
+func (m blasMatmul) Gemm(g backend.Gemm, a, b, c devptr) error { return m.d.Gemm(m.bl, g, a, b, c) }
 
-// Matmul returns GEMMs through the cuBLAS handle bl.
-func (d *Device) Matmul(bl *Blas) Matmul { return blasMatmul{d, bl} }
+// matmul returns GEMMs through the cuBLAS handle bl.
+func (d *device) Matmul(bl *blas) matmul { return blasMatmul{d, bl} }
 
 // NS5 coefficients, steps and epsilon of trainer/optim's Newton–Schulz
 // (the reference's zeropower_via_newtonschulz5).
@@ -32,7 +32,7 @@ const (
 
 // NewtonSchulzBytes is the workspace NewtonSchulz needs for count
 // rows×cols matrices.
-func (k *Kernels) NewtonSchulzBytes(rows, cols, count int) int {
+func (k *kernelSet) NewtonSchulzBytes(rows, cols, count int) int {
 	r := min(rows, cols)
 	return 4 * count * (2*rows*cols + 2*r*r)
 }
@@ -45,7 +45,7 @@ func (k *Kernels) NewtonSchulzBytes(rows, cols, count int) int {
 // normalisation (BatchNormalize), strided-batched products on mm (cuBLAS)
 // and element-wise steps over the whole batch; nothing returns to the
 // host. ws must hold NewtonSchulzBytes(rows, cols, count) bytes.
-func (k *Kernels) NewtonSchulz(mm Matmul, out, g Ptr, rows, cols, count int, ws Ptr) error {
+func (k *kernelSet) NewtonSchulz(mm matmul, out, g devptr, rows, cols, count int, ws devptr) error {
 	if rows <= 0 || cols <= 0 || count <= 0 {
 		return fmt.Errorf("cuda: newton-schulz of %d %dx%d matrices", count, rows, cols)
 	}
@@ -69,7 +69,7 @@ func (k *Kernels) NewtonSchulz(mm Matmul, out, g Ptr, rows, cols, count int, ws 
 	} else if err := k.BatchNormalize(g, x, nsEps, n, count); err != nil {
 		return err
 	}
-	gemm := func(g backend.Gemm, sa, sb, sc int, p, q, o Ptr) error {
+	gemm := func(g backend.Gemm, sa, sb, sc int, p, q, o devptr) error {
 		g.Batch, g.StrideA, g.StrideB, g.StrideC = count, sa, sb, sc
 		return mm.Gemm(g, p, q, o)
 	}

@@ -16,13 +16,13 @@ import (
 // (cuBLAS on a GPU, the naive GEMM on the CPU harness).
 type engineMatmul struct{ e engine }
 
-func (m engineMatmul) Gemm(g backend.Gemm, a, b, c Ptr) error { return m.e.gemm(g, a, b, c) }
+func (m engineMatmul) Gemm(g backend.Gemm, a, b, c devptr) error { return m.e.gemm(g, a, b, c) }
 
 // scratch returns at least bytes of the Backend's device workspace (the
 // reduction partials, Newton–Schulz's matrices), grown as needed. The
 // caller holds wsMu until its last launch using it is queued: launches on
 // the one stream run in order, so the next user cannot overtake them.
-func (be *Backend) scratch(bytes int) Ptr {
+func (be *Backend) scratch(bytes int) devptr {
 	if be.wsBytes < bytes {
 		if be.ws != 0 {
 			orPanic("free workspace", be.e.free(be.ws))
@@ -78,7 +78,7 @@ func (be *Backend) ZeroGrads(grads []backend.Buffer) {
 func (be *Backend) list(bufs ...[]backend.Buffer) *mtList {
 	var l mtList
 	for i, b := range bufs[0] {
-		ptrs := make([]Ptr, len(bufs))
+		ptrs := make([]devptr, len(bufs))
 		for k := range bufs {
 			checkLen("multi-tensor list", b.Len, bufs[k][i])
 			ptrs[k] = be.ptr(bufs[k][i])
@@ -139,7 +139,7 @@ func (be *Backend) MuonSteps(params, grads, m []backend.Buffer, rows, cols int, 
 		orPanic("muon step", err)
 	}
 	// The batch's launches and GEMMs take the device once.
-	orPanic("muon step", be.e.hold(func(l launcher, mm Matmul) error {
+	orPanic("muon step", be.e.hold(func(l launcher, mm matmul) error {
 		kk := *be.k
 		kk.l = l
 		k := &kk
@@ -159,7 +159,7 @@ func (be *Backend) MuonSteps(params, grads, m []backend.Buffer, rows, cols int, 
 // globalNorm queues the L2 norm of grads into y (mt_sum_squares, one
 // partial per chunk, then reduce_finish); the caller holds wsMu. It
 // returns y and the workspace past the partials, extra bytes long.
-func (be *Backend) globalNorm(grads []backend.Buffer, y Ptr, extra int) (Ptr, Ptr) {
+func (be *Backend) globalNorm(grads []backend.Buffer, y devptr, extra int) (devptr, devptr) {
 	t, err := be.table(be.list(grads))
 	orPanic("global norm", err)
 	ws := be.scratch(8*t.nchunks + extra)
@@ -190,7 +190,7 @@ func (be *Backend) GradNorm(grads []backend.Buffer, norm backend.Buffer) {
 // every gradient scaled by it (scale_by skips a coefficient of 1). A
 // present norm buffer receives the norm before clipping.
 func (be *Backend) ClipGrads(grads []backend.Buffer, maxNorm float64, norm backend.Buffer) {
-	var y Ptr
+	var y devptr
 	if norm.Present() {
 		checkLen("clip", 1, norm)
 		y = be.ptr(norm)

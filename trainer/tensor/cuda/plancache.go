@@ -10,14 +10,14 @@ import (
 	"github.com/segpipe/segpipe/internal/atomicfile"
 )
 
-// PlanCacheEnv names the file cuDNN's algorithm choices are kept in across
+// planCacheEnv names the file cuDNN's algorithm choices are kept in across
 // processes ("off": none). By default it is segpipe/cudnn-plans.json under
 // the user's cache directory. A choice is keyed by the GPU (name and
 // compute capability), cuDNN's version, the math and planning mode, and
 // the convolution's shape, so that a new process — each test of
 // scripts/gpu-check.sh, a resumed run, validation in a fresh process —
 // does not time every candidate of every shape again (seconds a shape).
-const PlanCacheEnv = "SEGPIPE_CUDNN_CACHE"
+const planCacheEnv = "SEGPIPE_CUDNN_CACHE"
 
 // algoChoice is one pass's algorithm and the math type it runs in.
 type algoChoice struct {
@@ -42,7 +42,7 @@ func (c *planCache) loadLocked() {
 		return
 	}
 	c.loaded, c.m = true, map[string][3]algoChoice{}
-	c.path = os.Getenv(PlanCacheEnv)
+	c.path = os.Getenv(planCacheEnv)
 	if c.path == "" {
 		dir, err := os.UserCacheDir()
 		if err != nil {
@@ -104,7 +104,7 @@ func (c *planCache) putPass(key string, pass int, v algoChoice) {
 // batch), its workspace sized for that N, and searched again only where
 // cuDNN refuses it (planLocked), rather than every candidate timed again
 // for each N.
-func planKey(d *Device, dn *Dnn, c Conv) string {
+func planKey(d *device, dn *dnn, c convShape) string {
 	mode := "search"
 	if dn.heuristic {
 		mode = "heuristic"

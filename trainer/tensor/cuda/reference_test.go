@@ -147,7 +147,7 @@ func refChannelAffine(n, c, hw int, x, scale, shift []float32) []float32 {
 	return y
 }
 
-func refMaxPool(p Pool, x, dy, dx0 []float32) (y []float32, arg []int32, dx []float32) {
+func refMaxPool(p poolShape, x, dy, dx0 []float32) (y []float32, arg []int32, dx []float32) {
 	bp := backend.Pool{N: p.N, C: p.C, H: p.H, W: p.W, K: p.K, Stride: p.Stride, Pad: p.Pad}
 	y = make([]float32, p.N*p.C*p.OutH()*p.OutW())
 	// The winners are int32 elements of a 4-byte buffer.
@@ -253,7 +253,7 @@ func refGemm(g backend.Gemm, a, b, c []float32) []float32 {
 	return out
 }
 
-func refConv(c Conv, x, w, dy, dx0, dw0 []float32) (y, dx, dw []float32) {
+func refConv(c convShape, x, w, dy, dx0, dw0 []float32) (y, dx, dw []float32) {
 	p := backend.Conv{N: c.N, InC: c.InC, InH: c.InH, InW: c.InW, OutC: c.OutC, KH: c.KH, KW: c.KW, Stride: c.Stride, Pad: c.Pad, Groups: c.Groups}
 	y = make([]float32, c.N*c.OutC*c.OutH()*c.OutW())
 	refBE.Conv2d(p, buf(x), buf(w), buf(y))

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Stager uploads batches to the device through pinned memory on a copy
+// stager uploads batches to the device through pinned memory on a copy
 // stream of its own, double-buffered: while the compute stream runs the
 // step on one batch, the next one's host-to-device copies run beside it.
 // Each batch's buffers (images, boxes, classes, offsets, masks…) go up as
@@ -15,7 +15,7 @@ import (
 // stream waits for the copies on the device, not the host), then
 // st.Done() once the step's work is queued. A Stager is not safe for
 // concurrent use.
-type Stager struct {
+type stager struct {
 	q        stageQueue
 	slots    [2]stageSlot
 	next     int
@@ -32,25 +32,25 @@ type Stager struct {
 // harness in the tests, which records the events' order.
 type stageQueue interface {
 	// alloc and free are device memory, ordered on the compute stream.
-	alloc(bytes int) (Ptr, error)
-	free(p Ptr) error
+	alloc(bytes int) (devptr, error)
+	free(p devptr) error
 	pinned(n int) (pinnedMem, error)
 	// newEvent makes an event; timing ones can be given to elapsed.
-	newEvent(timing bool) (Event, error)
-	destroyEvent(e Event) error
+	newEvent(timing bool) (event, error)
+	destroyEvent(e event) error
 	// elapsed is the time between two completed timing events.
-	elapsed(start, end Event) (time.Duration, error)
+	elapsed(start, end event) (time.Duration, error)
 	// copyUp queues on the copy stream: a wait for after (none when 0),
 	// the copies of src's bytes [Off, Off+N) to Dst, a record of done; and
 	// makes the compute stream wait for done.
-	copyUp(after, done Event, src pinnedMem, copies []stageCopy) error
+	copyUp(after, done event, src pinnedMem, copies []stageCopy) error
 	// copyDown queues on the compute stream the copy of n bytes at src
 	// into dst and a record of done after it.
-	copyDown(dst pinnedMem, src Ptr, n int, done Event) error
+	copyDown(dst pinnedMem, src devptr, n int, done event) error
 	// record marks e at the current end of the compute stream.
-	record(e Event) error
+	record(e event) error
 	// syncEvent waits on the host until e has completed.
-	syncEvent(e Event) error
+	syncEvent(e event) error
 	// syncAll waits on the host for both streams.
 	syncAll() error
 	// close waits for the copy stream and destroys it.
@@ -65,34 +65,34 @@ type pinnedMem interface {
 
 // stageCopy is one part's copy from a pinned slot to the device.
 type stageCopy struct {
-	Dst    Ptr
+	Dst    devptr
 	Off, N int
 }
 
 type stageSlot struct {
 	host     pinnedMem
-	dev      Ptr
+	dev      devptr
 	devCap   int
-	copied   Event // on the copy stream, after the slot's copies
-	consumed Event // on the compute stream, after the step that read it
+	copied   event // on the copy stream, after the slot's copies
+	consumed event // on the compute stream, after the step that read it
 	filled   bool  // the slot holds a batch (its copies were queued)
 	done     bool  // consumed is recorded after that batch's step
 	// start and end are timing events on the compute stream: where the
 	// slot's latest batch's work begins (after its copies) and where the
 	// step that read it ends, for batches startSeq and endSeq (0: none).
-	start, end       Event
+	start, end       event
 	startSeq, endSeq int
 }
 
-// Staged is one uploaded batch.
-type Staged struct {
+// staged is one uploaded batch.
+type staged struct {
 	// Parts are the device addresses of the parts given to Stage, in order.
-	Parts []Ptr
+	Parts []devptr
 	// Base and Cap are the slot's device allocation, which Parts lie in;
 	// it changes only when a larger batch grows the slot.
-	Base Ptr
+	Base devptr
 	Cap  int
-	s    *Stager
+	s    *stager
 	slot *stageSlot
 	seq  int
 }
@@ -102,7 +102,7 @@ type Staged struct {
 const stageAlign = 256
 
 // NewStager creates the copy stream and the slots' events.
-func (d *Device) NewStager() (*Stager, error) {
+func (d *device) NewStager() (*stager, error) {
 	q, err := newDeviceQueue(d)
 	if err != nil {
 		return nil, err
@@ -110,13 +110,13 @@ func (d *Device) NewStager() (*Stager, error) {
 	return newStager(q)
 }
 
-func newStager(q stageQueue) (*Stager, error) {
-	s := &Stager{q: q}
+func newStager(q stageQueue) (*stager, error) {
+	s := &stager{q: q}
 	for i := range s.slots {
 		sl := &s.slots[i]
 		var err error
 		for _, e := range []struct {
-			ev     *Event
+			ev     *event
 			timing bool
 		}{{&sl.copied, false}, {&sl.consumed, false}, {&sl.start, true}, {&sl.end, true}} {
 			if *e.ev, err = q.newEvent(e.timing); err != nil {
@@ -128,14 +128,14 @@ func newStager(q stageQueue) (*Stager, error) {
 }
 
 // Uploaded is the number of bytes Stage has copied to the device.
-func (s *Stager) Uploaded() int64 { return s.uploaded }
+func (s *stager) Uploaded() int64 { return s.uploaded }
 
 // Stage copies parts into the next pinned slot and queues their upload on
 // the copy stream; the compute stream waits for it. It blocks only while
 // that slot's previous copies (two batches ago) are still running, or —
 // when that batch was never marked Done — until the compute stream is
 // idle.
-func (s *Stager) Stage(parts ...[]byte) (*Staged, error) {
+func (s *stager) Stage(parts ...[]byte) (*staged, error) {
 	sl := &s.slots[s.next]
 	s.next ^= 1
 	offs := make([]int, len(parts))
@@ -145,7 +145,7 @@ func (s *Stager) Stage(parts ...[]byte) (*Staged, error) {
 		total += (len(p) + stageAlign - 1) / stageAlign * stageAlign
 	}
 	total = max(total, stageAlign)
-	var after Event
+	var after event
 	if sl.filled {
 		// The pinned bytes are free once the copies that read them are done.
 		if err := s.q.syncEvent(sl.copied); err != nil {
@@ -178,7 +178,7 @@ func (s *Stager) Stage(parts ...[]byte) (*Staged, error) {
 		return nil, err
 	}
 	sl.filled, sl.done, sl.startSeq = true, false, s.seq
-	st := &Staged{Parts: make([]Ptr, len(parts)), Base: sl.dev, Cap: sl.devCap, s: s, slot: sl, seq: s.seq}
+	st := &staged{Parts: make([]devptr, len(parts)), Base: sl.dev, Cap: sl.devCap, s: s, slot: sl, seq: s.seq}
 	for i := range parts {
 		st.Parts[i] = sl.dev.Add(offs[i])
 		s.uploaded += int64(len(parts[i]))
@@ -188,7 +188,7 @@ func (s *Stager) Stage(parts ...[]byte) (*Staged, error) {
 
 // grow makes the slot hold n bytes on both sides. Growing waits for the
 // device (it happens for the first batches only: capacities double).
-func (s *Stager) grow(sl *stageSlot, n int) error {
+func (s *stager) grow(sl *stageSlot, n int) error {
 	if sl.host != nil && sl.devCap >= n {
 		return nil
 	}
@@ -215,7 +215,7 @@ func (s *Stager) grow(sl *stageSlot, n int) error {
 }
 
 // freeSlot returns a slot's memory; the streams must be idle.
-func (s *Stager) freeSlot(sl *stageSlot) error {
+func (s *stager) freeSlot(sl *stageSlot) error {
 	if sl.host == nil {
 		return nil
 	}
@@ -229,7 +229,7 @@ func (s *Stager) freeSlot(sl *stageSlot) error {
 
 // Done marks the batch consumed once the compute stream reaches this
 // point: call it after queueing the step that reads Parts.
-func (st *Staged) Done() error {
+func (st *staged) Done() error {
 	sl, s := st.slot, st.s
 	if err := s.q.record(sl.consumed); err != nil {
 		return err
@@ -248,7 +248,7 @@ func (st *Staged) Done() error {
 	return nil
 }
 
-func (s *Stager) other(sl *stageSlot) *stageSlot {
+func (s *stager) other(sl *stageSlot) *stageSlot {
 	if sl == &s.slots[0] {
 		return &s.slots[1]
 	}
@@ -260,7 +260,7 @@ func (s *Stager) other(sl *stageSlot) *stageSlot {
 // work at next.start, when next holds that batch: the host's time
 // between queueing the two steps, and the wait for the next batch's
 // copies, insofar as the device had nothing else to run.
-func (s *Stager) gap(prev, next *stageSlot) error {
+func (s *stager) gap(prev, next *stageSlot) error {
 	if prev.endSeq == 0 || next.startSeq != prev.endSeq+1 {
 		return nil
 	}
@@ -282,11 +282,11 @@ func (s *Stager) gap(prev, next *stageSlot) error {
 // the batches whose successor's work has begun (all of them once Close
 // has run): the device's wait for data, zero when the host and the copy
 // stream keep ahead of it.
-func (s *Stager) Idle() time.Duration { return s.idle }
+func (s *stager) Idle() time.Duration { return s.idle }
 
 // Close waits for both streams, adds the last gaps to Idle, and frees
 // the slots.
-func (s *Stager) Close() error {
+func (s *stager) Close() error {
 	err := s.q.syncAll()
 	if err == nil {
 		for i := range s.slots {
@@ -300,7 +300,7 @@ func (s *Stager) Close() error {
 		if e := s.freeSlot(sl); err == nil {
 			err = e
 		}
-		for _, e := range []Event{sl.copied, sl.consumed, sl.start, sl.end} {
+		for _, e := range []event{sl.copied, sl.consumed, sl.start, sl.end} {
 			s.q.destroyEvent(e)
 		}
 	}
@@ -313,11 +313,11 @@ func (s *Stager) Close() error {
 // deviceQueue is a Stager's queue on a GPU: the device's compute stream
 // and a copy stream of the Stager's own.
 type deviceQueue struct {
-	d    *Device
-	copy Stream
+	d    *device
+	copy stream
 }
 
-func newDeviceQueue(d *Device) (*deviceQueue, error) {
+func newDeviceQueue(d *device) (*deviceQueue, error) {
 	cs, err := d.NewStream()
 	if err != nil {
 		return nil, err
@@ -325,21 +325,21 @@ func newDeviceQueue(d *Device) (*deviceQueue, error) {
 	return &deviceQueue{d: d, copy: cs}, nil
 }
 
-func (q *deviceQueue) alloc(bytes int) (Ptr, error)        { return q.d.Alloc(bytes) }
-func (q *deviceQueue) free(p Ptr) error                    { return q.d.Free(p) }
+func (q *deviceQueue) alloc(bytes int) (devptr, error)     { return q.d.Alloc(bytes) }
+func (q *deviceQueue) free(p devptr) error                 { return q.d.Free(p) }
 func (q *deviceQueue) pinned(n int) (pinnedMem, error)     { return q.d.AllocHost(n) }
-func (q *deviceQueue) newEvent(timing bool) (Event, error) { return q.d.NewEvent(timing) }
-func (q *deviceQueue) destroyEvent(e Event) error          { return q.d.DestroyEvent(e) }
-func (q *deviceQueue) record(e Event) error                { return q.d.Record(e, q.d.stream) }
-func (q *deviceQueue) syncEvent(e Event) error             { return q.d.SyncEvent(e) }
+func (q *deviceQueue) newEvent(timing bool) (event, error) { return q.d.NewEvent(timing) }
+func (q *deviceQueue) destroyEvent(e event) error          { return q.d.DestroyEvent(e) }
+func (q *deviceQueue) record(e event) error                { return q.d.Record(e, q.d.stream) }
+func (q *deviceQueue) syncEvent(e event) error             { return q.d.SyncEvent(e) }
 
-func (q *deviceQueue) elapsed(start, end Event) (time.Duration, error) {
+func (q *deviceQueue) elapsed(start, end event) (time.Duration, error) {
 	ms, err := q.d.Elapsed(start, end)
 	return time.Duration(float64(ms) * float64(time.Millisecond)), err
 }
 
-func (q *deviceQueue) copyUp(after, done Event, src pinnedMem, copies []stageCopy) error {
-	h, ok := src.(*HostBuffer)
+func (q *deviceQueue) copyUp(after, done event, src pinnedMem, copies []stageCopy) error {
+	h, ok := src.(*hostBuffer)
 	if !ok {
 		return fmt.Errorf("cuda: staging from %T, not pinned memory", src)
 	}
@@ -364,8 +364,8 @@ func (q *deviceQueue) copyUp(after, done Event, src pinnedMem, copies []stageCop
 	})
 }
 
-func (q *deviceQueue) copyDown(dst pinnedMem, src Ptr, n int, done Event) error {
-	h, ok := dst.(*HostBuffer)
+func (q *deviceQueue) copyDown(dst pinnedMem, src devptr, n int, done event) error {
+	h, ok := dst.(*hostBuffer)
 	if !ok || n > h.n {
 		return fmt.Errorf("cuda: copy of %d bytes into %T, not pinned memory that holds them", n, dst)
 	}

@@ -13,8 +13,8 @@ var _ backend.Stager = (*Backend)(nil)
 // first Stage, the latest batch (for StageDone) and a buffer handle per
 // slot allocation, made again when a slot grows.
 type staging struct {
-	s    *Stager
-	last *Staged
+	s    *stager
+	last *staged
 	mems [2]*mem
 	idle time.Duration // of the Stagers closed so far
 }

@@ -10,8 +10,8 @@ import (
 // build), as opposed to a failure of a call that should have worked.
 var ErrUnavailable = errors.New("cuda unavailable")
 
-// Status is a non-success result of a CUDA library call.
-type Status struct {
+// status is a non-success result of a CUDA library call.
+type status struct {
 	// Lib is the library: "cuda" (driver), "cublas" or "cudnn".
 	Lib string
 	// Call is the C function that failed.
@@ -23,7 +23,7 @@ type Status struct {
 	Detail string
 }
 
-func (s *Status) Error() string {
+func (s *status) Error() string {
 	msg := fmt.Sprintf("%s: %s returned %s (%d)", s.Lib, s.Call, s.Name, s.Code)
 	if s.Detail != "" {
 		msg += ": " + s.Detail
@@ -32,7 +32,7 @@ func (s *Status) Error() string {
 }
 
 // Is makes errors.Is(err, ErrUnavailable) true for "no device" results.
-func (s *Status) Is(target error) bool {
+func (s *status) Is(target error) bool {
 	return target == ErrUnavailable && s.Lib == "cuda" && (s.Code == cudaErrorNoDevice || s.Code == cudaErrorStubLibrary)
 }
 
@@ -41,29 +41,29 @@ const (
 	cudaErrorStubLibrary = 34
 )
 
-// DriverErrorName returns the CUresult enum name of code (from cuda.h);
+// driverErrorName returns the CUresult enum name of code (from cuda.h);
 // unknown codes read "CUDA_ERROR_<code>".
-func DriverErrorName(code int) string {
+func driverErrorName(code int) string {
 	if n, ok := driverErrors[code]; ok {
 		return n
 	}
 	return fmt.Sprintf("CUDA_ERROR_%d", code)
 }
 
-// CublasStatusName returns the cublasStatus_t enum name of code.
-func CublasStatusName(code int) string {
+// cublasStatusName returns the cublasStatus_t enum name of code.
+func cublasStatusName(code int) string {
 	if n, ok := cublasStatuses[code]; ok {
 		return n
 	}
 	return fmt.Sprintf("CUBLAS_STATUS_%d", code)
 }
 
-// CudnnStatusName returns the cudnnStatus_t name of code. cuDNN 9 numbers
+// cudnnStatusName returns the cudnnStatus_t name of code. cuDNN 9 numbers
 // its statuses by category (1xxx not initialised, 2xxx bad parameter, 3xxx
 // not supported, 4xxx internal, 5xxx execution failed); a code inside a
 // category reads as the category with its number, and the library's own
 // cudnnGetErrorString supplies the detail at run time.
-func CudnnStatusName(code int) string {
+func cudnnStatusName(code int) string {
 	if code == 0 {
 		return "CUDNN_STATUS_SUCCESS"
 	}

@@ -15,8 +15,8 @@ var ErrNoTimer = errors.New("cuda: this backend's engine has no device timer")
 // events: set against the host's time to queue the same work, it says
 // whether a step is bound by the host or by the GPU.
 type Timer struct {
-	d          *Device
-	start, end Event
+	d          *device
+	start, end event
 }
 
 // StartTimer records a timing event at the end of the compute stream.
@@ -25,7 +25,7 @@ func (be *Backend) StartTimer() (*Timer, error) {
 	if !ok {
 		return nil, ErrNoTimer
 	}
-	t := &Timer{d: g.Device}
+	t := &Timer{d: g.device}
 	var err error
 	if t.start, err = g.NewEvent(true); err != nil {
 		return nil, err

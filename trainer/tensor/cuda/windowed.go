@@ -30,7 +30,7 @@ func (be *Backend) WindowTable(dst []byte, wins []int32, rows, cols, dataBytes i
 	off := 0
 	for i := range len(wins) / 4 {
 		x0, y0, w, h := win(i)
-		dst = AppendWindow(dst, x0, y0, w, h, int64(off))
+		dst = appendWindow(dst, x0, y0, w, h, int64(off))
 		off += w * h
 	}
 	return dst, nil
