@@ -12,7 +12,6 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
-	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/segpipe/segpipe/formats/storage"
 )
@@ -112,7 +111,7 @@ type openShard struct {
 	name      string
 	f         *storage.Writer
 	sink      *hashSink
-	fw        *pqarrow.FileWriter
+	fw        parquetFileWriter
 	rows      int64
 	instances int64
 	est       int64
@@ -369,7 +368,7 @@ func (w *Writer) openShard() error {
 	}
 	sink := newHashSink(f)
 	props, aprops := writerProps()
-	fw, err := pqarrow.NewFileWriter(w.schema, sink, props, aprops)
+	fw, err := newParquetFileWriter(w.schema, sink, props, aprops)
 	if err != nil {
 		sink.finish()
 		f.Abort()

@@ -1,4 +1,4 @@
-//go:build !nocloud
+//go:build !nocloud && !segpipe_no_azblob
 
 package storage
 

@@ -41,6 +41,9 @@ func checkDriver(scheme string) error {
 	if _, ok := linkedDrivers.Load(scheme); ok {
 		return nil
 	}
+	if err := omittedDriverError(scheme); err != nil {
+		return err
+	}
 	return fmt.Errorf("%s:// needs the cloud storage drivers; this is the small build (%s); use the default build (go build, without -tags nocloud): %w",
 		scheme, buildTags(), ErrNoDriver)
 }
