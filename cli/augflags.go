@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"reflect"
+	"strings"
 
 	ucli "github.com/urfave/cli/v3"
 
@@ -25,8 +26,13 @@ func augmentFlags() []ucli.Flag {
 			out = append(out, &ucli.Uint8Flag{Name: name, Value: d, Usage: s.Usage})
 		case bool:
 			out = append(out, &ucli.BoolFlag{Name: name, Value: d, Usage: s.Usage})
+		case string:
+			// The values in the usage, and a value outside them refused
+			// while the command line is parsed, naming the ones it takes.
+			out = append(out, &ucli.StringFlag{Name: name, Value: d, Usage: s.Usage + " (" + strings.Join(s.Enum, "|") + ")",
+				Validator: func(v string) error { return s.CheckEnum(v) }})
 		default:
-			// augment's tests hold the table to these three kinds.
+			// augment's tests hold the table to these four kinds.
 			panic(fmt.Sprintf("augmentFlags: setting %s of type %T", s.Name, s.Default))
 		}
 	}

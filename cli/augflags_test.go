@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 
 	ucli "github.com/urfave/cli/v3"
@@ -58,6 +60,8 @@ func nonDefaultArgs() ([]string, augment.Config) {
 			v = d ^ 1
 		case bool:
 			v = !d
+		case string:
+			v = s.Enum[(slices.Index(s.Enum, d)+1)%len(s.Enum)]
 		}
 		reflect.ValueOf(want.Value(s)).Elem().Set(reflect.ValueOf(v))
 		args = append(args, fmt.Sprintf("--%s=%v", flagOf(s.Name), v))
@@ -104,5 +108,30 @@ func TestReadAugment(t *testing.T) {
 				t.Errorf("through train.Config.Set\n%+v\nwant\n%+v", a, tc.want)
 			}
 		})
+	}
+}
+
+// A string setting's flag takes the values of its enum only, and a bad one
+// is refused before the command runs, naming the setting and its values.
+func TestEnumFlagRefusesOtherValues(t *testing.T) {
+	for _, s := range augment.Settings() {
+		if s.Enum == nil {
+			continue
+		}
+		for _, tc := range []struct {
+			val string
+			ok  bool
+		}{{s.Enum[len(s.Enum)-1], true}, {"nope", false}, {"", false}} {
+			ran := false
+			cmd := &ucli.Command{Name: "x", Flags: augmentFlags(), Action: func(context.Context, *ucli.Command) error { ran = true; return nil }}
+			cmd.Writer, cmd.ErrWriter = io.Discard, io.Discard
+			err := cmd.Run(context.Background(), []string{"x", "--" + flagOf(s.Name) + "=" + tc.val})
+			if tc.ok != (err == nil) || ran != tc.ok {
+				t.Errorf("--%s=%q: ran %v, err %v", flagOf(s.Name), tc.val, ran, err)
+			}
+			if !tc.ok && (err == nil || !strings.Contains(err.Error(), s.Name) || !strings.Contains(err.Error(), strings.Join(s.Enum, ", "))) {
+				t.Errorf("--%s=%q: error %v, want the setting and its values named", flagOf(s.Name), tc.val, err)
+			}
+		}
 	}
 }

@@ -55,6 +55,13 @@ func (l *Loader) assemble(j *job) {
 	c.Transforms, c.BoxesPerImage, c.Offsets = own(48*n), own(4*n), own(4*(n+1))
 	c.Boxes, c.Classes, c.Masks = own(16*sumN), own(4*sumN), own(sumN*l.grid.Cells())
 	c.IsCrowd = own(sumN)
+	if l.cfg.HasCanvas() {
+		c.Canvas = own(8 * n)
+		hw := arrow.Int32Traits.CastFromBytes(c.Canvas.Bytes())
+		for k := 0; k < n; k++ {
+			hw[2*k], hw[2*k+1] = int32(j.liveH), int32(j.liveW)
+		}
+	}
 	crowd := c.IsCrowd.Bytes()
 	clear(crowd) // pooled memory
 	ids, oh, ow := arrow.Int64Traits.CastFromBytes(c.ImageIDs.Bytes()), arrow.Int32Traits.CastFromBytes(c.OrigHeight.Bytes()), arrow.Int32Traits.CastFromBytes(c.OrigWidth.Bytes())

@@ -4,9 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"math/rand/v2"
 	"runtime"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/segpipe/segpipe/formats/batch"
 	"github.com/segpipe/segpipe/pipeline/augment"
 	"github.com/segpipe/segpipe/pipeline/order"
 )
@@ -52,8 +55,29 @@ type Config struct {
 	// deterministic prefix, the same at any worker count, rank or seed,
 	// shuffled within itself. 0 or 1: every row.
 	Fraction float64
-	Augment  augment.Config // see augment.DefaultConfig
-	Stride   int            // mask grid stride, default 4
+	// Rect makes rectangular validation batches, as Ultralytics' rect
+	// (its validation default): the images in order of aspect ratio
+	// (height/width, storage order among equals; no shuffle), each batch
+	// letterboxed, centred and never enlarged, to the shape RectShape
+	// gives for its images' aspect ratios. Every such shape fits the
+	// stream's canvas, CanvasSide; a batch carries its shape in the
+	// batch.ColCanvas column, its images at the canvas' top left. The
+	// sort reads every row once when the loader starts and holds the
+	// whole set's encoded rows (one shuffle window). Val only: training
+	// with rect needs the random affine on a non-square canvas, which the
+	// augmenter does not draw.
+	Rect bool
+	// MultiScale m in (0, 1) draws each training batch's canvas side as
+	// Ultralytics' multi_scale does (MultiScaleSize: on the 32 px grid,
+	// from max(32, imgsz·(1-m)) to imgsz·(1+m)) from the batch's own
+	// stream, so the same at any worker count; every sample of the batch
+	// is augmented at that side (masks at the mask stride of it) and
+	// carried at the top left of a canvas of CanvasSide, the side in the
+	// batch.ColCanvas column. 0: off. Training only (Ultralytics draws it
+	// in training alone), and not yet with mixup or cutmix.
+	MultiScale float64
+	Augment    augment.Config // see augment.DefaultConfig
+	Stride     int            // mask grid stride, default 4
 
 	WindowRows int   // shuffle window, default order.DefaultWindowRows
 	CacheBytes int64 // decoded-image cache, default 512 MiB (a 512-row window of 640×480 images)
@@ -208,6 +232,16 @@ func (d Config) checkShape() error {
 		return fmt.Errorf("pipeline: cache bytes %d", d.CacheBytes)
 	case !(d.Fraction >= 0 && d.Fraction <= 1): // also refuses NaN
 		return fmt.Errorf("pipeline: fraction %v: want a share in (0, 1], or 0 for every row", d.Fraction)
+	case d.Rect && !d.Val:
+		return errors.New("pipeline: rect: rectangular batches are for validation; training with rect needs the random affine on a non-square canvas, which is not supported")
+	case !(d.MultiScale >= 0 && d.MultiScale < 1): // also refuses NaN
+		return fmt.Errorf("pipeline: multi_scale %v: want a share in [0, 1)", d.MultiScale)
+	case d.MultiScale > 0 && d.Val:
+		return errors.New("pipeline: multi_scale applies to training batches only, as Ultralytics draws it; validation keeps imgsz")
+	case d.MultiScale > 0 && (d.Augment.Mixup > 0 || d.Augment.Cutmix > 0):
+		return errors.New("pipeline: multi_scale with mixup or cutmix is not supported yet: a mix partner would be drawn at imgsz, not at the batch's size")
+	case d.MultiScale > 0 && d.Augment.ImgSz%scaleStride != 0:
+		return fmt.Errorf("pipeline: multi_scale: imgsz %d is not a multiple of %d", d.Augment.ImgSz, scaleStride)
 	case len(d.Classes) > MaxKeepClasses:
 		return fmt.Errorf("pipeline: %d classes to keep: at most %d", len(d.Classes), MaxKeepClasses)
 	}
@@ -217,4 +251,90 @@ func (d Config) checkShape() error {
 		}
 	}
 	return d.Augment.Validate()
+}
+
+// scaleStride is the grid of rect shapes and multi-scale sizes:
+// Ultralytics' model stride, 32 for every YOLO segmentation model.
+const scaleStride = 32
+
+// rectPad is Ultralytics' rect padding for validation, in strides
+// (build_yolo_dataset: pad 0.5 unless training).
+const rectPad = 0.5
+
+// CanvasSide returns the side of the stream's square canvas: imgsz, or
+// with Rect the largest RectShape (a batch of square images), with
+// MultiScale the largest MultiScaleSize. Defaults apply to zero fields.
+func (c Config) CanvasSide() int {
+	s := c.Augment.ImgSz
+	if s == 0 {
+		s = augment.DefaultImgSz
+	}
+	switch {
+	case c.Rect:
+		h, _ := RectShape(1, 1, s)
+		return max(h, s)
+	case c.MultiScale > 0:
+		_, hi := multiScaleRange(s, c.MultiScale)
+		return max(hi, s)
+	}
+	return s
+}
+
+// HasCanvas reports whether the stream's batches carry the
+// batch.ColCanvas column (Rect or MultiScale).
+func (c Config) HasCanvas() bool { return c.Rect || c.MultiScale > 0 }
+
+// NewBatchBuilder returns the builder of the stream c makes: its records'
+// schema, which a server announces before the first batch.
+func (c Config) NewBatchBuilder() (*batch.Builder, error) {
+	s, stride := c.CanvasSide(), c.Stride
+	if stride == 0 {
+		stride = 4
+	}
+	if stride < 1 || s%stride != 0 {
+		return nil, fmt.Errorf("pipeline: canvas %d is not a multiple of the mask stride %d", s, stride)
+	}
+	if c.HasCanvas() {
+		return batch.NewCanvasBuilder(s, s, s/stride, s/stride)
+	}
+	return batch.NewBuilder(s, s, s/stride, s/stride)
+}
+
+// RectShape returns the (height, width) of a rect batch whose images'
+// aspect ratios (height/width) range over [lo, hi], as Ultralytics'
+// set_rectangle computes it for imgsz s: shape (hi, 1) when hi < 1,
+// (1, 1/lo) when lo > 1, else (1, 1), each side
+// ceil(side·s/32 + 0.5)·32, in float64 in numpy's order of operations.
+func RectShape(lo, hi float64, s int) (h, w int) {
+	sh, sw := 1.0, 1.0
+	switch {
+	case hi < 1:
+		sh = hi
+	case lo > 1:
+		sw = 1 / lo
+	}
+	side := func(x float64) int {
+		return int(math.Ceil(x*float64(s)/scaleStride+rectPad)) * scaleStride
+	}
+	return side(sh), side(sw)
+}
+
+// multiScaleRange returns the least and the largest side MultiScaleSize
+// draws.
+func multiScaleRange(s int, m float64) (lo, hi int) {
+	a, b := multiScaleBounds(s, m)
+	return a / scaleStride * scaleStride, (b - 1) / scaleStride * scaleStride
+}
+
+// multiScaleBounds are Ultralytics' randrange bounds [a, b).
+func multiScaleBounds(s int, m float64) (a, b int) {
+	return max(scaleStride, int(float64(s)*(1-m))), int(float64(s)*(1+m) + scaleStride)
+}
+
+// MultiScaleSize draws a batch's side as Ultralytics' preprocess_batch
+// does for imgsz s and multi_scale m: randrange(max(32, int(s·(1-m))),
+// int(s·(1+m)+32)) // 32 · 32, the integer drawn uniformly from rng.
+func MultiScaleSize(rng *rand.PCG, s int, m float64) int {
+	a, b := multiScaleBounds(s, m)
+	return (a + int(order.IntN(rng, uint64(b-a)))) / scaleStride * scaleStride
 }

@@ -80,7 +80,7 @@ func (d Config) limits(src Source) limits {
 		ref.Workers, ref.Prefetch = 1, min(d.Prefetch, 2)
 		head := max(d.MaxMemory-Budget(ref.memory(src).Total()), 0)
 		lim.imageBytes = head/2 + EstimateImageBytes
-		g := int64(d.Augment.ImgSz / d.Stride)
+		g := int64(d.CanvasSide() / d.Stride)
 		batches := int64(max(d.Prefetch, maxDefaultPrefetch) + 4)
 		lim.maskBytes = int64(d.BatchSize)*estimateInstances*(g*g+instanceColumnBytes) + head/2/batches
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"iter"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -48,11 +49,20 @@ type Loader struct {
 	blockRows []int
 	builder   *batch.Builder
 	grid      raster.Grid
+	maskRule  raster.Rule // Augment.MaskRule
 	mem       *bufpool.Pool
 	cache     *cache
 	slotBytes int
 	lim       limits
 	gate      *decodeGate // nil without a memory budget
+
+	// valAug is the augmentation table of Val samples: the candidate rule
+	// off, since Ultralytics validates on every ground-truth instance.
+	valAug augment.Config
+	// canvas is the side of every record's square canvas (CanvasSide);
+	// rectKeys, under Rect, each dataset row's aspect ratio h/w.
+	canvas   int
+	rectKeys []float64
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -92,9 +102,13 @@ type job struct {
 	endConsumed int64
 	mode        augment.Mode
 	n           int
-	samples     []sample
-	pending     atomic.Int32
-	rasterLeft  atomic.Int32
+	// The batch's live canvas (the whole canvas unless Rect or
+	// MultiScale), and under MultiScale its samples' table, at that side.
+	liveH, liveW int
+	aug          augment.Config
+	samples      []sample
+	pending      atomic.Int32
+	rasterLeft   atomic.Int32
 
 	kept    []int // sample index of each output row
 	instOff []int // first instance of each output row
@@ -168,12 +182,28 @@ func New(ctx context.Context, src Source, cfg Config) (*Loader, error) {
 	if rows == 0 {
 		return nil, emptySet(src)
 	}
-	s := c.Augment.ImgSz
-	b, err := batch.NewBuilder(s, s, s/c.Stride, s/c.Stride)
+	var keys []float64
+	if c.Rect {
+		// One window of the whole set, whose memory the estimate counts.
+		c.WindowRows = rows
+		if err := c.checkMemory(src); err != nil {
+			return nil, err
+		}
+		var err error
+		if keys, err = aspectRatios(ctx, src, rows); err != nil {
+			return nil, err
+		}
+	}
+	s := c.CanvasSide()
+	b, err := c.NewBatchBuilder()
 	if err != nil {
 		return nil, err
 	}
 	g, err := raster.NewGrid(s, s, c.Stride)
+	if err != nil {
+		return nil, err
+	}
+	rule, err := raster.ParseRule(c.Augment.MaskRule)
 	if err != nil {
 		return nil, err
 	}
@@ -182,7 +212,7 @@ func New(ctx context.Context, src Source, cfg Config) (*Loader, error) {
 		ic = NewImageCache(c.CacheBytes)
 	}
 	l := &Loader{
-		cfg: c, src: src, blockRows: src.BlockRows(), builder: b, grid: g,
+		cfg: c, src: src, blockRows: src.BlockRows(), builder: b, grid: g, maskRule: rule,
 		cache: ic.c, slotBytes: 3 * s * s,
 		jobs:     make(chan *job, c.Prefetch),
 		tasks:    make(chan task, c.Workers),
@@ -193,6 +223,9 @@ func New(ctx context.Context, src Source, cfg Config) (*Loader, error) {
 		state:    c.Start,
 		skipped:  map[string]int64{},
 		lim:      c.limits(src),
+		valAug:   keepEveryInstance(c.Augment),
+		canvas:   s,
+		rectKeys: keys,
 	}
 	if l.lim.imageBytes > 0 {
 		l.gate = newDecodeGate(l.lim.imageBytes - EstimateImageBytes)
@@ -238,25 +271,26 @@ type worker struct {
 	rng rand.PCG
 
 	// tiles 0-3: the sample's (mosaic); 4-7: its mixup partner's; 8-11:
-	// its cutmix partner's.
-	tiles [12]augment.Tile
-	ents  [12]*entry
-	insts [12][]shard.Instance // a tile's instances when some were left out
+	// its cutmix partner's; 12-15: its copy-paste source's (mixup mode).
+	tiles [16]augment.Tile
+	ents  [16]*entry
+	insts [16][]shard.Instance // a tile's instances when some were left out
 	parts []int64
 	// The mix partners: their plans, tile counts (0: none), the parts
 	// RenderMix takes, the cutmix partner's labels and a partner's image.
-	plans     [2]augment.Plan
-	mt        [2]int
+	plans     [3]augment.Plan
+	mt        [3]int
 	mix       []augment.Part
 	cutLabels augment.Labels
 	scratch   []byte
 	rings     [][]float32
 	z         raster.Rasterizer
+	paster    augment.Paster
 }
 
 func (l *Loader) work() {
 	defer l.wg.Done()
-	w := &worker{}
+	w := &worker{z: raster.Rasterizer{Rule: l.maskRule}}
 	tasks := l.tasks
 	for {
 		// Rasterising finishes a batch the consumer waits for: first.
@@ -312,7 +346,8 @@ func (l *Loader) build(w *worker, t task) {
 	w.ents[0] = e
 	w.tiles[0] = augment.Tile{Img: &e.img, Instances: l.instances(w, 0, j, id, row)}
 	nt := 1
-	if augment.WantMosaic(&l.cfg.Augment, j.mode, &w.rng) {
+	acfg := l.sampleConfig(j)
+	if augment.WantMosaic(acfg, j.mode, &w.rng) {
 		nt = 4
 		// Partner positions: 0-2 the sample's mosaic, 3 its mixup partner,
 		// 4-6 that one's mosaic. A prefix of the stream, so a mosaic's
@@ -323,7 +358,26 @@ func (l *Loader) build(w *worker, t task) {
 		}
 	}
 	t0 := time.Now()
-	p := augment.NewPlan(&l.cfg.Augment, j.mode, &w.rng, w.tiles[:nt])
+	var p augment.Plan
+	if l.rectKeys != nil {
+		p = l.rectPlan(j, w.tiles[0])
+	} else {
+		p = augment.NewPlan(acfg, j.mode, &w.rng, w.tiles[:nt])
+	}
+	// Copy-paste (Ultralytics' CopyPaste, before MixUp): flip mode pastes
+	// the sample's own instances mirrored; mixup mode a fourth sample's,
+	// at partner positions 11 (its mosaic 12-14), drawn here.
+	var pasteTiles []augment.Tile
+	pasting := augment.WantCopyPaste(acfg, j.mode, &w.rng)
+	if pasting {
+		pasteTiles = w.tiles[:nt]
+		if acfg.CopyPasteMode == augment.PasteMixup {
+			w.parts = t.ep.Partners(w.parts[:0], t.pos, 15)
+			w.mt[2] = l.partnerTiles(w, j, t, 12, w.parts[11:15], &t0)
+			pasteTiles = w.tiles[12 : 12+w.mt[2]]
+		}
+		w.plans[2] = augment.NewPastePlan(acfg, &p, &w.rng, pasteTiles)
+	}
 	// Mixup and cutmix (Ultralytics' MixUp, then CutMix): a second and a
 	// third sample, each with its own mosaic and perspective, drawn from
 	// the same stream after the first's plan. Partner positions: 0-2 the
@@ -340,7 +394,10 @@ func (l *Loader) build(w *worker, t task) {
 		w.plans[0] = augment.NewMixPlan(&l.cfg.Augment, &p, &w.rng, w.tiles[4:4+w.mt[0]])
 		w.mix = append(w.mix[:0], augment.Part{Plan: &w.plans[0], Tiles: w.tiles[4 : 4+w.mt[0]]})
 	}
-	augment.BuildLabels(&s.labels, &l.cfg.Augment, &p, w.tiles[:nt])
+	augment.BuildLabels(&s.labels, acfg, &p, w.tiles[:nt])
+	if pasting && augment.Paste(&s.labels, acfg, &w.plans[2], pasteTiles, 0, &w.paster) {
+		w.mix = slices.Insert(w.mix, 0, augment.Part{Plan: &w.plans[2], Tiles: pasteTiles}) // before the mixup blend
+	}
 	if mixed {
 		augment.BuildLabels(&s.labels, &l.cfg.Augment, &w.plans[0], w.tiles[4:4+w.mt[0]])
 	}
@@ -353,7 +410,8 @@ func (l *Loader) build(w *worker, t task) {
 			w.mix = append(w.mix, augment.Part{Plan: &w.plans[1], Tiles: w.tiles[8 : 8+w.mt[1]]})
 		}
 	}
-	dst := j.images.Bytes()[t.i*l.slotBytes : (t.i+1)*l.slotBytes]
+	slot := j.images.Bytes()[t.i*l.slotBytes : (t.i+1)*l.slotBytes]
+	dst := slot[:3*p.Out*p.Out] // a multi-scale side below the canvas': spread after
 	if len(w.mix) == 0 {
 		err = augment.Render(dst, &p, w.tiles[:nt], l.cfg.Augment.Fill)
 	} else {
@@ -363,14 +421,17 @@ func (l *Loader) build(w *worker, t task) {
 		err = augment.RenderMix(dst, w.scratch, &p, w.tiles[:nt], w.mix, l.cfg.Augment.Fill)
 		w.mix = w.mix[:0]
 	}
+	if err == nil && p.Out != l.canvas {
+		spreadCanvas(slot, p.Out, l.canvas, l.cfg.Augment.Fill)
+	}
 	l.st.augment.Add(int64(time.Since(t0)))
 	for k := range w.tiles {
-		if k < nt || (k >= 4 && k < 4+w.mt[0]) || (k >= 8 && k < 8+w.mt[1]) {
+		if k < nt || (k >= 4 && k < 4+w.mt[0]) || (k >= 8 && k < 8+w.mt[1]) || (k >= 12 && k < 12+w.mt[2]) {
 			l.put(w.ents[k])
 			w.ents[k], w.tiles[k] = nil, augment.Tile{}
 		}
 	}
-	w.mt = [2]int{}
+	w.mt = [3]int{}
 	if err != nil {
 		l.fail(fmt.Errorf("pipeline: row %d image %d: %w", id, row.ImageID, err))
 		return
@@ -661,4 +722,87 @@ func (l *Loader) Close() error {
 	// still held go back when they are released.
 	l.mem.Close()
 	return nil
+}
+
+// sampleConfig returns the augmentation table a sample of j is made with:
+// validation's without the candidate rule, a multi-scale batch's at its
+// side, else the loader's.
+func (l *Loader) sampleConfig(j *job) *augment.Config {
+	switch {
+	case j.mode == augment.Val:
+		return &l.valAug
+	case l.cfg.MultiScale > 0:
+		return &j.aug
+	}
+	return &l.cfg.Augment
+}
+
+// keepEveryInstance returns c with the candidate rule off: Ultralytics
+// validates on every ground-truth instance (its box_candidates is part of
+// RandomPerspective, a training transform; validation only letterboxes).
+// An instance with nothing on the canvas, or whose box has no area before
+// and after clipping (a degenerate polygon), still has no mask to score
+// and is dropped.
+func keepEveryInstance(c augment.Config) augment.Config {
+	c.MinSide, c.MinArea, c.MaxAspect = -1, -1, math.Inf(1)
+	return c
+}
+
+// rectPlan is the plan of a Val sample of a rect batch: Ultralytics'
+// load_image (long side to imgsz) then LetterBox to the batch's shape
+// (centred, scaleup off), as one resize from the decoded image, on the
+// loader's canvas whose top-left liveH×liveW is the batch's.
+func (l *Loader) rectPlan(j *job, t augment.Tile) augment.Plan {
+	id := [9]float64{1, 0, 0, 0, 1, 0, 0, 0, 1}
+	p := augment.Plan{Out: l.canvas, Sc: l.canvas, NTiles: 1, M: id, Minv: id}
+	p.Rect[0] = geom.Rect{X0: 1, X1: 0} // empty: no image
+	if t.Img == nil || t.Img.W <= 0 || t.Img.H <= 0 {
+		return p
+	}
+	w0, h0 := t.Img.W, t.Img.H
+	w, h := loadSize(w0, h0, l.cfg.Augment.ImgSz)
+	r := min(float64(j.liveH)/float64(h), float64(j.liveW)/float64(w), 1)
+	nw := max(int(math.RoundToEven(float64(w)*r)), 1) // Python's round
+	nh := max(int(math.RoundToEven(float64(h)*r)), 1)
+	left := math.Round(float64(j.liveW-nw)/2 - 0.1) // never a tie: no rounding rule to match
+	top := math.Round(float64(j.liveH-nh)/2 - 0.1)
+	p.Place[0] = geom.Affine{float64(nw) / float64(w0), 0, left, 0, float64(nh) / float64(h0), top}
+	p.Rect[0] = geom.Rect{X0: float32(left), Y0: float32(top), X1: float32(left + float64(nw)), Y1: float32(top + float64(nh))}
+	return p
+}
+
+// loadSize is Ultralytics' load_image size: long side s, ceil, capped at s.
+func loadSize(w0, h0, s int) (w, h int) {
+	r := float64(s) / float64(max(w0, h0))
+	if r == 1 {
+		return w0, h0
+	}
+	return min(int(math.Ceil(float64(w0)*r)), s), min(int(math.Ceil(float64(h0)*r)), s)
+}
+
+// spreadCanvas lays the CHW image of side s at the front of slot out at
+// the top left of a canvas of side c (row stride c), in place, and fills
+// the rest. Every row moves to an offset at or past its own, so walking
+// from the last plane's last row back never overwrites a row not yet
+// moved.
+func spreadCanvas(slot []byte, s, c int, fill uint8) {
+	for ch := 2; ch >= 0; ch-- {
+		plane := slot[ch*c*c : (ch+1)*c*c]
+		fillBytes(plane[s*c:], fill)
+		for y := s - 1; y >= 0; y-- {
+			row := plane[y*c : (y+1)*c]
+			copy(row, slot[ch*s*s+y*s:ch*s*s+(y+1)*s])
+			fillBytes(row[s:], fill)
+		}
+	}
+}
+
+func fillBytes(b []byte, v uint8) {
+	if len(b) == 0 {
+		return
+	}
+	b[0] = v
+	for k := 1; k < len(b); k *= 2 {
+		copy(b[k:], b[:k])
+	}
 }

@@ -139,7 +139,7 @@ func (c Config) MemoryOf(src Source) (Memory, error) {
 }
 
 func (d Config) memory(src Source) Memory {
-	s := int64(d.Augment.ImgSz)
+	s := int64(d.CanvasSide()) // the stream's canvas: imgsz, or larger for rect and multi_scale
 	g := s / int64(d.Stride)
 	perImage := 3*s*s + estimateInstances*(g*g+16+4+1) + 8 + 4 + 4 + 48 + 4 + 4
 	tiles, scratch := int64(4), int64(0)

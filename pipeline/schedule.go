@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -25,7 +26,7 @@ func (l *Loader) dispatch() {
 		if e == l.cfg.Start.Epoch {
 			start = l.cfg.Start.Consumed
 		}
-		ep, err := order.NewEpoch(l.cfg.Start.Seed, e, l.blockRows, l.cfg.WindowRows)
+		ep, err := l.epochOrder(e)
 		if err != nil {
 			l.fail(err)
 			return
@@ -43,6 +44,7 @@ func (l *Loader) dispatch() {
 			for k := int64(0); k < count; k += B {
 				n := int(min(B, count-k))
 				j := l.newJob(e, ep.N, n)
+				l.shapeJob(j, ep, first+k*step, step)
 				j.endConsumed = min(start+(k+int64(n))*W, ep.N)
 				l.outstanding.Add(1)
 				select {
@@ -167,4 +169,67 @@ func (l *Loader) releaseJob(j *job) {
 		b.Release()
 	}
 	j.owned = j.owned[:0]
+}
+
+// epochOrder is epoch e's sample order: the shuffle, or under Rect the
+// rows by aspect ratio.
+func (l *Loader) epochOrder(e int) (*order.Epoch, error) {
+	if l.rectKeys != nil {
+		return order.NewSortedEpoch(l.cfg.Start.Seed, e, l.blockRows, l.rectKeys)
+	}
+	return order.NewEpoch(l.cfg.Start.Seed, e, l.blockRows, l.cfg.WindowRows)
+}
+
+// shapeJob sets the live canvas of j, whose samples are at positions
+// p0, p0+step, … of ep: under Rect the shape of their aspect ratios
+// (RectShape), under MultiScale a side drawn from the batch's stream
+// (seed, epoch, p0), which neither the worker count nor their timing
+// changes; else the whole canvas.
+func (l *Loader) shapeJob(j *job, ep *order.Epoch, p0, step int64) {
+	j.liveH, j.liveW = l.canvas, l.canvas
+	switch {
+	case l.rectKeys != nil:
+		lo, hi := math.Inf(1), math.Inf(-1)
+		for i := 0; i < j.n; i++ {
+			ar := l.rectKeys[ep.Row(p0+int64(i)*step)]
+			lo, hi = min(lo, ar), max(hi, ar)
+		}
+		j.liveH, j.liveW = RectShape(lo, hi, l.cfg.Augment.ImgSz)
+	case l.cfg.MultiScale > 0:
+		rng := order.NewRand(l.cfg.Start.Seed, order.StreamBatch, uint64(j.epoch), uint64(p0))
+		sz := MultiScaleSize(rng, l.cfg.Augment.ImgSz, l.cfg.MultiScale)
+		j.aug = l.cfg.Augment
+		j.aug.ImgSz = sz
+		j.liveH, j.liveW = sz, sz
+	}
+}
+
+// aspectRatios reads every row of src once for its aspect ratio (source
+// height / width, Ultralytics' from the image file): Rect's sort keys,
+// by dataset row. A row without a size (damaged, or built by hand) counts
+// as square; it is skipped or letterboxed into its batch's shape later
+// like any other.
+func aspectRatios(ctx context.Context, src Source, rows int) ([]float64, error) {
+	keys := make([]float64, 0, rows)
+	for b, n := range src.BlockRows() {
+		rs, err := src.ReadBlock(ctx, b)
+		var dmg *Damage
+		if errors.As(err, &dmg) {
+			err = nil
+		}
+		if err == nil && len(rs) != n {
+			err = fmt.Errorf("%d rows, expected %d", len(rs), n)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("pipeline: rect: read block %d: %w", b, err)
+		}
+		for i := range rs {
+			ar := 1.0
+			if w, h := rs[i].SourceSize(); w > 0 && h > 0 {
+				ar = float64(h) / float64(w)
+			}
+			keys = append(keys, ar)
+		}
+	}
+	return keys, nil
 }

@@ -8,7 +8,8 @@ import (
 )
 
 // ColumnsOf reads the buffers of a record's columns shared by the dense
-// and the windowed form (every field of Columns but the mask part), by
+// and the windowed form (every field of Columns but the mask part, Canvas
+// left nil when the record has no ColCanvas column), by
 // name, into c: the inverse of Build for a consumer that rebuilds a
 // record over the same memory (a windowed record expanded into a dense
 // one). The buffers are the record's own, not retained: they are valid
@@ -45,6 +46,10 @@ func ColumnsOf(rec arrow.RecordBatch, c *Columns) error {
 	get(&c.Classes, ColClasses, 1)
 	get(&c.IsCrowd, ColIsCrowd, 1)
 	get(&c.BoxesPerImage, ColBoxesPerImage, 0)
+	c.Canvas = nil
+	if HasCanvas(rec.Schema()) {
+		get(&c.Canvas, ColCanvas, 1)
+	}
 	if err != nil {
 		return err
 	}

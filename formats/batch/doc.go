@@ -28,6 +28,17 @@
 // Wp = W/stride; the stride is stored under the schema metadata key
 // [MetaMaskStride]; the schema version ([Version]) under [MetaVersion].
 //
+// # Live canvas
+//
+// A stream whose batches use part of the canvas (rectangular validation
+// batches, multi-scale training batches) keeps one schema, the largest
+// canvas, and adds a last column, canvas fixed_size_list<int32>[2]: the
+// live (height, width) every row of the batch shares ([NewCanvasBuilder],
+// [LiveCanvas]). The images lie at the canvas' top left, the rest is the
+// fill value and zero mask cells, so a consumer views image[..., :h, :w]
+// and masks[:, :h/stride, :w/stride] without copying. Streams without it
+// have exactly the schema above.
+//
 // fixed_shape_tensor is Arrow's canonical extension type (arrow-go v18 has
 // none): storage fixed_size_list<value>[prod(shape)], extension metadata
 // {"shape":[...]} (plus optional "dim_names", "permutation"). The package

@@ -22,6 +22,9 @@ const (
 	ColIsCrowd       = "iscrowd"
 	ColBoxesPerImage = "boxes_per_image"
 	ColMasks         = "masks"
+	// ColCanvas is the optional last column of a stream whose canvas
+	// varies by batch (see [NewCanvasBuilder]).
+	ColCanvas = "canvas"
 )
 
 // Schema metadata keys.
@@ -48,7 +51,39 @@ type Builder struct {
 	crowdType    *arrow.ListType
 	masksType    *arrow.ListType
 	windowed     *arrow.Schema
+	canvas       bool // records carry ColCanvas
 }
+
+// canvasType is ColCanvas's type: a batch row's live (height, width).
+var canvasType = arrow.FixedSizeListOfNonNullable(2, arrow.PrimitiveTypes.Int32)
+
+// NewCanvasBuilder is NewBuilder for a stream whose batches use only part
+// of the h×w canvas (rectangular or multi-scale batches): its records end
+// with the ColCanvas column, fixed_size_list<int32>[2] per row, the live
+// (height, width) of the row's canvas. A row's image lies in
+// image[:, :height, :width] and its masks in masks[:, :height/stride,
+// :width/stride]; the rest of the canvas is padding (the fill value) and
+// zero mask cells. Both sides are multiples of the mask stride. The column
+// is last in the dense and in the windowed schema, so that the columns
+// before it are those of NewBuilder's schema, in the same places.
+func NewCanvasBuilder(h, w, hp, wp int) (*Builder, error) {
+	b, err := NewBuilder(h, w, hp, wp)
+	if err != nil {
+		return nil, err
+	}
+	b.canvas = true
+	b.schema = withCanvas(b.schema)
+	b.windowed = withCanvas(b.windowed)
+	return b, nil
+}
+
+func withCanvas(s *arrow.Schema) *arrow.Schema {
+	md := s.Metadata()
+	return arrow.NewSchema(append(s.Fields(), arrow.Field{Name: ColCanvas, Type: canvasType}), &md)
+}
+
+// HasCanvas reports whether s is the schema of a NewCanvasBuilder stream.
+func HasCanvas(s *arrow.Schema) bool { return s.HasField(ColCanvas) }
 
 // NewBuilder returns a builder for canvases of h×w pixels and masks on an
 // hp×wp grid (stride = h/hp, recorded in the schema metadata).
@@ -118,6 +153,10 @@ type Columns struct {
 	Windows       *memory.Buffer // SumN·4 int32: x0 y0 w h on the grid per instance
 	WindowOffsets *memory.Buffer // N+1 int32: image i's window bytes are WindowData[off[i]:off[i+1]]
 	WindowData    *memory.Buffer // the windows' w·h bytes back to back
+
+	// Canvas is N·2 int32, each row's live (height, width): required by a
+	// NewCanvasBuilder builder, ignored by the others.
+	Canvas *memory.Buffer
 }
 
 // Build wraps c into a record. The record takes its own reference on every
@@ -167,6 +206,9 @@ func (b *Builder) build(c *Columns, windowed bool) (arrow.RecordBatch, error) {
 	} else {
 		need = append(need, sized{ColMasks, c.Masks, sn * b.Hp * b.Wp})
 	}
+	if b.canvas {
+		need = append(need, sized{ColCanvas, c.Canvas, n * 8})
+	}
 	for _, x := range need {
 		if x.buf == nil {
 			if x.size == 0 {
@@ -199,6 +241,11 @@ func (b *Builder) build(c *Columns, windowed bool) (arrow.RecordBatch, error) {
 		}
 	}
 
+	if b.canvas {
+		if err := b.checkCanvas(int32s(c.Canvas, 2*n)); err != nil {
+			return nil, err
+		}
+	}
 	if windowed && n > 0 {
 		do := int32s(c.WindowOffsets, n+1)
 		data := 0
@@ -245,7 +292,7 @@ func (b *Builder) build(c *Columns, windowed bool) (arrow.RecordBatch, error) {
 	if !windowed {
 		datas = append(datas, list(b.masksType, fsl(b.maskType, prim(u8, c.Masks, sn*b.Hp*b.Wp), sn)))
 	}
-	cols := make([]arrow.Array, len(datas), nDense+2)
+	cols := make([]arrow.Array, len(datas), nDense+3)
 	for i, d := range datas {
 		cols[i] = array.MakeFromData(d)
 		d.Release()
@@ -254,11 +301,29 @@ func (b *Builder) build(c *Columns, windowed bool) (arrow.RecordBatch, error) {
 		wa, ba := windowColumns(n, sn, 0, c.Offsets, c.Windows, c.WindowOffsets, c.WindowData)
 		cols, schema = append(cols, wa, ba), b.windowed
 	}
+	if b.canvas {
+		d := fsl(canvasType, prim(i32, c.Canvas, 2*n), n)
+		cols = append(cols, array.MakeFromData(d))
+		d.Release()
+	}
 	rec := array.NewRecordBatch(schema, cols, int64(n))
 	for _, a := range cols {
 		a.Release()
 	}
 	return rec, nil
+}
+
+// checkCanvas refuses a live canvas that is empty, larger than the
+// builder's or off the mask grid: a consumer slices by it.
+func (b *Builder) checkCanvas(hw []int32) error {
+	stride := b.H / b.Hp
+	for i := 0; i+1 < len(hw); i += 2 {
+		h, w := int(hw[i]), int(hw[i+1])
+		if h < stride || w < stride || h > b.H || w > b.W || h%stride != 0 || w%stride != 0 {
+			return fmt.Errorf("batch: image %d: live canvas %dx%d: want sides in [%d, %dx%d], multiples of the mask stride %d", i/2, h, w, stride, b.H, b.W, stride)
+		}
+	}
+	return nil
 }
 
 func int32s(b *memory.Buffer, n int) []int32 {

@@ -131,3 +131,41 @@ func ImagesOf(rec arrow.RecordBatch) ([]Image, error) {
 	}
 	return out, nil
 }
+
+// LiveCanvas returns the live (height, width) of a record's canvas: the
+// ColCanvas column's, which every row of a batch shares, or the whole
+// canvas (ok false) for a record without that column. A consumer views
+// the images as image[..., :h, :w] and the masks as masks[:, :h/stride,
+// :w/stride], without copying.
+func LiveCanvas(rec arrow.RecordBatch) (h, w int, ok bool, err error) {
+	if !HasCanvas(rec.Schema()) {
+		t, err := ImageTensor(rec)
+		if err != nil {
+			return 0, 0, false, err
+		}
+		return t.Shape[1], t.Shape[2], false, nil
+	}
+	col, err := column(rec, ColCanvas)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	l, ok := col.(*array.FixedSizeList)
+	if !ok {
+		return 0, 0, false, fmt.Errorf("batch: column %s is %s, not a fixed_size_list", ColCanvas, col.DataType())
+	}
+	v, ok := l.ListValues().(*array.Int32)
+	if !ok || l.Len() == 0 {
+		return 0, 0, false, fmt.Errorf("batch: column %s: %d rows of %s", ColCanvas, l.Len(), l.ListValues().DataType())
+	}
+	vals := v.Int32Values()
+	if (l.Offset()+l.Len())*2 > len(vals) {
+		return 0, 0, false, fmt.Errorf("batch: column %s holds %d values for %d rows", ColCanvas, len(vals), l.Len())
+	}
+	vals = vals[2*l.Offset() : 2*(l.Offset()+l.Len())]
+	for i := 2; i < len(vals); i += 2 {
+		if vals[i] != vals[0] || vals[i+1] != vals[1] {
+			return 0, 0, false, fmt.Errorf("batch: column %s: row %d's canvas %dx%d, row 0's %dx%d: a batch shares one", ColCanvas, i/2, vals[i], vals[i+1], vals[0], vals[1])
+		}
+	}
+	return int(vals[0]), int(vals[1]), true, nil
+}

@@ -38,7 +38,7 @@ var windowType = arrow.ListOfNonNullable(arrow.FixedSizeListOfNonNullable(4, arr
 
 // WindowedSchema derives the windowed schema of a batch schema on an
 // hp×wp grid: its first nine columns and metadata, then mask_windows and
-// mask_data.
+// mask_data, then ColCanvas when dense has it.
 func WindowedSchema(dense *arrow.Schema, hp, wp int) *arrow.Schema {
 	fields := append([]arrow.Field(nil), dense.Fields()[:nDense]...)
 	fields = append(fields,
@@ -47,6 +47,9 @@ func WindowedSchema(dense *arrow.Schema, hp, wp int) *arrow.Schema {
 	md := dense.Metadata()
 	keys := append(md.Keys(), MetaMaskTransport, MetaMaskGrid)
 	vals := append(md.Values(), MaskTransportWindowed, fmt.Sprintf("%d,%d", hp, wp))
+	if HasCanvas(dense) {
+		fields = append(fields, arrow.Field{Name: ColCanvas, Type: canvasType})
+	}
 	m := arrow.NewMetadata(keys, vals)
 	return arrow.NewSchema(fields, &m)
 }
@@ -238,11 +241,21 @@ func windowedOf(schema *arrow.Schema, rec arrow.RecordBatch, wins, dataOffs, dat
 	}
 	list := rec.Column(nDense).Data() // masks: its offsets are the split
 	wa, ba := windowColumns(n, ms.Count, list.Offset(), list.Buffers()[1], wins, dataOffs, data)
-	cols := make([]arrow.Array, 0, nDense+2)
+	cols := make([]arrow.Array, 0, nDense+3)
 	for i := 0; i < nDense; i++ {
 		cols = append(cols, rec.Column(i))
 	}
-	out := array.NewRecordBatch(schema, append(cols, wa, ba), int64(n))
+	cols = append(cols, wa, ba)
+	if HasCanvas(rec.Schema()) {
+		c, err := column(rec, ColCanvas)
+		if err != nil {
+			wa.Release()
+			ba.Release()
+			return nil, err
+		}
+		cols = append(cols, c)
+	}
+	out := array.NewRecordBatch(schema, cols, int64(n))
 	wa.Release()
 	ba.Release()
 	return out, nil

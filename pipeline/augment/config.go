@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
+	"strings"
 )
 
 //go:generate go run ./internal/gen -python ../../python/segpipe/_augment.py
@@ -30,6 +32,8 @@ import (
 //   - max: for a float64 setting, the largest value Validate accepts (the
 //     smallest is 0; "inf" for no bound); uint8 and bool settings take
 //     every value of their type;
+//   - enum: for a string setting, its values, comma-separated: Validate,
+//     a request and a flag accept those only, and the default is one;
 //   - usage: one line for flag help and the Python docs.
 //
 // Settings lists the table; a test holds every field to these rules.
@@ -71,6 +75,13 @@ type Config struct {
 	// Cutmix is the probability that a Train sample takes a region of a
 	// second one, as Ultralytics' CutMix (see NewCutPlan).
 	Cutmix float64 `json:"cutmix" default:"0" max:"1" usage:"cutmix probability"`
+	// CopyPaste is Ultralytics' copy_paste: the share of a Train sample's
+	// eligible instances pasted, and in mixup mode also the probability
+	// of a paste (see NewFlipPaste and NewMixPaste).
+	CopyPaste float64 `json:"copy_paste" default:"0" max:"1" usage:"copy-paste: share of eligible instances pasted (mixup mode: also its probability)"`
+	// CopyPasteMode is where pasted instances come from: "flip", the
+	// image's own mirrored left-right, or "mixup", a second sample's.
+	CopyPasteMode string `json:"copy_paste_mode" default:"flip" enum:"flip,mixup" usage:"copy-paste source: the image's own instances mirrored, or another image's"`
 	// Fill is the padding value.
 	Fill uint8 `json:"fill" default:"114" usage:"padding value"`
 
@@ -83,6 +94,11 @@ type Config struct {
 	// polygons, flagged in the batch's iscrowd column) instead of dropping
 	// them as YOLO training does; validation sets it.
 	KeepCrowd bool `json:"keep_crowd" default:"false" usage:"keep crowd instances (flagged) instead of dropping them"`
+
+	// MaskRule is how an instance's polygons become its mask cells
+	// (pipeline/raster's Rule): "exact", a cell ON iff its centre is
+	// inside, or "ultralytics", Ultralytics' polygon2mask cell for cell.
+	MaskRule string `json:"mask_rule" default:"exact" enum:"exact,ultralytics" usage:"mask rule: exact (cell centre inside) or ultralytics (polygon2mask's, cell for cell)"`
 }
 
 // DefaultImgSz is DefaultConfig's ImgSz.
@@ -96,12 +112,15 @@ const MaxImgSz = 1 << 14
 type Setting struct {
 	Name  string       // the json tag: the setting's name everywhere
 	Field string       // the Config field
-	Kind  reflect.Kind // reflect.Float64, reflect.Uint8 or reflect.Bool
-	// Default is DefaultConfig's value: a float64, uint8 or bool.
+	Kind  reflect.Kind // reflect.Float64, reflect.Uint8, reflect.Bool or reflect.String
+	// Default is DefaultConfig's value: a float64, uint8, bool or string.
 	Default any
 	// Max bounds a float64 setting: Validate accepts [0, Max] (+Inf: no
 	// upper bound). 0 for the other kinds.
-	Max   float64
+	Max float64
+	// Enum lists a string setting's values, the only ones accepted; nil
+	// for the other kinds.
+	Enum  []string
 	Usage string
 	index int
 }
@@ -123,7 +142,7 @@ func Lookup(name string) (Setting, bool) {
 }
 
 // Value returns a pointer to c's field for s, a setting of Settings or
-// Lookup: a *float64, *uint8 or *bool, as s.Kind says.
+// Lookup: a *float64, *uint8, *bool or *string, as s.Kind says.
 func (c *Config) Value(s Setting) any {
 	return reflect.ValueOf(c).Elem().Field(s.index).Addr().Interface()
 }
@@ -178,11 +197,23 @@ func parseTable() ([]Setting, Config, error) {
 			b, err = strconv.ParseBool(def)
 			s.Default = b
 			dv.Field(i).SetBool(b)
+		case reflect.String:
+			s.Enum = strings.Split(f.Tag.Get("enum"), ",")
+			if slices.Contains(s.Enum, "") || len(s.Enum) != len(slices.Compact(slices.Sorted(slices.Values(s.Enum)))) {
+				err = fmt.Errorf("enum %q: want distinct non-empty values", f.Tag.Get("enum"))
+			} else if !slices.Contains(s.Enum, def) {
+				err = fmt.Errorf("default %q not one of %s", def, strings.Join(s.Enum, ", "))
+			}
+			s.Default = def
+			dv.Field(i).SetString(def)
 		default:
-			err = fmt.Errorf("type %s: want float64, uint8 or bool", f.Type)
+			err = fmt.Errorf("type %s: want float64, uint8, bool or string", f.Type)
 		}
 		if err == nil && s.Kind != reflect.Float64 && f.Tag.Get("max") != "" {
 			err = errors.New("max applies to float64 settings only")
+		}
+		if err == nil && s.Kind != reflect.String && f.Tag.Get("enum") != "" {
+			err = errors.New("enum applies to string settings only")
 		}
 		if err != nil {
 			return nil, Config{}, fmt.Errorf("augment: Config.%s: %w", f.Name, err)
@@ -199,15 +230,28 @@ func (c Config) Validate() error {
 	}
 	v := reflect.ValueOf(c)
 	for _, s := range table {
-		if s.Kind != reflect.Float64 {
-			continue // every value of the type is a setting
-		}
-		if x := v.Field(s.index).Float(); !(x >= 0 && x <= s.Max) {
-			return fmt.Errorf("augment: %s %v out of range [0, %v]", s.Name, x, s.Max)
+		switch s.Kind {
+		case reflect.Float64:
+			if x := v.Field(s.index).Float(); !(x >= 0 && x <= s.Max) {
+				return fmt.Errorf("augment: %s %v out of range [0, %v]", s.Name, x, s.Max)
+			}
+		case reflect.String:
+			if err := s.CheckEnum(v.Field(s.index).String()); err != nil {
+				return err
+			}
 		}
 	}
 	if (c.ScaleMax != 0 || c.ScaleMin != 0) && !(c.ScaleMin > 0 && c.ScaleMin <= c.ScaleMax) {
 		return fmt.Errorf("augment: scale range [%v, %v]: want 0 < scale_min <= scale_max", c.ScaleMin, c.ScaleMax)
+	}
+	return nil
+}
+
+// CheckEnum reports a value v that string setting s does not take,
+// naming the setting and the values it does.
+func (s Setting) CheckEnum(v string) error {
+	if !slices.Contains(s.Enum, v) {
+		return fmt.Errorf("augment: %s %q: want one of %s", s.Name, v, strings.Join(s.Enum, ", "))
 	}
 	return nil
 }
@@ -223,8 +267,9 @@ func (c *Config) scaleRange() (lo, hi float64) {
 // UnmarshalJSON reads the settings a JSON object names over DefaultConfig
 // (ImgSz is not one of them): a missing or null key keeps the default and
 // an unknown key is an error, so that a client never believes a setting
-// was applied when this version does not know it. This is a loader
-// request's "augment" object.
+// was applied when this version does not know it, and a string setting
+// outside its values is an error naming it (Setting.CheckEnum). This is a
+// loader request's "augment" object.
 func (c *Config) UnmarshalJSON(b []byte) error {
 	type plain Config // without this method
 	p := plain(DefaultConfig())
@@ -235,6 +280,14 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 			e.Type = reflect.TypeFor[Config]() // not the local type's name
 		}
 		return err
+	}
+	v := reflect.ValueOf(p)
+	for _, s := range table {
+		if s.Kind == reflect.String {
+			if err := s.CheckEnum(v.Field(s.index).String()); err != nil {
+				return err
+			}
+		}
 	}
 	*c = Config(p)
 	return nil

@@ -13,8 +13,8 @@ import (
 func TestDefaultConfigPinned(t *testing.T) {
 	want := Config{
 		ImgSz: 640, Mosaic: 1, Translate: 0.1, Scale: 0.5,
-		HSVH: 0.015, HSVS: 0.7, HSVV: 0.4, FlipLR: 0.5, Fill: 114,
-		MinSide: 2, MinArea: 0.01, MaxAspect: 100,
+		HSVH: 0.015, HSVS: 0.7, HSVV: 0.4, FlipLR: 0.5, CopyPasteMode: "flip", Fill: 114,
+		MinSide: 2, MinArea: 0.01, MaxAspect: 100, MaskRule: "exact",
 	}
 	if got := DefaultConfig(); got != want {
 		t.Errorf("DefaultConfig\n%+v\nwant\n%+v", got, want)
@@ -135,5 +135,51 @@ func TestUnmarshalOverDefaults(t *testing.T) {
 	}
 	if len(wire) != len(Settings()) {
 		t.Errorf("defaults marshal %d settings, the table has %d: %s", len(wire), len(Settings()), b)
+	}
+}
+
+// A string setting takes the values its enum tag lists and nothing else:
+// Validate and a request's JSON both refuse another, naming the setting
+// and the values it takes; the default is one of them.
+func TestEnumSettings(t *testing.T) {
+	n := 0
+	for _, s := range Settings() {
+		if s.Kind != reflect.String {
+			if s.Enum != nil {
+				t.Errorf("%s: enum on a %v setting", s.Name, s.Kind)
+			}
+			continue
+		}
+		n++
+		if len(s.Enum) == 0 || s.CheckEnum(s.Default.(string)) != nil {
+			t.Errorf("%s: default %v, enum %v", s.Name, s.Default, s.Enum)
+		}
+		for _, v := range s.Enum {
+			c := DefaultConfig()
+			*c.Value(s).(*string) = v
+			if err := c.Validate(); err != nil {
+				t.Errorf("%s %q refused: %v", s.Name, v, err)
+			}
+			var d Config
+			if err := json.Unmarshal([]byte(`{"`+s.Name+`":"`+v+`"}`), &d); err != nil || d != c {
+				t.Errorf("%s %q from JSON: %+v, %v", s.Name, v, d, err)
+			}
+		}
+		want := "augment: " + s.Name + ` "Flip": want one of ` + strings.Join(s.Enum, ", ")
+		c := DefaultConfig()
+		*c.Value(s).(*string) = "Flip"
+		if err := c.Validate(); err == nil || err.Error() != want {
+			t.Errorf("Validate: %v, want %s", err, want)
+		}
+		var d Config
+		if err := json.Unmarshal([]byte(`{"`+s.Name+`":"Flip"}`), &d); err == nil || err.Error() != want {
+			t.Errorf("JSON: %v, want %s", err, want)
+		}
+		if err := json.Unmarshal([]byte(`{"`+s.Name+`":1}`), &d); err == nil || !strings.Contains(err.Error(), s.Name) {
+			t.Errorf("JSON number: %v, want the setting named", err)
+		}
+	}
+	if n == 0 {
+		t.Error("no string setting in the table")
 	}
 }

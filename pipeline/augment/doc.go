@@ -35,6 +35,54 @@
 // and HSV apply to the result, as Ultralytics applies them after mixing
 // (RenderMix).
 //
+// Copy-paste (Train only, Ultralytics' CopyPaste; CopyPaste is both the
+// share pasted and, in mixup mode, the probability): candidates are
+// ordinary polygon instances (not crowd regions, not RLE masks). Flip
+// mode (the default) works on the source canvas before the random
+// perspective, where Ultralytics pastes between mosaic and affine: each
+// instance's box there (mapped, clipped to its tile's visible rectangle)
+// is an existing box, and its mirror x → a−x (a the canvas side of a
+// mosaic, else the letterboxed image's left plus right edge) a candidate.
+// Mixup mode works on the output canvas, as Ultralytics pastes after the
+// affine: the candidates are a second sample's kept instances, that
+// sample drawn as a mixup partner is (own mosaic and perspective, the
+// sample's flips). Either way a candidate is eligible iff its box's IoA
+// (intersection over the existing box's area, + 1e-7) with every
+// existing box is < 0.30; the eligible are ordered by their largest IoA
+// (stable: ties keep instance order) and the first round(CopyPaste·n),
+// rounded half to even as Python's round, are pasted, in that order and
+// appended after the sample's instances. A flip-mode paste then goes
+// through M and the candidate rule like any instance (Ultralytics' affine
+// follows the paste); a mixup-mode one keeps the partner's labels. Pixels:
+// each output pixel whose centre lies inside a pasted instance (every
+// selected one, kept or not, as Ultralytics draws every selected contour)
+// takes the source's pixel: the sample rendered with M·F (F the mirror)
+// or the partner rendered with its own plan (RenderMix), before mixup
+// and cutmix blend in.
+//
+// Occlusion. Ultralytics leaves the masks below a paste whole; segpipe
+// cuts the paste out of them, so that a mask cell is never claimed by two
+// instances where one covers the other. The sample's instances lie below
+// every pasted region, a pasted instance below those pasted after it.
+// Masks are rasterised later, from polygons, so a cut instance carries
+// its remaining region as polygons: the integer lattice points (x, y) of
+// the output canvas inside the instance and inside no pasted region above
+// it (both by the rasteriser's crossing test, evaluated at exactly (x, y)),
+// as rectangles [x0, x1)×[y0, y1) of whole runs merged down the rows. A
+// rectangle holds exactly its lattice points under the rasteriser's rule,
+// and at an even stride every cell centre ((c+½)·stride) is a lattice
+// point, so the cut mask is, cell for cell, "inside the instance and
+// outside every pasted region above it". Its box becomes the bounds of
+// the rectangles. An instance no lattice point of which is covered keeps
+// its polygons and box untouched. A cut instance is dropped (counted in
+// Labels.Dropped) when nothing is left or when it fails the candidate rule
+// with its box before the cut as "before" and the rectangles' bounds as
+// "after", or when its lattice points left are not more than MinArea
+// times those it had: the paste cuts it as the canvas edge would. Crowd
+// regions and RLE masks are never cut. Under mask_rule=ultralytics the
+// rectangles are rasterised by that rule, which grows each one as it
+// grows a polygon.
+//
 // All maps are composed: each output pixel centre is mapped once by M⁻¹ to
 // the source canvas, assigned to the tile whose visible rectangle holds it
 // (else the Fill colour, 114), mapped into that tile's original image and
@@ -80,13 +128,15 @@
 // Every draw comes from the caller's generator (segpipe seeds one per
 // sample from (seed, epoch, position)) in a fixed order: WantMosaic, the
 // centre, P, rotation, scale, shear, translation, HSV, vertical flip,
-// horizontal flip, BGR; then WantMixup, the mixup partner's mosaic draw,
-// centre, perspective and ratio; then WantCutmix, the cutmix partner's
-// mosaic draw, centre, perspective, its three regions and the choice. The
-// partners are positions of the epoch (order.Epoch.Partners: 3 the mixup
-// partner, 7 the cutmix one, each followed by its mosaic's three). A draw
-// whose setting is 0 (FlipUD, BGR, Mixup, Cutmix, all three HSV gains) is
-// not taken, so that a setting added at 0 leaves every
-// other draw, and the batches, as they were. Results are therefore
-// independent of scheduling.
+// horizontal flip, BGR; then WantCopyPaste (mixup mode only) and the
+// copy-paste partner's mosaic draw, centre and perspective; then
+// WantMixup, the mixup partner's mosaic draw, centre, perspective and
+// ratio; then WantCutmix, the cutmix partner's mosaic draw, centre,
+// perspective, its three regions and the choice. The partners are
+// positions of the epoch (order.Epoch.Partners: 3 the mixup partner, 7
+// the cutmix one, 11 the copy-paste one, each followed by its mosaic's
+// three). Flip-mode copy-paste draws nothing. A draw whose setting is 0
+// (FlipUD, BGR, Mixup, Cutmix, CopyPaste, all three HSV gains) is not
+// taken, so that a setting added at 0 leaves every other draw, and the
+// batches, as they were. Results are therefore independent of scheduling.
 package augment

@@ -53,8 +53,8 @@ func betaWeight(rng *rand.PCG) uint32 {
 // multiple of 1/65536; 0 for a plan that is not a mixup partner's.
 func (q *Plan) MixWeight() float64 { return float64(q.mixW) / 65536 }
 
-// Part is a second sample of a mix: a plan from NewMixPlan or NewCutPlan
-// and its tiles.
+// Part is a second sample of a mix: a plan from NewMixPlan, NewCutPlan or
+// NewPastePlan (after Paste) and its tiles.
 type Part struct {
 	Plan  *Plan
 	Tiles []Tile
@@ -64,7 +64,8 @@ type Part struct {
 // Ultralytics' order: the sample rendered with its own geometry, then
 // for each part its own rendering either blended in (a mixup partner:
 // ⌊a·r + b·(1−r)⌋ per byte, r exact in 1/65536, so the floor is exact) or
-// its region copied over (a cutmix partner), then p's HSV jitter on the
+// its region copied over (a cutmix partner) or the pixels Paste chose
+// copied over (a copy-paste source), then p's HSV jitter on the
 // result. scratch holds a part's image (len(dst)).
 func RenderMix(dst, scratch []byte, p *Plan, tiles []Tile, parts []Part, fill uint8) error {
 	if len(scratch) != len(dst) {
@@ -85,8 +86,13 @@ func RenderMix(dst, scratch []byte, p *Plan, tiles []Tile, parts []Part, fill ui
 			blend(dst, scratch, q.mixW)
 		case q.cutOn:
 			cutRegion(dst, scratch, q)
+		case q.pasteOn:
+			if len(q.paste) != q.Out*q.Out {
+				return fmt.Errorf("augment: copy-paste plan without Paste's pixels")
+			}
+			pasteMasked(dst, scratch, q.paste)
 		default:
-			return fmt.Errorf("augment: mix partner plan from neither NewMixPlan nor NewCutPlan")
+			return fmt.Errorf("augment: mix partner plan from none of NewMixPlan, NewCutPlan and NewPastePlan")
 		}
 	}
 	if p.hsv.on {

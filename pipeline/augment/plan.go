@@ -67,6 +67,11 @@ type Plan struct {
 	cut    geom.Rect
 	cutOn  bool
 	cutMin float64
+	// A copy-paste source's plan (NewPastePlan): flip mode and its mirror
+	// axis on the source canvas, and the output pixels Paste chose to copy.
+	pasteOn, pasteFlip bool
+	mirror             float64
+	paste              []byte
 }
 
 // resized returns YOLO's load_image size: long side s, ceil, capped at s.

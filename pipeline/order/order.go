@@ -2,6 +2,7 @@ package order
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 	"math/rand/v2"
 	"sort"
@@ -89,6 +90,42 @@ func NewEpoch(seed uint64, e int, blockRows []int, windowRows int) (*Epoch, erro
 	return ep, nil
 }
 
+// NewSortedEpoch is the order of an epoch that is not shuffled: every row
+// in one window, by increasing key (keys[r] for dataset row r), rows of
+// equal keys in storage order. It is Ultralytics' rect order (images by
+// aspect ratio); with every row in one window, a loader holds the whole
+// set's encoded rows.
+func NewSortedEpoch(seed uint64, e int, blockRows []int, keys []float64) (*Epoch, error) {
+	ep, err := NewEpoch(seed, e, blockRows, 1)
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(keys)) != ep.N {
+		return nil, fmt.Errorf("order: %d sort keys for %d rows", len(keys), ep.N)
+	}
+	ep.Windows, ep.perm = nil, nil
+	if ep.N == 0 {
+		return ep, nil
+	}
+	if ep.N > math.MaxInt32 {
+		return nil, fmt.Errorf("order: %d rows in one window", ep.N)
+	}
+	w := Window{Rows: int(ep.N)}
+	for b, r := range blockRows {
+		if r > 0 {
+			w.Blocks = append(w.Blocks, b)
+		}
+	}
+	// Blocks in storage order: a window offset is the dataset row id.
+	perm := make([]int32, ep.N)
+	for k := range perm {
+		perm[k] = int32(k)
+	}
+	sort.SliceStable(perm, func(a, b int) bool { return keys[perm[a]] < keys[perm[b]] })
+	ep.Windows, ep.perm = []Window{w}, [][]int32{perm}
+	return ep, nil
+}
+
 // WindowOf returns the index of the window holding position p.
 func (ep *Epoch) WindowOf(p int64) int {
 	return sort.Search(len(ep.Windows), func(i int) bool {
@@ -151,6 +188,9 @@ const (
 	streamPartners = 3
 	// StreamSample is the stream of a sample's augmentation draws.
 	StreamSample = 4
+	// StreamBatch is the stream of a batch's own draws (its multi-scale
+	// size), keyed by (epoch, the batch's first position).
+	StreamBatch = 5
 )
 
 // NewRand returns a PCG generator for stream (seed, tag, a, b). PCG's output

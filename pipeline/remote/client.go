@@ -300,7 +300,7 @@ func (s *Stream) open() error {
 		cancel()
 		return fmt.Errorf("remote: stream from %s: %w", s.c.cfg.Addr, err)
 	}
-	if err := checkSchema(rdr.Schema(), req.transport()); err != nil {
+	if err := checkSchema(rdr.Schema(), req.transport(), req.Rect || req.MultiScale > 0); err != nil {
 		rdr.Release()
 		cancel()
 		return err
@@ -319,7 +319,7 @@ func (s *Stream) open() error {
 	return nil
 }
 
-func checkSchema(sc *arrow.Schema, transport string) error {
+func checkSchema(sc *arrow.Schema, transport string, canvas bool) error {
 	names := fieldNames(sc)
 	want := []string{batch.ColImage, batch.ColImageID, batch.ColOrigHeight, batch.ColOrigWidth, batch.ColTransform,
 		batch.ColBoxes, batch.ColClasses, batch.ColIsCrowd, batch.ColBoxesPerImage}
@@ -327,6 +327,9 @@ func checkSchema(sc *arrow.Schema, transport string) error {
 		want = append(want, ColMaskWindows, ColMaskData)
 	} else {
 		want = append(want, batch.ColMasks)
+	}
+	if canvas {
+		want = append(want, batch.ColCanvas)
 	}
 	if len(names) != len(want) {
 		return fmt.Errorf("remote: server sent columns %v, want %v", names, want)

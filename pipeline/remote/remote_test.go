@@ -127,7 +127,7 @@ func TestFlightInfo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := checkSchema(sc, MasksWindowed); err != nil {
+	if err := checkSchema(sc, MasksWindowed, false); err != nil {
 		t.Error(err)
 	}
 	if len(info.Endpoint) != 1 || info.Endpoint[0].Location[0].Uri != "grpc://10.0.0.2:8815" {

@@ -137,6 +137,14 @@ type Request struct {
 	// order (Ultralytics' fraction; pipeline.Config.Fraction); 0 or 1:
 	// every row.
 	Fraction float64 `json:"fraction,omitempty"`
+	// Rect streams rectangular validation batches (Ultralytics' rect;
+	// pipeline.Config.Rect); Val only. The records then end with the
+	// batch.ColCanvas column.
+	Rect bool `json:"rect,omitempty"`
+	// MultiScale m in (0, 1) draws each training batch's side on the
+	// 32 px grid (Ultralytics' multi_scale; pipeline.Config.MultiScale);
+	// the records then end with the batch.ColCanvas column.
+	MultiScale float64 `json:"multi_scale,omitempty"`
 }
 
 // ParseRequest decodes and checks a ticket. Errors wrap ErrBadRequest and
@@ -237,7 +245,7 @@ func NewRequest(shards string, cfg pipeline.Config) (Request, error) {
 	r := Request{Version: RequestVersion, Shards: shards, Start: cfg.Start, Epochs: cfg.Epochs,
 		CloseMosaic: cfg.CloseMosaic, Rank: cfg.Rank, WorldSize: cfg.WorldSize, BatchSize: cfg.BatchSize,
 		Val: cfg.Val, ImgSz: a.ImgSz, Augment: &a, Classes: cfg.Classes, SingleClass: cfg.SingleClass,
-		Fraction: cfg.Fraction}
+		Fraction: cfg.Fraction, Rect: cfg.Rect, MultiScale: cfg.MultiScale}
 	return r, r.Validate()
 }
 
@@ -334,6 +342,7 @@ func (r Request) Config(base pipeline.Config) (pipeline.Config, error) {
 	c.BatchSize, c.Start, c.Epochs, c.CloseMosaic = r.BatchSize, r.Start, r.Epochs, r.CloseMosaic
 	c.Rank, c.WorldSize, c.Val = r.Rank, r.WorldSize, r.Val
 	c.Classes, c.SingleClass, c.Fraction = r.Classes, r.SingleClass, r.Fraction
+	c.Rect, c.MultiScale = r.Rect, r.MultiScale
 	a := augment.DefaultConfig()
 	if r.Augment != nil {
 		a = *r.Augment

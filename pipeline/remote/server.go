@@ -31,7 +31,6 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
-	"github.com/segpipe/segpipe/formats/batch"
 	"github.com/segpipe/segpipe/formats/shard"
 	"github.com/segpipe/segpipe/pipeline"
 )
@@ -331,12 +330,8 @@ func (s *Server) openSet(ctx context.Context, name string) (pipeline.Source, err
 // schemaOf returns the stream schema of a request (what the loader's
 // records carry, windowed when asked).
 func schemaOf(cfg pipeline.Config, transport string) (*arrow.Schema, error) {
-	stride := cfg.Stride
-	if stride == 0 {
-		stride = 4
-	}
-	sz := cfg.Augment.ImgSz
-	b, err := batch.NewBuilder(sz, sz, sz/stride, sz/stride)
+	// The loader's own builder: its canvas (rect, multi_scale) and columns.
+	b, err := cfg.NewBatchBuilder()
 	if err != nil {
 		return nil, err
 	}

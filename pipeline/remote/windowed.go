@@ -32,7 +32,12 @@ type expander struct {
 
 // newExpander reads the grid and canvas sizes from a windowed schema.
 func newExpander(s *arrow.Schema, mem memory.Allocator) (*expander, error) {
-	if s.NumFields() != nDense+2 || s.Field(nDense).Name != ColMaskWindows || s.Field(nDense+1).Name != ColMaskData {
+	canvas := batch.HasCanvas(s)
+	want := nDense + 2
+	if canvas {
+		want++ // batch.ColCanvas, last
+	}
+	if s.NumFields() != want || s.Field(nDense).Name != ColMaskWindows || s.Field(nDense+1).Name != ColMaskData {
 		return nil, fmt.Errorf("remote: windowed schema has columns %v", fieldNames(s))
 	}
 	hp, wp, err := batch.MaskGrid(s)
@@ -44,7 +49,11 @@ func newExpander(s *arrow.Schema, mem memory.Allocator) (*expander, error) {
 		return nil, fmt.Errorf("remote: windowed schema: column %s is %s, not a (3,H,W) tensor", batch.ColImage, s.Field(0).Type)
 	}
 	sh := it.Shape()
-	b, err := batch.NewBuilder(sh[1], sh[2], hp, wp)
+	newBuilder := batch.NewBuilder
+	if canvas {
+		newBuilder = batch.NewCanvasBuilder
+	}
+	b, err := newBuilder(sh[1], sh[2], hp, wp)
 	if err != nil {
 		return nil, err
 	}

@@ -11,7 +11,8 @@ IMGSZ_DEFAULT = 640
 IMGSZ_MAX = 16384
 
 #: Each setting's value type: "float" (a number in [0, AUGMENT_MAX[name]]),
-#: "uint8" (an integer 0..255) or "bool".
+#: "uint8" (an integer 0..255), "bool" or "enum" (a string, one of
+#: AUGMENT_ENUM[name]).
 AUGMENT_TYPES = {
     "mosaic": "float",
     "degrees": "float",
@@ -29,11 +30,14 @@ AUGMENT_TYPES = {
     "bgr": "float",
     "mixup": "float",
     "cutmix": "float",
+    "copy_paste": "float",
+    "copy_paste_mode": "enum",
     "fill": "uint8",
     "min_side": "float",
     "min_area": "float",
     "max_aspect": "float",
     "keep_crowd": "bool",
+    "mask_rule": "enum",
 }
 
 #: The server's default of each setting (augment.DefaultConfig).
@@ -54,11 +58,14 @@ AUGMENT_DEFAULTS = {
     "bgr": 0.0,
     "mixup": 0.0,
     "cutmix": 0.0,
+    "copy_paste": 0.0,
+    "copy_paste_mode": "flip",
     "fill": 114,
     "min_side": 2.0,
     "min_area": 0.01,
     "max_aspect": 100.0,
     "keep_crowd": False,
+    "mask_rule": "exact",
 }
 
 #: The largest value of each float setting (the smallest is 0).
@@ -79,9 +86,16 @@ AUGMENT_MAX = {
     "bgr": 1.0,
     "mixup": 1.0,
     "cutmix": 1.0,
+    "copy_paste": 1.0,
     "min_side": math.inf,
     "min_area": 1.0,
     "max_aspect": math.inf,
+}
+
+#: The values each enum setting takes; any other is refused.
+AUGMENT_ENUM = {
+    "copy_paste_mode": ("flip", "mixup"),
+    "mask_rule": ("exact", "ultralytics"),
 }
 
 #: What each setting does, in one line.
@@ -102,9 +116,12 @@ AUGMENT_USAGE = {
     "bgr": "RGB to BGR channel swap probability",
     "mixup": "mixup probability",
     "cutmix": "cutmix probability",
+    "copy_paste": "copy-paste: share of eligible instances pasted (mixup mode: also its probability)",
+    "copy_paste_mode": "copy-paste source: the image's own instances mirrored, or another image's",
     "fill": "padding value",
     "min_side": "candidate rule: least box side after clipping, px",
     "min_area": "candidate rule: least kept area / area before clipping",
     "max_aspect": "candidate rule: largest box aspect ratio",
     "keep_crowd": "keep crowd instances (flagged) instead of dropping them",
+    "mask_rule": "mask rule: exact (cell centre inside) or ultralytics (polygon2mask's, cell for cell)",
 }

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 # Re-exported: a trainer reads the settings' defaults and docs from here.
-from ._augment import AUGMENT_DEFAULTS, AUGMENT_MAX, AUGMENT_TYPES, AUGMENT_USAGE, IMGSZ_DEFAULT, IMGSZ_MAX  # noqa: F401
+from ._augment import AUGMENT_DEFAULTS, AUGMENT_ENUM, AUGMENT_MAX, AUGMENT_TYPES, AUGMENT_USAGE, IMGSZ_DEFAULT, IMGSZ_MAX  # noqa: F401
 
 #: The ticket format version this package writes (remote.RequestVersion).
 REQUEST_VERSION = 1
@@ -193,6 +193,10 @@ def _check_augment(aug: Mapping) -> dict:
         elif kind == "bool":
             if not isinstance(v, bool):
                 raise RequestError(f"augment.{k} {v!r}: want true or false")
+            out[k] = v
+        elif kind == "enum":
+            if not isinstance(v, str) or v not in AUGMENT_ENUM[k]:
+                raise RequestError(f"augment.{k} {v!r}: want one of {', '.join(AUGMENT_ENUM[k])}")
             out[k] = v
         else:
             if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -389,10 +393,12 @@ def rank_batches(images: int, batch_size: int, rank: int, world_size: int, consu
 @dataclass(frozen=True)
 class Source:
     """A segpipe server and the shard sets a trainer reads, from a data URL:
-    ``segpipe://HOST:PORT/TRAIN[?val=VAL&masks=dense|windowed&tls=1]``.
+    ``segpipe://HOST:PORT/TRAIN[?val=VAL&masks=dense|windowed&tls=1&mask_rule=RULE]``.
 
     TRAIN and VAL are shard sets below the server's root (VAL defaults to
-    TRAIN). The bearer token is never part of the URL (URLs end up in logs
+    TRAIN). mask_rule picks the rasterisation of both streams' masks
+    (AUGMENT_ENUM["mask_rule"]; the server's default when absent): a
+    segpipe setting Ultralytics' own arguments have no name for. The bearer token is never part of the URL (URLs end up in logs
     and run files): it comes from the SEGPIPE_TOKEN environment variable."""
 
     addr: str
@@ -400,6 +406,7 @@ class Source:
     val: str
     masks: str = MASKS_WINDOWED
     tls: bool = False
+    mask_rule: str = ""
 
     SCHEME = "segpipe://"
 
@@ -413,11 +420,12 @@ class Source:
         if not u.netloc or u.port is None:
             raise RequestError(f"data {url!r}: no HOST:PORT after {cls.SCHEME}")
         q = parse_qs(u.query, keep_blank_values=True, strict_parsing=bool(u.query))
-        unknown = set(q) - {"val", "masks", "tls"}
+        known = {"val", "masks", "tls", "mask_rule"}
+        unknown = set(q) - known
         if "token" in unknown:
             raise RequestError("data URL: put the token in the SEGPIPE_TOKEN environment variable, not in the URL")
         if unknown:
-            raise RequestError(f"data {url!r}: unknown parameters {sorted(unknown)}; known: masks, tls, val")
+            raise RequestError(f"data {url!r}: unknown parameters {sorted(unknown)}; known: {', '.join(sorted(known))}")
         for k, v in q.items():
             if len(v) != 1:
                 raise RequestError(f"data {url!r}: parameter {k} given {len(v)} times")
@@ -429,7 +437,10 @@ class Source:
         tls = q.get("tls", ["0"])[0]
         if tls not in ("0", "1"):
             raise RequestError(f"data {url!r}: tls {tls!r}: want 0 or 1")
-        return cls(addr=u.netloc, train=train, val=val, masks=masks, tls=tls == "1")
+        rule = q.get("mask_rule", [""])[0]
+        if "mask_rule" in q and rule not in AUGMENT_ENUM.get("mask_rule", ()):
+            raise RequestError(f"data {url!r}: mask_rule {rule!r}: want one of {', '.join(AUGMENT_ENUM.get('mask_rule', ()))}")
+        return cls(addr=u.netloc, train=train, val=val, masks=masks, tls=tls == "1", mask_rule=rule)
 
 
 def even_batches(images: int, batch_size: int, world_size: int, consumed: int = 0) -> int:

@@ -94,7 +94,6 @@ _NO_COUNTERPART = {
     "flipud": 0.0,
     "mixup": 0.0,
     "cutmix": 0.0,
-    "copy_paste": 0.0,
     "bgr": 0.0,
     "rect": False,
     "cls_pw": 0.0,  # class weights count the labels of Ultralytics' own dataset
@@ -102,12 +101,16 @@ _NO_COUNTERPART = {
     "save_txt": False,  # the validator names label files after image files, which a stream has none of
 }
 
+# The settings Ultralytics' close_mosaic (YOLODataset) sets to 0 for the
+# last close_mosaic epochs.
+CLOSED_WITH_MOSAIC = ("mosaic", "copy_paste", "mixup", "cutmix")
+
 # Ultralytics' dataset options the loader applies (dataset_settings), and
 # cache, which it accepts and ignores.
 DATASET_SETTINGS = ("classes", "single_cls", "fraction")
 
 # The Python type of each kind of setting in AUGMENT_TYPES.
-_KIND_TYPES = {"float": float, "uint8": int, "bool": bool}
+_KIND_TYPES = {"float": float, "uint8": int, "bool": bool, "enum": str}
 
 
 def augment_settings(args: Any) -> dict:
@@ -551,7 +554,8 @@ class SegpipeLoader:
 
         aug = dict(self.augment)
         if self.mosaic_closed:
-            aug["mosaic"] = 0.0
+            # What Ultralytics' close_mosaic turns off with mosaic.
+            aug.update({k: 0.0 for k in CLOSED_WITH_MOSAIC if k in aug or k == "mosaic"})
         fb = FlightBatches(
             self.source.addr,
             self.shards,
@@ -726,6 +730,8 @@ class SegpipeSegmentationTrainer(SegmentationTrainer):
         elif world > 1 and not validator_gathers():
             r, world, idle = 0, 1, r != 0
         aug = augment_settings(self.args)
+        if self.segpipe_source.mask_rule:
+            aug["mask_rule"] = self.segpipe_source.mask_rule
         return self.loader_class(
             self.segpipe_source,
             dataset_path,

@@ -88,7 +88,9 @@ class TicketTest(unittest.TestCase):
             (dict(augment={"mosaic": 1.5}), "augment.mosaic"),
             (dict(augment={"scale": 1.0}), "augment.scale"),
             (dict(augment={"degrees": float("nan")}), "augment.degrees"),
-            (dict(augment={"copy_paste": 0.1}), "unknown settings ['copy_paste']"),
+            (dict(augment={"copy_pasta": 0.1}), "unknown settings ['copy_pasta']"),
+            (dict(augment={"copy_paste_mode": "swap"}), "augment.copy_paste_mode 'swap': want one of flip, mixup"),
+            (dict(augment={"mask_rule": 1}), "augment.mask_rule 1: want one of exact, ultralytics"),
             (dict(augment={"fill": 256}), "augment.fill"),
             (dict(augment={"keep_crowd": 1}), "keep_crowd"),
             (dict(batch_size=True), "batch_size"),
@@ -178,7 +180,9 @@ class SourceTest(unittest.TestCase):
         s = Source.parse("segpipe://10.0.0.5:8815/coco/train2017?val=coco/val2017&masks=dense&tls=1")
         self.assertEqual(s, Source("10.0.0.5:8815", "coco/train2017", "coco/val2017", "dense", True))
         s = Source.parse("segpipe://127.0.0.1:8815/")
-        self.assertEqual((s.train, s.val, s.masks, s.tls), (".", ".", "windowed", False))
+        self.assertEqual((s.train, s.val, s.masks, s.tls, s.mask_rule), (".", ".", "windowed", False, ""))
+        s = Source.parse("segpipe://127.0.0.1:8815/t?mask_rule=ultralytics")
+        self.assertEqual(s.mask_rule, "ultralytics")
 
     def test_refused(self):
         for url, want in [
@@ -190,6 +194,7 @@ class SourceTest(unittest.TestCase):
             ("segpipe://h:1/t?masks=rle", "masks"),
             ("segpipe://h:1/../t", "leaves the shard root"),
             ("segpipe://h:1/t?val=a&val=b", "2 times"),
+            ("segpipe://h:1/t?mask_rule=polygon2mask", "want one of exact, ultralytics"),
         ]:
             with self.subTest(url=url):
                 with self.assertRaises(RequestError) as cm:

@@ -302,6 +302,25 @@ class LoaderCountsTest(unittest.TestCase):
         other.dataset.mosaic = False  # what the trainer does first
         self.assertTrue(other.mosaic_closed)
 
+    def test_close_mosaic_turns_off_what_ultralytics_does(self):
+        from ultralytics.cfg import DEFAULT_CFG, get_cfg
+        from ultralytics.data.dataset import YOLODataset
+
+        from segpipe.ultralytics import CLOSED_WITH_MOSAIC
+
+        hyp = get_cfg(DEFAULT_CFG, dict(mosaic=1.0, copy_paste=0.5, mixup=0.3, cutmix=0.2, fliplr=0.4))
+        ds = YOLODataset.__new__(YOLODataset)
+        ds.build_transforms = lambda hyp: None
+        ds.close_mosaic(hyp)
+        theirs = {k for k in ("mosaic", "copy_paste", "mixup", "cutmix", "fliplr") if getattr(hyp, k) == 0.0}
+        self.assertEqual(set(CLOSED_WITH_MOSAIC), theirs)
+        ld = self.loader(augment={"mosaic": 1.0, "copy_paste": 0.5, "mixup": 0.3, "cutmix": 0.2, "fliplr": 0.4})
+        ld.dataset.close_mosaic(hyp=None)
+        fb = ld.stream(5)
+        self.assertEqual({k: fb.request.augment[k] for k in ("mosaic", "copy_paste", "mixup", "cutmix", "fliplr")},
+                         {"mosaic": 0.0, "copy_paste": 0.0, "mixup": 0.0, "cutmix": 0.0, "fliplr": 0.4})  # fmt: skip
+        fb.close()
+
     def test_validator_gathers(self):
         from ultralytics.engine.validator import BaseValidator
         from ultralytics.models.yolo.segment import SegmentationValidator

@@ -31,11 +31,15 @@ type Config struct {
 	// config's content or --variant, never from a file name.
 	Variant string `json:"variant"`
 	// Classes is the class count; 0 takes it from the training shards.
-	Classes int    `json:"classes"`
-	Epochs  int    `json:"epochs"`
-	Batch   int    `json:"batch"`
-	Imgsz   int    `json:"imgsz"`
-	Device  string `json:"device"`
+	Classes int `json:"classes"`
+	Epochs  int `json:"epochs"`
+	Batch   int `json:"batch"`
+	// Imgsz is the run's canvas side, the one size of a run: the key and
+	// flag imgsz. The embedded augment.Config also has an ImgSz, which
+	// stays zero in a Config (see below); Augment hands Imgsz to the
+	// loader in it.
+	Imgsz  int    `json:"imgsz"`
+	Device string `json:"device"`
 	// Precision is the math of a cuda device: "tf32" (the default, "":
 	// PyTorch's, TF32 convolutions and fp32 GEMMs) or "fp32" (strict, as
 	// the CPU). It changes nothing on cpu and emu.
@@ -62,8 +66,18 @@ type Config struct {
 
 	// The embedded augment.Config is the loader's augmentation settings
 	// (the one table of them), under their own keys: a setting added to
-	// the table is a key and a flag of every run. Imgsz above is the
-	// canvas side; the embedded ImgSz is not a key and Augment fills it.
+	// the table is a key and a flag of every run.
+	//
+	// Its ImgSz is not the run's size, and two fields exist because the
+	// two JSON forms disagree: in the table, a json name makes a field a
+	// setting (a request's "augment" key, a Python constant, a flag of
+	// every command), and the canvas is not one (a request carries it
+	// apart), so ImgSz is json:"-"; a run's config, config.json and
+	// checkpoints have always keyed the size "imgsz", after "batch", and
+	// must keep loading. So Imgsz above carries the key, the embedded
+	// ImgSz has none (no file, flag or Set reaches it: it stays zero),
+	// Augment copies Imgsz into it, and Validate refuses a Config whose
+	// embedded ImgSz was set to anything else.
 	augment.Config
 	// CloseMosaic turns mosaic off for the last CloseMosaic epochs.
 	CloseMosaic int `json:"close_mosaic"`
@@ -176,7 +190,12 @@ func (c *Config) Set(key, value string) error {
 	var err error
 	switch f.Kind() {
 	case reflect.String:
-		f.SetString(value)
+		if st, ok := augment.Lookup(key); ok && st.Kind == reflect.String {
+			err = st.CheckEnum(value) // a setting of the table takes its values only
+		}
+		if err == nil {
+			f.SetString(value)
+		}
 	case reflect.Int:
 		var n int
 		if n, err = strconv.Atoi(value); err == nil {
@@ -256,6 +275,9 @@ func (c *Config) validateSettings() error {
 		return fmt.Errorf("config: lr0 %v, lrf %v, clip_norm %v, ema_tau %v: want lr0, lrf ≥ 0 and clip_norm, ema_tau > 0", c.LR0, c.LRF, c.ClipNorm, c.EMATau)
 	case c.Workers < 0 || c.ValEvery < 0 || c.CloseMosaic < 0 || c.SaveEvery < 0:
 		return fmt.Errorf("config: workers %d, val_every %d, close_mosaic %d, save_every %d: want ≥ 0", c.Workers, c.ValEvery, c.CloseMosaic, c.SaveEvery)
+	}
+	if c.Config.ImgSz != 0 && c.Config.ImgSz != c.Imgsz {
+		return fmt.Errorf("config: augment ImgSz %d beside imgsz %d: the run's size is Imgsz", c.Config.ImgSz, c.Imgsz)
 	}
 	if err := c.Augment().Validate(); err != nil {
 		return fmt.Errorf("config: %w", err)

@@ -22,7 +22,7 @@ func TestDefaultConfigPinned(t *testing.T) {
 		WarmupEpochs: 3, WarmupMomentum: 0.8, WarmupBiasLR: 0.1, NBS: 64, ClipNorm: 10, EMATau: 2000,
 		Config: augment.Config{
 			Mosaic: 1, FlipLR: 0.5, HSVH: 0.015, HSVS: 0.7, HSVV: 0.4, Scale: 0.5, Translate: 0.1,
-			Fill: 114, MinSide: 2, MinArea: 0.01, MaxAspect: 100,
+			CopyPasteMode: "flip", MaskRule: "exact", Fill: 114, MinSide: 2, MinArea: 0.01, MaxAspect: 100,
 		},
 		CloseMosaic: 10, Conf: 0.001, MaxDet: 300,
 	}
@@ -49,6 +49,9 @@ func nonDefault(s augment.Setting) (any, string) {
 		return d ^ 1, fmt.Sprint(d ^ 1)
 	case bool:
 		return !d, fmt.Sprint(!d)
+	case string:
+		v := s.Enum[(slices.Index(s.Enum, d)+1)%len(s.Enum)]
+		return v, v
 	}
 	panic(fmt.Sprintf("setting %s of type %T", s.Name, s.Default))
 }

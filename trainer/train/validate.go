@@ -24,7 +24,9 @@ type ValConfig struct {
 }
 
 // Loader is the validation loader's configuration: the images
-// letterboxed at Imgsz, in order, without augmentation.
+// letterboxed at Imgsz, in order, without augmentation, every
+// ground-truth instance kept (no candidate rule, as Ultralytics
+// validates). Square batches: the Go trainer does not take rect ones.
 func (vc ValConfig) Loader() pipeline.Config {
 	aug := defaultAug(vc.Imgsz)
 	// Crowd regions are truth to ignore, as in COCOeval: detections on
@@ -70,6 +72,12 @@ func validate(ctx context.Context, data Data, vc ValConfig, infer inferFunc) (bo
 		}
 		err = func() error {
 			defer rec.Release()
+			if batch.HasCanvas(rec.Schema()) {
+				// The grid metric and the model take the whole canvas:
+				// a live region (rect or multi_scale) would be scored
+				// with its padding.
+				return errors.New("train: validation batches with a live canvas (rect or multi_scale) are not supported: the Go trainer validates on square letterboxed batches")
+			}
 			dets, protos, err := infer(rec)
 			if err != nil {
 				return err

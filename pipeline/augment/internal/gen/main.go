@@ -39,7 +39,7 @@ func main() {
 }
 
 // pyTypes names each setting kind for Python.
-var pyTypes = map[reflect.Kind]string{reflect.Float64: "float", reflect.Uint8: "uint8", reflect.Bool: "bool"}
+var pyTypes = map[reflect.Kind]string{reflect.Float64: "float", reflect.Uint8: "uint8", reflect.Bool: "bool", reflect.String: "enum"}
 
 // python renders the module. Its bytes depend on the table alone.
 func python(settings []augment.Setting) []byte {
@@ -61,7 +61,8 @@ func python(settings []augment.Setting) []byte {
 	}
 	all := func(augment.Setting) bool { return true }
 	dict(`#: Each setting's value type: "float" (a number in [0, AUGMENT_MAX[name]]),
-#: "uint8" (an integer 0..255) or "bool".`, "AUGMENT_TYPES", func(s augment.Setting) string {
+#: "uint8" (an integer 0..255), "bool" or "enum" (a string, one of
+#: AUGMENT_ENUM[name]).`, "AUGMENT_TYPES", func(s augment.Setting) string {
 		return strconv.Quote(pyTypes[s.Kind])
 	}, all)
 	b.WriteString("\n")
@@ -71,6 +72,8 @@ func python(settings []augment.Setting) []byte {
 			return pyFloat(v)
 		case bool:
 			return map[bool]string{false: "False", true: "True"}[v]
+		case string:
+			return strconv.Quote(v)
 		default:
 			return fmt.Sprint(v)
 		}
@@ -79,6 +82,17 @@ func python(settings []augment.Setting) []byte {
 	dict("#: The largest value of each float setting (the smallest is 0).", "AUGMENT_MAX", func(s augment.Setting) string {
 		return pyFloat(s.Max)
 	}, func(s augment.Setting) bool { return s.Kind == reflect.Float64 })
+	b.WriteString("\n")
+	dict("#: The values each enum setting takes; any other is refused.", "AUGMENT_ENUM", func(s augment.Setting) string {
+		q := make([]string, len(s.Enum))
+		for i, v := range s.Enum {
+			q[i] = strconv.Quote(v)
+		}
+		if len(q) == 1 {
+			return "(" + q[0] + ",)" // a tuple, not a parenthesised string
+		}
+		return "(" + strings.Join(q, ", ") + ")"
+	}, func(s augment.Setting) bool { return s.Kind == reflect.String })
 	b.WriteString("\n")
 	dict("#: What each setting does, in one line.", "AUGMENT_USAGE", func(s augment.Setting) string {
 		return strconv.Quote(s.Usage)
