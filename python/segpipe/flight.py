@@ -31,7 +31,6 @@ from typing import Any, Iterator
 
 import pyarrow as pa
 import pyarrow.flight as flight
-import torch
 
 from .batch import (  # noqa: F401  (re-exported: the conversion's old home)
     BASE_COLUMNS,
@@ -68,6 +67,45 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+#: glibc mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8
+#: Whether keep_receive_memory applied in this process (once is enough).
+_malloc_tuned = False
+
+
+def keep_receive_memory() -> bool:
+    """Make glibc's malloc keep the memory of received batches for the next
+    ones instead of handing it back to the kernel; returns whether it
+    applied (glibc only). FlightBatches calls it when it is made, unless
+    SEGPIPE_MALLOC_KEEP=0; a process that starts threads of its own before
+    it makes one may call it first thing.
+
+    gRPC hands pyarrow a batch message (40 MB for 32 images at 640 px) in
+    one block from malloc. glibc serves a block that large with mmap and
+    unmaps it on free, so each batch lands in fresh pages: the kernel
+    faults in and zeroes 10,000 pages a batch, which measured two thirds of
+    the receiving process's CPU (tests/profile_flight_client.py). Raising
+    the mmap and trim thresholds lets a freed block serve the next batch
+    from the heap, and one arena for every thread keeps a block freed by
+    the read-ahead thread from being unmapped with a per-thread heap; the
+    process then keeps about (prefetch + 2) batches of memory it would
+    otherwise return between batches. A process-wide setting: one with
+    other needs can opt out with the variable."""
+    global _malloc_tuned
+    if _malloc_tuned or os.environ.get("SEGPIPE_MALLOC_KEEP", "1") == "0":
+        return _malloc_tuned
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    # Above the largest batch a trainer asks for; c_int bounds both.
+    ok = mallopt(_M_MMAP_THRESHOLD, 1 << 30) == 1 and mallopt(_M_TRIM_THRESHOLD, (1 << 31) - 1) == 1
+    ok = ok and mallopt(_M_ARENA_MAX, 1) == 1
+    _malloc_tuned = ok
+    return ok
 
 
 def _forked_error(what: str) -> StreamError:
@@ -161,7 +199,9 @@ class FlightBatches(EpochStream):
     ``single_cls`` and ``fraction`` are Ultralytics' dataset options, applied
     by the loader: keep only these classes' instances, make every class 0,
     read the first max(1, round(n * fraction)) images in manifest order.
-    ``device`` moves each batch there
+    Making one sets glibc's malloc to keep freed batch memory for the next
+    batches (keep_receive_memory; SEGPIPE_MALLOC_KEEP=0 opts out), which
+    halves the receiving CPU. ``device`` moves each batch there
     (``pin_memory`` first copies it into page-locked memory, so that the
     copy to a CUDA device is asynchronous).
 
@@ -234,6 +274,10 @@ class FlightBatches(EpochStream):
             timeout=timeout,
             where=addr,
         )
+        # Here, in the thread that makes the stream, before the read-ahead
+        # thread exists: glibc gives a thread its arena at its first malloc,
+        # and only arenas made after the setting share the main one.
+        keep_receive_memory()
         # Checked here, not on the first read: a bad setting fails at once.
         Resumable(request, self._open, _app_metadata, retries=retries, backoff=backoff, max_backoff=max_backoff, timeout=self.timeout)
         self.retries, self.backoff, self.max_backoff = retries, backoff, max_backoff
