@@ -29,8 +29,12 @@ IMGSZ = 640
 # mask with Ultralytics' (measured on coco-tiny val, 8.4.2 and 8.4.190: see
 # the test's printed line). "exact" keeps the polygon's area where
 # Ultralytics' fill grows each mask by about one canvas pixel a side, so
-# small instances differ most.
-MASK_FLOORS = {"exact": (0.85, 0.55), "ultralytics": (0.97, 0.80)}
+# small instances differ most (mean 0.867, p5 0.619). "ultralytics" is
+# polygon2mask cell for cell given the polygon (test_mask_rule), but
+# Ultralytics' dataset first resamples each segment to 1,000 points, whose
+# truncated in-between points step along each edge: mean 0.969, p5 0.889,
+# 123 of 804 equal.
+MASK_FLOORS = {"exact": (0.85, 0.60), "ultralytics": (0.96, 0.87)}
 
 
 # Training with every random transform off and both flips taken: the one
