@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from . import _torch
+from .request import MASK_STRIDE
 from .stream import StreamError
 from .windowed import expand_windows, image_bytes
 
@@ -42,6 +43,9 @@ BASE_COLUMNS = (
 )
 DENSE_COLUMNS = BASE_COLUMNS + ("masks",)
 WINDOWED_COLUMNS = BASE_COLUMNS + ("mask_windows", "mask_data")
+#: The column that ends a rect or multi_scale record (formats/batch
+#: ColCanvas): each row's live canvas (h, w), int32.
+CANVAS_COLUMN = "canvas"
 META_GRID = b"segpipe.mask_grid"
 
 #: Keys of a batch dict that hold tensors: the columns (images for image),
@@ -96,8 +100,10 @@ def record_arrays(rb: pa.RecordBatch, windowed: bool, imgsz: int) -> dict[str, n
     from the windows for a windowed record.
     """
     want = WINDOWED_COLUMNS if windowed else DENSE_COLUMNS
-    if tuple(rb.schema.names) != want:
-        raise StreamError(f"server sent columns {rb.schema.names}, want {list(want)}")
+    names = tuple(rb.schema.names)
+    live = names[-1:] == (CANVAS_COLUMN,)
+    if (names[:-1] if live else names) != want:
+        raise StreamError(f"server sent columns {rb.schema.names}, want {list(want)} (and {CANVAS_COLUMN!r} last with rect or multi_scale)")
     n = rb.num_rows
     shape = _tensor_shape(rb.schema.field(0)) or [3, imgsz, imgsz]
     if len(shape) != 3 or shape[0] != 3:
@@ -131,7 +137,7 @@ def record_arrays(rb: pa.RecordBatch, windowed: bool, imgsz: int) -> dict[str, n
         if not np.array_equal(_view(mcol.offsets, np.int32, "masks offsets"), offsets):
             raise StreamError("masks and boxes do not share their offsets")
         out["masks"] = _view(_storage(_list_child(mcol)).flatten(), np.uint8, "masks").reshape(sum_n, hp, wp)
-        return out
+        return _live_view(out, rb, live, h, w)
     grid = (rb.schema.metadata or {}).get(META_GRID)
     try:
         hp, wp = (int(x) for x in grid.split(b","))
@@ -151,6 +157,24 @@ def record_arrays(rb: pa.RecordBatch, windowed: bool, imgsz: int) -> dict[str, n
         out["masks"] = expand_windows(wins, image_bytes(doffs, data), hp, wp)
     except ValueError as e:
         raise StreamError(f"windowed masks: {e}") from None
+    return _live_view(out, rb, live, h, w)
+
+
+def _live_view(out: dict[str, np.ndarray], rb: pa.RecordBatch, live: bool, h: int, w: int) -> dict[str, np.ndarray]:
+    """A rect or multi_scale batch (a trailing canvas column) cut to its live
+    canvas, the batch's own (h, w) at the top left of the stream's canvas:
+    views, no copy."""
+    if not live:
+        return out
+    hw = _view(rb.column(rb.num_columns - 1).flatten(), np.int32, CANVAS_COLUMN).reshape(rb.num_rows, 2)
+    if hw.size and not (hw == hw[0]).all():
+        raise StreamError("the rows of a batch disagree on its live canvas")
+    lh, lw = (int(hw[0, 0]), int(hw[0, 1])) if hw.size else (h, w)
+    s = h // out["masks"].shape[1] if out["masks"].ndim == 3 and out["masks"].shape[1] else MASK_STRIDE
+    if not (0 < lh <= h and 0 < lw <= w and lh % s == 0 and lw % s == 0):
+        raise StreamError(f"live canvas {lh}x{lw} outside the {h}x{w} canvas or off the mask grid")
+    out["images"] = out["images"][:, :, :lh, :lw]
+    out["masks"] = out["masks"][:, : lh // s, : lw // s]
     return out
 
 

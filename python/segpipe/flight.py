@@ -34,6 +34,7 @@ import pyarrow.flight as flight
 
 from .batch import (  # noqa: F401  (re-exported: the conversion's old home)
     BASE_COLUMNS,
+    CANVAS_COLUMN,
     DENSE_COLUMNS,
     TENSOR_KEYS,
     WINDOWED_COLUMNS,
@@ -199,6 +200,9 @@ class FlightBatches(EpochStream):
     ``single_cls`` and ``fraction`` are Ultralytics' dataset options, applied
     by the loader: keep only these classes' instances, make every class 0,
     read the first max(1, round(n * fraction)) images in manifest order.
+    ``rect`` (validation) and ``multi_scale`` (training) are Ultralytics'
+    batch shapes: each batch's images and masks are views of its live
+    canvas (Request.rect, Request.multi_scale).
     Making one sets glibc's malloc to keep freed batch memory for the next
     batches (keep_receive_memory; SEGPIPE_MALLOC_KEEP=0 opts out), which
     halves the receiving CPU. ``device`` moves each batch there
@@ -237,6 +241,8 @@ class FlightBatches(EpochStream):
         classes: list[int] | None = None,
         single_cls: bool = False,
         fraction: float = 0.0,
+        rect: bool = False,
+        multi_scale: float = 0.0,
         even_batches: bool | None = None,
         device: str | torch.device | None = None,
         pin_memory: bool = False,
@@ -262,6 +268,8 @@ class FlightBatches(EpochStream):
             classes=classes,
             single_cls=single_cls,
             fraction=fraction,
+            rect=rect,
+            multi_scale=multi_scale,
         )
         super().__init__(
             request,
@@ -376,6 +384,8 @@ class FlightBatches(EpochStream):
         reader = client.do_get(flight.Ticket(req.ticket()), self._options())
         names = tuple(reader.schema.names)
         want = WINDOWED_COLUMNS if req.transport == MASKS_WINDOWED else DENSE_COLUMNS
+        if req.rect or req.multi_scale:
+            want += (CANVAS_COLUMN,)
         if names != want:
             reader.cancel()
             raise StreamError(f"server sent columns {list(names)}, want {list(want)}")

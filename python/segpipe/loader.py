@@ -191,7 +191,8 @@ class Loader(EpochStream):
     loader's settings, as the CLI's flags; a configuration over the budget
     is refused with the figures. Damaged shard data is skipped and counted
     (``skipped``) unless ``strict``. ``classes``, ``single_cls`` and
-    ``fraction`` are Ultralytics' dataset options, as for FlightBatches.
+    ``fraction`` are Ultralytics' dataset options, and ``rect`` and
+    ``multi_scale`` its batch shapes, as for FlightBatches.
     ``record_batches()`` gives the Arrow
     records themselves, for code that wants Arrow rather than tensors, and
     ``segpipe.numpy_batch(record)`` their numpy form (views, no copy).
@@ -219,6 +220,8 @@ class Loader(EpochStream):
         classes: list[int] | None = None,
         single_cls: bool = False,
         fraction: float = 0.0,
+        rect: bool = False,
+        multi_scale: float = 0.0,
         even_batches: bool | None = None,
         device: str | torch.device | None = None,
         pin_memory: bool = False,
@@ -239,7 +242,7 @@ class Loader(EpochStream):
         request = Request(
             shards=".", start=st, rank=r, world_size=w, batch_size=batch_size, imgsz=imgsz,
             val=val, augment=augment, masks=masks, limit=limit,
-            classes=classes, single_cls=single_cls, fraction=fraction,
+            classes=classes, single_cls=single_cls, fraction=fraction, rect=rect, multi_scale=multi_scale,
         )  # fmt: skip
         super().__init__(
             request,

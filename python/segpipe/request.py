@@ -60,6 +60,8 @@ _REQUEST_KEYS = frozenset(
         "classes",
         "single_cls",
         "fraction",
+        "rect",
+        "multi_scale",
     }
 )
 
@@ -251,6 +253,16 @@ class Request:
     #: Stream only the set's first fraction_rows(images, fraction) rows in
     #: manifest order (Ultralytics' fraction as a share); 0 or 1: all.
     fraction: float = 0.0
+    #: Rectangular validation batches (Ultralytics' rect, its validation
+    #: default): images in aspect-ratio order, each batch letterboxed to its
+    #: own shape, carried at the top left of the stream's canvas with the
+    #: live (h, w) in a trailing ``canvas`` column (record_arrays slices to
+    #: it). Validation only.
+    rect: bool = False
+    #: Ultralytics' multi_scale m in [0, 1): each training batch's side
+    #: drawn on the 32 px grid in imgsz·(1 ± m), rendered at that side and
+    #: carried like rect. 0: off. Training only.
+    multi_scale: float = 0.0
     version: int = REQUEST_VERSION
 
     def validate(self) -> "Request":
@@ -292,6 +304,15 @@ class Request:
         f = self.fraction
         if isinstance(f, bool) or not isinstance(f, (int, float)) or not (0 <= f <= 1):  # also refuses NaN
             raise RequestError(f"fraction {f!r}: want a share in (0, 1], or 0 for every row")
+        if not isinstance(self.rect, bool):
+            raise RequestError(f"rect {self.rect!r}: want true or false")
+        if self.rect and not self.val:
+            raise RequestError("rect: rectangular batches are for validation (val=True)")
+        m = self.multi_scale
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not (0 <= m < 1):  # also refuses NaN
+            raise RequestError(f"multi_scale {m!r}: want a share in [0, 1)")
+        if m and self.val:
+            raise RequestError("multi_scale applies to training batches only, as Ultralytics draws it")
         return self
 
     def to_json(self) -> dict:
@@ -316,6 +337,10 @@ class Request:
             d["single_cls"] = True
         if self.fraction:
             d["fraction"] = float(self.fraction)
+        if self.rect:
+            d["rect"] = True
+        if self.multi_scale:
+            d["multi_scale"] = float(self.multi_scale)
         return d
 
     def ticket(self) -> bytes:

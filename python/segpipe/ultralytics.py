@@ -567,7 +567,12 @@ class SegpipeLoader:
             start=ResumeState(seed=self.seed, epoch=0 if self.val else epoch),
             epochs=0,
             val=self.val,
-            augment=None if self.val else aug,
+            # Validation takes no augmentation, but its masks follow the
+            # run's mask rule (the validator scores against them).
+            augment=({"mask_rule": aug["mask_rule"]} if "mask_rule" in aug else None) if self.val else aug,
+            # Ultralytics validates on rectangular batches (its trainer
+            # builds the val dataset with rect=True).
+            rect=self.val,
             limit=self.limit,
             even_batches=False,  # the trainer's limit already evens the ranks
             token=self.token,

@@ -32,6 +32,10 @@ def raw_cases():
     yield dict(BASE, classes=[], single_cls=False, fraction=1)
     yield dict(BASE, classes=[2147483647], fraction=0)
     yield dict(BASE, classes=list(range(1 << 16)))
+    yield dict(BASE, val=True, rect=True)
+    yield dict(BASE, multi_scale=0.5)
+    yield dict(BASE, rect=True)
+    yield dict(BASE, val=True, multi_scale=0.25)
     for comp in ("", "lz4", "zstd"):
         yield dict(BASE, compression=comp, masks="windowed")
     for bad in [
@@ -94,6 +98,11 @@ def raw_cases():
         {"fraction": -0.1},
         {"fraction": "0.5"},
         {"fraction": True},
+        {"rect": 1},
+        {"multi_scale": "0.5"},
+        {"multi_scale": 1.0},
+        {"multi_scale": -0.5},
+        {"multi_scale": True},
     ]:
         yield dict(BASE, **bad)
     yield {"shards": "s"}  # no version
