@@ -56,9 +56,8 @@ func (tp *Tape) Conv2d(x, w, b *Tensor, o ConvOptions) *Tensor {
 			if needs(x) {
 				// The first writer of x's gradient writes it (where the
 				// backend can) instead of adding to zeros.
-				dw, ok := be.(backend.ConvDataWriter)
-				if gx, write := x.gradForWrite(ok); write {
-					dw.Conv2dBackwardDataWrite(p, y.grad, w.data, gx)
+				if gx, write := x.gradForWrite(true); write {
+					be.Conv2dBackwardDataWrite(p, y.grad, w.data, gx)
 				} else {
 					be.Conv2dBackwardData(p, y.grad, w.data, gx)
 				}
@@ -98,14 +97,8 @@ func (tp *Tape) ConvTranspose2d(x, w, b *Tensor, o ConvOptions) *Tensor {
 	p := backend.Conv{N: x.Shape[0], InC: cout, InH: oh, InW: ow, OutC: x.Shape[1],
 		KH: w.Shape[2], KW: w.Shape[3], Stride: o.Stride, Pad: o.Padding, Groups: o.Groups}
 	be := tp.on(x)
-	var y *Tensor
-	if dw, ok := be.(backend.ConvDataWriter); ok {
-		y = outputUninit(be, p.N, cout, oh, ow)
-		dw.Conv2dBackwardDataWrite(p, x.data, w.data, y.data)
-	} else {
-		y = output(be, p.N, cout, oh, ow)
-		be.Conv2dBackwardData(p, x.data, w.data, y.data)
-	}
+	y := outputUninit(be, p.N, cout, oh, ow)
+	be.Conv2dBackwardDataWrite(p, x.data, w.data, y.data)
 	if b != nil {
 		be.ChannelAffine(p.N, cout, oh*ow, y.data, backend.Buffer{}, b.data, y.data)
 	}

@@ -231,6 +231,13 @@ type Backend interface {
 	// Conv2dBackwardData accumulates dx += conv2d's input-gradient for dy.
 	// It is also the forward pass of a transposed convolution.
 	Conv2dBackwardData(p Conv, dy, w, dx Buffer)
+	// Conv2dBackwardDataWrite writes dx = conv2d's input-gradient for dy,
+	// every element of dx, which it neither reads nor needs initialised:
+	// the first writer of a gradient, and a transposed convolution's
+	// output, take an uninitialised buffer. cuDNN does it in one pass
+	// (beta 0); the CPU backend zero-fills and accumulates, bit for bit
+	// what the accumulation into a zeroed buffer gives.
+	Conv2dBackwardDataWrite(p Conv, dy, w, dx Buffer)
 	// Conv2dBackwardFilter accumulates dw += conv2d's filter-gradient.
 	Conv2dBackwardFilter(p Conv, x, dy, dw Buffer)
 
@@ -318,19 +325,6 @@ type View interface {
 // against the Go code.
 type HostKernels interface {
 	RunHost(f func(View))
-}
-
-// ConvDataWriter is implemented by backends whose convolution
-// input-gradient can be written instead of added (cuDNN's beta 0): the
-// first writer of a gradient then takes an uninitialised buffer, not a
-// zero-filled one that it reads back, and a transposed convolution's
-// output needs no zero fill either. The CPU backend does not implement
-// it, so its results stay those of the zero-filled accumulation, bit for
-// bit.
-type ConvDataWriter interface {
-	// Conv2dBackwardDataWrite writes dx = conv2d's input-gradient for dy,
-	// every element of dx.
-	Conv2dBackwardDataWrite(p Conv, dy, w, dx Buffer)
 }
 
 // BNAct is an activation batch-norm applies in its own passes

@@ -207,6 +207,10 @@ func (be *Backend) Conv2d(p backend.Conv, x, w, y backend.Buffer) {
 func (be *Backend) Conv2dBackwardData(p backend.Conv, dy, w, dx backend.Buffer) {
 	be.Kernels.Conv2dBackwardData(p, be.f(dy), be.f(w), be.f(dx))
 }
+func (be *Backend) Conv2dBackwardDataWrite(p backend.Conv, dy, w, dx backend.Buffer) {
+	be.Fill(dx, 0)
+	be.Conv2dBackwardData(p, dy, w, dx)
+}
 func (be *Backend) Conv2dBackwardFilter(p backend.Conv, x, dy, dw backend.Buffer) {
 	be.Kernels.Conv2dBackwardFilter(p, be.f(x), be.f(dy), be.f(dw))
 }

@@ -392,13 +392,11 @@ func (be *Backend) Conv2dBackwardData(p backend.Conv, dy, w, dx backend.Buffer) 
 	orPanic("conv2d backward data", be.e.convBackwardData(be.plan(p), be.ptr(dy), be.ptr(w), be.ptr(dx), true))
 }
 
-// Conv2dBackwardDataWrite implements backend.ConvDataWriter: cuDNN's
-// backward data with beta 0, which neither reads dx nor needs it zeroed.
+// Conv2dBackwardDataWrite writes dx = the input gradient: cuDNN's backward
+// data with beta 0, which neither reads dx nor needs it zeroed.
 func (be *Backend) Conv2dBackwardDataWrite(p backend.Conv, dy, w, dx backend.Buffer) {
 	orPanic("conv2d backward data", be.e.convBackwardData(be.plan(p), be.ptr(dy), be.ptr(w), be.ptr(dx), false))
 }
-
-var _ backend.ConvDataWriter = (*Backend)(nil)
 
 // Conv2dBackwardFilter accumulates dw += the filter gradient (beta 1).
 func (be *Backend) Conv2dBackwardFilter(p backend.Conv, x, dy, dw backend.Buffer) {

@@ -134,17 +134,12 @@ func backendCases() []backendCase {
 			r.be.Conv2d(p, x, w, y)
 			return []backend.Buffer{y}
 		})
-		// Written (cuDNN's beta 0) where the backend can: dx starts as
-		// NaN, which must not be read; the CPU reference adds to zeros.
+		// Written (cuDNN's beta 0; the CPU zero-fills and adds): dx
+		// starts as NaN, which must not be read.
 		add("conv2d backward data, written", false, func(r *backendRun) []backend.Buffer {
 			w, dy := r.randn(nw), r.randn(ny)
-			if dw, ok := r.be.(backend.ConvDataWriter); ok {
-				dx := r.nan(nx)
-				dw.Conv2dBackwardDataWrite(p, dy, w, dx)
-				return []backend.Buffer{dx}
-			}
-			dx := r.up(make([]float32, nx))
-			r.be.Conv2dBackwardData(p, dy, w, dx)
+			dx := r.nan(nx)
+			r.be.Conv2dBackwardDataWrite(p, dy, w, dx)
 			return []backend.Buffer{dx}
 		})
 		add("conv2d backward", false, func(r *backendRun) []backend.Buffer {
