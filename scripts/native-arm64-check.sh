@@ -9,7 +9,10 @@
 # and mask byte and the resume state, which must be equal.
 #
 #   PY      a Python with pip
-#   WHEEL   the x86_64 wheel built from the same checkout (.ci/run's)
+#   WHEEL   the x86_64 wheel built from the same checkout (.ci/run's), or
+#           the manylinux one (scripts/build-wheels.sh)
+#   SEGPIPE_ARM64_WHEEL  an arm64 wheel to check instead of building one
+#           (the manylinux aarch64 wheel of scripts/build-wheels.sh)
 #   SHARDS  a shard set (coco-tiny val in CI)
 #   WORK    a scratch directory
 # Needs gcc-aarch64-linux-gnu, libc6-dev-arm64-cross and qemu-user-static
@@ -28,17 +31,21 @@ if ! command -v aarch64-linux-gnu-gcc >/dev/null || [ ! -d /usr/aarch64-linux-gn
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user-static >/dev/null
 fi
 
-echo "building the arm64 wheel"
-rm -rf "$work/dist-arm64"
-(cd "$root" && SEGPIPE_GOARCH=arm64 CC=aarch64-linux-gnu-gcc \
-  "$py" -m pip wheel -q --disable-pip-version-check --no-deps -w "$work/dist-arm64" ./python)
-whl=$(ls "$work"/dist-arm64/segpipe-*.whl)
+if [ -n "${SEGPIPE_ARM64_WHEEL:-}" ]; then
+  whl=$SEGPIPE_ARM64_WHEEL
+else
+  echo "building the arm64 wheel"
+  rm -rf "$work/dist-arm64"
+  (cd "$root" && SEGPIPE_GOARCH=arm64 CC=aarch64-linux-gnu-gcc \
+    "$py" -m pip wheel -q --disable-pip-version-check --no-deps -w "$work/dist-arm64" ./python)
+  whl=$(ls "$work"/dist-arm64/segpipe-*.whl)
+fi
 case "$whl" in
-  *-py3-none-linux_aarch64.whl) echo "wheel: $(basename "$whl")" ;;
+  *-py3-none-linux_aarch64.whl | *-py3-none-manylinux*_aarch64.whl) echo "wheel: $(basename "$whl")" ;;
   *) echo "arm64 wheel tagged wrongly: $(basename "$whl")" >&2; exit 1 ;;
 esac
 case "$x86" in
-  *-linux_x86_64.whl) ;;
+  *-linux_x86_64.whl | *-manylinux*_x86_64.whl) ;;
   *) echo "$x86: want the x86_64 wheel" >&2; exit 1 ;;
 esac
 for arch in arm64 amd64; do
