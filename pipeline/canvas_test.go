@@ -328,13 +328,11 @@ func TestCanvasOffKeepsTheSchema(t *testing.T) {
 // TestRectAndMultiScaleRefusedWhereUnsupported: each refusal names why.
 func TestRectAndMultiScaleRefusedWhereUnsupported(t *testing.T) {
 	for name, mod := range map[string]func(*Config){
-		"rect in training":        func(c *Config) { c.Rect = true },
-		"multi_scale in val":      func(c *Config) { c.Val, c.MultiScale = true, 0.5 },
-		"multi_scale 1":           func(c *Config) { c.MultiScale = 1 },
-		"multi_scale NaN":         func(c *Config) { c.MultiScale = math.NaN() },
-		"multi_scale with mixup":  func(c *Config) { c.MultiScale, c.Augment.Mixup = 0.5, 0.1 },
-		"multi_scale imgsz 48":    func(c *Config) { c.MultiScale, c.Augment.ImgSz = 0.5, 48 },
-		"multi_scale with cutmix": func(c *Config) { c.MultiScale, c.Augment.Cutmix = 0.5, 0.1 },
+		"rect in training":     func(c *Config) { c.Rect = true },
+		"multi_scale in val":   func(c *Config) { c.Val, c.MultiScale = true, 0.5 },
+		"multi_scale 1":        func(c *Config) { c.MultiScale = 1 },
+		"multi_scale NaN":      func(c *Config) { c.MultiScale = math.NaN() },
+		"multi_scale imgsz 48": func(c *Config) { c.MultiScale, c.Augment.ImgSz = 0.5, 48 },
 	} {
 		cfg := testConfig()
 		mod(&cfg)
@@ -344,15 +342,34 @@ func TestRectAndMultiScaleRefusedWhereUnsupported(t *testing.T) {
 	}
 }
 
-// TestMultiScaleWithCopyPaste: copy-paste (flip mode) draws and pastes at
-// the batch's side: the pasted instances stay in the live region.
-func TestMultiScaleWithCopyPaste(t *testing.T) {
-	cfg := testConfig()
-	cfg.MultiScale, cfg.BatchSize, cfg.Workers = 0.5, 2, 2
-	cfg.Augment.CopyPaste = 1
-	r := run(t, &SliceSource{Rows: synth(t, 12, 4), BlockSize: 5}, cfg, 0)
-	defer r.release()
-	for _, rec := range r.recs {
-		liveRegionHolds(t, rec, cfg.Augment.Fill)
+// TestMultiScaleWithPartners: copy-paste (flip mode), mixup and cutmix
+// draw their partners and paste at the batch's side: every instance stays
+// in the live region, and the batches are the same at 1 and 8 workers.
+func TestMultiScaleWithPartners(t *testing.T) {
+	for name, mod := range map[string]func(*augment.Config){
+		"copy_paste": func(a *augment.Config) { a.CopyPaste = 1 },
+		"mixup":      func(a *augment.Config) { a.Mixup = 1 },
+		"cutmix":     func(a *augment.Config) { a.Cutmix = 1 },
+		"all three":  func(a *augment.Config) { a.CopyPaste, a.Mixup, a.Cutmix = 1, 0.5, 0.5 },
+	} {
+		cfg := testConfig()
+		cfg.MultiScale, cfg.BatchSize = 0.5, 2
+		mod(&cfg.Augment)
+		var runs [2]result
+		for k, workers := range []int{1, 8} {
+			c := cfg
+			c.Workers = workers
+			runs[k] = run(t, &SliceSource{Rows: synth(t, 12, 4), BlockSize: 5}, c, 0)
+			defer runs[k].release()
+		}
+		equalRuns(t, runs[0].recs, runs[1].recs)
+		sides := map[int]bool{}
+		for _, rec := range runs[0].recs {
+			h, _ := liveRegionHolds(t, rec, cfg.Augment.Fill)
+			sides[h] = true
+		}
+		if len(sides) < 2 {
+			t.Errorf("%s: sides drawn %v: want several", name, sides)
+		}
 	}
 }

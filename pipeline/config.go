@@ -73,8 +73,9 @@ type Config struct {
 	// stream, so the same at any worker count; every sample of the batch
 	// is augmented at that side (masks at the mask stride of it) and
 	// carried at the top left of a canvas of CanvasSide, the side in the
-	// batch.ColCanvas column. 0: off. Training only (Ultralytics draws it
-	// in training alone), and not yet with mixup or cutmix.
+	// batch.ColCanvas column; mixup and cutmix partners are drawn at that
+	// side too. 0: off. Training only (Ultralytics draws it in training
+	// alone).
 	MultiScale float64
 	Augment    augment.Config // see augment.DefaultConfig
 	Stride     int            // mask grid stride, default 4
@@ -238,8 +239,6 @@ func (d Config) checkShape() error {
 		return fmt.Errorf("pipeline: multi_scale %v: want a share in [0, 1)", d.MultiScale)
 	case d.MultiScale > 0 && d.Val:
 		return errors.New("pipeline: multi_scale applies to training batches only, as Ultralytics draws it; validation keeps imgsz")
-	case d.MultiScale > 0 && (d.Augment.Mixup > 0 || d.Augment.Cutmix > 0):
-		return errors.New("pipeline: multi_scale with mixup or cutmix is not supported yet: a mix partner would be drawn at imgsz, not at the batch's size")
 	case d.MultiScale > 0 && d.Augment.ImgSz%scaleStride != 0:
 		return fmt.Errorf("pipeline: multi_scale: imgsz %d is not a multiple of %d", d.Augment.ImgSz, scaleStride)
 	case len(d.Classes) > MaxKeepClasses:

@@ -384,14 +384,14 @@ func (l *Loader) build(w *worker, t task) {
 	// sample's mosaic, 3 the mixup partner, 4-6 its mosaic, 7 the cutmix
 	// partner, 8-10 its mosaic.
 	parts := w.parts[:0:0]
-	mixed := augment.WantMixup(&l.cfg.Augment, j.mode, &w.rng)
+	mixed := augment.WantMixup(acfg, j.mode, &w.rng)
 	if mixed || l.cfg.Augment.Cutmix > 0 {
 		w.parts = t.ep.Partners(w.parts[:0], t.pos, 11)
 		parts = w.parts
 	}
 	if mixed {
 		w.mt[0] = l.partnerTiles(w, j, t, 4, parts[3:7], &t0)
-		w.plans[0] = augment.NewMixPlan(&l.cfg.Augment, &p, &w.rng, w.tiles[4:4+w.mt[0]])
+		w.plans[0] = augment.NewMixPlan(acfg, &p, &w.rng, w.tiles[4:4+w.mt[0]])
 		w.mix = append(w.mix[:0], augment.Part{Plan: &w.plans[0], Tiles: w.tiles[4 : 4+w.mt[0]]})
 	}
 	augment.BuildLabels(&s.labels, acfg, &p, w.tiles[:nt])
@@ -399,12 +399,12 @@ func (l *Loader) build(w *worker, t task) {
 		w.mix = slices.Insert(w.mix, 0, augment.Part{Plan: &w.plans[2], Tiles: pasteTiles}) // before the mixup blend
 	}
 	if mixed {
-		augment.BuildLabels(&s.labels, &l.cfg.Augment, &w.plans[0], w.tiles[4:4+w.mt[0]])
+		augment.BuildLabels(&s.labels, acfg, &w.plans[0], w.tiles[4:4+w.mt[0]])
 	}
-	if augment.WantCutmix(&l.cfg.Augment, j.mode, &w.rng) {
+	if augment.WantCutmix(acfg, j.mode, &w.rng) {
 		w.mt[1] = l.partnerTiles(w, j, t, 8, parts[7:11], &t0)
 		var ok bool
-		w.plans[1], ok = augment.NewCutPlan(&l.cfg.Augment, &p, &w.rng, w.tiles[8:8+w.mt[1]], &s.labels, &w.cutLabels)
+		w.plans[1], ok = augment.NewCutPlan(acfg, &p, &w.rng, w.tiles[8:8+w.mt[1]], &s.labels, &w.cutLabels)
 		if ok {
 			augment.AppendCut(&s.labels, &w.plans[1], &w.cutLabels)
 			w.mix = append(w.mix, augment.Part{Plan: &w.plans[1], Tiles: w.tiles[8 : 8+w.mt[1]]})
