@@ -95,7 +95,11 @@ def ul_row(imgs: str, a, settings: dict, workers: int) -> float:
     data = {"names": {i: str(i) for i in range(80)}, "nc": 80, "channels": 3, "train": imgs}
     ds = build_yolo_dataset(cfg, imgs, a.batch, data, mode="train", rect=False, stride=32)
     loader = build_dataloader(ds, batch=a.batch, workers=workers, shuffle=True, rank=-1)
-    it = iter(loader)
+    def endless():  # one epoch of 160 images is 5 batches of 32: go on into the next
+        while True:
+            yield from loader
+
+    it = endless()
     for _ in range(a.warmup):
         next(it)
     n, t = 0, time.perf_counter()
