@@ -51,6 +51,15 @@ for mode in train val; do
   arm dump --shards "$w/arm-shards" "${flags[@]}" --out "$w/arm-own-$mode.arrows" 2>/dev/null
   same "$mode dump, each binary's own conversion" "$w/arm-own-$mode.arrows" "$w/amd-$mode.arrows"
 done
+# The settings whose decisions must not depend on the machine: both
+# copy-paste modes, mixup, cutmix, the ultralytics mask rule, flipud.
+for set in "--copy-paste 1 --mixup 0.5 --cutmix 0.5 --flipud 0.5 --mask-rule ultralytics" "--copy-paste 0.5 --copy-paste-mode mixup"; do
+  read -r -a extra <<<"$set"
+  flags=(--batches 3 --batch 8 --imgsz 320 --seed 3 "${extra[@]}")
+  arm dump --shards "$w/amd-shards" "${flags[@]}" --out "$w/arm-set.arrows" 2>/dev/null
+  "$amd" dump --shards "$w/amd-shards" "${flags[@]}" --out "$w/amd-set.arrows" 2>/dev/null
+  same "train dump with $set, arm64 vs amd64" "$w/arm-set.arrows" "$w/amd-set.arrows"
+done
 
 # bench and a one-epoch train on 8 synthetic images: the emulated CPU runs
 # them in seconds rather than minutes.
