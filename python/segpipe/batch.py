@@ -23,7 +23,7 @@ import pyarrow as pa
 from . import _torch
 from .request import MASK_STRIDE
 from .stream import StreamError
-from .windowed import expand_windows, image_bytes
+from .windowed import check_windows, expand_windows, image_bytes
 
 if TYPE_CHECKING:  # torch is imported by to_tensors only
     import torch
@@ -93,11 +93,16 @@ def _list_child(col: pa.Array) -> pa.Array:
     return col.flatten()
 
 
-def record_arrays(rb: pa.RecordBatch, windowed: bool, imgsz: int) -> dict[str, np.ndarray]:
+def record_arrays(rb: pa.RecordBatch, windowed: bool, imgsz: int, *, expand: bool = True) -> dict[str, np.ndarray]:
     """Numpy views of a batch record's columns, checked against the contract.
 
     Keys as FlightBatches' batches; masks is (sum_N, Hp, Wp) uint8, expanded
-    from the windows for a windowed record.
+    from the windows for a windowed record. With expand=False a windowed
+    record keeps them windowed for a consumer that expands on its device
+    (expand_on_device): no ``masks`` key but ``mask_windows`` int32
+    (sum_N, 4), ``mask_data`` uint8 (all windows' bytes, checked against
+    the windows) and ``mask_shape`` int32 (4,): Hp, Wp and the live
+    canvas's mask rows and columns.
     """
     want = WINDOWED_COLUMNS if windowed else DENSE_COLUMNS
     names = tuple(rb.schema.names)
@@ -154,10 +159,32 @@ def record_arrays(rb: pa.RecordBatch, windowed: bool, imgsz: int) -> dict[str, n
     doffs = np.frombuffer(bufs[1], dtype=np.int32, count=n + 1, offset=4 * dcol.offset) if n else np.zeros(1, np.int32)
     data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
     try:
-        out["masks"] = expand_windows(wins, image_bytes(doffs, data), hp, wp)
+        data = image_bytes(doffs, data)
+        if not expand:
+            check_windows(wins, data.size, hp, wp)
+            out["mask_windows"] = wins.reshape(sum_n, 4)
+            out["mask_data"] = data
+            s = h // hp if hp else MASK_STRIDE
+            lh, lw = _live_canvas(rb, live, h, w, s)
+            out["mask_shape"] = np.array([hp, wp, lh // s, lw // s], np.int32)
+            return _live_images(out, lh, lw)
+        out["masks"] = expand_windows(wins, data, hp, wp)
     except ValueError as e:
         raise StreamError(f"windowed masks: {e}") from None
     return _live_view(out, rb, live, h, w)
+
+
+def expand_on_device(batch: dict) -> dict:
+    """A batch of record_arrays(..., expand=False) tensors with its masks
+    expanded where its mask data is (expand_windows_torch: one scatter, on
+    a GPU a few kernels), cut to the live canvas as _live_view cuts them.
+    The windows were checked by record_arrays."""
+    from .windowed import expand_windows_torch
+
+    hp, wp, mh, mw = (int(x) for x in batch.pop("mask_shape").tolist())
+    masks = expand_windows_torch(batch.pop("mask_windows"), batch.pop("mask_data"), hp, wp, checked=True)
+    batch["masks"] = masks[:, :mh, :mw]
+    return batch
 
 
 def _live_view(out: dict[str, np.ndarray], rb: pa.RecordBatch, live: bool, h: int, w: int) -> dict[str, np.ndarray]:
@@ -166,15 +193,28 @@ def _live_view(out: dict[str, np.ndarray], rb: pa.RecordBatch, live: bool, h: in
     views, no copy."""
     if not live:
         return out
+    s = h // out["masks"].shape[1] if out["masks"].ndim == 3 and out["masks"].shape[1] else MASK_STRIDE
+    lh, lw = _live_canvas(rb, live, h, w, s)
+    out["masks"] = out["masks"][:, : lh // s, : lw // s]
+    return _live_images(out, lh, lw)
+
+
+def _live_canvas(rb: pa.RecordBatch, live: bool, h: int, w: int, s: int) -> tuple[int, int]:
+    """The batch's live (height, width): its canvas column's, checked to lie
+    on the mask grid (stride s) inside the h x w canvas; (h, w) without one."""
+    if not live:
+        return h, w
     hw = _view(rb.column(rb.num_columns - 1).flatten(), np.int32, CANVAS_COLUMN).reshape(rb.num_rows, 2)
     if hw.size and not (hw == hw[0]).all():
         raise StreamError("the rows of a batch disagree on its live canvas")
     lh, lw = (int(hw[0, 0]), int(hw[0, 1])) if hw.size else (h, w)
-    s = h // out["masks"].shape[1] if out["masks"].ndim == 3 and out["masks"].shape[1] else MASK_STRIDE
     if not (0 < lh <= h and 0 < lw <= w and lh % s == 0 and lw % s == 0):
         raise StreamError(f"live canvas {lh}x{lw} outside the {h}x{w} canvas or off the mask grid")
+    return lh, lw
+
+
+def _live_images(out: dict[str, np.ndarray], lh: int, lw: int) -> dict[str, np.ndarray]:
     out["images"] = out["images"][:, :, :lh, :lw]
-    out["masks"] = out["masks"][:, : lh // s, : lw // s]
     return out
 
 

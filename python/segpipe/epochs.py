@@ -47,7 +47,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterator
 
 from . import _torch
-from .batch import Batch, record_arrays, to_tensors
+from .batch import Batch, expand_on_device, record_arrays, to_tensors
 from .request import MASKS_WINDOWED, Request, RequestError, ResumeState, even_batches, rank_batches
 from .stream import StreamError
 
@@ -76,6 +76,11 @@ class _Producer:
 
 class EpochStream(_torch.dataset_base()):
     """One rank's batches, an epoch per iteration. See FlightBatches."""
+
+    #: Device types whose windowed masks are expanded on the device
+    #: (expand_windows_torch) rather than on the host: a scatter suits a GPU,
+    #: block copies the CPU (python/tests/bench_windowed.py).
+    EXPAND_ON: tuple[str, ...] = ("cuda",)
 
     def __init__(
         self,
@@ -433,12 +438,16 @@ class EpochStream(_torch.dataset_base()):
         req = pr.request
         windowed = req.transport == MASKS_WINDOWED
         imgsz = req.imgsz or 640
+        # Windowed masks travel to an accelerator as they came (w*h bytes
+        # an instance, not Hp*Wp) and are expanded there; the host only
+        # checks the windows.
+        on_device = windowed and self.device is not None and self.device.type in self.EXPAND_ON
         try:
             for rb, st in self._open_pass(req, stop):
                 if stop.is_set():
                     return
                 try:
-                    batch: dict[str, Any] = to_tensors(record_arrays(rb, windowed, imgsz))
+                    batch: dict[str, Any] = to_tensors(record_arrays(rb, windowed, imgsz, expand=not on_device))
                 except (ValueError, TypeError) as e:
                     raise StreamError(f"{self.where}: batch after state {st.to_json()}: {e}") from e
                 if self.pin_memory:
@@ -446,6 +455,8 @@ class EpochStream(_torch.dataset_base()):
                 if self.device is not None:
                     nb = self.pin_memory and self.device.type == "cuda"
                     batch = {k: v.to(self.device, non_blocking=nb) for k, v in batch.items()}
+                if on_device:
+                    batch = expand_on_device(batch)
                 if not put((batch, st, rb.nbytes)):
                     return
         except BaseException as e:  # handed to the consumer, which raises it

@@ -183,7 +183,8 @@ class FlightBatches(EpochStream):
     validation stream (``val=True``) keeps every image by default.
 
     Reading: a background thread keeps ``prefetch`` batches converted
-    ahead (windowed masks are expanded there). A dropped connection or a
+    ahead (windowed masks are expanded there, or on a CUDA ``device``, after
+    their w*h bytes an instance travel there). A dropped connection or a
     busy server (admission refused) is retried from the last state, after
     backoff, 2*backoff, ... up to max_backoff, ``retries`` times in a row;
     answers (bad request, unknown shard set, authentication) fail at once.

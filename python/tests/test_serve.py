@@ -80,6 +80,28 @@ class ByteIdentityTest(_Case):
                 self.assertEqual(fb.state_dict(), {"seed": SEED, "epoch": 2, "consumed": 0})
                 self.assertGreater(fb.bytes_received, 0)
 
+    def test_windowed_expanded_on_the_device_equals_the_dump(self):
+        # The path a CUDA device takes (windows and bytes moved to the
+        # device, expand_windows_torch there), run on the CPU by naming the
+        # CPU as a device that expands; a GPU runs the same code.
+        # With multi_scale each batch is cut to its own live canvas; the
+        # dense stream of the same request is the reference there.
+        for kw in ({}, {"multi_scale": 0.5}):
+            with self.subTest(**kw):
+                if kw:
+                    dense = stream(self.server, epochs=2, **kw)
+                    ref = [{k: v.numpy() for k, v in b.items() if hasattr(v, "numpy")} for _ in range(2) for b in dense]
+                    self.assertGreater(len({r["images"].shape for r in ref}), 1, "multi_scale drew one size only")
+                else:
+                    ref = self.ref
+                fb = stream(self.server, masks="windowed", device="cpu", epochs=2, **kw)
+                fb.EXPAND_ON = ("cpu",)
+                got = [b for _ in range(2) for b in fb]
+                self.assertEqual(len(got), len(ref))
+                for i, (g, w) in enumerate(zip(got, ref)):
+                    self.assertNotIn("mask_windows", g)
+                    assert_same(self, g, w, f"expanded on the device, batch {i}")
+
     def test_validation_stream_equals_dump_val(self):
         ref = read_dump(harness.dump("synth", 8, batch=B, imgsz=S, seed=SEED, val=True), S)
         got = list(stream(self.server, val=True))
