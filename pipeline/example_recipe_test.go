@@ -86,7 +86,7 @@ func Example_ultralyticsRecipe() {
 	fmt.Println("epoch over after two batches:", err == io.EOF)
 	// Output:
 	// canvas side: 192
-	// batch 0: 4 images, live canvas 160x160, instances per image [5 4 14 6], classes [0], masks of 0 and 1: true
+	// batch 0: 4 images, live canvas 160x160, instances per image [7 4 14 6], classes [0], masks of 0 and 1: true
 	// batch 1: 4 images, live canvas 128x128, instances per image [7 9 15 9], classes [0], masks of 0 and 1: true
 	// epoch over after two batches: true
 }

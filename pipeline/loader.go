@@ -276,16 +276,21 @@ type worker struct {
 	ents  [16]*entry
 	insts [16][]shard.Instance // a tile's instances when some were left out
 	parts []int64
-	// The mix partners: their plans, tile counts (0: none), the parts
+	// The mix partners: their plans (mixup, cutmix, the sample's paste,
+	// the mixup partner's own paste), tile counts (0: none), the parts
 	// RenderMix takes, the cutmix partner's labels and a partner's image.
-	plans     [3]augment.Plan
+	plans     [4]augment.Plan
 	mt        [3]int
 	mix       []augment.Part
+	mixPaste  augment.Part
 	cutLabels augment.Labels
 	scratch   []byte
 	rings     [][]float32
 	z         raster.Rasterizer
 	paster    augment.Paster
+	// partnerPaster is the mixup partner's: a Paster's pixels back the
+	// plan they were painted for until RenderMix.
+	partnerPaster augment.Paster
 }
 
 func (l *Loader) work() {
@@ -399,7 +404,19 @@ func (l *Loader) build(w *worker, t task) {
 		w.mix = slices.Insert(w.mix, 0, augment.Part{Plan: &w.plans[2], Tiles: pasteTiles}) // before the mixup blend
 	}
 	if mixed {
-		augment.BuildLabels(&s.labels, acfg, &w.plans[0], w.tiles[4:4+w.mt[0]])
+		// Ultralytics draws a mixup partner through the sample's own
+		// pre-transform, flip-mode CopyPaste included: the partner's
+		// instances are pasted mirrored among themselves (l[from:]) and
+		// its image gets the pasted pixels before the blend.
+		from, pt := s.labels.N(), w.tiles[4:4+w.mt[0]]
+		augment.BuildLabels(&s.labels, acfg, &w.plans[0], pt)
+		if pasting && acfg.CopyPasteMode != augment.PasteMixup {
+			w.plans[3] = augment.NewPastePlan(acfg, &w.plans[0], &w.rng, pt)
+			if augment.Paste(&s.labels, acfg, &w.plans[3], pt, from, &w.partnerPaster) {
+				w.mixPaste = augment.Part{Plan: &w.plans[3], Tiles: pt}
+				w.mix[len(w.mix)-1].Paste = &w.mixPaste
+			}
+		}
 	}
 	if augment.WantCutmix(acfg, j.mode, &w.rng) {
 		w.mt[1] = l.partnerTiles(w, j, t, 8, parts[7:11], &t0)
@@ -415,9 +432,11 @@ func (l *Loader) build(w *worker, t task) {
 	if len(w.mix) == 0 {
 		err = augment.Render(dst, &p, w.tiles[:nt], l.cfg.Augment.Fill)
 	} else {
-		if len(w.scratch) != len(dst) {
-			w.scratch = make([]byte, len(dst))
+		n := augment.MixScratch(len(dst), w.mix)
+		if cap(w.scratch) < n {
+			w.scratch = make([]byte, n)
 		}
+		w.scratch = w.scratch[:n]
 		err = augment.RenderMix(dst, w.scratch, &p, w.tiles[:nt], w.mix, l.cfg.Augment.Fill)
 		w.mix = w.mix[:0]
 	}

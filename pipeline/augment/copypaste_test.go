@@ -1,6 +1,7 @@
 package augment
 
 import (
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -375,6 +376,76 @@ func BenchmarkPasteFlip(b *testing.B) {
 		BuildLabels(&l, &cfg, &p, tiles)
 		if !Paste(&l, &cfg, &q, tiles, 0, &ps) {
 			b.Fatal("nothing pasted")
+		}
+	}
+}
+
+// A mixup partner goes through the sample's pre-transform, flip-mode
+// CopyPaste included (Ultralytics' MixUp(pre_transform=...)): its square is
+// pasted mirrored among its own instances (l[from:], not measured against
+// the sample's), and the blend takes the partner's image with the pasted
+// pixels.
+func TestMixupPartnerGetsItsOwnFlipPaste(t *testing.T) {
+	const s = 32
+	cfg := still(s)
+	cfg.CopyPaste, cfg.Mixup = 1, 1
+	// The sample's square lies where the partner's mirror lands: a
+	// partner candidate measured against the sample would be refused.
+	ta := []Tile{gradient(s, rect(22, 4, 30, 12))}
+	tb := []Tile{gradient(s, rect(2, 4, 10, 12))}
+	for i := 0; i < len(tb[0].Img.Pix); i += 3 { // the partner in other colours
+		tb[0].Img.Pix[i], tb[0].Img.Pix[i+2] = tb[0].Img.Pix[i+2], 255-tb[0].Img.Pix[i]
+	}
+	rng := order.NewRand(3, order.StreamSample, 0, 0)
+	p := NewPlan(&cfg, Train, rng, ta)
+	if !WantCopyPaste(&cfg, Train, rng) || !WantMixup(&cfg, Train, rng) {
+		t.Fatal("copy-paste and mixup at 1 not drawn")
+	}
+	q := NewMixPlan(&cfg, &p, rng, tb)
+	var l Labels
+	BuildLabels(&l, &cfg, &p, ta)
+	from := l.N()
+	BuildLabels(&l, &cfg, &q, tb)
+	qp := NewPastePlan(&cfg, &q, rng, tb)
+	var ps Paster
+	if !Paste(&l, &cfg, &qp, tb, from, &ps) {
+		t.Fatal("the partner's square was not pasted")
+	}
+	wantBoxes := []float32{22, 4, 30, 12, 2, 4, 10, 12, 22, 4, 30, 12}
+	if !slices.Equal(l.Boxes, wantBoxes) {
+		t.Fatalf("boxes %v, want the sample's, the partner's and its mirror %v", l.Boxes, wantBoxes)
+	}
+	img := make([]byte, 3*s*s)
+	parts := []Part{{Plan: &q, Tiles: tb, Paste: &Part{Plan: &qp, Tiles: tb}}}
+	if got, want := MixScratch(len(img), parts), 2*len(img); got != want {
+		t.Fatalf("MixScratch %d, want %d", got, want)
+	}
+	if err := RenderMix(img, make([]byte, len(img)), &p, ta, parts, cfg.Fill); err == nil {
+		t.Error("RenderMix took a scratch too short for the partner's paste")
+	}
+	if err := RenderMix(img, make([]byte, 2*len(img)), &p, ta, parts, cfg.Fill); err != nil {
+		t.Fatal(err)
+	}
+	ia, ib := make([]byte, len(img)), make([]byte, len(img))
+	if err := Render(ia, &p, ta, cfg.Fill); err != nil {
+		t.Fatal(err)
+	}
+	if err := Render(ib, &q, tb, cfg.Fill); err != nil {
+		t.Fatal(err)
+	}
+	r := q.MixWeight()
+	for c := range 3 {
+		for y := range s {
+			for x := range s {
+				i := c*s*s + y*s + x
+				b := ib[i]
+				if x >= 22 && x < 30 && y >= 4 && y < 12 {
+					b = ib[c*s*s+y*s+(s-1-x)] // the partner's mirrored pixels
+				}
+				if want := byte(math.Floor(float64(ia[i])*r + float64(b)*(1-r))); img[i] != want {
+					t.Fatalf("pixel (%d,%d) channel %d = %d, want %d", x, y, c, img[i], want)
+				}
+			}
 		}
 	}
 }

@@ -78,7 +78,7 @@ func TestCutmixPastesARegionAndItsInstances(t *testing.T) {
 					t.Fatal(err)
 				}
 				img, scratch := make([]byte, 3*s*s), make([]byte, 3*s*s)
-				if err := RenderMix(img, scratch, &p, ta, []Part{{&q, tb}}, cfg.Fill); err != nil {
+				if err := RenderMix(img, scratch, &p, ta, []Part{{Plan: &q, Tiles: tb}}, cfg.Fill); err != nil {
 					t.Fatal(err)
 				}
 				ia, ib := make([]byte, 3*s*s), make([]byte, 3*s*s)

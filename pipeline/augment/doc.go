@@ -58,7 +58,11 @@
 // selected one, kept or not, as Ultralytics draws every selected contour)
 // takes the source's pixel: the sample rendered with M·F (F the mirror)
 // or the partner rendered with its own plan (RenderMix), before mixup
-// and cutmix blend in.
+// and cutmix blend in. In flip mode a mixup partner gets its own paste
+// too (Part.Paste: Ultralytics draws a MixUp partner through the same
+// pre-transform, CopyPaste included), among its own instances only, on
+// its image before the blend. A cutmix partner, and any partner in mixup
+// mode, is not pasted into: Ultralytics' are.
 //
 // Occlusion. Ultralytics leaves the masks below a paste whole; segpipe
 // cuts the paste out of them, so that a mask cell is never claimed by two

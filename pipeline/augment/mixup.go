@@ -58,6 +58,12 @@ func (q *Plan) MixWeight() float64 { return float64(q.mixW) / 65536 }
 type Part struct {
 	Plan  *Plan
 	Tiles []Tile
+	// Paste is the part's own copy-paste (flip mode: NewPastePlan of
+	// Plan and Paste of the part's labels), applied to the part's
+	// rendering before it is mixed in, as Ultralytics' MixUp draws its
+	// partner through the same mosaic and CopyPaste as the sample; nil
+	// for none.
+	Paste *Part
 }
 
 // RenderMix writes the sample (p, tiles) mixed with parts into dst, in
@@ -66,9 +72,10 @@ type Part struct {
 // ⌊a·r + b·(1−r)⌋ per byte, r exact in 1/65536, so the floor is exact) or
 // its region copied over (a cutmix partner) or the pixels Paste chose
 // copied over (a copy-paste source), then p's HSV jitter on the
-// result. scratch holds a part's image (len(dst)).
+// result. scratch holds a part's image: len(dst) bytes, twice that when a
+// part has its own Paste (MixScratch).
 func RenderMix(dst, scratch []byte, p *Plan, tiles []Tile, parts []Part, fill uint8) error {
-	if len(scratch) != len(dst) {
+	if len(scratch) != MixScratch(len(dst), parts) {
 		return fmt.Errorf("augment: mix scratch of %d bytes for %d", len(scratch), len(dst))
 	}
 	a := *p
@@ -77,22 +84,17 @@ func RenderMix(dst, scratch []byte, p *Plan, tiles []Tile, parts []Part, fill ui
 		return err
 	}
 	for _, pt := range parts {
-		q := pt.Plan
-		if err := Render(scratch, q, pt.Tiles, fill); err != nil {
+		part := scratch[:len(dst)]
+		if err := Render(part, pt.Plan, pt.Tiles, fill); err != nil {
 			return fmt.Errorf("mix partner: %w", err)
 		}
-		switch {
-		case q.mixOn:
-			blend(dst, scratch, q.mixW)
-		case q.cutOn:
-			cutRegion(dst, scratch, q)
-		case q.pasteOn:
-			if len(q.paste) != q.Out*q.Out {
-				return fmt.Errorf("augment: copy-paste plan without Paste's pixels")
+		if pt.Paste != nil {
+			if err := mixIn(part, scratch[len(dst):], pt.Paste, fill); err != nil {
+				return fmt.Errorf("mix partner's copy-paste: %w", err)
 			}
-			pasteMasked(dst, scratch, q.paste)
-		default:
-			return fmt.Errorf("augment: mix partner plan from none of NewMixPlan, NewCutPlan and NewPastePlan")
+		}
+		if err := composite(dst, part, pt.Plan); err != nil {
+			return err
 		}
 	}
 	if p.hsv.on {
@@ -108,6 +110,42 @@ func RenderMix(dst, scratch []byte, p *Plan, tiles []Tile, parts []Part, fill ui
 		for row := 0; row < ss; row += s {
 			tab.applyRow(R[row:row+s], G[row:row+s], B[row:row+s])
 		}
+	}
+	return nil
+}
+
+// MixScratch is the scratch RenderMix needs for an image of n bytes.
+func MixScratch(n int, parts []Part) int {
+	for _, pt := range parts {
+		if pt.Paste != nil {
+			return 2 * n
+		}
+	}
+	return n
+}
+
+// mixIn renders part pt into scratch and composites it into dst.
+func mixIn(dst, scratch []byte, pt *Part, fill uint8) error {
+	if err := Render(scratch, pt.Plan, pt.Tiles, fill); err != nil {
+		return err
+	}
+	return composite(dst, scratch, pt.Plan)
+}
+
+// composite puts a part's rendering src into dst as its plan says.
+func composite(dst, src []byte, q *Plan) error {
+	switch {
+	case q.mixOn:
+		blend(dst, src, q.mixW)
+	case q.cutOn:
+		cutRegion(dst, src, q)
+	case q.pasteOn:
+		if len(q.paste) != q.Out*q.Out {
+			return fmt.Errorf("augment: copy-paste plan without Paste's pixels")
+		}
+		pasteMasked(dst, src, q.paste)
+	default:
+		return fmt.Errorf("augment: mix partner plan from none of NewMixPlan, NewCutPlan and NewPastePlan")
 	}
 	return nil
 }

@@ -62,7 +62,7 @@ func TestMixupBlendsImagesAndConcatenatesLabels(t *testing.T) {
 				t.Fatalf("ratio %v", r)
 			}
 			img, scratch := make([]byte, 3*s*s), make([]byte, 3*s*s)
-			if err := RenderMix(img, scratch, &p, ta, []Part{{&q, tb}}, cfg.Fill); err != nil {
+			if err := RenderMix(img, scratch, &p, ta, []Part{{Plan: &q, Tiles: tb}}, cfg.Fill); err != nil {
 				t.Fatal(err)
 			}
 			ia, ib := make([]byte, 3*s*s), make([]byte, 3*s*s)
@@ -102,7 +102,7 @@ func TestMixupJittersTheBlend(t *testing.T) {
 	}
 	q := NewMixPlan(&cfg, &p, rng, []Tile{b})
 	got, scratch := make([]byte, 3*s*s), make([]byte, 3*s*s)
-	if err := RenderMix(got, scratch, &p, []Tile{a}, []Part{{&q, []Tile{b}}}, cfg.Fill); err != nil {
+	if err := RenderMix(got, scratch, &p, []Tile{a}, []Part{{Plan: &q, Tiles: []Tile{b}}}, cfg.Fill); err != nil {
 		t.Fatal(err)
 	}
 	plain := p
