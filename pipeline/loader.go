@@ -276,21 +276,19 @@ type worker struct {
 	ents  [16]*entry
 	insts [16][]shard.Instance // a tile's instances when some were left out
 	parts []int64
-	// The mix partners: their plans (mixup, cutmix, the sample's paste,
-	// the mixup partner's own paste), tile counts (0: none), the parts
-	// RenderMix takes, the cutmix partner's labels and a partner's image.
-	plans     [4]augment.Plan
+	// The mix partners: their plans (mixup, cutmix, the sample's paste),
+	// tile counts (0: none), the parts RenderMix takes, the cutmix
+	// partner's labels and a partner's image; the partners' own
+	// flip-mode pastes (mixup's, cutmix's).
+	plans     [3]augment.Plan
 	mt        [3]int
 	mix       []augment.Part
-	mixPaste  augment.Part
 	cutLabels augment.Labels
 	scratch   []byte
 	rings     [][]float32
 	z         raster.Rasterizer
 	paster    augment.Paster
-	// partnerPaster is the mixup partner's: a Paster's pixels back the
-	// plan they were painted for until RenderMix.
-	partnerPaster augment.Paster
+	pp        [2]augment.PartnerPaste
 }
 
 func (l *Loader) work() {
@@ -410,21 +408,21 @@ func (l *Loader) build(w *worker, t task) {
 		// its image gets the pasted pixels before the blend.
 		from, pt := s.labels.N(), w.tiles[4:4+w.mt[0]]
 		augment.BuildLabels(&s.labels, acfg, &w.plans[0], pt)
-		if pasting && acfg.CopyPasteMode != augment.PasteMixup {
-			w.plans[3] = augment.NewPastePlan(acfg, &w.plans[0], &w.rng, pt)
-			if augment.Paste(&s.labels, acfg, &w.plans[3], pt, from, &w.partnerPaster) {
-				w.mixPaste = augment.Part{Plan: &w.plans[3], Tiles: pt}
-				w.mix[len(w.mix)-1].Paste = &w.mixPaste
-			}
+		if pasting && w.pp[0].Apply(acfg, &w.plans[0], &w.rng, pt, &s.labels, from) {
+			w.mix[len(w.mix)-1].Paste = w.pp[0].Part()
 		}
 	}
 	if augment.WantCutmix(acfg, j.mode, &w.rng) {
 		w.mt[1] = l.partnerTiles(w, j, t, 8, parts[7:11], &t0)
 		var ok bool
-		w.plans[1], ok = augment.NewCutPlan(acfg, &p, &w.rng, w.tiles[8:8+w.mt[1]], &s.labels, &w.cutLabels)
+		var pp *augment.PartnerPaste
+		if pasting {
+			pp = &w.pp[1]
+		}
+		w.plans[1], ok = augment.NewCutPlan(acfg, &p, &w.rng, w.tiles[8:8+w.mt[1]], &s.labels, &w.cutLabels, pp)
 		if ok {
 			augment.AppendCut(&s.labels, &w.plans[1], &w.cutLabels)
-			w.mix = append(w.mix, augment.Part{Plan: &w.plans[1], Tiles: w.tiles[8 : 8+w.mt[1]]})
+			w.mix = append(w.mix, augment.Part{Plan: &w.plans[1], Tiles: w.tiles[8 : 8+w.mt[1]], Paste: pp.Part()})
 		}
 	}
 	slot := j.images.Bytes()[t.i*l.slotBytes : (t.i+1)*l.slotBytes]

@@ -75,6 +75,43 @@ func mirrorAxis(p *Plan) float64 {
 	return float64(p.Rect[0].X0) + float64(p.Rect[0].X1)
 }
 
+// PartnerPaste is a mix partner's own flip-mode copy-paste (Ultralytics
+// draws MixUp's and CutMix's partners through the sample's pre-transform,
+// CopyPaste included): its plan and the Paster whose pixels back it until
+// RenderMix. Keep one per partner per worker.
+type PartnerPaste struct {
+	plan   Plan
+	paster Paster
+	part   Part
+	on     bool
+}
+
+// Apply pastes partner q's instances, l[from:], mirrored among themselves
+// (NewPastePlan of q, then Paste) when cfg asks for a flip-mode paste, and
+// reports whether anything was pasted. A nil pp does nothing.
+func (pp *PartnerPaste) Apply(cfg *Config, q *Plan, rng *rand.PCG, tiles []Tile, l *Labels, from int) bool {
+	if pp == nil {
+		return false
+	}
+	pp.on = false
+	if cfg.CopyPaste <= 0 || cfg.CopyPasteMode == PasteMixup {
+		return false
+	}
+	pp.plan = NewPastePlan(cfg, q, rng, tiles)
+	pp.on = Paste(l, cfg, &pp.plan, tiles, from, &pp.paster)
+	pp.part = Part{Plan: &pp.plan, Tiles: tiles}
+	return pp.on
+}
+
+// Part returns the paste as the Part.Paste of the partner's Part, nil
+// when the last Apply pasted nothing.
+func (pp *PartnerPaste) Part() *Part {
+	if pp == nil || !pp.on {
+		return nil
+	}
+	return &pp.part
+}
+
 // Paster holds the scratch of Paste. Keep one per worker: its buffers are
 // reused.
 type Paster struct {

@@ -406,9 +406,8 @@ func TestMixupPartnerGetsItsOwnFlipPaste(t *testing.T) {
 	BuildLabels(&l, &cfg, &p, ta)
 	from := l.N()
 	BuildLabels(&l, &cfg, &q, tb)
-	qp := NewPastePlan(&cfg, &q, rng, tb)
-	var ps Paster
-	if !Paste(&l, &cfg, &qp, tb, from, &ps) {
+	var pp PartnerPaste
+	if !pp.Apply(&cfg, &q, rng, tb, &l, from) {
 		t.Fatal("the partner's square was not pasted")
 	}
 	wantBoxes := []float32{22, 4, 30, 12, 2, 4, 10, 12, 22, 4, 30, 12}
@@ -416,7 +415,7 @@ func TestMixupPartnerGetsItsOwnFlipPaste(t *testing.T) {
 		t.Fatalf("boxes %v, want the sample's, the partner's and its mirror %v", l.Boxes, wantBoxes)
 	}
 	img := make([]byte, 3*s*s)
-	parts := []Part{{Plan: &q, Tiles: tb, Paste: &Part{Plan: &qp, Tiles: tb}}}
+	parts := []Part{{Plan: &q, Tiles: tb, Paste: pp.Part()}}
 	if got, want := MixScratch(len(img), parts), 2*len(img); got != want {
 		t.Fatalf("MixScratch %d, want %d", got, want)
 	}
@@ -447,5 +446,95 @@ func TestMixupPartnerGetsItsOwnFlipPaste(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A cutmix partner is pasted into before its region is chosen (CutMix's
+// partner goes through the same pre-transform): its mirrored instance is
+// among the labels the region is measured against and cut from, and the
+// region's pixels are the partner's with the pasted ones. In mixup mode,
+// or without pp, the partner is left as drawn.
+func TestCutmixPartnerGetsItsOwnFlipPaste(t *testing.T) {
+	const s = 32
+	cfg := still(s)
+	cfg.CopyPaste, cfg.Cutmix = 1, 1
+	ta := []Tile{gradient(s)}                     // no instance: every region is clear
+	tb := []Tile{gradient(s, rect(1, 1, 15, 31))} // mirrored to 17..31
+	for i := 0; i < len(tb[0].Img.Pix); i += 3 {
+		tb[0].Img.Pix[i], tb[0].Img.Pix[i+2] = tb[0].Img.Pix[i+2], 255-tb[0].Img.Pix[i]
+	}
+	var pp PartnerPaste
+	if (&PartnerPaste{}).Part() != nil || (*PartnerPaste)(nil).Part() != nil {
+		t.Fatal("a PartnerPaste that pasted nothing has a Part")
+	}
+	mixupMode := cfg
+	mixupMode.CopyPasteMode = PasteMixup
+	var l0, part0 Labels
+	rng0 := order.NewRand(1, order.StreamSample, 0, 0)
+	p0 := NewPlan(&mixupMode, Train, rng0, ta)
+	if _, _ = NewCutPlan(&mixupMode, &p0, rng0, tb, &l0, &part0, &pp); part0.N() != 1 || pp.Part() != nil {
+		t.Fatalf("mixup mode: partner has %d instances, paste %v; want it as drawn", part0.N(), pp.Part() != nil)
+	}
+	checked, reached := 0, 0
+	for seed := uint64(1); seed < 60 && (checked < 3 || reached == 0); seed++ {
+		rng := order.NewRand(seed, order.StreamSample, 0, 0)
+		p := NewPlan(&cfg, Train, rng, ta)
+		var l, part Labels
+		q, ok := NewCutPlan(&cfg, &p, rng, tb, &l, &part, &pp)
+		if part.N() != 2 || pp.Part() == nil {
+			t.Fatalf("seed %d: partner has %d instances, paste %v; want its square and the mirror", seed, part.N(), pp.Part() != nil)
+		}
+		if !ok {
+			continue
+		}
+		cut, _ := q.CutRegion()
+		AppendCut(&l, &q, &part)
+		mirrorCut := cut.X1 > 17 // the region reaches the pasted instance
+		found := false
+		for k := 0; k < l.N(); k++ {
+			found = found || box(l.Boxes, k).X0 >= 17
+		}
+		if mirrorCut {
+			reached++
+		}
+		if found != mirrorCut {
+			t.Errorf("seed %d: region %v, pasted instance cut in %v, want %v", seed, cut, found, mirrorCut)
+		}
+		img := make([]byte, 3*s*s)
+		parts := []Part{{Plan: &q, Tiles: tb, Paste: pp.Part()}}
+		if err := RenderMix(img, make([]byte, MixScratch(len(img), parts)), &p, ta, parts, cfg.Fill); err != nil {
+			t.Fatal(err)
+		}
+		ia, ib, src := make([]byte, len(img)), make([]byte, len(img)), make([]byte, len(img))
+		for _, r := range []struct {
+			dst []byte
+			q   *Plan
+			t   []Tile
+		}{{ia, &p, ta}, {ib, &q, tb}, {src, &pp.plan, tb}} {
+			if err := Render(r.dst, r.q, r.t, cfg.Fill); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for c := range 3 {
+			for y := range s {
+				for x := range s {
+					i := c*s*s + y*s + x
+					want := ia[i]
+					if float32(x) >= cut.X0 && float32(x) < cut.X1 && float32(y) >= cut.Y0 && float32(y) < cut.Y1 {
+						want = ib[i]
+						if pp.paster.mask[y*s+x] == 1 {
+							want = src[i]
+						}
+					}
+					if img[i] != want {
+						t.Fatalf("seed %d: pixel (%d,%d) channel %d = %d, want %d (region %v)", seed, x, y, c, img[i], want, cut)
+					}
+				}
+			}
+		}
+		checked++
+	}
+	if reached == 0 {
+		t.Fatalf("%d cuts, none reaching the pasted instance", checked)
 	}
 }

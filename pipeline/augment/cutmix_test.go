@@ -55,7 +55,7 @@ func TestCutmixPastesARegionAndItsInstances(t *testing.T) {
 					}
 					continue
 				}
-				q, ok := NewCutPlan(&cfg, &p, rng, tb, &l, &part)
+				q, ok := NewCutPlan(&cfg, &p, rng, tb, &l, &part, nil)
 				if !ok {
 					continue
 				}

@@ -58,11 +58,13 @@
 // selected one, kept or not, as Ultralytics draws every selected contour)
 // takes the source's pixel: the sample rendered with M·F (F the mirror)
 // or the partner rendered with its own plan (RenderMix), before mixup
-// and cutmix blend in. In flip mode a mixup partner gets its own paste
-// too (Part.Paste: Ultralytics draws a MixUp partner through the same
-// pre-transform, CopyPaste included), among its own instances only, on
-// its image before the blend. A cutmix partner, and any partner in mixup
-// mode, is not pasted into: Ultralytics' are.
+// and cutmix blend in. In flip mode the mixup and cutmix partners get
+// their own paste too (PartnerPaste, Part.Paste: Ultralytics draws MixUp's
+// and CutMix's partners through the same pre-transform, CopyPaste
+// included), among their own instances only, on their images before the
+// blend or the cut (a cutmix region is measured against the pasted
+// labels). In mixup mode the partners are not pasted into, where
+// Ultralytics' pre-transform pastes a further sample into each.
 //
 // Occlusion. Ultralytics leaves the masks below a paste whole; segpipe
 // cuts the paste out of them, so that a mask cell is never claimed by two
