@@ -62,7 +62,7 @@ func BenchmarkClientServed(b *testing.B) {
 				}
 				rec.Release()
 			}
-			cpu0 := cpuSeconds()
+			cpu0, f0 := cpuSeconds(), minorFaults()
 			n := 0
 			for b.Loop() {
 				rec, err := batches.Next(context.Background())
@@ -73,6 +73,7 @@ func BenchmarkClientServed(b *testing.B) {
 				rec.Release()
 			}
 			b.ReportMetric(1e3*(cpuSeconds()-cpu0)/float64(n), "cpu-ms/batch")
+			b.ReportMetric(float64(minorFaults()-f0)/float64(n), "faults/batch")
 		})
 	}
 }

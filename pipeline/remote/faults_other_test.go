@@ -1,0 +1,5 @@
+//go:build !linux
+
+package remote
+
+func minorFaults() int64 { return 0 }
