@@ -271,17 +271,20 @@ type worker struct {
 	rng rand.PCG
 
 	// tiles 0-3: the sample's (mosaic); 4-7: its mixup partner's; 8-11:
-	// its cutmix partner's; 12-15: its copy-paste source's (mixup mode).
-	tiles [16]augment.Tile
-	ents  [16]*entry
-	insts [16][]shard.Instance // a tile's instances when some were left out
+	// its cutmix partner's; 12-15: its copy-paste source's (mixup mode);
+	// 16-19 and 20-23: the mixup and the cutmix partner's copy-paste
+	// sources (mixup mode).
+	tiles [24]augment.Tile
+	ents  [24]*entry
+	insts [24][]shard.Instance // a tile's instances when some were left out
 	parts []int64
 	// The mix partners: their plans (mixup, cutmix, the sample's paste),
-	// tile counts (0: none), the parts RenderMix takes, the cutmix
-	// partner's labels and a partner's image; the partners' own
-	// flip-mode pastes (mixup's, cutmix's).
+	// tile counts (0: none; mixup, cutmix, the sample's paste source and
+	// the partners' paste sources, as the tiles), the parts RenderMix
+	// takes, the cutmix partner's labels and a partner's image; the
+	// partners' own pastes (mixup's, cutmix's).
 	plans     [3]augment.Plan
-	mt        [3]int
+	mt        [5]int
 	mix       []augment.Part
 	cutLabels augment.Labels
 	scratch   []byte
@@ -408,7 +411,7 @@ func (l *Loader) build(w *worker, t task) {
 		// its image gets the pasted pixels before the blend.
 		from, pt := s.labels.N(), w.tiles[4:4+w.mt[0]]
 		augment.BuildLabels(&s.labels, acfg, &w.plans[0], pt)
-		if pasting && w.pp[0].Apply(acfg, &w.plans[0], &w.rng, pt, &s.labels, from) {
+		if l.partnerPaste(w, j, t, 0, acfg, &t0) && w.pp[0].Apply(acfg, &w.plans[0], &w.rng, pt, &s.labels, from) {
 			w.mix[len(w.mix)-1].Paste = w.pp[0].Part()
 		}
 	}
@@ -416,7 +419,7 @@ func (l *Loader) build(w *worker, t task) {
 		w.mt[1] = l.partnerTiles(w, j, t, 8, parts[7:11], &t0)
 		var ok bool
 		var pp *augment.PartnerPaste
-		if pasting {
+		if l.partnerPaste(w, j, t, 1, acfg, &t0) {
 			pp = &w.pp[1]
 		}
 		w.plans[1], ok = augment.NewCutPlan(acfg, &p, &w.rng, w.tiles[8:8+w.mt[1]], &s.labels, &w.cutLabels, pp)
@@ -443,12 +446,12 @@ func (l *Loader) build(w *worker, t task) {
 	}
 	l.st.augment.Add(int64(time.Since(t0)))
 	for k := range w.tiles {
-		if k < nt || (k >= 4 && k < 4+w.mt[0]) || (k >= 8 && k < 8+w.mt[1]) || (k >= 12 && k < 12+w.mt[2]) {
+		if k < nt || (k >= 4 && (k-4)%4 < w.mt[(k-4)/4]) {
 			l.put(w.ents[k])
 			w.ents[k], w.tiles[k] = nil, augment.Tile{}
 		}
 	}
-	w.mt = [3]int{}
+	w.mt = [5]int{}
 	if err != nil {
 		l.fail(fmt.Errorf("pipeline: row %d image %d: %w", id, row.ImageID, err))
 		return
@@ -492,6 +495,25 @@ func (l *Loader) load(row *shard.Image, id int64) (*entry, string, error) {
 		return nil, "decode", err
 	}
 	return e, "", nil
+}
+
+// partnerPaste draws whether mix partner i (0 mixup, 1 cutmix) gets its
+// own copy-paste, as the sample's is drawn (WantCopyPaste: flip mode
+// without a draw), and in mixup mode loads its source: partner position
+// 15+4i (its mosaic 16+4i to 18+4i) into tiles 16+4i on, w.pp[i].Src.
+func (l *Loader) partnerPaste(w *worker, j *job, t task, i int, acfg *augment.Config, t0 *time.Time) bool {
+	pp := &w.pp[i]
+	pp.Src = nil
+	if !augment.WantCopyPaste(acfg, j.mode, &w.rng) {
+		return false
+	}
+	if acfg.CopyPasteMode == augment.PasteMixup {
+		w.parts = t.ep.Partners(w.parts[:0], t.pos, 23)
+		k := 16 + 4*i
+		w.mt[3+i] = l.partnerTiles(w, j, t, k, w.parts[15+4*i:19+4*i], t0)
+		pp.Src = w.tiles[k : k+w.mt[3+i]]
+	}
+	return true
 }
 
 // partnerTiles loads a mix partner (pos[0]) into tile k of w and, when

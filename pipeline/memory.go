@@ -10,6 +10,7 @@ import (
 	"github.com/segpipe/segpipe/formats/shard"
 	"github.com/segpipe/segpipe/internal/bytesize"
 	"github.com/segpipe/segpipe/internal/sysmem"
+	"github.com/segpipe/segpipe/pipeline/augment"
 )
 
 // ErrMemoryLimit marks a configuration whose memory estimate exceeds the
@@ -62,8 +63,9 @@ type Memory struct {
 	// Decoding is the decoded images the workers hold beyond the cache's
 	// bound: an entry in use is never evicted, so every worker can hold
 	// the four images of a mosaic (and four more for each of a mixup and a
-	// cutmix partner, with a canvas-sized scratch image for mixing), and
-	// the newest entry is admitted before the oldest goes;
+	// cutmix partner and for each mixup-mode copy-paste source, with a
+	// canvas-sized scratch image for mixing or pasting, two when a partner
+	// pastes), and the newest entry is admitted before the oldest goes;
 	// EstimateImageBytes each.
 	Decoding int64
 	// Window is the encoded rows: the shuffle reads whole blocks (row
@@ -143,14 +145,25 @@ func (d Config) memory(src Source) Memory {
 	g := s / int64(d.Stride)
 	perImage := 3*s*s + estimateInstances*(g*g+16+4+1) + 8 + 4 + 4 + 48 + 4 + 4
 	tiles, scratch := int64(4), int64(0)
-	if !d.Val {
-		if d.Augment.Mixup > 0 {
-			tiles += 4
+	if a := d.Augment; !d.Val {
+		// A mixup-mode copy-paste fetches a source (a mosaic's four) for
+		// the sample and for each partner; mixing renders each part into
+		// a scratch image, and a partner's own paste into a second one.
+		paste, src := a.CopyPaste > 0, int64(0)
+		if paste && a.CopyPasteMode == augment.PasteMixup {
+			src = 4
 		}
-		if d.Augment.Cutmix > 0 {
-			tiles += 4
+		tiles += src
+		mixing := a.Mixup > 0 || a.Cutmix > 0
+		for _, on := range []bool{a.Mixup > 0, a.Cutmix > 0} {
+			if on {
+				tiles += 4 + src
+			}
 		}
-		if tiles > 4 {
+		switch {
+		case paste && mixing:
+			scratch = 2 * int64(d.Workers) * 3 * s * s
+		case paste || mixing:
 			scratch = int64(d.Workers) * 3 * s * s
 		}
 	}

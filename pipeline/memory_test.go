@@ -157,3 +157,42 @@ func TestMemoryAdvice(t *testing.T) {
 		}
 	}
 }
+
+// The decoded images and scratch a worker holds grow with the settings
+// that fetch more samples: four tiles for each mix partner and for each
+// mixup-mode copy-paste source (the sample's and each partner's), one
+// canvas of scratch for mixing or pasting, two when a partner pastes.
+func TestDecodingCountsPartnersAndPasteSources(t *testing.T) {
+	const workers = 2
+	canvas := int64(3 * 320 * 320)
+	for _, tc := range []struct {
+		name    string
+		set     func(*augment.Config)
+		tiles   int64 // a worker's
+		scratch int64 // canvases a worker's
+	}{
+		{"mosaic only", func(*augment.Config) {}, 4, 0},
+		{"mixup", func(a *augment.Config) { a.Mixup = 0.5 }, 8, 1},
+		{"mixup and cutmix", func(a *augment.Config) { a.Mixup, a.Cutmix = 0.5, 0.5 }, 12, 1},
+		{"copy_paste flip", func(a *augment.Config) { a.CopyPaste = 0.5 }, 4, 1},
+		{"copy_paste mixup", func(a *augment.Config) { a.CopyPaste, a.CopyPasteMode = 0.5, augment.PasteMixup }, 8, 1},
+		{"copy_paste flip, mixup, cutmix", func(a *augment.Config) { a.CopyPaste, a.Mixup, a.Cutmix = 0.5, 0.5, 0.5 }, 12, 2},
+		{"copy_paste mixup, mixup, cutmix", func(a *augment.Config) {
+			a.CopyPaste, a.CopyPasteMode, a.Mixup, a.Cutmix = 0.5, augment.PasteMixup, 0.5, 0.5
+		}, 24, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := augment.DefaultConfig()
+			a.ImgSz = 320
+			tc.set(&a)
+			m, err := Config{Workers: workers, Augment: a}.MemoryOf(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := (tc.tiles*workers+1)*EstimateImageBytes + tc.scratch*workers*canvas
+			if m.Decoding != want {
+				t.Errorf("decoding %d, want %d (%d tiles and %d scratch canvases a worker)", m.Decoding, want, tc.tiles, tc.scratch)
+			}
+		})
+	}
+}

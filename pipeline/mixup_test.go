@@ -26,12 +26,14 @@ func TestPartnersDeterministicAndOffWithMosaic(t *testing.T) {
 		{"mixup and cutmix",
 			func(a *augment.Config) { a.Mixup, a.Cutmix = 1, 1 },
 			func(a *augment.Config) { a.FlipUD, a.BGR = 0.5, 0.5 }},
+		// The partners of mixup and cutmix get pastes of their own, in
+		// mixup mode from sources fetched for them.
 		{"copy_paste flip",
 			func(a *augment.Config) { a.CopyPaste, a.CopyPasteMode = 1, "flip" },
-			func(a *augment.Config) { a.Mixup, a.FlipLR = 0.5, 0.5 }},
+			func(a *augment.Config) { a.Mixup, a.Cutmix, a.FlipLR = 0.5, 0.5, 0.5 }},
 		{"copy_paste mixup",
 			func(a *augment.Config) { a.CopyPaste, a.CopyPasteMode = 1, "mixup" },
-			func(a *augment.Config) { a.Mixup, a.FlipLR = 0.5, 0.5 }},
+			func(a *augment.Config) { a.Mixup, a.Cutmix, a.FlipLR = 0.5, 0.5, 0.5 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := base

@@ -75,31 +75,42 @@ func mirrorAxis(p *Plan) float64 {
 	return float64(p.Rect[0].X0) + float64(p.Rect[0].X1)
 }
 
-// PartnerPaste is a mix partner's own flip-mode copy-paste (Ultralytics
-// draws MixUp's and CutMix's partners through the sample's pre-transform,
+// PartnerPaste is a mix partner's own copy-paste (Ultralytics draws
+// MixUp's and CutMix's partners through the sample's pre-transform,
 // CopyPaste included): its plan and the Paster whose pixels back it until
 // RenderMix. Keep one per partner per worker.
 type PartnerPaste struct {
+	// Src is the paste's source in mixup mode: a further sample's tiles,
+	// which the caller draws (WantCopyPaste, after the partner's own
+	// draws) and loads; nil for no paste. Flip mode pastes from the
+	// partner's own tiles and ignores Src.
+	Src []Tile
+
 	plan   Plan
 	paster Paster
 	part   Part
 	on     bool
 }
 
-// Apply pastes partner q's instances, l[from:], mirrored among themselves
-// (NewPastePlan of q, then Paste) when cfg asks for a flip-mode paste, and
-// reports whether anything was pasted. A nil pp does nothing.
+// Apply pastes into partner q (its tiles, its labels l[from:]) as Paste
+// pastes into a sample: in flip mode its own instances mirrored, in mixup
+// mode Src's, and reports whether anything was pasted. A nil pp, a
+// CopyPaste of 0 or a mixup mode without Src does nothing.
 func (pp *PartnerPaste) Apply(cfg *Config, q *Plan, rng *rand.PCG, tiles []Tile, l *Labels, from int) bool {
 	if pp == nil {
 		return false
 	}
 	pp.on = false
-	if cfg.CopyPaste <= 0 || cfg.CopyPasteMode == PasteMixup {
+	src := tiles
+	if cfg.CopyPasteMode == PasteMixup {
+		src = pp.Src
+	}
+	if cfg.CopyPaste <= 0 || src == nil {
 		return false
 	}
-	pp.plan = NewPastePlan(cfg, q, rng, tiles)
-	pp.on = Paste(l, cfg, &pp.plan, tiles, from, &pp.paster)
-	pp.part = Part{Plan: &pp.plan, Tiles: tiles}
+	pp.plan = NewPastePlan(cfg, q, rng, src)
+	pp.on = Paste(l, cfg, &pp.plan, src, from, &pp.paster)
+	pp.part = Part{Plan: &pp.plan, Tiles: src}
 	return pp.on
 }
 

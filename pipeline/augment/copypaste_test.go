@@ -473,8 +473,28 @@ func TestCutmixPartnerGetsItsOwnFlipPaste(t *testing.T) {
 	rng0 := order.NewRand(1, order.StreamSample, 0, 0)
 	p0 := NewPlan(&mixupMode, Train, rng0, ta)
 	if _, _ = NewCutPlan(&mixupMode, &p0, rng0, tb, &l0, &part0, &pp); part0.N() != 1 || pp.Part() != nil {
-		t.Fatalf("mixup mode: partner has %d instances, paste %v; want it as drawn", part0.N(), pp.Part() != nil)
+		t.Fatalf("mixup mode without a source: partner has %d instances, paste %v; want it as drawn", part0.N(), pp.Part() != nil)
 	}
+	// Mixup mode with a source: the source's instance, where it lands,
+	// joins the partner's (a square clear of the partner's).
+	pp.Src = []Tile{gradient(s, rect(18, 2, 30, 14))}
+	for seed := uint64(1); ; seed++ {
+		if seed == 40 {
+			t.Fatal("mixup mode: no seed pasted the source's square")
+		}
+		rng := order.NewRand(seed, order.StreamSample, 0, 0)
+		p := NewPlan(&mixupMode, Train, rng, ta)
+		var l, part Labels
+		NewCutPlan(&mixupMode, &p, rng, tb, &l, &part, &pp)
+		if pp.Part() == nil {
+			continue
+		}
+		if part.N() != 2 || pp.Part().Tiles[0].Img != pp.Src[0].Img {
+			t.Fatalf("seed %d: mixup mode pasted into a partner of %d instances from %v, want 2 from Src", seed, part.N(), pp.Part().Tiles)
+		}
+		break
+	}
+	pp.Src = nil
 	checked, reached := 0, 0
 	for seed := uint64(1); seed < 60 && (checked < 3 || reached == 0); seed++ {
 		rng := order.NewRand(seed, order.StreamSample, 0, 0)

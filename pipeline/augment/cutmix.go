@@ -32,10 +32,10 @@ const cutAreas = 3
 // skips, when every region overlaps a box or when no partner box has at
 // least 1 % of its area inside the chosen one (10 % when l has no
 // instance); the draws are taken either way. With pp, the partner gets
-// its own flip-mode copy-paste (PartnerPaste.Apply) before the regions
-// are measured, as Ultralytics' CutMix draws its partner through the
-// sample's pre-transform: its pasted instances can be cut in, and the
-// partner's Part takes pp.Part() as its Paste.
+// its own copy-paste (PartnerPaste.Apply; in mixup mode from pp.Src)
+// before the regions are measured, as Ultralytics' CutMix draws its
+// partner through the sample's pre-transform: its pasted instances can be
+// cut in, and the partner's Part takes pp.Part() as its Paste.
 func NewCutPlan(cfg *Config, p *Plan, rng *rand.PCG, tiles []Tile, l, part *Labels, pp *PartnerPaste) (q Plan, ok bool) {
 	q = newGeometry(cfg, Train, rng, tiles)
 	q.flipUD, q.flipLR, q.BGR = p.flipUD, p.flipLR, p.BGR

@@ -58,13 +58,13 @@
 // selected one, kept or not, as Ultralytics draws every selected contour)
 // takes the source's pixel: the sample rendered with M·F (F the mirror)
 // or the partner rendered with its own plan (RenderMix), before mixup
-// and cutmix blend in. In flip mode the mixup and cutmix partners get
-// their own paste too (PartnerPaste, Part.Paste: Ultralytics draws MixUp's
-// and CutMix's partners through the same pre-transform, CopyPaste
-// included), among their own instances only, on their images before the
-// blend or the cut (a cutmix region is measured against the pasted
-// labels). In mixup mode the partners are not pasted into, where
-// Ultralytics' pre-transform pastes a further sample into each.
+// and cutmix blend in. The mixup and cutmix partners get pastes of their
+// own (PartnerPaste, Part.Paste), as Ultralytics draws MixUp's and
+// CutMix's partners through the sample's pre-transform, CopyPaste
+// included: in flip mode among the partner's own instances, in mixup mode
+// from a further sample (the partner's own WantCopyPaste draw and source,
+// PartnerPaste.Src); on the partner's image before the blend or the cut,
+// and a cutmix region is measured against the pasted labels.
 //
 // Occlusion. Ultralytics leaves the masks below a paste whole; segpipe
 // cuts the paste out of them, so that a mask cell is never claimed by two
@@ -137,11 +137,14 @@
 // horizontal flip, BGR; then WantCopyPaste (mixup mode only) and the
 // copy-paste partner's mosaic draw, centre and perspective; then
 // WantMixup, the mixup partner's mosaic draw, centre, perspective and
-// ratio; then WantCutmix, the cutmix partner's mosaic draw, centre,
-// perspective, its three regions and the choice. The partners are
-// positions of the epoch (order.Epoch.Partners: 3 the mixup partner, 7
-// the cutmix one, 11 the copy-paste one, each followed by its mosaic's
-// three). Flip-mode copy-paste draws nothing. A draw whose setting is 0
+// ratio; then the mixup partner's own WantCopyPaste (mixup mode: and its
+// source's mosaic draw, centre and perspective); then WantCutmix, the
+// cutmix partner's mosaic draw, centre, perspective, its own
+// WantCopyPaste (and source, likewise), its three regions and the
+// choice. The partners are positions of the epoch (order.Epoch.Partners:
+// 3 the mixup partner, 7 the cutmix one, 11 the copy-paste one, 15 and 19
+// the mixup and cutmix partners' copy-paste sources, each followed by its
+// mosaic's three). Flip-mode copy-paste draws nothing. A draw whose setting is 0
 // (FlipUD, BGR, Mixup, Cutmix, CopyPaste, all three HSV gains) is not
 // taken, so that a setting added at 0 leaves every other draw, and the
 // batches, as they were. Results are therefore independent of scheduling.
