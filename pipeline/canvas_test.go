@@ -237,6 +237,13 @@ func TestRectBatchesHoldTheirImages(t *testing.T) {
 			t.Fatalf("batch shape %dx%d, want %dx%d", h, w, wh, ww)
 		}
 	}
+	// Validation keeps every instance, rectangular batches or square.
+	cfg.Rect = false
+	sq := run(t, &SliceSource{Rows: rows, BlockSize: 4}, cfg, 0)
+	defer sq.release()
+	if a, b := countInstances(t, r.recs), countInstances(t, sq.recs); a != b || a == 0 {
+		t.Fatalf("%d instances in rect batches, %d in square ones", a, b)
+	}
 }
 
 // TestMultiScaleSizesOnTheGrid: every batch's side is on the 32 px grid
@@ -328,7 +335,7 @@ func TestCanvasOffKeepsTheSchema(t *testing.T) {
 // TestRectAndMultiScaleRefusedWhereUnsupported: each refusal names why.
 func TestRectAndMultiScaleRefusedWhereUnsupported(t *testing.T) {
 	for name, mod := range map[string]func(*Config){
-		"rect in training":     func(c *Config) { c.Rect = true },
+		"rect and multi_scale": func(c *Config) { c.Rect, c.MultiScale = true, 0.5 },
 		"multi_scale in val":   func(c *Config) { c.Val, c.MultiScale = true, 0.5 },
 		"multi_scale 1":        func(c *Config) { c.MultiScale = 1 },
 		"multi_scale NaN":      func(c *Config) { c.MultiScale = math.NaN() },
@@ -372,4 +379,109 @@ func TestMultiScaleWithPartners(t *testing.T) {
 			t.Errorf("%s: sides drawn %v: want several", name, sides)
 		}
 	}
+}
+
+// TestRectTraining: Ultralytics' rect in training. The images come in
+// aspect-ratio order every epoch (no shuffle), each batch on
+// RectTrainShape of its images (no side past imgsz), everything inside
+// that live region; mosaic, mixup and cutmix are off whatever the table
+// says (no sample carries another image's instances), copy-paste (flip)
+// stays on and pastes within the rectangle; the stream is the same at 1
+// and 8 workers.
+func TestRectTraining(t *testing.T) {
+	rows := synth(t, 10, 3)
+	inst := map[int64]int{}
+	for i := range rows {
+		inst[rows[i].ImageID] = len(rows[i].Instances)
+	}
+	a := augment.DefaultConfig()
+	a.ImgSz = 160
+	a.Mixup, a.Cutmix, a.FlipUD = 1, 1, 0.5 // mosaic stays at its default 1
+	cfg := Config{BatchSize: 3, Workers: 2, Rect: true, Augment: a, Epochs: 2, Start: order.State{Seed: 5}}
+	if s := cfg.CanvasSide(); s != 160 {
+		t.Fatalf("canvas %d, want imgsz: training rect shapes are not padded", s)
+	}
+	r := run(t, &SliceSource{Rows: rows, BlockSize: 4}, cfg, -1)
+	defer r.release()
+	var order [2][]int64
+	rectangles := 0
+	for bi, rec := range r.recs {
+		h, w := liveRegionHolds(t, rec, a.Fill)
+		if h != w {
+			rectangles++
+		}
+		imgs, err := batch.ImagesOf(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		epoch := 2 * bi / len(r.recs)
+		lo, hi := math.Inf(1), math.Inf(-1)
+		for _, im := range imgs {
+			ar := float64(im.OrigH) / float64(im.OrigW)
+			lo, hi = min(lo, ar), max(hi, ar)
+			order[epoch] = append(order[epoch], im.ID)
+		}
+		if wh, ww := RectTrainShape(lo, hi, 160); wh != h || ww != w {
+			t.Fatalf("batch %d shape %dx%d, want %dx%d", bi, h, w, wh, ww)
+		}
+		_, per, _, _ := labelsOf(t, []arrow.RecordBatch{rec})
+		for i, im := range imgs {
+			if n := int(per[i]); n > inst[im.ID] {
+				t.Fatalf("image %d carries %d instances, its row has %d: a mosaic or a mix", im.ID, n, inst[im.ID])
+			}
+		}
+	}
+	if rectangles == 0 {
+		t.Fatal("no batch with a rectangular shape")
+	}
+	if !slices.Equal(order[0], order[1]) {
+		t.Fatalf("epoch orders differ: %v and %v", order[0], order[1])
+	}
+	for i := 1; i < len(order[0]); i++ {
+		if arOf(rows, order[0][i]) < arOf(rows, order[0][i-1]) {
+			t.Fatalf("images out of aspect-ratio order: %v", order[0])
+		}
+	}
+	// One small square left of each image's centre: its mirror is clear
+	// of it, so flip-mode copy-paste doubles every sample's instances.
+	left := slices.Clone(rows)
+	for i := range left {
+		w, h := float32(left[i].Width), float32(left[i].Height)
+		x0, y0, x1, y1 := 0.1*w, 0.4*h, 0.3*w, 0.6*h
+		left[i].Instances = []shard.Instance{{AnnID: int64(i), Class: 1, Polygons: [][]float32{{x0, y0, x1, y0, x1, y1, x0, y1}}}}
+	}
+	paste := cfg
+	for _, p := range []float64{0, 1} {
+		paste.Augment.CopyPaste = p
+		pr := run(t, &SliceSource{Rows: left, BlockSize: 4}, paste, -1)
+		for _, rec := range pr.recs {
+			liveRegionHolds(t, rec, a.Fill)
+		}
+		if got, want := countInstances(t, pr.recs), len(left)*2*int(1+p); got != want {
+			t.Errorf("copy_paste %v: %d instances in two epochs, want %d", p, got, want)
+		}
+		pr.release()
+	}
+	cfg.Workers = 1
+	one := run(t, &SliceSource{Rows: rows, BlockSize: 4}, cfg, -1)
+	defer one.release()
+	cfg.Workers = 8
+	eight := run(t, &SliceSource{Rows: rows, BlockSize: 4}, cfg, -1)
+	defer eight.release()
+	equalRuns(t, one.recs, eight.recs)
+}
+
+func arOf(rows []shard.Image, id int64) float64 {
+	for i := range rows {
+		if rows[i].ImageID == id {
+			return float64(rows[i].Height) / float64(rows[i].Width) // as aspectRatios reads it
+		}
+	}
+	return math.NaN()
+}
+
+func countInstances(t *testing.T, recs []arrow.RecordBatch) int {
+	t.Helper()
+	c, _, _, _ := labelsOf(t, recs)
+	return len(c)
 }

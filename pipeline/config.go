@@ -55,17 +55,19 @@ type Config struct {
 	// deterministic prefix, the same at any worker count, rank or seed,
 	// shuffled within itself. 0 or 1: every row.
 	Fraction float64
-	// Rect makes rectangular validation batches, as Ultralytics' rect
-	// (its validation default): the images in order of aspect ratio
-	// (height/width, storage order among equals; no shuffle), each batch
-	// letterboxed, centred and never enlarged, to the shape RectShape
-	// gives for its images' aspect ratios. Every such shape fits the
-	// stream's canvas, CanvasSide; a batch carries its shape in the
-	// batch.ColCanvas column, its images at the canvas' top left. The
+	// Rect makes rectangular batches, as Ultralytics' rect (its
+	// validation default): the images in order of aspect ratio
+	// (height/width, storage order among equals; no shuffle, in training
+	// too, as Ultralytics turns its shuffle off), each batch on the shape
+	// RectShape gives for its images' aspect ratios (validation; training
+	// pads by no stride, RectTrainShape). Validation letterboxes each
+	// image, centred and never enlarged, onto it; training draws the
+	// random perspective onto it (augment.NewRectPlan) with mosaic, mixup
+	// and cutmix off, as Ultralytics has them with rect. Every such shape
+	// fits the stream's canvas, CanvasSide; a batch carries its shape in
+	// the batch.ColCanvas column, its images at the canvas' top left. The
 	// sort reads every row once when the loader starts and holds the
-	// whole set's encoded rows (one shuffle window). Val only: training
-	// with rect needs the random affine on a non-square canvas, which the
-	// augmenter does not draw.
+	// whole set's encoded rows (one shuffle window). Not with MultiScale.
 	Rect bool
 	// MultiScale m in (0, 1) draws each training batch's canvas side as
 	// Ultralytics' multi_scale does (MultiScaleSize: on the 32 px grid,
@@ -233,8 +235,8 @@ func (d Config) checkShape() error {
 		return fmt.Errorf("pipeline: cache bytes %d", d.CacheBytes)
 	case !(d.Fraction >= 0 && d.Fraction <= 1): // also refuses NaN
 		return fmt.Errorf("pipeline: fraction %v: want a share in (0, 1], or 0 for every row", d.Fraction)
-	case d.Rect && !d.Val:
-		return errors.New("pipeline: rect: rectangular batches are for validation; training with rect needs the random affine on a non-square canvas, which is not supported")
+	case d.Rect && d.MultiScale > 0:
+		return errors.New("pipeline: rect and multi_scale both shape the batches: ask for one")
 	case !(d.MultiScale >= 0 && d.MultiScale < 1): // also refuses NaN
 		return fmt.Errorf("pipeline: multi_scale %v: want a share in [0, 1)", d.MultiScale)
 	case d.MultiScale > 0 && d.Val:
@@ -257,7 +259,7 @@ func (d Config) checkShape() error {
 const scaleStride = 32
 
 // rectPad is Ultralytics' rect padding for validation, in strides
-// (build_yolo_dataset: pad 0.5 unless training).
+// (build_yolo_dataset: pad 0.5 unless training, then 0).
 const rectPad = 0.5
 
 // CanvasSide returns the side of the stream's square canvas: imgsz, or
@@ -270,7 +272,7 @@ func (c Config) CanvasSide() int {
 	}
 	switch {
 	case c.Rect:
-		h, _ := RectShape(1, 1, s)
+		h, _ := c.rectShape(1, 1, s)
 		return max(h, s)
 	case c.MultiScale > 0:
 		_, hi := multiScaleRange(s, c.MultiScale)
@@ -304,7 +306,22 @@ func (c Config) NewBatchBuilder() (*batch.Builder, error) {
 // set_rectangle computes it for imgsz s: shape (hi, 1) when hi < 1,
 // (1, 1/lo) when lo > 1, else (1, 1), each side
 // ceil(side·s/32 + 0.5)·32, in float64 in numpy's order of operations.
-func RectShape(lo, hi float64, s int) (h, w int) {
+func RectShape(lo, hi float64, s int) (h, w int) { return rectShape(lo, hi, s, rectPad) }
+
+// RectTrainShape is RectShape for a training batch: Ultralytics pads
+// training's rect shapes by no stride, so no side passes s (a multiple of
+// 32).
+func RectTrainShape(lo, hi float64, s int) (h, w int) { return rectShape(lo, hi, s, 0) }
+
+// rectShape is the shape of c's rect batches (validation's or training's).
+func (c Config) rectShape(lo, hi float64, s int) (h, w int) {
+	if c.Val {
+		return RectShape(lo, hi, s)
+	}
+	return RectTrainShape(lo, hi, s)
+}
+
+func rectShape(lo, hi float64, s int, pad float64) (h, w int) {
 	sh, sw := 1.0, 1.0
 	switch {
 	case hi < 1:
@@ -313,7 +330,7 @@ func RectShape(lo, hi float64, s int) (h, w int) {
 		sw = 1 / lo
 	}
 	side := func(x float64) int {
-		return int(math.Ceil(x*float64(s)/scaleStride+rectPad)) * scaleStride
+		return int(math.Ceil(x*float64(s)/scaleStride+pad)) * scaleStride
 	}
 	return side(sh), side(sw)
 }

@@ -56,6 +56,9 @@ type Loader struct {
 	lim       limits
 	gate      *decodeGate // nil without a memory budget
 
+	// rectAug is the table of rect training samples: mosaic, mixup and
+	// cutmix off, as Ultralytics turns them off with rect.
+	rectAug augment.Config
 	// valAug is the augmentation table of Val samples: the candidate rule
 	// off, since Ultralytics validates on every ground-truth instance.
 	valAug augment.Config
@@ -224,6 +227,7 @@ func New(ctx context.Context, src Source, cfg Config) (*Loader, error) {
 		skipped:  map[string]int64{},
 		lim:      c.limits(src),
 		valAug:   keepEveryInstance(c.Augment),
+		rectAug:  withoutMosaic(c.Augment),
 		canvas:   s,
 		rectKeys: keys,
 	}
@@ -365,9 +369,12 @@ func (l *Loader) build(w *worker, t task) {
 	}
 	t0 := time.Now()
 	var p augment.Plan
-	if l.rectKeys != nil {
+	switch {
+	case l.rectKeys != nil && j.mode == augment.Val:
 		p = l.rectPlan(j, w.tiles[0])
-	} else {
+	case l.rectKeys != nil:
+		p = augment.NewRectPlan(acfg, j.mode, &w.rng, w.tiles[:nt], j.liveH, j.liveW)
+	default:
 		p = augment.NewPlan(acfg, j.mode, &w.rng, w.tiles[:nt])
 	}
 	// Copy-paste (Ultralytics' CopyPaste, before MixUp): flip mode pastes
@@ -765,15 +772,25 @@ func (l *Loader) Close() error {
 
 // sampleConfig returns the augmentation table a sample of j is made with:
 // validation's without the candidate rule, a multi-scale batch's at its
-// side, else the loader's.
+// side, rect training's without mosaic, else the loader's.
 func (l *Loader) sampleConfig(j *job) *augment.Config {
 	switch {
 	case j.mode == augment.Val:
 		return &l.valAug
 	case l.cfg.MultiScale > 0:
 		return &j.aug
+	case l.rectKeys != nil:
+		return &l.rectAug
 	}
 	return &l.cfg.Augment
+}
+
+// withoutMosaic returns c with mosaic, mixup and cutmix off: Ultralytics'
+// table under rect training (build_transforms), where every sample keeps
+// its own batch's shape.
+func withoutMosaic(c augment.Config) augment.Config {
+	c.Mosaic, c.Mixup, c.Cutmix = 0, 0, 0
+	return c
 }
 
 // keepEveryInstance returns c with the candidate rule off: Ultralytics

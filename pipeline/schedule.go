@@ -194,7 +194,7 @@ func (l *Loader) shapeJob(j *job, ep *order.Epoch, p0, step int64) {
 			ar := l.rectKeys[ep.Row(p0+int64(i)*step)]
 			lo, hi = min(lo, ar), max(hi, ar)
 		}
-		j.liveH, j.liveW = RectShape(lo, hi, l.cfg.Augment.ImgSz)
+		j.liveH, j.liveW = l.cfg.rectShape(lo, hi, l.cfg.Augment.ImgSz)
 	case l.cfg.MultiScale > 0:
 		rng := order.NewRand(l.cfg.Start.Seed, order.StreamBatch, uint64(j.epoch), uint64(p0))
 		sz := MultiScaleSize(rng, l.cfg.Augment.ImgSz, l.cfg.MultiScale)

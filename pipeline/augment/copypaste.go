@@ -49,7 +49,7 @@ func WantCopyPaste(cfg *Config, mode Mode, rng *rand.PCG) bool {
 func NewPastePlan(cfg *Config, p *Plan, rng *rand.PCG, tiles []Tile) Plan {
 	var q Plan
 	if cfg.CopyPasteMode == PasteMixup {
-		q = newGeometry(cfg, Train, rng, tiles)
+		q = newGeometry(cfg, Train, rng, tiles, p.W, p.H)
 		q.flipUD, q.flipLR, q.BGR = p.flipUD, p.flipLR, p.BGR
 		q.M = q.flipped(q.M)
 	} else {
@@ -173,7 +173,8 @@ type span32 struct{ x0, x1 int32 }
 // anything was pasted; when not, leave q out of RenderMix.
 func Paste(l *Labels, cfg *Config, q *Plan, tiles []Tile, from int, ps *Paster) bool {
 	ps.exist, ps.cand, ps.regions, ps.pts = ps.exist[:0], ps.cand[:0], ps.regions[:0], ps.pts[:0]
-	out := geom.Rect{X0: 0, Y0: 0, X1: float32(q.Out), Y1: float32(q.Out)}
+	w, h := q.live()
+	out := geom.Rect{X0: 0, Y0: 0, X1: float32(w), Y1: float32(h)}
 	if q.pasteFlip {
 		ps.flipCandidates(cfg, q, tiles)
 	} else {

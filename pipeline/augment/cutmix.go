@@ -37,7 +37,7 @@ const cutAreas = 3
 // partner through the sample's pre-transform: its pasted instances can be
 // cut in, and the partner's Part takes pp.Part() as its Paste.
 func NewCutPlan(cfg *Config, p *Plan, rng *rand.PCG, tiles []Tile, l, part *Labels, pp *PartnerPaste) (q Plan, ok bool) {
-	q = newGeometry(cfg, Train, rng, tiles)
+	q = newGeometry(cfg, Train, rng, tiles, p.W, p.H)
 	q.flipUD, q.flipLR, q.BGR = p.flipUD, p.flipLR, p.BGR
 	q.M = q.flipped(q.M)
 	q.Minv = inv3(q.M)

@@ -78,10 +78,12 @@ func Candidate(cfg *Config, before, after geom.Rect) bool {
 // projective maps keep edges straight) onto the source canvas, clipped to
 // its tile's visible rectangle, mapped by M, and clipped to the output
 // canvas [0,s]². The box before clipping is the bounds of the mapped
-// rings; after, the bounds of the clipped rings. Instances failing
+// rings; after, the bounds of the clipped rings. (The output canvas is
+// the plan's live W×H, [0,s]² but for NewRectPlan.) Instances failing
 // Candidate or clipped away are dropped (counted in l.Dropped).
 func BuildLabels(l *Labels, cfg *Config, p *Plan, tiles []Tile) {
-	out := geom.Rect{X0: 0, Y0: 0, X1: float32(p.Out), Y1: float32(p.Out)}
+	w, h := p.live()
+	out := geom.Rect{X0: 0, Y0: 0, X1: float32(w), Y1: float32(h)}
 	aff, isAffine := p.Affine()
 	for ti := range tiles {
 		t := &tiles[ti]

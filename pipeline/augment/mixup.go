@@ -28,7 +28,7 @@ func WantMixup(cfg *Config, mode Mode, rng *rand.PCG) bool {
 // the blended image. RenderMix renders the pair; BuildLabels with this
 // plan appends the partner's instances after p's.
 func NewMixPlan(cfg *Config, p *Plan, rng *rand.PCG, tiles []Tile) Plan {
-	q := newGeometry(cfg, Train, rng, tiles)
+	q := newGeometry(cfg, Train, rng, tiles, p.W, p.H)
 	q.flipUD, q.flipLR, q.BGR = p.flipUD, p.flipLR, p.BGR
 	q.M = q.flipped(q.M)
 	q.Minv = inv3(q.M)
@@ -110,6 +110,7 @@ func RenderMix(dst, scratch []byte, p *Plan, tiles []Tile, parts []Part, fill ui
 		for row := 0; row < ss; row += s {
 			tab.applyRow(R[row:row+s], G[row:row+s], B[row:row+s])
 		}
+		fillOutside(dst, p, fill)
 	}
 	return nil
 }

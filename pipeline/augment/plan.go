@@ -40,7 +40,12 @@ const (
 // Plan is everything random about one sample, drawn once, plus the derived
 // mappings. Coordinates are continuous pixels: pixel k covers [k, k+1).
 type Plan struct {
-	Out    int // output side s
+	Out int // output side s
+	// W×H is the live output at the top left of the Out×Out canvas: the
+	// perspective centres there, flips mirror it, labels are clipped to
+	// it and Render fills the rest. Out×Out except from NewRectPlan; 0
+	// reads as Out (a Plan built by hand).
+	W, H   int
 	Sc     int // source canvas side: 2s for a mosaic, s otherwise
 	NTiles int
 	Xc, Yc float64 // mosaic centre on the source canvas (tile split)
@@ -94,7 +99,20 @@ func tileSize(t *Tile) (int, int) {
 // (the caller decides mosaic with WantMosaic using the same rng first) and 1
 // otherwise.
 func NewPlan(cfg *Config, mode Mode, rng *rand.PCG, tiles []Tile) Plan {
-	p := newGeometry(cfg, mode, rng, tiles)
+	return newPlan(cfg, mode, rng, tiles, 0, 0)
+}
+
+// NewRectPlan is NewPlan for one tile whose output is the h×w rectangle
+// at the top left of the ImgSz square (h, w ≤ ImgSz), as Ultralytics'
+// rect training draws RandomPerspective to the batch's shape: the
+// letterboxed image centred there by the perspective's translation, the
+// flips mirroring that rectangle, labels clipped to it.
+func NewRectPlan(cfg *Config, mode Mode, rng *rand.PCG, tile []Tile, h, w int) Plan {
+	return newPlan(cfg, mode, rng, tile, w, h)
+}
+
+func newPlan(cfg *Config, mode Mode, rng *rand.PCG, tiles []Tile, w, h int) Plan {
+	p := newGeometry(cfg, mode, rng, tiles, w, h)
 	if mode != Val {
 		if cfg.HSVH != 0 || cfg.HSVS != 0 || cfg.HSVV != 0 {
 			gh := float64(order.Uniform(rng, -1, 1)*cfg.HSVH) + 1
@@ -116,22 +134,37 @@ func NewPlan(cfg *Config, mode Mode, rng *rand.PCG, tiles []Tile) Plan {
 
 // flipped composes p's flips after m.
 func (p *Plan) flipped(m [9]float64) [9]float64 {
-	s := float64(p.Out)
+	w, h := p.live()
 	if p.flipUD {
-		m = mul3([9]float64{1, 0, 0, 0, -1, s, 0, 0, 1}, m)
+		m = mul3([9]float64{1, 0, 0, 0, -1, float64(h), 0, 0, 1}, m)
 	}
 	if p.flipLR {
-		m = mul3([9]float64{-1, 0, s, 0, 1, 0, 0, 0, 1}, m)
+		m = mul3([9]float64{-1, 0, float64(w), 0, 1, 0, 0, 0, 1}, m)
 	}
 	return m
 }
 
+// live returns the plan's live output extent (W, H; Out for a 0).
+func (p *Plan) live() (w, h int) {
+	w, h = p.W, p.H
+	if w <= 0 {
+		w = p.Out
+	}
+	if h <= 0 {
+		h = p.Out
+	}
+	return w, h
+}
+
 // newGeometry draws the placement of the tiles (the mosaic centre) and,
-// unless mode is Val, the random perspective: M without the flips, Minv
-// unset.
-func newGeometry(cfg *Config, mode Mode, rng *rand.PCG, tiles []Tile) Plan {
+// unless mode is Val, the random perspective onto the live w×h output
+// (0, 0: the whole square): M without the flips, Minv unset.
+func newGeometry(cfg *Config, mode Mode, rng *rand.PCG, tiles []Tile, w, h int) Plan {
 	s := cfg.ImgSz
-	p := Plan{Out: s, NTiles: len(tiles)}
+	if w <= 0 || h <= 0 {
+		w, h = s, s
+	}
+	p := Plan{Out: s, W: w, H: h, NTiles: len(tiles)}
 	if len(tiles) == 4 {
 		p.Sc = 2 * s
 		// YOLO: centre uniform in [s/2, 3s/2), truncated to a pixel.
@@ -171,7 +204,7 @@ func newGeometry(cfg *Config, mode Mode, rng *rand.PCG, tiles []Tile) Plan {
 	}
 	p.M = [9]float64{1, 0, 0, 0, 1, 0, 0, 0, 1}
 	if mode != Val {
-		p.M = randomPerspective(cfg, rng, float64(p.Sc), float64(s))
+		p.M = randomPerspective(cfg, rng, float64(p.Sc), float64(w), float64(h))
 	}
 	return p
 }
@@ -188,8 +221,8 @@ func WantMosaic(cfg *Config, mode Mode, rng *rand.PCG) bool {
 }
 
 // randomPerspective composes YOLO's M = T·S·R·P·C for a source canvas of
-// side sc and an output of side out.
-func randomPerspective(cfg *Config, rng *rand.PCG, sc, out float64) [9]float64 {
+// side sc and an output of outW×outH.
+func randomPerspective(cfg *Config, rng *rand.PCG, sc, outW, outH float64) [9]float64 {
 	C := [9]float64{1, 0, -sc / 2, 0, 1, -sc / 2, 0, 0, 1}
 	P := [9]float64{1, 0, 0, 0, 1, 0, order.Uniform(rng, -cfg.Perspective, cfg.Perspective), order.Uniform(rng, -cfg.Perspective, cfg.Perspective), 1}
 	a := order.Uniform(rng, -cfg.Degrees, cfg.Degrees) * math.Pi / 180
@@ -201,8 +234,8 @@ func randomPerspective(cfg *Config, rng *rand.PCG, sc, out float64) [9]float64 {
 	R := [9]float64{al, be, 0, -be, al, 0, 0, 0, 1}
 	S := [9]float64{1, math.Tan(order.Uniform(rng, -cfg.Shear, cfg.Shear) * math.Pi / 180), 0,
 		math.Tan(order.Uniform(rng, -cfg.Shear, cfg.Shear) * math.Pi / 180), 1, 0, 0, 0, 1}
-	T := [9]float64{1, 0, order.Uniform(rng, 0.5-cfg.Translate, 0.5+cfg.Translate) * out,
-		0, 1, order.Uniform(rng, 0.5-cfg.Translate, 0.5+cfg.Translate) * out, 0, 0, 1}
+	T := [9]float64{1, 0, order.Uniform(rng, 0.5-cfg.Translate, 0.5+cfg.Translate) * outW,
+		0, 1, order.Uniform(rng, 0.5-cfg.Translate, 0.5+cfg.Translate) * outH, 0, 0, 1}
 	return mul3(T, mul3(S, mul3(R, mul3(P, C))))
 }
 

@@ -12,8 +12,33 @@ import (
 // whose visible rectangle holds it (fill colour when none), mapped into
 // that tile's original image and sampled bilinearly (edge pixels
 // replicated), then jittered in HSV. Neither the resized images nor the
-// 2s×2s mosaic canvas are ever built.
-func Render(dst []byte, p *Plan, tiles []Tile, fill uint8) error {
+// 2s×2s mosaic canvas are ever built. Outside the plan's live W×H (a
+// NewRectPlan's) every pixel is fill.
+func Render(dst []byte, p *Plan, tiles []Tile, fillv uint8) error {
+	if err := render(dst, p, tiles, fillv); err != nil {
+		return err
+	}
+	fillOutside(dst, p, fillv)
+	return nil
+}
+
+// fillOutside sets every pixel of dst outside p's live W×H to v.
+func fillOutside(dst []byte, p *Plan, v uint8) {
+	s := p.Out
+	w, h := p.live()
+	if w >= s && h >= s {
+		return
+	}
+	for c := range 3 {
+		plane := dst[c*s*s : (c+1)*s*s]
+		for y := range h {
+			fill(plane[y*s+w:(y+1)*s], v)
+		}
+		fill(plane[h*s:], v)
+	}
+}
+
+func render(dst []byte, p *Plan, tiles []Tile, fill uint8) error {
 	s := p.Out
 	ss := s * s
 	if len(dst) != 3*ss {

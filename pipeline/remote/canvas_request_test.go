@@ -19,6 +19,7 @@ func TestRequestCarriesRectAndMultiScale(t *testing.T) {
 		multiScale float64
 	}{
 		{`{"version":1,"shards":"s","val":true,"rect":true}`, true, 0},
+		{`{"version":1,"shards":"s","rect":true}`, true, 0}, // training
 		{`{"version":1,"shards":"s","multi_scale":0.5}`, false, 0.5},
 	} {
 		r, err := ParseRequest([]byte(tc.ticket))
@@ -44,7 +45,7 @@ func TestRequestCarriesRectAndMultiScale(t *testing.T) {
 		t.Fatalf("a ticket without them names them: %s", b)
 	}
 	for _, bad := range []string{
-		`{"version":1,"shards":"s","rect":true}`, // training
+		`{"version":1,"shards":"s","rect":true,"multi_scale":0.5}`,
 		`{"version":1,"shards":"s","val":true,"multi_scale":0.5}`,
 		`{"version":1,"shards":"s","multi_scale":1}`,
 		`{"version":1,"shards":"s","multi_scale":-0.1}`,

@@ -201,9 +201,9 @@ class FlightBatches(EpochStream):
     ``single_cls`` and ``fraction`` are Ultralytics' dataset options, applied
     by the loader: keep only these classes' instances, make every class 0,
     read the first max(1, round(n * fraction)) images in manifest order.
-    ``rect`` (validation) and ``multi_scale`` (training) are Ultralytics'
-    batch shapes: each batch's images and masks are views of its live
-    canvas (Request.rect, Request.multi_scale).
+    ``rect`` and ``multi_scale`` (training) are Ultralytics' batch shapes:
+    each batch's images and masks are views of its live canvas
+    (Request.rect, Request.multi_scale).
     Making one sets glibc's malloc to keep freed batch memory for the next
     batches (keep_receive_memory; SEGPIPE_MALLOC_KEEP=0 opts out), which
     halves the receiving CPU. ``device`` moves each batch there

@@ -253,11 +253,13 @@ class Request:
     #: Stream only the set's first fraction_rows(images, fraction) rows in
     #: manifest order (Ultralytics' fraction as a share); 0 or 1: all.
     fraction: float = 0.0
-    #: Rectangular validation batches (Ultralytics' rect, its validation
-    #: default): images in aspect-ratio order, each batch letterboxed to its
-    #: own shape, carried at the top left of the stream's canvas with the
-    #: live (h, w) in a trailing ``canvas`` column (record_arrays slices to
-    #: it). Validation only.
+    #: Rectangular batches (Ultralytics' rect, its validation default):
+    #: images in aspect-ratio order (no shuffle), each batch on its own
+    #: shape, carried at the top left of the stream's canvas with the live
+    #: (h, w) in a trailing ``canvas`` column (record_arrays slices to it).
+    #: Validation letterboxes onto the shape; training draws its random
+    #: perspective onto it, with mosaic, mixup and cutmix off, as
+    #: Ultralytics does. Not with multi_scale.
     rect: bool = False
     #: Ultralytics' multi_scale m in [0, 1): each training batch's side
     #: drawn on the 32 px grid in imgsz·(1 ± m), rendered at that side and
@@ -306,13 +308,13 @@ class Request:
             raise RequestError(f"fraction {f!r}: want a share in (0, 1], or 0 for every row")
         if not isinstance(self.rect, bool):
             raise RequestError(f"rect {self.rect!r}: want true or false")
-        if self.rect and not self.val:
-            raise RequestError("rect: rectangular batches are for validation (val=True)")
         m = self.multi_scale
         if isinstance(m, bool) or not isinstance(m, (int, float)) or not (0 <= m < 1):  # also refuses NaN
             raise RequestError(f"multi_scale {m!r}: want a share in [0, 1)")
         if m and self.val:
             raise RequestError("multi_scale applies to training batches only, as Ultralytics draws it")
+        if m and self.rect:
+            raise RequestError("rect and multi_scale both shape the batches: ask for one")
         return self
 
     def to_json(self) -> dict:

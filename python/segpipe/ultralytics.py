@@ -104,7 +104,6 @@ _NO_COUNTERPART = {
     "mixup": 0.0,
     "cutmix": 0.0,
     "bgr": 0.0,
-    "rect": False,
     "cls_pw": 0.0,  # class weights count the labels of Ultralytics' own dataset
     "augmentations": None,  # albumentations transforms run in Ultralytics' dataset
     "save_txt": False,  # the validator names label files after image files, which a stream has none of
@@ -511,6 +510,7 @@ class SegpipeLoader:
         limit: int = 0,
         idle: bool = False,
         dataset: dict | None = None,
+        rect: bool = False,
     ) -> None:
         if limit < 0:
             raise RequestError(f"limit {limit}: want 0 (none) or a batch count")
@@ -523,6 +523,7 @@ class SegpipeLoader:
         self.token = token
         self.limit, self.idle = limit, idle
         self.dataset_options = dict(dataset or {})
+        self.rect = rect
         self.mosaic_closed = False
         self.last_state: ResumeState | None = None
         self.streams: list[StreamRecord] = []
@@ -580,8 +581,9 @@ class SegpipeLoader:
             # run's mask rule (the validator scores against them).
             augment=({"mask_rule": aug["mask_rule"]} if "mask_rule" in aug else None) if self.val else aug,
             # Ultralytics validates on rectangular batches (its trainer
-            # builds the val dataset with rect=True).
-            rect=self.val,
+            # builds the val dataset with rect=True); rect=True in its
+            # arguments makes the training batches rectangular too.
+            rect=self.val or self.rect,
             limit=self.limit,
             even_batches=False,  # the trainer's limit already evens the ranks
             token=self.token,
@@ -762,6 +764,7 @@ class SegpipeSegmentationTrainer(SegmentationTrainer):
             limit=limit,
             idle=idle,
             dataset=self.segpipe_options[mode],
+            rect=bool(getattr(self.args, "rect", False)),
         )
 
     def preprocess_batch(self, batch: dict) -> dict:

@@ -117,6 +117,7 @@ class TargetEqualityTest(unittest.TestCase):
         cls.shards = os.path.join(cls.tmp, "shards")
         harness.run("convert", "yolo", "--data", os.path.join(ds, "data.yaml"), "--split", "val", "--out", cls.shards)
         cls.images, cls.names = os.path.join(ds, "images", "val"), names
+        cls.rect_shapes = {}
         cls.want = {"val": cls.ultralytics_targets("val")}
 
     @classmethod
@@ -135,9 +136,9 @@ class TargetEqualityTest(unittest.TestCase):
         from ultralytics.cfg import DEFAULT_CFG, get_cfg
         from ultralytics.data.build import build_yolo_dataset
 
-        rect = mode == "rect"
+        rect = mode in ("rect", "rect-train")
         over = dict(task="segment", imgsz=IMGSZ, overlap_mask=False, mask_ratio=4, rect=rect)
-        if mode == "flips":
+        if mode in ("flips", "rect-train"):
             over.update(FLIPS)
         cfg = get_cfg(DEFAULT_CFG, over)
         if mode == "affine":
@@ -146,12 +147,12 @@ class TargetEqualityTest(unittest.TestCase):
                 setattr(cfg, k, v)
             cfg.scale = (AFFINE_SCALE, AFFINE_SCALE)
         data = {"names": cls.names, "nc": len(cls.names), "channels": 3, "val": cls.images, "train": cls.images}
-        train = mode in ("flips", "affine")
+        train = mode in ("flips", "affine", "rect-train")
         ds = build_yolo_dataset(cfg, cls.images, 16, data, mode="train" if train else "val", rect=rect, stride=32)
         ids = {f: i + 1 for i, f in enumerate(sorted(os.listdir(cls.images)))}
         out = {}
         if rect:
-            cls.rect_shapes = [tuple(int(x) for x in s) for s in ds.batch_shapes]
+            cls.rect_shapes[mode] = [tuple(int(x) for x in s) for s in ds.batch_shapes]
         for i in range(len(ds)):
             d = ds[i]
             h, w = d["img"].shape[1:]
@@ -166,14 +167,14 @@ class TargetEqualityTest(unittest.TestCase):
         from segpipe import Loader
 
         augment = {} if rule == "exact" else {"mask_rule": rule}
-        if mode == "flips":
+        if mode in ("flips", "rect-train"):
             augment.update(FLIPS)
         if mode == "affine":
             augment.update(AFFINE, scale_min=AFFINE_SCALE, scale_max=AFFINE_SCALE)
         got = {}
         self.batch_shapes, self.ratios = [], {}
-        train = mode in ("flips", "affine")
-        with Loader(self.shards, batch_size=16, imgsz=IMGSZ, val=not train, rect=mode == "rect", masks="dense",
+        train = mode in ("flips", "affine", "rect-train")
+        with Loader(self.shards, batch_size=16, imgsz=IMGSZ, val=not train, rect=mode in ("rect", "rect-train"), masks="dense",
                     workers=2, augment=augment) as loader:  # fmt: skip
             for b in loader:
                 self.batch_shapes.append(tuple(b["images"].shape[2:]))
@@ -198,11 +199,11 @@ class TargetEqualityTest(unittest.TestCase):
         got = self.segpipe_targets(rule, mode)
         self.assertEqual(sorted(got), sorted(want), "every image, numbered in file order")
         ious, box_err, missing, extra, moved = [], 0.0, 0, 0, 0
-        if mode == "rect":
-            self.assertEqual(self.batch_shapes, self.rect_shapes, "rect batch shapes, batch by batch")
+        if mode in ("rect", "rect-train"):
+            self.assertEqual(self.batch_shapes, self.rect_shapes[mode], "rect batch shapes, batch by batch")
         for i, (wcls, wbox, wmask, wshape) in want.items():
             gcls, gbox, gmask, gshape = got[i]
-            if mode == "rect" and gshape != wshape:
+            if mode in ("rect", "rect-train") and gshape != wshape:
                 # Images of equal aspect ratio at a batch boundary: numpy's
                 # argsort orders ties its own way (its SIMD sort, by CPU),
                 # segpipe in storage order; the shapes agree batch by batch.
@@ -236,7 +237,7 @@ class TargetEqualityTest(unittest.TestCase):
         self.assertLessEqual(moved, len(want) // 4)
         self.assertGreater(len(ious), 600)
         self.assertEqual((missing, extra), (0, 0), "every ground-truth instance on both sides")
-        self.assertLessEqual(box_err, 0.01 + (0.5 if mode in ("flips", "affine") and centres_by_half_size() else 0))
+        self.assertLessEqual(box_err, 0.01 + (0.5 if mode in ("flips", "affine", "rect-train") and centres_by_half_size() else 0))
         mean_floor, p5_floor = (AFFINE_FLOORS if mode == "affine" else MASK_FLOORS)[rule]
         self.assertGreaterEqual(mean, mean_floor)
         self.assertGreaterEqual(q[2], p5_floor)
@@ -254,6 +255,12 @@ class TargetEqualityTest(unittest.TestCase):
         if not scale_ranges():
             self.skipTest("this Ultralytics takes scale as a gain only")
         self.compare("exact", "affine")
+
+    def test_exact_rule_rect_training(self):
+        """rect=True in training: the images in aspect-ratio order, each
+        batch's random perspective drawn onto its shape (no padding stride),
+        with every random term off but both flips taken (FLIPS)."""
+        self.compare("exact", "rect-train")
 
     def test_exact_rule_rect(self):
         """Ultralytics' validation default: rectangular batches, each image

@@ -312,6 +312,22 @@ class RanksTest(unittest.TestCase):
         self.assertEqual(len(seen), 128)
         self.assertEqual(len(set(seen)), 128, "the ranks' streams overlap")
 
+    def test_rect_training_streams_rectangular_batches(self):
+        """rect=True in the trainer's arguments: its training loader asks
+        for rect batches (Ultralytics' rect training), each batch's images
+        on its own shape on the stride grid, no side past imgsz."""
+        args = self.trainer.args
+        saved = args.rect, args.imgsz
+        args.rect, args.imgsz = True, 160
+        try:
+            ld = self.loader(0, 1, local_rank=-1, mode="train")
+            shapes = [tuple(b["img"].shape[2:]) for b in ld]
+        finally:
+            args.rect, args.imgsz = saved
+        self.assertTrue(all(r.request.rect and not r.request.val for r in ld.streams))
+        self.assertTrue(all(h % 32 == 0 and w % 32 == 0 and max(h, w) == 160 for h, w in shapes), shapes)
+        self.assertTrue(any(h != w for h, w in shapes), f"no rectangular batch: {shapes}")
+
     def test_validation_is_split_across_ranks(self):
         whole = self.loader(0, 1, local_rank=-1, mode="val", batch=32)
         all_ids = self.ids(whole)
@@ -378,8 +394,8 @@ class RanksTest(unittest.TestCase):
 
         # cls_pw exists in newer Ultralytics releases only; an older one
         # refuses it itself.
-        cases = [(k, v) for k, v in (("rect", True), ("save_txt", True), ("cls_pw", 0.5)) if k in unsupported_settings()]
-        self.assertIn("rect", dict(cases))
+        cases = [(k, v) for k, v in (("save_txt", True), ("cls_pw", 0.5)) if k in unsupported_settings()]
+        self.assertIn("save_txt", dict(cases))
         for k, v in cases:
             with self.assertRaisesRegex(RequestError, f"{k}={v!r} has no segpipe counterpart"):
                 YOLO("yolo26n-seg.yaml", task="segment").train(

@@ -35,6 +35,7 @@ def raw_cases():
     yield dict(BASE, val=True, rect=True)
     yield dict(BASE, multi_scale=0.5)
     yield dict(BASE, rect=True)
+    yield dict(BASE, rect=True, multi_scale=0.5)
     yield dict(BASE, val=True, multi_scale=0.25)
     for comp in ("", "lz4", "zstd"):
         yield dict(BASE, compression=comp, masks="windowed")
