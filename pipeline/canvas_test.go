@@ -485,3 +485,27 @@ func countInstances(t *testing.T, recs []arrow.RecordBatch) int {
 	c, _, _, _ := labelsOf(t, recs)
 	return len(c)
 }
+
+// TestRectTrainingShufflesWhenEveryShapeIsOne: Ultralytics turns its
+// shuffle off for rect training only when the batch shapes differ; at
+// imgsz 64 every batch of these images is 64×64, so the epochs are
+// shuffled (two epochs in two orders) and every batch has that shape.
+func TestRectTrainingShufflesWhenEveryShapeIsOne(t *testing.T) {
+	rows := synth(t, 12, 0)
+	a := augment.DefaultConfig()
+	a.ImgSz = 64
+	cfg := Config{BatchSize: 3, Workers: 2, Rect: true, Augment: a, Epochs: 2, Start: order.State{Seed: 5}}
+	r := run(t, &SliceSource{Rows: rows, BlockSize: 4}, cfg, -1)
+	defer r.release()
+	var ids [2][]int64
+	for bi, rec := range r.recs {
+		if h, w := liveRegionHolds(t, rec, a.Fill); h != 64 || w != 64 {
+			t.Fatalf("batch %d shape %dx%d, want the one shape 64x64", bi, h, w)
+		}
+		_, _, _, id := labelsOf(t, []arrow.RecordBatch{rec})
+		ids[2*bi/len(r.recs)] = append(ids[2*bi/len(r.recs)], id...)
+	}
+	if slices.Equal(ids[0], ids[1]) {
+		t.Fatalf("both epochs in the order %v: not shuffled", ids[0])
+	}
+}

@@ -58,7 +58,9 @@ type Config struct {
 	// Rect makes rectangular batches, as Ultralytics' rect (its
 	// validation default): the images in order of aspect ratio
 	// (height/width, storage order among equals; no shuffle, in training
-	// too, as Ultralytics turns its shuffle off), each batch on the shape
+	// too, as Ultralytics turns its shuffle off, unless every batch would
+	// take one shape: then Ultralytics, and segpipe, keep the shuffle and
+	// that shape), each batch on the shape
 	// RectShape gives for its images' aspect ratios (validation; training
 	// pads by no stride, RectTrainShape). Validation letterboxes each
 	// image, centred and never enlarged, onto it; training draws the

@@ -66,6 +66,10 @@ type Loader struct {
 	// rectKeys, under Rect, each dataset row's aspect ratio h/w.
 	canvas   int
 	rectKeys []float64
+	// rectOne, under Rect in training, is the one shape every batch of
+	// the sorted set would have: Ultralytics keeps its shuffle then, so
+	// the epochs are shuffled and every batch takes that shape.
+	rectOne [2]int
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -230,6 +234,9 @@ func New(ctx context.Context, src Source, cfg Config) (*Loader, error) {
 		rectAug:  withoutMosaic(c.Augment),
 		canvas:   s,
 		rectKeys: keys,
+	}
+	if c.Rect && !c.Val {
+		l.rectOne = oneRectShape(keys, c.BatchSize, c.Augment.ImgSz)
 	}
 	if l.lim.imageBytes > 0 {
 		l.gate = newDecodeGate(l.lim.imageBytes - EstimateImageBytes)
@@ -783,6 +790,24 @@ func (l *Loader) sampleConfig(j *job) *augment.Config {
 		return &l.rectAug
 	}
 	return &l.cfg.Augment
+}
+
+// oneRectShape returns the shape every rect training batch of keys (the
+// rows' aspect ratios) takes, in sorted order and batches of n as
+// Ultralytics' set_rectangle cuts them, when they all take one; else 0, 0.
+func oneRectShape(keys []float64, n, s int) [2]int {
+	sorted := slices.Clone(keys)
+	slices.Sort(sorted)
+	var one [2]int
+	for i := 0; i < len(sorted); i += n {
+		b := sorted[i:min(i+n, len(sorted))]
+		h, w := RectTrainShape(b[0], b[len(b)-1], s)
+		if i > 0 && (h != one[0] || w != one[1]) {
+			return [2]int{}
+		}
+		one = [2]int{h, w}
+	}
+	return one
 }
 
 // withoutMosaic returns c with mosaic, mixup and cutmix off: Ultralytics'

@@ -172,9 +172,10 @@ func (l *Loader) releaseJob(j *job) {
 }
 
 // epochOrder is epoch e's sample order: the shuffle, or under Rect the
-// rows by aspect ratio.
+// rows by aspect ratio (but for rect training whose batches all take one
+// shape, where Ultralytics shuffles).
 func (l *Loader) epochOrder(e int) (*order.Epoch, error) {
-	if l.rectKeys != nil {
+	if l.rectKeys != nil && l.rectOne[0] == 0 {
 		return order.NewSortedEpoch(l.cfg.Start.Seed, e, l.blockRows, l.rectKeys)
 	}
 	return order.NewEpoch(l.cfg.Start.Seed, e, l.blockRows, l.cfg.WindowRows)
@@ -188,6 +189,8 @@ func (l *Loader) epochOrder(e int) (*order.Epoch, error) {
 func (l *Loader) shapeJob(j *job, ep *order.Epoch, p0, step int64) {
 	j.liveH, j.liveW = l.canvas, l.canvas
 	switch {
+	case l.rectOne[0] != 0:
+		j.liveH, j.liveW = l.rectOne[0], l.rectOne[1]
 	case l.rectKeys != nil:
 		lo, hi := math.Inf(1), math.Inf(-1)
 		for i := 0; i < j.n; i++ {
