@@ -259,6 +259,30 @@ def main() -> int:
             return f"{len(got)} batches on {got[0]['images'].device}, equal to the dump"
 
         to_cuda()
+
+        @check("windowed masks expanded on the device: host CPU per batch")
+        def expand_on_device():
+            # The same windowed stream twice, to CUDA: expanded there (the
+            # default for a CUDA device) and on the host (EXPAND_ON empty),
+            # each batch's masks compared; the host CPU each way.
+            out, masks = {}, {}
+            for where, on in (("device", ("cuda",)), ("host", ())):
+                with stream(a, masks="windowed", device="cuda", pin_memory=True, **dict(common, limit=N)) as fb:
+                    fb.EXPAND_ON = on
+                    it = take(fb, N)
+                    first = next(it)  # connection and the loader's first batch
+                    c0 = time.process_time()
+                    got = [first] + list(it)
+                    torch.cuda.synchronize()
+                    out[where] = round((time.process_time() - c0) * 1e3 / max(len(got) - 1, 1), 3)
+                    masks[where] = [b["masks"].cpu() for b in got]
+            for i, (d, h) in enumerate(zip(masks["device"], masks["host"])):
+                if not torch.equal(d, h):
+                    raise AssertionError(f"batch {i}: masks expanded on the device differ from the host's")
+            REPORT["figures"]["windowed_expand_host_cpu_ms_per_batch"] = out
+            return f"host CPU ms per batch (prefetch thread included): device {out['device']}, host {out['host']}; masks equal"
+
+        expand_on_device()
     else:
         REPORT["checks"]["pinned, non-blocking copies to CUDA"] = {"ok": False, "error": "torch.cuda.is_available() is False"}
 
