@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -27,6 +28,8 @@ func batchFlags(batchSize int) []ucli.Flag {
 		&ucli.Uint64Flag{Name: "seed", Usage: "shuffle and augmentation seed"},
 		&ucli.IntFlag{Name: "epoch", Usage: "epoch to draw batches from"},
 		&ucli.BoolFlag{Name: "val", Usage: "validation mode (letterbox only)"},
+		&ucli.BoolFlag{Name: "rect", Usage: "rectangular batches in aspect-ratio order, as Ultralytics' rect (in training: mosaic, mixup and cutmix off)"},
+		&ucli.FloatFlag{Name: "multi-scale", Usage: "training batches each at a side drawn on the 32 px grid in imgsz·(1 ± `M`), as Ultralytics' multi_scale"},
 		&ucli.IntFlag{Name: "workers", Usage: "worker goroutines (0: GOMAXPROCS)"},
 		strictFlag(),
 	}
@@ -67,11 +70,17 @@ func batchConfig(c *ucli.Command) (pipeline.Config, error) {
 	cfg := pipeline.Config{
 		BatchSize: int(c.Int("batch")), Workers: int(c.Int("workers")), Val: c.Bool("val"), Augment: a,
 		Start: order.State{Seed: c.Uint64("seed"), Epoch: int(c.Int("epoch"))}, Strict: c.Bool("strict"),
+		Rect: c.Bool("rect"), MultiScale: c.Float("multi-scale"),
 	}
 	if err := checkRanges(c, atLeast("batch", 1), atLeast("imgsz", 1), atLeast("epoch", 0), atLeast("workers", 0)); err != nil {
 		return cfg, err
 	}
 	if err := a.Validate(); err != nil {
+		return cfg, usagef("%v", err)
+	}
+	// rect with multi_scale, or multi_scale out of range or in
+	// validation: the caller's flags, not the data.
+	if err := cfg.Validate(); errors.Is(err, pipeline.ErrInvalidConfig) {
 		return cfg, usagef("%v", err)
 	}
 	return cfg, nil

@@ -52,8 +52,12 @@ for mode in train val; do
   same "$mode dump, each binary's own conversion" "$w/arm-own-$mode.arrows" "$w/amd-$mode.arrows"
 done
 # The settings whose decisions must not depend on the machine: both
-# copy-paste modes, mixup, cutmix, the ultralytics mask rule, flipud.
-for set in "--copy-paste 1 --mixup 0.5 --cutmix 0.5 --flipud 0.5 --mask-rule ultralytics" "--copy-paste 0.5 --copy-paste-mode mixup"; do
+# copy-paste modes (the mix partners' pastes too), mixup, cutmix, the
+# ultralytics mask rule, flipud, rect in training and validation,
+# multi_scale.
+for set in "--copy-paste 1 --mixup 0.5 --cutmix 0.5 --flipud 0.5 --mask-rule ultralytics" \
+  "--copy-paste 0.5 --copy-paste-mode mixup --mixup 0.5 --cutmix 0.5" \
+  "--rect --copy-paste 1 --flipud 0.5" "--rect --val" "--multi-scale 0.5 --mixup 0.5"; do
   read -r -a extra <<<"$set"
   flags=(--batches 3 --batch 8 --imgsz 320 --seed 3 "${extra[@]}")
   arm dump --shards "$w/amd-shards" "${flags[@]}" --out "$w/arm-set.arrows" 2>/dev/null
