@@ -58,11 +58,11 @@ func (q *Plan) MixWeight() float64 { return float64(q.mixW) / 65536 }
 type Part struct {
 	Plan  *Plan
 	Tiles []Tile
-	// Paste is the part's own copy-paste (flip mode: NewPastePlan of
-	// Plan and Paste of the part's labels), applied to the part's
-	// rendering before it is mixed in, as Ultralytics' MixUp draws its
-	// partner through the same mosaic and CopyPaste as the sample; nil
-	// for none.
+	// Paste is the part's own copy-paste (PartnerPaste.Part: its own
+	// instances mirrored in flip mode, a further sample's in mixup mode),
+	// applied to the part's rendering before it is mixed in, as
+	// Ultralytics draws MixUp's and CutMix's partners through the same
+	// mosaic and CopyPaste as the sample; nil for none.
 	Paste *Part
 }
 
