@@ -3,6 +3,7 @@ package remote
 import (
 	"bytes"
 	"context"
+	"io"
 	"math/rand/v2"
 	"testing"
 
@@ -218,5 +219,50 @@ func TestWindowedDeliveryExpandsLikeDense(t *testing.T) {
 		if !bytes.Equal(stack, ms.Data) {
 			t.Fatalf("batch %d: the windows expand to another stack than the dense stream's", i)
 		}
+	}
+}
+
+// TestExpandedStacksAreRecycled streams windowed batches with the client's
+// default allocator, releasing each before the next, and checks that the
+// dense stacks after the first few reuse released ones: a fresh stack is
+// cleared by the runtime and faulted in before the expansion clears it
+// again.
+func TestExpandedStacksAreRecycled(t *testing.T) {
+	rows := synthRows(t, 24)
+	srv := startServer(t, rows, ServerConfig{})
+	c := client(t, ClientConfig{Addr: srv.addr})
+	req := testRequest()
+	req.Masks = MasksWindowed
+	s, err := c.Stream(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	n := 0
+	for {
+		rec, err := s.Next(context.Background())
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := batch.MaskStack(rec); err != nil {
+			t.Fatal(err)
+		}
+		rec.Release()
+		n++
+	}
+	allocs, reuses := c.recv.Counts()
+	// The pool also serves the bodies that could not be used where they
+	// were read; every other buffer it handed out is a stack.
+	bodies := int64(n) - c.arena.inPlace.Load()
+	if stacks := allocs + reuses - bodies; n < 8 || stacks != int64(n) {
+		t.Errorf("%d batches expanded, %d stacks from the client's pool; want every one", n, stacks)
+	}
+	// Stacks and bodies vary in size with the instances a batch holds:
+	// each power-of-two size class is allocated about once.
+	if allocs > 6 {
+		t.Errorf("%d buffers allocated for %d batches (%d reused), want the released ones reused", allocs, n, reuses)
 	}
 }
