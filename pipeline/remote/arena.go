@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"google.golang.org/grpc/mem"
 )
 
@@ -57,9 +58,16 @@ type arenaPool struct {
 	inPlace atomic.Int64  // bodies used where they were read (tests)
 	made    atomic.Int64  // chunks allocated (tests, benchmarks)
 	other   mem.BufferPool
+	backing memory.Allocator // where chunks come from; nil: the Go heap
+	closed  bool             // no chunk is kept for reuse any more
 }
 
-func newArenaPool() *arenaPool { return &arenaPool{other: wirePool} }
+// newArenaPool returns an arena whose chunks come from backing (nil: the Go
+// heap). A chunk from backing goes back to its Free once nothing uses it
+// and it is not kept as the spare; after close, every chunk does.
+func newArenaPool(backing memory.Allocator) *arenaPool {
+	return &arenaPool{other: wirePool, backing: backing}
+}
 
 // Get serves frame-sized requests from the current chunk; others (gRPC asks
 // for a whole message only when it decompresses, which this package never
@@ -69,6 +77,12 @@ func (p *arenaPool) Get(n int) *[]byte {
 		return p.other.Get(n)
 	}
 	p.mu.Lock()
+	if p.closed {
+		// The connection is closing: its reader's last frames are never
+		// bodies handed out.
+		p.mu.Unlock()
+		return p.other.Get(n)
+	}
 	c := p.cur
 	var off int
 	if c != nil {
@@ -108,16 +122,26 @@ func (p *arenaPool) next() *arenaChunk {
 		p.retire(old)
 	}
 	if (c == nil || len(c.buf) < size) && p.spare != nil && len(p.spare.buf) >= size {
+		p.free(c)
 		c, p.spare = p.spare, nil // the old chunk, which nothing reads from
 	}
-	if c == nil || len(c.buf) < size {
+	if c != nil && len(c.buf) < size {
+		p.free(c)
+		c = nil
+	}
+	if c == nil {
 		// Fresh chunks are not cleared by anyone but the runtime (every
 		// byte handed out is overwritten by a read before it is used),
 		// but the runtime clears them: a quarter of headroom lets the
 		// spare serve on when the largest message grows a little (windowed
 		// batches vary in size) instead of a fresh chunk, cleared, each
 		// time.
-		c = &arenaChunk{buf: make([]byte, min(size+size/4, arenaMaxChunk))}
+		n := min(size+size/4, arenaMaxChunk)
+		if p.backing != nil {
+			c = &arenaChunk{buf: p.backing.Allocate(n)}
+		} else {
+			c = &arenaChunk{buf: make([]byte, n)}
+		}
 		p.made.Add(1)
 	}
 	c.off = 0
@@ -136,8 +160,42 @@ func (p *arenaPool) retire(c *arenaChunk) {
 			break
 		}
 	}
+	if p.closed {
+		p.free(c)
+		return
+	}
 	if p.spare == nil || len(c.buf) > len(p.spare.buf) {
-		p.spare = c
+		c, p.spare = p.spare, c
+	}
+	p.free(c)
+}
+
+// free gives an unused chunk back to the backing allocator (the collector
+// takes a Go heap one). p.mu is held.
+func (p *arenaPool) free(c *arenaChunk) {
+	if c != nil && p.backing != nil {
+		p.backing.Free(c.buf)
+		c.buf = nil
+	}
+}
+
+// close frees the spare and the chunks nothing uses any more; the others
+// are freed as their last frame is put back. p.Get must not be called
+// after it (the connection is closed).
+func (p *arenaPool) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	p.closed = true
+	p.free(p.spare)
+	p.spare = nil
+	if c := p.cur; c != nil {
+		p.cur = nil
+		if c.refs.Add(-1) == 0 {
+			p.retire(c)
+		}
 	}
 }
 

@@ -1,6 +1,10 @@
 package remote
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow/memory"
+)
 
 // TestArenaChunksTakeTurns streams equal messages through the arena the way
 // gRPC reads them (16 KiB frames, a short last one) while the consumer is
@@ -21,7 +25,8 @@ func TestArenaChunksTakeTurns(t *testing.T) {
 		{"behind in runs", func(i int) bool { return i/7%2 == 0 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := newArenaPool()
+			backing := memory.NewCheckedAllocator(memory.NewGoAllocator())
+			p := newArenaPool(backing)
 			var held []*[]byte // the previous message's frames, while behind
 			for i := range 400 {
 				var frames []*[]byte
@@ -44,6 +49,18 @@ func TestArenaChunksTakeTurns(t *testing.T) {
 			// 400 messages fill a chunk about 30 times over.
 			if n := p.made.Load(); n > 2 {
 				t.Errorf("%d chunks made for 400 messages of %d bytes, want at most 2 (they take turns)", n, msg)
+			}
+			// Every chunk goes back to the backing allocator: at close the
+			// idle ones, after it each with its last frame.
+			p.close()
+			if len(held) > 0 && backing.CurrentAlloc() == 0 {
+				t.Error("the chunk of frames still held was freed at close")
+			}
+			for _, b := range held {
+				p.Put(b)
+			}
+			if n := backing.CurrentAlloc(); n != 0 {
+				t.Errorf("%d bytes of chunks not given back after close", n)
 			}
 		})
 	}

@@ -52,6 +52,14 @@ type ClientConfig struct {
 	// refusal is a queue, not a failure: trainers that start together
 	// take turns, and refusals do not count against Retries.
 	AdmissionWait time.Duration
+	// Memory is where every buffer a delivered record may alias comes
+	// from: the chunks HTTP/2 frames are read into, the bodies copied out
+	// of them, and (unless Allocator says otherwise) the expanded mask
+	// stacks; nil: the Go heap. A consumer that hands records to C code
+	// which keeps them after the call returns (the Arrow C data interface)
+	// gives a C allocator, as cgo's pointer rules require. Memory from it
+	// goes back to its Free as records are released, after Close too.
+	Memory memory.Allocator
 	// Allocator serves the dense mask stacks of windowed batches and the
 	// buffers of decompressed bodies; default the client's own pool, which
 	// recycles a released batch's buffers for the next batches instead of
@@ -99,11 +107,11 @@ func newClient(cfg ClientConfig) (*Client, error) {
 	cfg = cfg.withDefaults()
 	// Retain enough freed buffers for the batches a trainer typically
 	// holds while the next arrive.
-	recv := bufpool.New(1 << 30)
+	recv := bufpool.NewOn(cfg.Memory, 1<<30)
 	if cfg.Allocator == nil {
 		cfg.Allocator = recv
 	}
-	arena := newArenaPool()
+	arena := newArenaPool(cfg.Memory)
 	opts := []grpc.DialOption{
 		grpc.WithInitialWindowSize(cfg.WindowBytes),
 		grpc.WithInitialConnWindowSize(cfg.WindowBytes),
@@ -154,7 +162,10 @@ func (c *Client) Close() error {
 	if c.fleet != nil {
 		return c.fleet.close()
 	}
-	return c.conn.Close()
+	err := c.conn.Close()
+	c.arena.close()
+	c.recv.Close()
+	return err
 }
 
 // Info asks the server for a request's schema and endpoint.
@@ -248,6 +259,13 @@ var _ pipeline.Batches = (*Stream)(nil)
 // takes its own context.
 func (c *Client) Stream(ctx context.Context, req Request) (*Stream, error) {
 	return c.stream(ctx, req, false)
+}
+
+// StreamAsSent is Stream delivering each record in the form it travelled
+// in: with req.Masks windowed the masks stay windowed, checked as
+// OpenWindowed checks them, for a consumer that expands them itself.
+func (c *Client) StreamAsSent(ctx context.Context, req Request) (*Stream, error) {
+	return c.stream(ctx, req, true)
 }
 
 func (c *Client) stream(ctx context.Context, req Request, keepWindowed bool) (*Stream, error) {
