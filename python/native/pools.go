@@ -10,6 +10,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/segpipe/segpipe/internal/bufpool"
 	"github.com/segpipe/segpipe/pipeline"
+	"github.com/segpipe/segpipe/pipeline/remote"
 )
 
 // poolIdle is how long a batch pool or a decoded-image cache outlives the
@@ -153,8 +154,45 @@ var caches = shared[cacheKey, *pipeline.ImageCache]{
 
 type sharedCache = entry[cacheKey, *pipeline.ImageCache]
 
-// closeIdlePools closes every pool and cache no session uses now.
+// clients keeps a server's connection, and its receive arena, for the
+// next pass: a Python trainer opens the library once per epoch pass, and
+// a client made afresh each time would reconnect and fault in its receive
+// chunks (two of about 4 batches each) again every epoch.
+var clients = shared[clientKey, *sharedClient]{
+	make: func(k clientKey) *sharedClient {
+		cfg, err := k.config()
+		if err != nil {
+			return &sharedClient{nil, err}
+		}
+		c, err := remote.NewClient(cfg)
+		return &sharedClient{c, err}
+	},
+	close: func(c *sharedClient) {
+		if c.err == nil {
+			c.client.Close() // records still held free their memory as released
+		}
+	},
+}
+
+// clientKey is what a remote session's client is made from.
+type clientKey struct {
+	addr, token, roots  string
+	tls                 bool
+	retries             int
+	backoff, maxBackoff time.Duration
+	mem                 memory.Allocator
+}
+
+type sharedClient struct {
+	client *remote.Client
+	err    error
+}
+
+type clientEntry = entry[clientKey, *sharedClient]
+
+// closeIdlePools closes every pool, cache and client no session uses now.
 func closeIdlePools() {
 	pools.closeAllIdle()
 	caches.closeAllIdle()
+	clients.closeAllIdle()
 }

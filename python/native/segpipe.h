@@ -108,6 +108,24 @@ struct ArrowArrayStream {
  * "strict": bool (fail on the first damaged sample instead of skipping and
  * counting it)}. Unknown keys are refused.
  *
+ * With "remote": {"addr": "host:port", ...} instead, the stream reads the
+ * batches of a `segpipe serve`: request_json is then exactly the ticket
+ * (shards a set name below the server's root), the records are the
+ * server's as they travelled (windowed masks stay windowed) and nothing
+ * is copied after gRPC's one copy into the receive buffers, which are C
+ * memory of this library's like every other buffer. Its keys: "token"
+ * (bearer token), "tls": bool, "tls_roots": PEM roots (default the
+ * system's), "retries" (reconnects in a row from the last state, default
+ * 5, 0 for none), "backoff" and "max_backoff" (seconds; 0 or absent: 0.1
+ * and 5), "timeout" (seconds: no batch, or no connection, within it fails
+ * the read; 0 or absent: wait). A server not reachable yet is retried as
+ * a dropped connection is: reopened from the state after the last batch,
+ * with backoff; a busy server (admission refused) is waited for. The
+ * library reads one batch ahead. Passes to one server with the same keys
+ * share a connection and its receive memory, freed ten seconds after the
+ * last is closed. The local keys above are refused beside it;
+ * segpipe_summary reports {"batches": B} only (the server counts skips).
+ *
  * The stream's schema is the batch schema of formats/batch (dense masks)
  * or its windowed form (masks "windowed"); get_next returns the next batch
  * and, after the last (the schedule's end or the request's limit), a

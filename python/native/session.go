@@ -29,11 +29,12 @@ import (
 
 // options are the loader resources a server would decide (segpipe.h).
 type options struct {
-	Workers    int   `json:"workers"`
-	Prefetch   int   `json:"prefetch"`
-	CacheBytes int64 `json:"cache_bytes"`
-	MaxMemory  int64 `json:"max_memory"`
-	Strict     bool  `json:"strict"`
+	Workers    int            `json:"workers"`
+	Prefetch   int            `json:"prefetch"`
+	CacheBytes int64          `json:"cache_bytes"`
+	MaxMemory  int64          `json:"max_memory"`
+	Strict     bool           `json:"strict"`
+	Remote     *remoteOptions `json:"remote"` // stream from a server instead (remote.go)
 }
 
 // parseOptions decodes options_json; empty means the defaults. Unknown
@@ -57,6 +58,14 @@ func parseOptions(b []byte) (options, error) {
 	if o.MaxMemory < NoMemoryLimit {
 		return o, fmt.Errorf("segpipe: options: max_memory %d: want bytes > 0, 0 for the default budget or %d for none", o.MaxMemory, NoMemoryLimit)
 	}
+	if o.Remote != nil {
+		if o.Workers != 0 || o.Prefetch != 0 || o.CacheBytes != 0 || o.MaxMemory != 0 || o.Strict {
+			return o, errors.New("segpipe: options: workers, prefetch, cache_bytes, max_memory and strict are a local loader's; with remote the server decides them")
+		}
+		if err := o.Remote.check(); err != nil {
+			return o, err
+		}
+	}
 	return o, nil
 }
 
@@ -73,6 +82,7 @@ type session struct {
 	cache  *sharedCache // the shard set's decoded images, shared likewise
 	src    *pipeline.ShardSource
 	loader *pipeline.Loader
+	remote *remoteSource // set instead of the four above for options "remote"
 	cancel context.CancelFunc
 	ctx    context.Context
 
@@ -91,17 +101,21 @@ type session struct {
 // segpipe.h says, the shard set is opened and the loader started with its
 // buffers from mem.
 func open(request, opts []byte, mem memory.Allocator) (*session, error) {
-	req, err := remote.ParseLocalRequest(request)
+	o, err := parseOptions(opts)
 	if err != nil {
 		return nil, err
 	}
-	o, err := parseOptions(opts)
+	if o.Remote != nil {
+		return openRemote(request, o.Remote, mem)
+	}
+	req, err := remote.ParseLocalRequest(request)
 	if err != nil {
 		return nil, err
 	}
 	// The request's settings are checked as serve checks them; the memory
 	// budget is the caller's (max_memory), refused with the loader's own
 	// figures rather than a server's words.
+	spareP()
 	if o.Workers == 0 {
 		o.Workers = cores // not GOMAXPROCS: one P is kept for the host's calls (procs.go)
 	}
@@ -224,7 +238,16 @@ func (s *session) next() (arrow.RecordBatch, error) {
 	if lim := s.plan.Request.Limit; lim > 0 && n >= lim {
 		return nil, io.EOF
 	}
-	rec, err := s.loader.Next(s.ctx)
+	var out arrow.RecordBatch
+	var st order.State
+	var err error
+	if s.remote != nil {
+		// Records come as they travelled, windowed masks too.
+		out, st, err = s.remote.take(s.ctx)
+	} else {
+		out, err = s.loader.Next(s.ctx)
+		st = s.loader.State()
+	}
 	if err == io.EOF {
 		return nil, io.EOF
 	}
@@ -234,10 +257,10 @@ func (s *session) next() (arrow.RecordBatch, error) {
 		}
 		return nil, s.fail(fmt.Errorf("segpipe: batch %d: %w", n, err))
 	}
-	st := s.loader.State()
-	out, err := s.plan.Encode(rec, s.pool.value)
-	if err != nil {
-		return nil, s.fail(fmt.Errorf("segpipe: batch %d: %w", n, err))
+	if s.remote == nil {
+		if out, err = s.plan.Encode(out, s.pool.value); err != nil {
+			return nil, s.fail(fmt.Errorf("segpipe: batch %d: %w", n, err))
+		}
 	}
 	s.mu.Lock()
 	s.state, s.batches = st, n+1
@@ -265,6 +288,10 @@ func (s *session) stop() {
 		return
 	}
 	s.stopped = true
+	if s.remote != nil {
+		s.remote.close()
+		return
+	}
 	s.loader.Close()
 	s.src.Close()
 	pools.release(s.pool)
@@ -287,6 +314,12 @@ func (s *session) stateJSON() []byte {
 // summaryJSON is segpipe_summary's text: the loader's skip summary with
 // the batches handed out.
 func (s *session) summaryJSON() ([]byte, error) {
+	if s.remote != nil {
+		// The server keeps the skip counts (its metrics and summary).
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return json.Marshal(map[string]int64{"batches": s.batches})
+	}
 	sum, err := json.Marshal(s.loader.Stats().Summary())
 	if err != nil {
 		return nil, err
