@@ -45,7 +45,7 @@ from .batch import (  # noqa: F401  (re-exported: the conversion's old home)
 )
 from .dist import rank_and_world
 from .epochs import EpochStream
-from .request import MASKS_WINDOWED, Request, ResumeState, fraction_rows
+from .request import MASKS_WINDOWED, Request, RequestError, ResumeState, fraction_rows
 from .stream import Resumable, StreamError
 
 #: The process that made this module's first Flight client: gRPC is
@@ -206,7 +206,15 @@ class FlightBatches(EpochStream):
     (Request.rect, Request.multi_scale).
     Making one sets glibc's malloc to keep freed batch memory for the next
     batches (keep_receive_memory; SEGPIPE_MALLOC_KEEP=0 opts out), which
-    halves the receiving CPU. ``device`` moves each batch there
+    halves the receiving CPU.
+    ``transport="native"`` reads the batches through the loader library's
+    Go client (segpipe.Loader's library, segpipe.h "remote") instead of
+    pyarrow's: the same records, states, retries, backoff and timeout, with
+    one copy where pyarrow's gRPC makes two (BENCHMARKS.md, "Receiving
+    CPU"). Only the batch stream moves: ``len()`` and ``dataset_info()``
+    still ask through pyarrow. It needs the library (a wheel, or
+    SEGPIPE_LIBRARY), and a forked child of a process that used either is
+    refused as above. ``device`` moves each batch there
     (``pin_memory`` first copies it into page-locked memory, so that the
     copy to a CUDA device is asynchronous).
 
@@ -252,7 +260,10 @@ class FlightBatches(EpochStream):
         retries: int = 5,
         backoff: float = 0.1,
         max_backoff: float = 5.0,
+        transport: str = "pyarrow",
     ):
+        if transport not in ("pyarrow", "native"):
+            raise RequestError(f"transport {transport!r}: want 'pyarrow' or 'native'")
         r, w = rank_and_world(rank, world_size)
         request = Request(
             shards=shards,
@@ -291,8 +302,10 @@ class FlightBatches(EpochStream):
         Resumable(request, self._open, _app_metadata, retries=retries, backoff=backoff, max_backoff=max_backoff, timeout=self.timeout)
         self.retries, self.backoff, self.max_backoff = retries, backoff, max_backoff
         self.addr = addr
+        self.transport = transport
         self._location = location(addr, tls)
         self._tls = tls
+        self._token = token
         self._headers = [(b"authorization", b"Bearer " + token.encode())] if token else []
         self._client: flight.FlightClient | None = None
         self._info: dict | None = None
@@ -392,7 +405,65 @@ class FlightBatches(EpochStream):
             raise StreamError(f"server sent columns {list(names)}, want {list(want)}")
         return reader
 
+    def _native_options(self) -> dict:
+        """segpipe.h's "remote" options for this stream."""
+        loc = self._location
+        scheme, _, hostport = loc.partition("://")
+        if scheme not in ("grpc", "grpc+tcp", "grpc+tls"):
+            raise StreamError(f"FlightBatches from {self.addr}: transport='native' reads grpc:// and grpc+tls:// locations, not {scheme}://")
+        o: dict[str, Any] = {"addr": hostport, "retries": self.retries, "backoff": self.backoff, "max_backoff": self.max_backoff}
+        if self.timeout:
+            o["timeout"] = self.timeout
+        if self._token:
+            o["token"] = self._token
+        if scheme == "grpc+tls":
+            o["tls"] = True
+            if isinstance(self._tls, (str, bytes)):
+                pem = self._tls
+                if isinstance(pem, str):
+                    with open(pem, "rb") as f:
+                        pem = f.read()
+                o["tls_roots"] = pem.decode()
+        return {"remote": o}
+
+    def _open_native_pass(self, req: Request, stop: threading.Event) -> Iterator[tuple[pa.RecordBatch, ResumeState]]:
+        from .loader import _Pass, forked
+
+        if forked() or (_grpc_pid is not None and _grpc_pid != os.getpid()):
+            raise _forked_error("iterating")
+        try:
+            p = _Pass(json.loads(req.ticket()), self._native_options())
+        except RuntimeError as e:  # no library
+            raise StreamError(f"FlightBatches from {self.addr}: {e}") from e
+        except StreamError as e:
+            raise StreamError(f"FlightBatches from {self.addr}: {e}") from e.__cause__
+        self._live = p
+        try:
+            while not stop.is_set():
+                try:
+                    rb = p.reader.read_next_batch()
+                except StopIteration:
+                    if self._closed and not stop.is_set():
+                        raise StreamError(f"FlightBatches from {self.addr} was closed during the pass") from None
+                    return
+                except (pa.ArrowException, OSError) as e:
+                    # pyarrow raises the stream's error as an OSError (it
+                    # carries an errno), as segpipe.Loader's.
+                    if stop.is_set():
+                        return
+                    if self._closed:
+                        raise StreamError(f"FlightBatches from {self.addr} was closed during the pass") from e
+                    raise StreamError(f"FlightBatches from {self.addr}: {e}") from e
+                yield rb, p.state()
+        finally:
+            self._live = None
+            if not forked():
+                p.close()
+
     def _open_pass(self, req: Request, stop: threading.Event) -> Iterator[tuple[pa.RecordBatch, ResumeState]]:
+        if self.transport == "native":
+            yield from self._open_native_pass(req, stop)
+            return
         rs = Resumable(
             req,
             self._open,
@@ -423,9 +494,11 @@ class FlightBatches(EpochStream):
             rs.close()
 
     def _interrupt(self) -> None:
-        rs = getattr(self, "_live", None)
-        if rs is not None:
-            rs.close()
+        live = getattr(self, "_live", None)
+        if isinstance(live, Resumable):
+            live.close()
+        elif live is not None:
+            live.stop()  # a native pass (segpipe.loader._Pass)
 
     def __iter__(self) -> Iterator[Batch]:
         # Refused here, at the first step, not one timeout later from the

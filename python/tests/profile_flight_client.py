@@ -16,6 +16,10 @@ other's core and the process's CPU time is the client's alone. Modes:
   torch tensors on the CPU (windowed masks expanded on the CPU).
 - ``windowed-keep``: FlightBatches(masks="windowed", expand=False) where
   that option exists: masks stay windowed for the consumer to expand.
+- ``native-raw``, ``native-dense``, ``native-windowed``: the same through
+  the loader library's Go client (FlightBatches(transport="native"); raw:
+  the library's C stream alone). Needs SEGPIPE_LIBRARY or an installed
+  wheel.
 
 Each mode is read ``rounds`` times, modes interleaved, and the median per
 mode is printed: client CPU ms per batch (user + system, all threads),
@@ -85,12 +89,33 @@ def read_raw(a, addr: str, masks: str) -> tuple[int, int]:
     return n, images
 
 
-def read_batches(a, addr: str, masks: str, keep: bool) -> tuple[int, int]:
+def read_native_raw(a, addr: str, masks: str) -> tuple[int, int]:
+    """The loader library's Go client alone (segpipe.h "remote"): the C
+    stream imported by pyarrow, nothing converted."""
+    from segpipe.loader import _Pass
+    from segpipe.request import Request, ResumeState
+
+    req = Request(shards=a.name, start=ResumeState(seed=0), rank=0, world_size=1, batch_size=a.batch, imgsz=a.imgsz,
+                  masks=masks, epochs=a.epochs).validate()  # fmt: skip
+    p = _Pass(json.loads(req.ticket()), {"remote": {"addr": addr}})
+    n = images = 0
+    while True:
+        try:
+            rb = p.reader.read_next_batch()
+        except StopIteration:
+            break
+        n += 1
+        images += rb.num_rows
+    p.close()
+    return n, images
+
+
+def read_batches(a, addr: str, masks: str, keep: bool, transport: str = "pyarrow") -> tuple[int, int]:
     from segpipe import FlightBatches
 
     kw = {"expand": False} if keep else {}
     fb = FlightBatches(addr, a.name, rank=0, world_size=1, batch_size=a.batch, imgsz=a.imgsz, masks=masks,
-                       start={"seed": 0}, epochs=a.epochs, timeout=300, **kw)  # fmt: skip
+                       start={"seed": 0}, epochs=a.epochs, timeout=300, transport=transport, **kw)  # fmt: skip
     n = images = 0
     for _ in range(a.epochs):
         for b in fb:
@@ -129,6 +154,11 @@ def main() -> int:
     import segpipe.flight  # noqa: F401  (torch with it)
     import segpipe.request  # noqa: F401
 
+    if any(m.startswith("native-") for m in a.modes.split(",")):
+        import segpipe.loader
+
+        segpipe.loader.native()  # the Go runtime started before any timing
+
     a.shards = os.path.abspath(a.shards)
     a.name = os.path.basename(a.shards)
     port = harness.free_port()
@@ -152,6 +182,10 @@ def main() -> int:
                     n, images = read_raw(a, addr, "dense")
                 elif mode == "raw-windowed":
                     n, images = read_raw(a, addr, "windowed")
+                elif mode == "native-raw":
+                    n, images = read_native_raw(a, addr, "dense")
+                elif mode.startswith("native-"):
+                    n, images = read_batches(a, addr, mode.removeprefix("native-"), False, "native")
                 else:
                     n, images = read_batches(a, addr, mode.removesuffix("-keep"), mode.endswith("-keep"))
                 cpu, scpu = time.process_time() - c0, proc_cpu(srv.pid) - s0

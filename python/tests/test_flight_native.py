@@ -1,0 +1,141 @@
+"""FlightBatches(transport="native"): the batch stream read through the
+loader library's Go client instead of pyarrow's, against a real `segpipe
+serve`. The same batches as `segpipe dump` and as the pyarrow transport,
+the same states, and the faults of test_serve.py that the transport
+handles itself: a server killed and restarted, a hung server, answers that
+must not be retried, TLS. Needs the library (test_loader.py's rule)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import unittest
+
+import harness
+from test_loader import _require_library
+from test_serve import B, S, SEED, assert_same, read_dump, stream
+
+
+class NativeTransportTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        _require_library()
+        harness.require("pyarrow.flight")
+        cls.server = harness.shared_server()
+        cls.ref = read_dump(harness.dump("synth", 16, batch=B, imgsz=S, seed=SEED), S)
+
+    def test_two_epochs_equal_the_dump_and_the_pyarrow_transport(self):
+        for masks in ("dense", "windowed"):
+            with self.subTest(masks=masks):
+                fb = stream(self.server, masks=masks, transport="native")
+                py = stream(self.server, masks=masks)
+                got, states, want_states = [], [], []
+                for epoch in (0, 1):
+                    n = len(fb)
+                    batches = list(iter(fb))
+                    self.assertEqual(len(batches), n)
+                    got += batches
+                    states += [b["state"] for b in batches]
+                    want_states += [b["state"] for b in py]
+                self.assertEqual(len(got), len(self.ref))
+                for i, (g, w) in enumerate(zip(got, self.ref)):
+                    assert_same(self, g, w, f"native {masks} batch {i}")
+                self.assertEqual(states, want_states, "resume states differ from the pyarrow transport's")
+                self.assertEqual(fb.state_dict(), {"seed": SEED, "epoch": 2, "consumed": 0})
+                self.assertGreater(fb.bytes_received, 0)
+
+    def test_state_dict_resumes_mid_epoch(self):
+        fb = stream(self.server, transport="native", prefetch=1)
+        it = iter(fb)
+        for _ in range(3):
+            next(it)
+        saved = fb.state_dict()
+        fb.close()
+        again = stream(self.server, transport="native")
+        again.load_state_dict(saved)
+        rest = list(again)
+        self.assertEqual(len(rest), 5)
+        for i, g in enumerate(rest):
+            assert_same(self, g, self.ref[3 + i], f"resumed batch {i}")
+
+    def test_killed_server_restarted_resumes_identically(self):
+        srv = harness.Server().start()
+        try:
+            fb = stream(srv, masks="windowed", transport="native", retries=50, backoff=0.1, max_backoff=0.5, prefetch=1)
+            it = iter(fb)
+            got = [next(it), next(it)]
+            srv.kill()  # kill -9 mid-stream
+            threading.Timer(1.0, srv.start).start()
+            got += list(it)
+            got += list(fb)
+        finally:
+            time.sleep(0.1)
+            srv.stop()
+        self.assertEqual(len(got), 16)
+        for i, (g, w) in enumerate(zip(got, self.ref)):
+            assert_same(self, g, w, f"batch {i} across the restart")
+
+    def test_hung_server_times_out(self):
+        from segpipe import StreamError
+
+        with harness.Server() as srv:
+            fb = stream(srv, transport="native", timeout=2.0, prefetch=1)
+            it = iter(fb)
+            next(it)
+            srv.pause()  # SIGSTOP: the socket stays open, nothing answers
+            try:
+                t = time.monotonic()
+                with self.assertRaisesRegex(StreamError, r"no batch from .* (in 2 s|within 2s)"):
+                    for _ in it:
+                        pass
+                self.assertLess(time.monotonic() - t, 10)
+            finally:
+                srv.resume()
+
+    def test_stopped_server_fails_within_the_timeout(self):
+        from segpipe import FlightBatches, StreamError
+
+        addr = f"127.0.0.1:{harness.free_port()}"
+        fb = FlightBatches(addr, "synth", rank=0, world_size=1, batch_size=B, imgsz=S, timeout=1.0, retries=1000,
+                           backoff=0.05, max_backoff=0.2, transport="native")  # fmt: skip
+        t = time.monotonic()
+        with self.assertRaisesRegex(StreamError, r"(in 1 s|within 1s)"):
+            for _ in fb:
+                pass
+        self.assertLess(time.monotonic() - t, 5.0)
+
+    def test_answers_fail_at_once(self):
+        from segpipe import StreamError
+
+        with harness.Server("--token", "s3cret") as srv:
+            ok = list(stream(srv, token="s3cret", limit=1, transport="native"))
+            assert_same(self, ok[0], self.ref[0], "with the token")
+            for token in ("wrong", None):
+                t = time.monotonic()
+                with self.assertRaisesRegex(StreamError, "(?i)unauthenticated|token"):
+                    for _ in stream(srv, token=token, limit=1, backoff=1.0, transport="native"):
+                        pass
+                self.assertLess(time.monotonic() - t, 5, "an answer must not be retried")
+        t = time.monotonic()
+        with self.assertRaisesRegex(StreamError, "nosuch"):
+            for _ in stream(self.server, shards="nosuch", limit=1, backoff=1.0, transport="native"):
+                pass
+        self.assertLess(time.monotonic() - t, 5)
+
+    def test_tls_with_a_ca_file(self):
+        cert, key = harness.self_signed_cert()
+        with harness.Server("--tls-cert", cert, "--tls-key", key) as srv:
+            got = list(stream(srv, tls=cert, limit=2, transport="native"))
+        self.assertEqual(len(got), 2)
+        for i, g in enumerate(got):
+            assert_same(self, g, self.ref[i], f"TLS batch {i}")
+
+    def test_unknown_transport_is_refused(self):
+        from segpipe.request import RequestError
+
+        with self.assertRaisesRegex(RequestError, "transport 'grpc'"):
+            stream(self.server, transport="grpc")
+
+
+if __name__ == "__main__":
+    unittest.main()
