@@ -11,6 +11,10 @@
 #   CGO_ENABLED=0 go test -c -o trainer/gpucheck/gpucheck.test ./trainer/gpucheck &&
 #   CGO_ENABLED=0 go test -c -o trainer/tensor/tensor.test ./trainer/tensor
 #
+# and, for the receive-cpu step's native transport (optional, cgo):
+#
+#   CGO_ENABLED=1 go build -buildmode=c-shared -o python/segpipe/_native/libsegpipe.so ./python/native
+#
 # The GPU machine may have no Go, so the tests run as those prebuilt test
 # binaries (with Go and no binaries, the script builds them first, inside
 # its budget). Then, on the GPU machine, from the repository root:
@@ -416,6 +420,32 @@ if [[ -f python/device_check.sh && -n "$segpipe" ]]; then
   fi
 else
   skip python-device-check "python/device_check.sh or ./segpipe is not in this tree"
+fi
+
+# ---- receive CPU on this host ---------------------------------------------
+# The client CPU a b32@640 batch costs to receive over loopback, server and
+# client pinned to separate cores: pyarrow's transport, and the loader
+# library's (FlightBatches transport="native") when a libsegpipe.so is
+# carried (python/segpipe/_native/ or SEGPIPE_LIBRARY). No GPU needed: it
+# is the figure a 2-core development machine cannot give for a GPU host.
+# Run only with a minute of the budget left, after every GPU step.
+lib="${SEGPIPE_LIBRARY:-$PWD/python/segpipe/_native/libsegpipe.so}"
+if [[ -z "$segpipe" || ! -x "${SEGPIPE_BENCH_TORCH:-}" ]]; then
+  skip receive-cpu "needs ./segpipe and a Python with pyarrow and torch (SEGPIPE_BENCH_TORCH)"
+elif ((budget - (SECONDS - start) < 75)); then
+  skip receive-cpu "less than 75 s of the budget left"
+else
+  modes=raw,dense,windowed
+  [[ -f "$lib" ]] && modes+=,native-raw,native-dense,native-windowed
+  step receive-cpu 70 env SEGPIPE_BINARY="$segpipe" SEGPIPE_LIBRARY="$lib" SEGPIPE_PY="$SEGPIPE_BENCH_TORCH" MODES="$modes" bash -c '
+    set -e
+    d=$(mktemp -d)
+    trap "rm -rf $d" EXIT
+    "$SEGPIPE_BINARY" synth --out "$d/synth" --images 320 --seed 3 >/dev/null
+    "$SEGPIPE_BINARY" convert coco --annotations "$d/synth/annotations/instances_train.json" \
+      --images "$d/synth/images" --out "$d/shards/train" >/dev/null
+    "$SEGPIPE_PY" python/tests/profile_flight_client.py --shards "$d/shards/train" \
+      --rounds 1 --epochs 3 --modes "$MODES" --json "'"$out"'/receive-cpu.json"'
 fi
 
 say ""
