@@ -55,6 +55,12 @@ _grpc_pid: int | None = None
 _streams: "weakref.WeakSet[FlightBatches]" = weakref.WeakSet()
 
 
+#: Environment variable naming FlightBatches' default transport ("pyarrow"
+#: or "native"), for a trainer that makes its streams in code it does not
+#: own (the Ultralytics adapter).
+TRANSPORT_ENV = "SEGPIPE_FLIGHT_TRANSPORT"
+
+
 def _keep_forever(obj: Any) -> None:
     # One reference nobody holds: the object outlives the child's
     # interpreter, whose shutdown would otherwise run its destructor (a
@@ -211,10 +217,15 @@ class FlightBatches(EpochStream):
     Go client (segpipe.Loader's library, segpipe.h "remote") instead of
     pyarrow's: the same records, states, retries, backoff and timeout, with
     one copy where pyarrow's gRPC makes two (BENCHMARKS.md, "Receiving
-    CPU"). Only the batch stream moves: ``len()`` and ``dataset_info()``
-    still ask through pyarrow. It needs the library (a wheel, or
-    SEGPIPE_LIBRARY), and a forked child of a process that used either is
-    refused as above. ``device`` moves each batch there
+    CPU"). Two differences: a busy server's refusal is a queue there, as in
+    the Go client (waited for within ``timeout``, not counted against
+    ``retries``), and a read failure's cause is the OSError pyarrow raises
+    for a C stream's error. Only the batch stream moves: ``len()`` and
+    ``dataset_info()`` still ask through pyarrow. It needs the library (a
+    wheel, or SEGPIPE_LIBRARY), and a forked child of a process that used
+    either is refused as above. The default is $SEGPIPE_FLIGHT_TRANSPORT
+    (which reaches streams made by code one does not own, such as the
+    Ultralytics adapter), else "pyarrow". ``device`` moves each batch there
     (``pin_memory`` first copies it into page-locked memory, so that the
     copy to a CUDA device is asynchronous).
 
@@ -260,8 +271,10 @@ class FlightBatches(EpochStream):
         retries: int = 5,
         backoff: float = 0.1,
         max_backoff: float = 5.0,
-        transport: str = "pyarrow",
+        transport: str | None = None,
     ):
+        if transport is None:
+            transport = os.environ.get(TRANSPORT_ENV) or "pyarrow"
         if transport not in ("pyarrow", "native"):
             raise RequestError(f"transport {transport!r}: want 'pyarrow' or 'native'")
         r, w = rank_and_world(rank, world_size)
