@@ -20,6 +20,11 @@
 // the stream's records are those serve sends for the request, byte for
 // byte, and a bad request gets serve's message.
 //
+// With options "remote" (remote.go) the session reads a server's stream
+// instead, through pipeline/remote's client (StreamAsSent): the records
+// are the server's as they travelled, with the Go client's retries, and
+// FlightBatches(transport="native") takes them as it takes pyarrow's.
+//
 // # Memory
 //
 // The cgo rules forbid C to keep a pointer to Go memory after a call
@@ -31,14 +36,18 @@
 // buffers go back when the consumer calls its release callback. The pool
 // outlives the session by a few seconds (pools.go), so that the next epoch
 // pass reuses the buffers of the last instead of faulting in fresh pages;
-// idle, it frees them.
+// idle, it frees them. A remote session's client takes every buffer from
+// the same C allocator (remote.ClientConfig.Memory): the chunks gRPC reads
+// frames into, which the records alias, and the copies it cannot avoid.
 //
 // # Threads
 //
 // The library runs its loader workers on one goroutine per core and keeps
-// one more P for the host's calls into Go (procs.go): a Python thread that
-// asks for a batch or releases one would otherwise wait, holding the GIL,
-// for a worker's time slice to end.
+// one more P for the host's calls into Go once a local loader opens
+// (procs.go): a Python thread that asks for a batch or releases one would
+// otherwise wait, holding the GIL, for a worker's time slice to end. A
+// remote session reads on a goroutine of its own and hands whole records to
+// the calling thread (remote.go).
 //
 // # Handles
 //
