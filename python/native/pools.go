@@ -70,6 +70,17 @@ func (r *shared[K, V]) release(e *entry[K, V]) {
 	}
 }
 
+// forget ends a session on e and, when no other session uses it, removes
+// e at once without closing it: a value whose making failed is not kept
+// for the next open to find.
+func (r *shared[K, V]) forget(e *entry[K, V]) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e.open--; e.open == 0 && r.m[e.key] == e {
+		delete(r.m, e.key)
+	}
+}
+
 func (r *shared[K, V]) closeIdle(e *entry[K, V]) {
 	r.mu.Lock()
 	if r.m[e.key] != e || e.open > 0 {

@@ -118,7 +118,7 @@ func openRemote(request []byte, o *remoteOptions, mem memory.Allocator) (*sessio
 	}
 	e := clients.acquire(k)
 	if e.value.err != nil {
-		clients.release(e)
+		clients.forget(e) // the next open tries again
 		return nil, e.value.err
 	}
 	c := e.value.client

@@ -221,3 +221,19 @@ func TestRemoteRefusals(t *testing.T) {
 		})
 	}
 }
+
+// TestRemoteClientErrorsAreNotKept: a client that could not be made (an
+// address list with an entry that is no host:port) is not kept for the
+// next open to find.
+func TestRemoteClientErrorsAreNotKept(t *testing.T) {
+	closeIdlePools()
+	cs := newCStream()
+	defer freeCStream(cs)
+	_, err := openHandle([]byte(request("synth", "")), []byte(`{"remote":{"addr":"127.0.0.1:1,no-port"}}`), cs, checked())
+	if err == nil || !strings.Contains(err.Error(), "no-port") {
+		t.Fatalf("got %v, want the address list refused", err)
+	}
+	if n := clients.len(); n != 0 {
+		t.Errorf("%d clients kept after a failed open, want 0", n)
+	}
+}
