@@ -7,13 +7,12 @@ must not be retried, TLS. Needs the library (test_loader.py's rule)."""
 
 from __future__ import annotations
 
-import threading
 import time
 import unittest
 
 import harness
 from test_loader import _require_library
-from test_serve import B, S, SEED, assert_same, read_dump, stream
+from test_serve import B, S, SEED, assert_same, killed_server_restarted, read_dump, stream
 
 
 class NativeTransportTest(unittest.TestCase):
@@ -59,21 +58,7 @@ class NativeTransportTest(unittest.TestCase):
             assert_same(self, g, self.ref[3 + i], f"resumed batch {i}")
 
     def test_killed_server_restarted_resumes_identically(self):
-        srv = harness.Server().start()
-        try:
-            fb = stream(srv, masks="windowed", transport="native", retries=50, backoff=0.1, max_backoff=0.5, prefetch=1)
-            it = iter(fb)
-            got = [next(it), next(it)]
-            srv.kill()  # kill -9 mid-stream
-            threading.Timer(1.0, srv.start).start()
-            got += list(it)
-            got += list(fb)
-        finally:
-            time.sleep(0.1)
-            srv.stop()
-        self.assertEqual(len(got), 16)
-        for i, (g, w) in enumerate(zip(got, self.ref)):
-            assert_same(self, g, w, f"batch {i} across the restart")
+        killed_server_restarted(self, self.ref, transport="native")
 
     def test_hung_server_times_out(self):
         from segpipe import StreamError

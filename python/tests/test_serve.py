@@ -53,6 +53,26 @@ def stream(server, shards: str = "synth", **kw):
     return FlightBatches(server.addr, shards, **args)
 
 
+def killed_server_restarted(tc: unittest.TestCase, ref: list[dict], **kw) -> None:
+    """Two epochs, windowed, with the server killed (-9) after two batches
+    and restarted a second later: every batch equal to the dump's."""
+    srv = harness.Server().start()
+    try:
+        fb = stream(srv, masks="windowed", retries=50, backoff=0.1, max_backoff=0.5, prefetch=1, **kw)
+        it = iter(fb)
+        got = [next(it), next(it)]
+        srv.kill()  # kill -9 mid-stream
+        threading.Timer(1.0, srv.start).start()
+        got += list(it)
+        got += list(fb)
+    finally:
+        time.sleep(0.1)
+        srv.stop()
+    tc.assertEqual(len(got), 16)
+    for i, (g, w) in enumerate(zip(got, ref)):
+        assert_same(tc, g, w, f"batch {i} across the restart")
+
+
 class _Case(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -346,21 +366,7 @@ class FaultsTest(_Case):
         self.assertLess(time.monotonic() - t, 5)
 
     def test_killed_server_restarted_resumes_identically(self):
-        srv = harness.Server().start()
-        try:
-            fb = stream(srv, masks="windowed", retries=50, backoff=0.1, max_backoff=0.5, prefetch=1)
-            it = iter(fb)
-            got = [next(it), next(it)]
-            srv.kill()  # kill -9 mid-stream
-            threading.Timer(1.0, srv.start).start()
-            got += list(it)
-            got += list(fb)
-        finally:
-            time.sleep(0.1)
-            srv.stop()
-        self.assertEqual(len(got), 16)
-        for i, (g, w) in enumerate(zip(got, self.ref)):
-            assert_same(self, g, w, f"batch {i} across the restart")
+        killed_server_restarted(self, self.ref)
 
     def test_tls_with_a_ca_file(self):
         cert, key = harness.self_signed_cert()
