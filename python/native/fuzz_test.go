@@ -4,6 +4,7 @@ package main
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 )
 
@@ -16,6 +17,9 @@ func FuzzParseOptions(f *testing.F) {
 	f.Add([]byte(``))
 	f.Add([]byte(`{"workers":1,"bogus":1}`))
 	f.Add([]byte(`{"workers":1} {}`))
+	f.Add([]byte(`{"remote":{"addr":"127.0.0.1:8815","token":"t","tls":true,"tls_roots":"pem","retries":0,"backoff":0.1,"max_backoff":5,"timeout":60}}`))
+	f.Add([]byte(`{"remote":{"addr":"h:1"},"workers":2}`))
+	f.Add([]byte(`{"remote":{"addr":"h:1","timeout":-1}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		o, err := parseOptions(b)
 		if err != nil {
@@ -26,7 +30,8 @@ func FuzzParseOptions(f *testing.F) {
 			t.Fatal(err)
 		}
 		o2, err := parseOptions(again)
-		if err != nil || o2 != o {
+		// DeepEqual: options hold pointers (remote, retries).
+		if err != nil || !reflect.DeepEqual(o2, o) {
 			t.Fatalf("options %+v do not round-trip: %+v, %v", o, o2, err)
 		}
 	})
