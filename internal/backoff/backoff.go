@@ -24,8 +24,15 @@ func New(first, limit time.Duration) *Backoff {
 func (b *Backoff) Delay() time.Duration { return b.next }
 
 // Wait sleeps Delay, then doubles the delay up to the cap. It returns
-// ctx's error, early, when ctx ends first.
+// ctx's error, early, when ctx ends first, and context.DeadlineExceeded at
+// once, without sleeping, when ctx's deadline comes before the wait would
+// end: the attempt after it could not be made in time, so the retry loop
+// reports its last failure now rather than at the deadline, where a
+// caller's own timer for the same deadline fires with less to say.
 func (b *Backoff) Wait(ctx context.Context) error {
+	if d, ok := ctx.Deadline(); ok && time.Until(d) < b.next {
+		return context.DeadlineExceeded
+	}
 	t := time.NewTimer(b.next)
 	defer t.Stop()
 	select {

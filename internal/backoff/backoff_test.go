@@ -39,3 +39,30 @@ func TestWaitEndsWithTheContext(t *testing.T) {
 		t.Errorf("a cut-short wait doubled the delay to %v", b.Delay())
 	}
 }
+
+func TestWaitPastTheDeadlineEndsAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		deadline time.Duration
+		delay    time.Duration
+		want     error
+	}{
+		{"the wait would pass the deadline", time.Hour, 2 * time.Hour, context.DeadlineExceeded},
+		{"the wait ends before it", time.Hour, time.Millisecond, nil},
+		{"the deadline has passed", -time.Second, 0, context.DeadlineExceeded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), tc.deadline)
+			defer cancel()
+			b := New(tc.delay, tc.delay)
+			// Without the rule the first case sleeps until the test's
+			// own timeout.
+			if err := b.Wait(ctx); !errors.Is(err, tc.want) || (err == nil) != (tc.want == nil) {
+				t.Fatalf("Wait: %v, want %v", err, tc.want)
+			}
+			if tc.want != nil && b.Delay() != tc.delay {
+				t.Errorf("a wait not begun doubled the delay to %v", b.Delay())
+			}
+		})
+	}
+}

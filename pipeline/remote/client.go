@@ -455,8 +455,9 @@ func (s *Stream) Next(ctx context.Context) (arrow.RecordBatch, error) {
 			}
 			d := wait.Delay()
 			s.c.cfg.Logger.Info("server full, waiting for a turn", "addr", s.c.cfg.Addr, "batches", s.delivered, "waited", s.queued.Round(time.Millisecond), "wait", d)
-			if err := wait.Wait(ctx); err != nil {
-				return nil, err
+			if werr := wait.Wait(ctx); werr != nil {
+				return nil, fmt.Errorf("remote: stream from %s after %d batches: refused for %s, then %w; last: %v",
+					s.c.cfg.Addr, s.delivered, s.queued.Round(time.Millisecond), werr, err)
 			}
 			s.queued += d
 			continue
@@ -466,8 +467,12 @@ func (s *Stream) Next(ctx context.Context) (arrow.RecordBatch, error) {
 		}
 		s.retries++
 		s.c.cfg.Logger.Warn("stream dropped, reconnecting", "addr", s.c.cfg.Addr, "batches", s.delivered, "attempt", s.retries, "wait", wait.Delay(), "err", err)
-		if err := wait.Wait(ctx); err != nil {
-			return nil, err
+		if werr := wait.Wait(ctx); werr != nil {
+			// The caller's deadline or cancellation, with what it cut
+			// short: "context deadline exceeded" alone does not say that
+			// the server refused every connection.
+			return nil, fmt.Errorf("remote: stream from %s lost after %d batches; %d reconnect attempts, then %w; last: %v",
+				s.c.cfg.Addr, s.delivered, s.retries-1, werr, err)
 		}
 	}
 }

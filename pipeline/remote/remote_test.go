@@ -474,6 +474,44 @@ func TestRetriesExhausted(t *testing.T) {
 	}
 }
 
+// TestReconnectCutByTheDeadlineNamesTheCause: a caller's deadline that
+// ends the reconnect loop is reported with what it cut short, at once
+// when the next wait would pass it, not as a bare "context deadline
+// exceeded" when it comes.
+func TestReconnectCutByTheDeadlineNamesTheCause(t *testing.T) {
+	rows := synthRows(t, 8)
+	srv := startServer(t, rows, ServerConfig{})
+	px := newProxy(t, srv.addr)
+	c := client(t, ClientConfig{Addr: px.lis.Addr().String(), Retries: 1 << 20, Backoff: time.Millisecond, MaxBackoff: 40 * time.Millisecond})
+	req := testRequest()
+	req.Epochs = 1000
+	s, err := c.Stream(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	rec, err := s.Next(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Release()
+	px.lis.Close()
+	px.cut()
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	for i := 0; err == nil && i < 1000; i++ {
+		if rec, err = s.Next(ctx); err == nil {
+			rec.Release()
+		}
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want the deadline", err)
+	}
+	if !strings.Contains(err.Error(), "reconnect attempts") || !strings.Contains(err.Error(), "Unavailable") {
+		t.Fatalf("err = %v, want the reconnect attempts and the last failure named", err)
+	}
+}
+
 func TestMetrics(t *testing.T) {
 	rows := synthRows(t, 8)
 	srv := startServer(t, rows, ServerConfig{})

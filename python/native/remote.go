@@ -192,12 +192,19 @@ func (rs *remoteSource) open(ctx context.Context, req remote.Request, cfg remote
 		if err == nil {
 			return nil
 		}
-		if status.Code(err) != codes.Unavailable || attempt >= retries || wait.Wait(octx) != nil {
-			if attempt > 0 {
-				err = fmt.Errorf("%d attempts: %w", attempt+1, err)
+		var werr error
+		if status.Code(err) == codes.Unavailable && attempt < retries {
+			if werr = wait.Wait(octx); werr == nil {
+				continue
 			}
-			return rs.explain(err, octx, "answer")
 		}
+		if attempt > 0 {
+			err = fmt.Errorf("%d attempts: %w", attempt+1, err)
+		}
+		if werr != nil {
+			err = fmt.Errorf("%w: %w", err, werr) // the timeout, named by explain
+		}
+		return rs.explain(err, octx, "answer")
 	}
 }
 
@@ -212,7 +219,9 @@ func (rs *remoteSource) deadline(ctx context.Context) (context.Context, context.
 // explain names a timeout as one: what was waited for (an answer, a
 // batch) and how long.
 func (rs *remoteSource) explain(err error, ctx context.Context, what string) error {
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	// err itself says so when a retry's wait would have passed the
+	// deadline (backoff.Wait) before ctx ended.
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("segpipe: no %s from %s within %v (timeout): %w", what, rs.addr, rs.timeout, err)
 	}
 	return err
