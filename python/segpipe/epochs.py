@@ -82,6 +82,14 @@ class EpochStream(_torch.dataset_base()):
     #: block copies the CPU (python/tests/bench_windowed.py).
     EXPAND_ON: tuple[str, ...] = ("cuda",)
 
+    #: Seconds the consumer waits for a batch past ``timeout`` before its own
+    #: timer speaks ("no batch in N s"). A transport that bounds each of its
+    #: waits by the same timeout and explains an expiry (what it waited for,
+    #: how many attempts, the last failure) sets it, so that its error, not
+    #: the bare one, reaches the caller: both timers start within moments of
+    #: each other, and the transport's would otherwise lose as often as not.
+    timeout_grace: float = 0.0
+
     def __init__(
         self,
         request: Request,
@@ -346,7 +354,7 @@ class EpochStream(_torch.dataset_base()):
             index = 0
             while True:
                 try:
-                    item = pr.queue.get(timeout=self.timeout)
+                    item = pr.queue.get(timeout=self.timeout + self.timeout_grace)
                 except queue.Empty:
                     raise StreamError(
                         f"no batch from {self.where} in {self.timeout:g} s (batch {index} of epoch {start.epoch}): "
@@ -404,7 +412,7 @@ class EpochStream(_torch.dataset_base()):
         if req is not None:
             pr = self._start(replace(req, limit=1))
             try:
-                item = pr.queue.get(timeout=self.timeout)
+                item = pr.queue.get(timeout=self.timeout + self.timeout_grace)
             except queue.Empty:
                 item = None
             finally:

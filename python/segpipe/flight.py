@@ -316,6 +316,11 @@ class FlightBatches(EpochStream):
         self.retries, self.backoff, self.max_backoff = retries, backoff, max_backoff
         self.addr = addr
         self.transport = transport
+        if transport == "native":
+            # The library bounds the open and every batch by timeout and
+            # names the cause (segpipe.h "remote"); its clock starts a
+            # little after the consumer's, once the library is loaded.
+            self.timeout_grace = 1.0
         self._location = location(addr, tls)
         self._tls = tls
         self._token = token

@@ -72,7 +72,9 @@ class NativeTransportTest(unittest.TestCase):
             srv.pause()  # SIGSTOP: the socket stays open, nothing answers
             try:
                 t = time.monotonic()
-                with self.assertRaisesRegex(StreamError, r"no batch from .* (in 5 s|within 5s)"):
+                # The library's own error, naming its timeout, not the
+                # consumer's backstop a moment later (timeout_grace).
+                with self.assertRaisesRegex(StreamError, r"no batch from .* within 5s \(timeout\)"):
                     for _ in it:
                         pass
                 self.assertLess(time.monotonic() - t, 20)
@@ -86,7 +88,9 @@ class NativeTransportTest(unittest.TestCase):
         fb = FlightBatches(addr, "synth", rank=0, world_size=1, batch_size=B, imgsz=S, timeout=1.0, retries=1000,
                            backoff=0.05, max_backoff=0.2, transport="native")  # fmt: skip
         t = time.monotonic()
-        with self.assertRaisesRegex(StreamError, r"(in 1 s|within 1s)"):
+        # What was tried and why it failed, not "no batch in 1 s": the
+        # library's retries end before a wait would pass the deadline.
+        with self.assertRaisesRegex(StreamError, r"no answer from .* within 1s \(timeout\): \d+ attempts: .*connection refused"):
             for _ in fb:
                 pass
         self.assertLess(time.monotonic() - t, 5.0)
