@@ -444,71 +444,66 @@ func TestResumeAfterDroppedConnection(t *testing.T) {
 	sameBatches(t, want, got)
 }
 
-func TestRetriesExhausted(t *testing.T) {
-	rows := synthRows(t, 8)
-	srv := startServer(t, rows, ServerConfig{})
-	px := newProxy(t, srv.addr)
-	c := client(t, ClientConfig{Addr: px.lis.Addr().String(), Retries: 3, Backoff: time.Millisecond})
-	req := testRequest()
-	req.Epochs = 1000 // the stream cannot have ended when the network fails
-	s, err := c.Stream(context.Background(), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	rec, err := s.Next(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec.Release()
-	px.lis.Close()
-	px.cut()
-	// Batches already received are still delivered; then the error.
-	for i := 0; err == nil && i < 1000; i++ {
-		if rec, err = s.Next(context.Background()); err == nil {
-			rec.Release()
-		}
-	}
-	if err == nil || !strings.Contains(err.Error(), "3 reconnect attempts failed") {
-		t.Fatalf("err = %v, want a clear error after 3 attempts", err)
-	}
-}
-
-// TestReconnectCutByTheDeadlineNamesTheCause: a caller's deadline that
-// ends the reconnect loop is reported with what it cut short, at once
+// TestReconnectsThatFail: after the network fails for good, the stream
+// says so clearly, whether the retries run out or the caller's deadline
+// ends them. The deadline is reported with what it cut short, at once
 // when the next wait would pass it, not as a bare "context deadline
 // exceeded" when it comes.
-func TestReconnectCutByTheDeadlineNamesTheCause(t *testing.T) {
-	rows := synthRows(t, 8)
-	srv := startServer(t, rows, ServerConfig{})
-	px := newProxy(t, srv.addr)
-	c := client(t, ClientConfig{Addr: px.lis.Addr().String(), Retries: 1 << 20, Backoff: time.Millisecond, MaxBackoff: 40 * time.Millisecond})
-	req := testRequest()
-	req.Epochs = 1000
-	s, err := c.Stream(context.Background(), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	rec, err := s.Next(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec.Release()
-	px.lis.Close()
-	px.cut()
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	defer cancel()
-	for i := 0; err == nil && i < 1000; i++ {
-		if rec, err = s.Next(ctx); err == nil {
+func TestReconnectsThatFail(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		cfg      ClientConfig
+		deadline time.Duration
+		want     []string
+	}{
+		{"retries spent", ClientConfig{Retries: 3, Backoff: time.Millisecond}, 0, []string{"3 reconnect attempts failed"}},
+		{"deadline first", ClientConfig{Retries: 1 << 20, Backoff: time.Millisecond, MaxBackoff: 40 * time.Millisecond},
+			500 * time.Millisecond, []string{"reconnect attempts, then context deadline exceeded", "Unavailable"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rows := synthRows(t, 8)
+			srv := startServer(t, rows, ServerConfig{})
+			px := newProxy(t, srv.addr)
+			tc.cfg.Addr = px.lis.Addr().String()
+			c := client(t, tc.cfg)
+			req := testRequest()
+			req.Epochs = 1000 // the stream cannot have ended when the network fails
+			s, err := c.Stream(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			rec, err := s.Next(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
 			rec.Release()
-		}
-	}
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("err = %v, want the deadline", err)
-	}
-	if !strings.Contains(err.Error(), "reconnect attempts") || !strings.Contains(err.Error(), "Unavailable") {
-		t.Fatalf("err = %v, want the reconnect attempts and the last failure named", err)
+			px.lis.Close()
+			px.cut()
+			ctx := context.Background()
+			if tc.deadline > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tc.deadline)
+				defer cancel()
+			}
+			// Batches already received are still delivered; then the error.
+			for i := 0; err == nil && i < 1000; i++ {
+				if rec, err = s.Next(ctx); err == nil {
+					rec.Release()
+				}
+			}
+			if err == nil {
+				t.Fatal("no error after the network failed")
+			}
+			if tc.deadline > 0 && !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("err = %v, want the deadline", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("err = %v, want %q in it", err, w)
+				}
+			}
+		})
 	}
 }
 
